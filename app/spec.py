@@ -1,0 +1,229 @@
+"""The OPD job spec: one schema for the API, the CLI and the worker.
+
+Defaults equal the reference scripts' defaults; every count is bounded so that a
+spec can neither divide by zero nor ask a shared service for unbounded work.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DEFAULT_QUESTION_SUFFIX = (
+    "Please solve the problem step by step and put the final answer in \\boxed{}."
+)
+DEEPMATH_SHARDS = 10
+MAX_STEPS = 100_000
+MAX_BATCH_SIZE = 1024
+MAX_GROUP_SIZE = 256
+MAX_TOKENS = 32_768
+MAX_SAMPLE_SIZE = 10_000_000
+MAX_INLINE_PROMPTS = 10_000
+MAX_PROMPT_CHARS = 100_000
+MAX_METADATA_KEYS = 32
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 1024
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+ModelName = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+class SpecModel(BaseModel):
+    """Base for every spec group: unknown keys are an error, not a silent no-op."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StudentSpec(SpecModel):
+    base_model: ModelName = "Qwen/Qwen3.5-4B"
+    lora_rank: int = Field(32, ge=4, le=64, description="PyTRIO accepts 4..64.")
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+
+class TeacherSpec(SpecModel):
+    base_model: ModelName = "Qwen/Qwen3.6-27B"
+    model_path: str | None = Field(
+        None, max_length=1000, description="Saved weights to load on top of base_model."
+    )
+
+
+class PromptOptions(SpecModel):
+    """How every source's questions become chat prompts."""
+
+    question_suffix: str = Field(DEFAULT_QUESTION_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    enable_thinking: bool = False
+
+
+class DeepMathDataset(PromptOptions):
+    """DeepMath-103K parquet shards downloaded from ModelScope, as the reference does."""
+
+    source: Literal["deepmath"] = "deepmath"
+    repo: str = Field("AI-ModelScope/DeepMath-103K", pattern=r"^[\w.-]+/[\w.-]+$")
+    revision: str = Field("master", min_length=1, max_length=200)
+    num_shards: int = Field(1, ge=1, le=DEEPMATH_SHARDS)
+    sample_size: int | None = Field(
+        1000, ge=1, le=MAX_SAMPLE_SIZE, description="Prompts kept after shuffling; null = all."
+    )
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+
+class FileDataset(PromptOptions):
+    """A local parquet or JSONL file (relative paths resolve under the data root)."""
+
+    source: Literal["file"] = "file"
+    path: str = Field(min_length=1, max_length=1000)
+    field: str = Field("question", min_length=1, max_length=200)
+    sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+
+class InlineDataset(PromptOptions):
+    """Prompts written into the spec itself, used in order (no shuffle)."""
+
+    source: Literal["inline"] = "inline"
+    prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
+        min_length=1, max_length=MAX_INLINE_PROMPTS
+    )
+
+
+DatasetSpec = Annotated[
+    DeepMathDataset | FileDataset | InlineDataset, Field(discriminator="source")
+]
+
+
+class SamplingSpec(SpecModel):
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, gt=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1, description="-1 = no top-k truncation.")
+
+    @model_validator(mode="after")
+    def _top_k_not_zero(self) -> SamplingSpec:
+        if self.top_k == 0:
+            raise ValueError("top_k must be -1 (off) or >= 1")
+        return self
+
+
+class OptimSpec(SpecModel):
+    """AdamW parameters, passed to the backend as PyTRIO's AdamParams."""
+
+    learning_rate: float = Field(4e-5, gt=0.0, le=1.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)
+    eps: float = Field(1e-12, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
+    grad_clip_norm: float = Field(0.0, ge=0.0, description="0 = no clipping.")
+
+
+class LoopSpec(SpecModel):
+    steps: int = Field(10, ge=1, le=MAX_STEPS)
+    batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
+    group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)
+    kl_penalty_coef: float = Field(1.0, ge=0.0, le=1000.0)
+    kl_discount_factor: float = Field(
+        0.0, ge=0.0, le=1.0, description="0 = the reference (per-token advantage only)."
+    )
+    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    sampler_refresh_steps: int = Field(1, ge=1, le=MAX_STEPS)
+    save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
+    save_weights_name: Name = "opd-deepmath-qwen35-4b"
+
+    @model_validator(mode="after")
+    def _saves_on_refresh_boundaries(self) -> LoopSpec:
+        if self.save_every % self.sampler_refresh_steps:
+            raise ValueError(
+                "save_every must be a multiple of sampler_refresh_steps, so that a resumed "
+                "run samples from the same weights as an uninterrupted one"
+            )
+        return self
+
+
+class SwanLabSpec(SpecModel):
+    enabled: bool = False
+    project: str = Field("trio-case", min_length=1, max_length=200)
+    workspace: str | None = Field(None, max_length=200)
+    mode: Literal["online", "local", "offline", "disabled"] | None = None
+
+
+class LocalBackendSpec(SpecModel):
+    """Options of the in-process PyTorch backend."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="auto = bfloat16 on CUDA, float32 on CPU."
+    )
+
+
+class TrioBackendSpec(SpecModel):
+    """Timeouts and retries handed to pytrio.configure before the first client is made."""
+
+    request_timeout_seconds: int = Field(600, ge=1, le=86_400)
+    sampling_timeout_seconds: int = Field(600, ge=1, le=86_400)
+    retry_max_attempts: int = Field(5, ge=1, le=100)
+
+
+Metadata = Annotated[
+    dict[
+        Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)],
+        Annotated[str, Field(max_length=MAX_METADATA_VALUE_CHARS)],
+    ],
+    Field(max_length=MAX_METADATA_KEYS),
+]
+
+
+class JobSpec(SpecModel):
+    """Everything one OPD run needs; the public contract of the service."""
+
+    name: Name = "opd-deepmath-qwen35-4b"
+    backend: Literal["local", "trio"] = "trio"
+    student: StudentSpec = Field(default_factory=StudentSpec)
+    teacher: TeacherSpec = Field(default_factory=TeacherSpec)
+    dataset: DatasetSpec = Field(default_factory=DeepMathDataset)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    optim: OptimSpec = Field(default_factory=OptimSpec)
+    loop: LoopSpec = Field(default_factory=LoopSpec)
+    swanlab: SwanLabSpec = Field(default_factory=SwanLabSpec)
+    local: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
+    trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)
+    metadata: Metadata = Field(default_factory=dict)
+
+
+class SpecError(ValueError):
+    """A spec file that cannot be read or does not validate; the message names the field."""
+
+
+def format_validation_error(error: ValidationError) -> str:
+    """One line per problem, each naming the field path, e.g. `loop.steps: ...`."""
+    lines = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"]) or "spec"
+        lines.append(f"{path}: {item['msg']}")
+    return "; ".join(lines)
+
+
+def parse_spec(data: Any) -> JobSpec:
+    """Validate already-parsed data, raising SpecError with field-named messages."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(format_validation_error(error)) from error
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read a YAML or JSON spec file (JSON is valid YAML, so one parser serves both)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise SpecError(f"cannot read spec {path}: {error.strerror}") from error
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as error:
+        raise SpecError(f"{path} is not valid YAML/JSON: {error}") from error
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: a spec must be a mapping of groups, got {type(data).__name__}")
+    return parse_spec(data)

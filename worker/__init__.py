@@ -1,0 +1,1 @@
+"""The worker side: the OPD engine, its backends, datasets, metric sinks and the arq worker."""

@@ -1,0 +1,1 @@
+"""The OPD engine: one loop, usable from `opd run` and from the service's worker."""

@@ -1,0 +1,95 @@
+"""Small pure helpers of the OPD algorithm: prompts, advantages and datums.
+
+These reproduce the reference scripts exactly (DESIGN §1): the datum is shifted for
+next-token prediction and padded with zeros over the prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from pytrio.types import Datum, ModelInput
+
+
+def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:
+    """Render one question as chat-prompt tokens with the student's template."""
+    content = f"{question.strip()}\n\n{suffix}" if suffix else question.strip()
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    if not prompt_ids:
+        raise ValueError("Prompt tokens are empty")
+    return list(prompt_ids)
+
+
+def completion_slice(all_logprobs: Sequence[float | None], prompt_len: int, n: int) -> list[float]:
+    """The teacher's logprobs of the completion tokens; each must be present."""
+    completion = all_logprobs[prompt_len:]
+    if len(completion) != n or any(value is None for value in completion):
+        raise ValueError("Invalid teacher logprobs for completion tokens")
+    return [float(value) for value in completion]
+
+
+def discounted_future_sum(values: np.ndarray, gamma: float) -> np.ndarray:
+    """out[t] = sum_{k >= t} gamma**(k - t) * values[k]."""
+    out = np.zeros_like(values, dtype=np.float64)
+    running = 0.0
+    for t in range(len(values) - 1, -1, -1):
+        running = values[t] + gamma * running
+        out[t] = running
+    return out
+
+
+def kl_advantages(
+    student_logprobs: Sequence[float],
+    teacher_logprobs: Sequence[float],
+    kl_penalty_coef: float,
+    kl_discount_factor: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return (reverse_kl, advantages) per completion token.
+
+    reverse_kl = student - teacher; advantage = -coef * reverse_kl, optionally replaced
+    by its discounted future sum as tinker-cookbook does (factor 0 = the reference).
+    """
+    reverse_kl = np.asarray(student_logprobs, dtype=np.float64) - np.asarray(
+        teacher_logprobs, dtype=np.float64
+    )
+    advantages = -kl_penalty_coef * reverse_kl
+    if kl_discount_factor > 0:
+        advantages = discounted_future_sum(advantages, kl_discount_factor)
+    return reverse_kl, advantages
+
+
+def build_opd_datum(
+    prompt_ids: Sequence[int],
+    completion_ids: Sequence[int],
+    old_logprobs: Sequence[float],
+    advantages: Sequence[float] | np.ndarray,
+) -> Datum:
+    """One training datum: input = prompt + completion[:-1], targets shifted by one."""
+    pad = len(prompt_ids) - 1
+    input_ids = list(prompt_ids) + list(completion_ids[:-1])
+    target_ids = [0] * pad + list(completion_ids)
+    padded_logprobs = [0.0] * pad + [float(v) for v in old_logprobs]
+    padded_advantages = [0.0] * pad + [float(v) for v in advantages]
+    if not len(input_ids) == len(target_ids) == len(padded_logprobs) == len(padded_advantages):
+        raise ValueError("OPD datum fields must have the same length")
+    return Datum(
+        model_input=ModelInput.from_ints(input_ids),
+        loss_fn_inputs={
+            "target_tokens": np.asarray(target_ids, dtype=np.int64),
+            "logprobs": np.asarray(padded_logprobs, dtype=np.float32),
+            "advantages": np.asarray(padded_advantages, dtype=np.float32),
+        },
+    )
+
+
+def batch_indices(step: int, batch_size: int, pool_size: int) -> list[int]:
+    """Prompts of a step: a pure function of the step, wrapping around the pool."""
+    return [(step * batch_size + i) % pool_size for i in range(batch_size)]

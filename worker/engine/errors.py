@@ -1,0 +1,26 @@
+"""Errors a person can act on: each carries a stable code the service stores on the job."""
+
+from __future__ import annotations
+
+
+class OPDError(Exception):
+    """A run failed for a reason the message explains; `code` is machine-readable."""
+
+    code = "run_failed"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class DatasetUnavailable(OPDError):
+    code = "dataset_unavailable"
+
+
+class TokenizerMismatch(OPDError):
+    code = "tokenizer_mismatch"
+
+
+class BackendFailure(OPDError):
+    code = "backend_error"
