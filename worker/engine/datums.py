@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from pytrio.types import Datum, ModelInput
 
+from worker.engine.errors import BackendFailure
+
 
 def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:
     """Render one question as chat-prompt tokens with the student's template."""
@@ -32,7 +34,10 @@ def completion_slice(all_logprobs: Sequence[float | None], prompt_len: int, n: i
     """The teacher's logprobs of the completion tokens; each must be present."""
     completion = all_logprobs[prompt_len:]
     if len(completion) != n or any(value is None for value in completion):
-        raise ValueError("Invalid teacher logprobs for completion tokens")
+        raise BackendFailure(
+            "Invalid teacher logprobs for completion tokens: expected one value per token",
+            code="bad_teacher_logprobs",
+        )
     return [float(value) for value in completion]
 
 

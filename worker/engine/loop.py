@@ -29,7 +29,7 @@ from worker.engine.datums import (
     completion_slice,
     kl_advantages,
 )
-from worker.engine.errors import OPDError, TokenizerMismatch
+from worker.engine.errors import BackendFailure, OPDError, TokenizerMismatch
 from worker.engine.sinks import RunInfo, Sink
 
 STATE_STEP = re.compile(r"-state-(\d+)/?$")
@@ -109,8 +109,9 @@ async def rollout(
     for seq, teacher_lps in zip(sequences, scores, strict=True):
         student_lps = [float(v) for v in seq.logprobs]
         if len(student_lps) != len(seq.tokens):
-            raise ValueError(
-                f"Student token/logprob length mismatch: {len(seq.tokens)} != {len(student_lps)}"
+            raise BackendFailure(
+                f"Student token/logprob length mismatch: {len(seq.tokens)} != {len(student_lps)}",
+                code="bad_sampler_logprobs",
             )
         reverse_kl, advantages = kl_advantages(
             student_lps, teacher_lps, spec.loop.kl_penalty_coef, spec.loop.kl_discount_factor
@@ -122,7 +123,10 @@ async def rollout(
 
 
 def step_metrics(
-    rollouts: Sequence[Rollout], trainer_metrics: dict[str, float], lr: float, step: int,
+    rollouts: Sequence[Rollout],
+    trainer_metrics: dict[str, float],
+    lr: float,
+    step: int,
     elapsed: float,
 ) -> dict[str, float]:
     """The reference's metric names (DESIGN §1), plus trainer/<name> from the backend."""
@@ -163,8 +167,9 @@ async def run_loop(
     loop = spec.loop
     start = steps_done_of_state(resume_from) if resume_from else 0
     if start > loop.steps:
-        raise OPDError(f"state {resume_from!r} is past the run's {loop.steps} steps",
-                       code="bad_resume_state")
+        raise OPDError(
+            f"state {resume_from!r} is past the run's {loop.steps} steps", code="bad_resume_state"
+        )
 
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
@@ -172,15 +177,19 @@ async def run_loop(
     if resume_from:
         # PyTRIO accepts load_state only before the first training operation.
         await (await training.load_state_with_optimizer_async(resume_from))
-        sink.event("info", f"Resumed from {resume_from} at step {start}",
-                   {"step": start, "path": resume_from})
+        sink.event(
+            "info",
+            f"Resumed from {resume_from} at step {start}",
+            {"step": start, "path": resume_from},
+        )
     tokenizer = training.get_tokenizer()
     teacher = await service.create_sampling_client_async(
         base_model=spec.teacher.base_model or spec.student.base_model,
         model_path=spec.teacher.model_path,
     )
-    check_tokenizers(tokenizer, teacher.get_tokenizer(), spec.student.base_model,
-                     spec.teacher.base_model)
+    check_tokenizers(
+        tokenizer, teacher.get_tokenizer(), spec.student.base_model, spec.teacher.base_model
+    )
 
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
@@ -209,30 +218,38 @@ async def run_loop(
         rows = [prompts[i] for i in batch_indices(step, loop.batch_size, len(prompts))]
         rollouts = await asyncio.gather(
             *(
-                rollout(sampler, teacher, build_prompt(tokenizer, row, suffix, thinking), params,
-                        spec)
+                rollout(
+                    sampler, teacher, build_prompt(tokenizer, row, suffix, thinking), params, spec
+                )
                 for row in rows
             )
         )
         datums = [d for r in rollouts for d in r.datums]
         if not datums:
-            raise OPDError("No OPD datums were built: every completion was empty",
-                           code="no_datums")
+            raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
 
         fwd_bwd = await training.forward_backward_async(datums, loss_fn=loop.loss_fn)
         optim = await training.optim_step_async(adam)
         fwd_bwd_result = await fwd_bwd
         await optim
 
-        metrics = step_metrics(rollouts, fwd_bwd_result.metrics, spec.optim.learning_rate, step,
-                               time.time() - step_start)
+        metrics = step_metrics(
+            rollouts,
+            fwd_bwd_result.metrics,
+            spec.optim.learning_rate,
+            step,
+            time.time() - step_start,
+        )
         sink.step(step, metrics)
 
         done = step + 1
         if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
             await save_state(training, spec, done, sink)
-            saved = await (await training.save_weights_for_sampler_async(
-                f"{loop.save_weights_name}-{done:06d}"))
+            saved = await (
+                await training.save_weights_for_sampler_async(
+                    f"{loop.save_weights_name}-{done:06d}"
+                )
+            )
             sink.checkpoint(done, "sampler", saved.path)
 
     final = await (await training.save_weights_for_sampler_async(loop.save_weights_name))
@@ -257,10 +274,14 @@ async def run_job(
 
     try:
         prompts = await asyncio.to_thread(load_prompts, spec.dataset, data_root, confine_data)
-        sink.event("info", f"Loaded {len(prompts)} prompts from {spec.dataset.source}",
-                   {"prompts": len(prompts)})
-        service = connect(spec, artifact_dir)
-        return await run_loop(spec, service, prompts, sink, resume_from=resume_from,
-                              should_stop=should_stop)
+        sink.event(
+            "info",
+            f"Loaded {len(prompts)} prompts from {spec.dataset.source}",
+            {"prompts": len(prompts)},
+        )
+        service = await asyncio.to_thread(connect, spec, artifact_dir)
+        return await run_loop(
+            spec, service, prompts, sink, resume_from=resume_from, should_stop=should_stop
+        )
     finally:
         sink.close()

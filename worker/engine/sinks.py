@@ -94,8 +94,12 @@ class ConsoleSink(Sink):
     def start(self, info: RunInfo) -> None:
         self.steps = info.spec.loop.steps
         self.bar = tqdm(
-            total=self.steps, initial=info.start_step, desc=info.spec.name, unit="step",
-            file=self.stream, dynamic_ncols=True,
+            total=self.steps,
+            initial=info.start_step,
+            desc=info.spec.name,
+            unit="step",
+            file=self.stream,
+            dynamic_ncols=True,
         )
 
     def step(self, step: int, metrics: dict[str, float]) -> None:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The main job: set everything up, start the service on its embedded default
+# (SQLite + its own Redis + one worker) and run the tiny demo job end to end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh local
+exec .venv/bin/opd serve --demo "$@"

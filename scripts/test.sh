@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what the tests need, makes sure PostgreSQL and Redis are up, runs the suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh local,dev
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+fi
+for _ in $(seq 30); do
+  pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break
+  sleep 1
+done
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest -q "$@"

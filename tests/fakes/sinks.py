@@ -1,0 +1,43 @@
+"""A real Sink that keeps everything the loop reports, and the metric names it must report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.engine.sinks import RunInfo, Sink
+
+# The step metrics DESIGN §1 promises (people chart them), besides trainer/<name>.
+DESIGN_METRICS = {
+    "data/datums",
+    "data/completion_tokens_mean",
+    "data/completion_tokens_total",
+    "data/completion_tokens_per_second",
+    "opd/reverse_kl_mean",
+    "opd/reverse_kl_std",
+    "train/learning_rate",
+    "time/step_elapsed_time",
+}
+
+
+class RecordingSink(Sink):
+    def __init__(self) -> None:
+        self.info: RunInfo | None = None
+        self.steps: dict[int, dict[str, float]] = {}
+        self.checkpoints: list[tuple[int, str, str]] = []
+        self.events: list[tuple[str, str, dict[str, Any] | None]] = []
+        self.closed = False
+
+    def start(self, info: RunInfo) -> None:
+        self.info = info
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.steps[step] = metrics
+
+    def checkpoint(self, step: int, kind: str, path: str) -> None:
+        self.checkpoints.append((step, kind, path))
+
+    def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
+        self.events.append((level, message, data))
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,368 @@
+"""A fake of the remote PyTRIO service, for tests that cannot reach the real one.
+
+It is shaped like `pytrio.ServiceClient` and its training and sampling clients, takes and
+returns PyTRIO's own types, and runs every request through PyTRIO's own request code
+(`plan_training_batch`, the trainer payload builders, `build_sample_request`, the LoRA
+rank check), so a request the real service would reject is rejected here too. Samples
+and logprobs are deterministic pseudo-random numbers; every accepted call is recorded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import pytrio
+from pytrio.client.builders.sampling import actor_sample_response_to_sdk, build_sample_request
+from pytrio.client.builders.training import (
+    build_trainer_forward_payload,
+    build_trainer_optimize_payload,
+    build_trainer_save_payload,
+)
+from pytrio.client.training_batch import PolicyTrainingSample, plan_training_batch
+from pytrio.config.config import Configuration, auth_state, configuration
+from pytrio.errors.base import ValidationError
+from pytrio.model.limits import TrainingLimits
+from pytrio.protocol.actor.sampling_run.sample import (
+    ActorSampleResponse,
+    ActorSampleSequence,
+    SampleRequest,
+    Usage,
+)
+from pytrio.types import (
+    AdamParams,
+    APIFuture,
+    Datum,
+    ForwardBackwardOutput,
+    ModelInput,
+    OptimStepResponse,
+    SampleResponse,
+    SamplingParams,
+    SaveWeightsForSamplerResponse,
+    SaveWeightsResponse,
+    TensorData,
+)
+
+from worker.backends.local.presets import tiny_tokenizer
+
+TRAINING_LIMITS = TrainingLimits(
+    max_batch_size=64, max_tokens_per_request=16_384, max_seq_len=8_192
+)
+MAX_COMPLETION_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Call:
+    """One accepted request: the method's name and its (validated) arguments."""
+
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    base_model: str
+    rank: int
+    optimizer_steps: int
+
+
+def require(value: Any, kind: type, name: str) -> None:
+    """PyTRIO's types are the currency: anything else is a caller bug."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def rng_for(*parts: int | str) -> np.random.Generator:
+    """A generator that depends only on `parts` (str hashed stably, unlike hash())."""
+    return np.random.default_rng(
+        [zlib.crc32(part.encode()) if isinstance(part, str) else part for part in parts]
+    )
+
+
+class FakeServiceClient:
+    """Stands in for `pytrio.ServiceClient`; `calls` records every accepted request.
+
+    `tokenizers` maps a base model to its tokenizer (default: the tiny byte tokenizer);
+    `drop_last_logprob` makes compute_logprobs omit the last position, as a server that
+    leaves positions out would.
+    """
+
+    def __init__(
+        self,
+        api_key: str | None = None,
+        *,
+        tokenizers: dict[str, Any] | None = None,
+        drop_last_logprob: bool = False,
+        limits: TrainingLimits = TRAINING_LIMITS,
+    ) -> None:
+        self.tokenizers = tokenizers or {}
+        self.drop_last_logprob = drop_last_logprob
+        self.limits = limits
+        self.calls: list[Call] = []
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.run_ids = itertools.count()
+
+    def record(self, call: str, /, **args: Any) -> None:
+        self.calls.append(Call(call, args))
+
+    def calls_named(self, name: str) -> list[Call]:
+        return [call for call in self.calls if call.name == name]
+
+    def tokenizer_for(self, base_model: str) -> Any:
+        if base_model not in self.tokenizers:
+            self.tokenizers[base_model] = tiny_tokenizer()
+        return self.tokenizers[base_model]
+
+    async def create_lora_training_client_async(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+    ) -> FakeTrainingClient:
+        if rank not in range(4, 65):
+            raise ValidationError(
+                f"rank must be in [4, 64]. Got {rank}", code="validation.invalid_lora_rank"
+            )
+        self.record("create_lora_training_client", base_model=base_model, rank=rank, seed=seed)
+        return FakeTrainingClient(self, base_model, rank, f"run-{next(self.run_ids)}")
+
+    async def create_sampling_client_async(
+        self, base_model: str, model_path: str | None = None
+    ) -> FakeSamplingClient:
+        self.record("create_sampling_client", base_model=base_model, model_path=model_path)
+        return FakeSamplingClient(self, base_model, weights=model_path or "base")
+
+
+@dataclass
+class FakeTrainingClient:
+    service: FakeServiceClient
+    base_model: str
+    rank: int
+    run_id: str
+    optimizer_steps: int = 0
+    started: bool = False
+
+    def get_tokenizer(self) -> Any:
+        return self.service.tokenizer_for(self.base_model)
+
+    async def forward_backward_async(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, object] | None = None,
+        auto_shift: bool = False,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        require(data, list, "data")
+        for datum in data:
+            require(datum, Datum, "each datum")
+        plan = plan_training_batch(
+            data,
+            loss_fn=loss_fn,
+            auto_shift=auto_shift,
+            limits=self.service.limits,
+            tokenizer_vocab_size=len(self.get_tokenizer()),
+        )
+        for chunk in plan.chunks:
+            build_trainer_forward_payload(chunk, loss_fn_config, auto_shift, plan.totals)
+        self.started = True
+        self.service.record("forward_backward", data=data, loss_fn=loss_fn, plan=plan)
+        samples = [sample for chunk in plan.chunks for sample in chunk.samples]
+        # At the sampled weights the importance ratio is 1, so the policy loss is -sum(A);
+        # cross entropy is scored against a uniform model.
+        loss_sum = sum(
+            -sum(sample.advantages)
+            if isinstance(sample, PolicyTrainingSample)
+            else len(sample.target_tokens) * math.log(len(self.get_tokenizer()))
+            for sample in samples
+        )
+        tokens = plan.totals.total_active_tokens
+        return APIFuture.completed(
+            ForwardBackwardOutput(
+                loss_fn_outputs=[
+                    {"logprobs": TensorData.from_numpy(np.zeros(s.input_length, np.float32))}
+                    for s in samples
+                ],
+                metrics={
+                    "loss_sum": loss_sum,
+                    "loss_mean": loss_sum / max(tokens, 1),
+                    "token_count": tokens,
+                },
+            )
+        )
+
+    async def optim_step_async(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
+        require(adam_params, AdamParams, "adam_params")
+        build_trainer_optimize_payload(adam_params)
+        self.started = True
+        self.optimizer_steps += 1
+        self.service.record("optim_step", adam_params=adam_params)
+        return APIFuture.completed(OptimStepResponse(metrics={}))
+
+    def save(self, kind: str, name: str, ttl_seconds: int | None) -> str:
+        payload = build_trainer_save_payload(name, ttl_seconds)
+        path = f"trio://fake/{self.run_id}/{kind}/{payload.name}"
+        self.service.checkpoints[path] = Checkpoint(
+            self.base_model, self.rank, self.optimizer_steps
+        )
+        self.service.record(
+            f"save_{kind}", name=name, path=path, optimizer_steps=self.optimizer_steps
+        )
+        return path
+
+    async def save_state_async(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> APIFuture[SaveWeightsResponse]:
+        path = self.save("state", name, ttl_seconds)
+        return APIFuture.completed(SaveWeightsResponse(path=path, model=self.base_model, size=1))
+
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> APIFuture[SaveWeightsForSamplerResponse]:
+        path = self.save("weights", name, ttl_seconds)
+        return APIFuture.completed(
+            SaveWeightsForSamplerResponse(path=path, model=self.base_model, size=1)
+        )
+
+    async def save_weights_and_get_sampling_client_async(self) -> FakeSamplingClient:
+        self.started = True
+        self.service.record("refresh_sampler", optimizer_steps=self.optimizer_steps)
+        return FakeSamplingClient(
+            self.service, self.base_model, weights=f"{self.base_model}@{self.optimizer_steps}"
+        )
+
+    async def load_state_with_optimizer_async(self, path: str) -> APIFuture[dict[str, Any]]:
+        if self.started:
+            raise ValidationError(
+                "load_state cannot be called after training has started. "
+                "Call load_state before the first training operation.",
+                code="validation.already_initialized",
+            )
+        saved = self.service.checkpoints.get(path)
+        if saved is None:
+            raise ValidationError(f"no checkpoint at {path}", code="validation.not_found")
+        if (saved.base_model, saved.rank) != (self.base_model, self.rank):
+            raise ValidationError(
+                "Checkpoint configuration is incompatible",
+                code="validation.checkpoint_config_mismatch",
+            )
+        self.started = True
+        self.optimizer_steps = saved.optimizer_steps
+        self.service.record("load_state_with_optimizer", path=path)
+        return APIFuture.completed({})
+
+
+@dataclass
+class FakeSamplingClient:
+    service: FakeServiceClient
+    base_model: str
+    weights: str
+
+    def get_tokenizer(self) -> Any:
+        return self.service.tokenizer_for(self.base_model)
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = SamplingParams(),  # noqa: B008 - immutable default
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        request = validated_request(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            return_text,
+        )
+        tokens = prompt.to_ints()
+        rng = rng_for(self.weights, sampling_params.seed or 0, *tokens)
+        tokenizer = self.get_tokenizer()
+        limit = min(sampling_params.max_tokens, MAX_COMPLETION_TOKENS)
+        sequences = []
+        for _ in range(num_samples):
+            completion = rng.integers(0, len(tokenizer), size=int(rng.integers(1, limit + 1)))
+            sequences.append(
+                ActorSampleSequence(
+                    tokens=completion.tolist(),
+                    logprobs=rng.uniform(-3.0, -0.01, size=len(completion)).tolist(),
+                    text=tokenizer.decode(completion) if return_text else None,
+                    stop_reason="length" if len(completion) == limit else "stop",
+                )
+            )
+        response = actor_sample_response_to_sdk(
+            ActorSampleResponse(
+                sequences=sequences,
+                prompt_logprobs=self.prompt_logprobs(tokens) if include_prompt_logprobs else None,
+                usage=Usage(
+                    input_tokens=len(tokens), output_tokens=sum(len(s.tokens) for s in sequences)
+                ),
+            )
+        )
+        self.service.record("sample", request=request, weights=self.weights, response=response)
+        return response
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """PyTRIO sends this as a one-token sample that asks for the prompt's logprobs."""
+        request = validated_request(prompt, 1, SamplingParams(max_tokens=1), True, 0, False)
+        self.service.record("compute_logprobs", request=request, weights=self.weights)
+        return self.prompt_logprobs(prompt.to_ints())
+
+    def prompt_logprobs(self, tokens: list[int]) -> list[float | None]:
+        """None for the first token (it has no context), then one logprob per token."""
+        values = rng_for(self.base_model, *tokens).uniform(-3.0, -0.01, size=len(tokens) - 1)
+        logprobs: list[float | None] = [None, *values.tolist()]
+        if self.service.drop_last_logprob:
+            logprobs[-1] = None
+        return logprobs
+
+
+def validated_request(
+    prompt: ModelInput,
+    num_samples: int,
+    params: SamplingParams,
+    include_prompt_logprobs: bool,
+    topk_prompt_logprobs: int,
+    return_text: bool,
+) -> SampleRequest:
+    """The checks `SamplingClient._submit_sample` makes before anything is sent."""
+    require(prompt, ModelInput, "prompt")
+    require(params, SamplingParams, "sampling_params")
+    if prompt.is_empty:
+        raise ValidationError("prompt cannot be empty", code="validation.empty_prompt")
+    if params.max_tokens is None or params.max_tokens <= 0:
+        raise ValidationError(
+            "sampling_params.max_tokens must be greater than 0",
+            code="validation.invalid_sampling_request",
+        )
+    return build_sample_request(
+        prompt,
+        num_samples=num_samples,
+        sampling_params=params,
+        include_prompt_logprobs=include_prompt_logprobs,
+        topk_prompt_logprobs=topk_prompt_logprobs,
+        return_text=return_text,
+        return_token_logprobs=True,
+    )
+
+
+def patch_pytrio(monkeypatch: pytest.MonkeyPatch, fake: FakeServiceClient) -> None:
+    """Let `connect_trio` find `fake`: a logged-in PyTRIO whose ServiceClient is the fake.
+
+    PyTRIO's process-wide configuration and login are restored after the test.
+    """
+    for name in Configuration.model_fields:
+        monkeypatch.setattr(configuration, name, getattr(configuration, name))
+    monkeypatch.setattr(auth_state, "api_key", "fake-key")
+    monkeypatch.setattr(auth_state, "config_error", None)
+    monkeypatch.setattr(pytrio, "ServiceClient", lambda: fake)
