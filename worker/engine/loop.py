@@ -184,7 +184,7 @@ async def run_loop(
         )
     tokenizer = training.get_tokenizer()
     teacher = await service.create_sampling_client_async(
-        base_model=spec.teacher.base_model or spec.student.base_model,
+        base_model=spec.teacher.base_model,
         model_path=spec.teacher.model_path,
     )
     check_tokenizers(

@@ -1,0 +1,117 @@
+"""Built-in tiny models and their byte-level tokenizer, made in process (no files, no network).
+
+Every test and the offline demo train these: a Qwen3-architecture student and teacher
+initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is one token.
+"""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+TINY_STUDENT = "tiny-student"
+TINY_TEACHER = "tiny-teacher"
+PRESETS = (TINY_STUDENT, TINY_TEACHER)
+
+# Both models share one random base drawn at a large init scale (so their next-token
+# distributions are far from uniform); the teacher adds a random low-rank change to every
+# attention and MLP projection, which a rank >= 4 LoRA on the student can learn.
+INIT_SCALE = 0.2
+BASE_SEED = 1234
+TEACHER_SEED = 5678
+TEACHER_RANK = 4
+
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN]
+
+# Qwen3's ChatML template, trimmed to plain messages: with enable_thinking false the
+# assistant turn opens with an empty think block, exactly as Qwen3 renders it.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """Byte-level tokenizer: ids 0..255 are the bytes, then the three ChatML specials."""
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character table, which `ByteLevel` applies."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    table = {byte: chr(byte) for byte in printable}
+    extra = 0
+    for byte in range(256):
+        if byte not in table:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def tiny_config(vocab_size: int, pad_token_id: int, eos_token_id: int) -> Qwen3Config:
+    """A two-layer Qwen3 with hidden size 64: trains on a CPU in milliseconds per step."""
+    return Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        initializer_range=INIT_SCALE,
+        tie_word_embeddings=True,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_token_id,
+    )
+
+
+def tiny_model(name: str) -> Qwen3ForCausalLM:
+    """The preset `name` (tiny-student or tiny-teacher), identical on every call."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
+    tokenizer = tiny_tokenizer()
+    config = tiny_config(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(BASE_SEED)
+        model = Qwen3ForCausalLM(config)
+        if name == TINY_TEACHER:
+            torch.manual_seed(TEACHER_SEED)
+            perturb_projections(model, TEACHER_RANK)
+    model.name_or_path = model.config.name_or_path = name
+    return model.eval()
+
+
+@torch.no_grad()
+def perturb_projections(model: torch.nn.Module, rank: int) -> None:
+    """Add a random rank-`rank` matrix to each linear layer except the output head."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and name != "lm_head":
+            rows, cols = module.weight.shape
+            left = torch.randn(rows, rank) / rank**0.5
+            right = torch.randn(rank, cols) / rank**0.5
+            module.weight += INIT_SCALE * (left @ right)
