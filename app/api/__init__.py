@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): routes per resource, typed dependencies, one error format."""

@@ -1,0 +1,166 @@
+"""One error format for every failure: `{"error": {"code", "message", "param"}}`.
+
+Bad input is a 4xx that names the field; nothing a client sends produces a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.lifecycle import IdempotencyMismatch, IllegalTransition, JobNotFound
+
+log = logging.getLogger(__name__)
+
+LOCATIONS = {"body", "query", "path", "header", "cookie"}
+STATUS_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+DESCRIPTIONS = {
+    401: "Missing, unknown or revoked API key.",
+    404: "No such job (or it belongs to another team).",
+    409: "The job's status does not allow this action; the message says why.",
+    413: "The request body is larger than OPD_MAX_BODY_BYTES.",
+    422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
+    503: "A dependency (database or Redis) is unavailable.",
+}
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    param: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """Raise from a route to answer with this status and error body."""
+
+    def __init__(
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.detail = ErrorDetail(code=code, message=message, param=param)
+        self.headers = headers
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message, param=param))
+    return JSONResponse(body.model_dump(), status_code=status_code, headers=headers)
+
+
+def describe_status(code: int) -> str:
+    return DESCRIPTIONS.get(code, HTTPStatus(code).phrase)
+
+
+def error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries documenting the error body for these statuses."""
+    return {
+        code: {"model": ErrorResponse, "description": describe_status(code)}
+        for code in status_codes
+    }
+
+
+def field_path(loc: Sequence[int | str]) -> str | None:
+    """`("body", "loop", "steps")` -> `loop.steps`; the location prefix is dropped."""
+    parts = list(loc[1:] if loc and loc[0] in LOCATIONS else loc)
+    return ".".join(str(part) for part in parts) or None
+
+
+def describe(error: dict[str, Any]) -> str:
+    if error.get("type") == "json_invalid":
+        reason = error.get("ctx", {}).get("error", "")
+        return f"the request body is not valid JSON: {reason}".rstrip(": ")
+    path = field_path(error.get("loc", ()))
+    return f"{path}: {error['msg']}" if path else error["msg"]
+
+
+async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    first = errors[0] if errors else {}
+    param = None if first.get("type") == "json_invalid" else field_path(first.get("loc", ()))
+    message = "; ".join(describe(error) for error in errors) or "invalid request"
+    return error_response(422, "invalid_request", message, param)
+
+
+async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(
+        ErrorResponse(error=exc.detail).model_dump(), exc.status_code, headers=exc.headers
+    )
+
+
+async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = STATUS_CODES.get(exc.status_code, "error")
+    message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    return error_response(exc.status_code, code, message, headers=exc.headers)
+
+
+async def on_not_found(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(404, "not_found", str(exc))
+
+
+async def on_conflict(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(409, "conflict", str(exc))
+
+
+async def on_idempotency_mismatch(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(422, "idempotency_key_reused", str(exc), "Idempotency-Key")
+
+
+async def on_database_down(_request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unavailable: %s", exc)
+    return error_response(503, "database_unavailable", "the database is unavailable; retry shortly")
+
+
+async def on_unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return error_response(500, "internal_error", "internal error; the server log has the details")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(JobNotFound, on_not_found)
+    app.add_exception_handler(IllegalTransition, on_conflict)
+    app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
+    app.add_exception_handler(OperationalError, on_database_down)
+    app.add_exception_handler(InterfaceError, on_database_down)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,61 @@
+"""The FastAPI application: `create_app()` wires settings, database, queue and routes.
+
+Run it with `uvicorn --factory app.api.main:create_app`. Nothing here imports torch or
+the worker package; jobs reach the workers through Redis by task name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from app.api.body_limit import BodyLimitMiddleware
+from app.api.deps import JobSnapshot
+from app.api.errors import install_error_handlers
+from app.api.routes import checkpoints, events, health, jobs, metrics
+from app.auth import Principal
+from app.core.cache import TTLCache
+from app.core.config import Settings, get_settings
+from app.core.db import create_db_engine, migrate, session_factory
+from app.queue import JobQueue
+
+api_router = APIRouter()
+for module in (health, jobs, metrics, checkpoints, events):
+    api_router.include_router(module.router)
+
+DESCRIPTION = """\
+Submit on-policy distillation jobs, follow their metrics and collect their weights.
+
+Authenticate with `Authorization: Bearer KEY` or `X-API-Key: KEY` (keys come from
+`opd keys create --team NAME`). Every job belongs to the key's team; other teams' jobs
+answer 404. Errors always look like `{"error": {"code", "message", "param"}}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    engine = create_db_engine(settings.database_url)
+    queue = JobQueue(settings.redis_url, settings.queue_name, settings.connect_timeout)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if settings.migrate_on_start:
+            await asyncio.to_thread(migrate, settings.database_url)
+        yield
+        await queue.close()
+        await engine.dispose()
+
+    app = FastAPI(title="OPD service", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = session_factory(engine)
+    app.state.queue = queue
+    app.state.principals = TTLCache[str, Principal](settings.auth_cache_seconds)
+    app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    install_error_handlers(app)
+    app.include_router(api_router)
+    return app

@@ -1,0 +1,34 @@
+"""Saved weights of a job: resumable states, sampler weights and the final weights."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlmodel import select
+
+from app.api.deps import JobDep, SessionDep
+from app.api.errors import error_responses
+from app.api.pages import paginate
+from app.models import Checkpoint, CheckpointKind, CheckpointsPage
+
+router = APIRouter(
+    prefix="/v1/jobs", tags=["checkpoints"], responses=error_responses(401, 404, 422, 503)
+)
+
+
+@router.get("/{job_id}/checkpoints", response_model=CheckpointsPage)
+async def list_checkpoints(
+    job: JobDep,
+    session: SessionDep,
+    kind: Annotated[CheckpointKind | None, Query(description="Only this kind.")] = None,
+    after: Annotated[int | None, Query(ge=1, description="`next_cursor` of the last page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> CheckpointsPage:
+    """Oldest first."""
+    query = select(Checkpoint).where(Checkpoint.job_id == job.id)
+    if kind is not None:
+        query = query.where(Checkpoint.kind == kind)
+    if after is not None:
+        query = query.where(Checkpoint.id > after)
+    return await paginate(session, query.order_by(Checkpoint.id), limit, CheckpointsPage)

@@ -1,0 +1,31 @@
+"""A job's timeline: every state change and whatever the worker reported."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlmodel import select
+
+from app.api.deps import JobDep, SessionDep
+from app.api.errors import error_responses
+from app.api.pages import paginate
+from app.models import Event, EventsPage
+
+router = APIRouter(
+    prefix="/v1/jobs", tags=["events"], responses=error_responses(401, 404, 422, 503)
+)
+
+
+@router.get("/{job_id}/events", response_model=EventsPage)
+async def list_events(
+    job: JobDep,
+    session: SessionDep,
+    after: Annotated[int | None, Query(ge=1, description="`next_cursor` of the last page.")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> EventsPage:
+    """Oldest first."""
+    query = select(Event).where(Event.job_id == job.id)
+    if after is not None:
+        query = query.where(Event.id > after)
+    return await paginate(session, query.order_by(Event.id), limit, EventsPage)

@@ -1,0 +1,117 @@
+"""Teams and their API keys: keys are shown once at creation and stored only as a hash.
+
+A key looks like `opd_<prefix>_<secret>`. The prefix is public (it names the key in
+listings); the SHA-256 of the whole key is what authenticates it. Keys are random
+and long, so a fast hash is as safe as a slow one here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import select
+
+from app.core.cache import TTLCache
+from app.models import ApiKey, Team, utcnow
+
+KEY_PREFIX = "opd"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a request acts for: one team, or every team for an admin key."""
+
+    team_id: int
+    is_admin: bool = False
+
+    @property
+    def scope(self) -> int | None:
+        """The team whose jobs the caller sees; None = every team."""
+        return None if self.is_admin else self.team_id
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A freshly created key; `key` is the only copy of the secret."""
+
+    team: Team
+    api_key: ApiKey
+    key: str
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> tuple[str, str]:
+    """A new random key and its public prefix."""
+    prefix = secrets.token_hex(4)
+    return f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}", prefix
+
+
+async def get_or_create_team(session: AsyncSession, name: str) -> Team:
+    team = (await session.execute(select(Team).where(Team.name == name))).scalar_one_or_none()
+    if team is None:
+        team = Team(name=name)
+        session.add(team)
+        await session.flush()
+    return team
+
+
+async def create_key(session: AsyncSession, team_name: str, *, admin: bool = False) -> NewKey:
+    """Create a key for `team_name` (creating the team if new); commits."""
+    team = await get_or_create_team(session, team_name)
+    key, prefix = generate_key()
+    api_key = ApiKey(team_id=team.id, prefix=prefix, key_hash=hash_key(key), is_admin=admin)
+    session.add(api_key)
+    await session.commit()
+    return NewKey(team=team, api_key=api_key, key=key)
+
+
+async def revoke_key(session: AsyncSession, prefix: str) -> bool:
+    """Revoke the key with this public prefix; False if there is no such live key."""
+    api_key = (
+        await session.execute(
+            select(ApiKey).where(ApiKey.prefix == prefix, ApiKey.revoked_at.is_(None))
+        )
+    ).scalar_one_or_none()
+    if api_key is None:
+        return False
+    api_key.revoked_at = utcnow()
+    await session.commit()
+    return True
+
+
+async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, Team]]:
+    """Every key with its team, oldest first (hashes only; secrets are never stored)."""
+    rows = await session.execute(
+        select(ApiKey, Team).join(Team, ApiKey.team_id == Team.id).order_by(ApiKey.id)
+    )
+    return [(api_key, team) for api_key, team in rows.all()]
+
+
+async def authenticate(
+    session: AsyncSession, key: str, cache: TTLCache[str, Principal] | None = None
+) -> Principal | None:
+    """The principal a presented key acts for, or None for an unknown or revoked key.
+    With a cache, an accepted key is trusted for the cache's ttl (a revoked key keeps
+    working in that process for at most that long)."""
+    key_hash = hash_key(key)
+    if cache is not None and (principal := cache.get(key_hash)) is not None:
+        return principal
+    row = (
+        await session.execute(
+            select(ApiKey.team_id, ApiKey.is_admin).where(
+                ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    principal = Principal(team_id=row.team_id, is_admin=row.is_admin)
+    if cache is not None:
+        cache.put(key_hash, principal)
+    return principal

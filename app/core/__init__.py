@@ -1,0 +1,1 @@
+"""Settings and database plumbing shared by the API, the worker and the CLI."""

@@ -1,0 +1,78 @@
+"""Service settings, read from `OPD_*` environment variables (and a `.env` file).
+
+Every path and the database URL default to places under `OPD_HOME`, so one variable
+moves a whole installation; any of them can still be set on its own.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path(".opd")
+MIB = 1024 * 1024
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OPD_", env_file=".env", extra="ignore")
+
+    home: Path = Field(DEFAULT_HOME, description="Service data directory.")
+    database_url: str = Field(
+        description="sqlite:///path or postgresql://user@host/db; default <home>/opd.db."
+    )
+    redis_url: str | None = Field(
+        None, description="redis://host:port/db; unset = the service starts its own Redis."
+    )
+    queue_name: str = Field("opd:queue", min_length=1, description="arq queue of job ids.")
+    artifact_root: Path = Field(description="Saved weights and states; default <home>/artifacts.")
+    data_root: Path = Field(description="Dataset files jobs may read; default <home>/data.")
+    worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
+    heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
+    heartbeat_timeout: float = Field(
+        60.0, gt=0, description="Seconds without a heartbeat after which a job is orphaned."
+    )
+    sweep_interval: float = Field(
+        10.0, gt=0, description="Seconds between sweeps for lost or orphaned jobs."
+    )
+    migrate_on_start: bool = Field(True, description="Apply migrations when the API starts.")
+    max_body_bytes: int = Field(MIB, ge=1024, description="Largest request body accepted.")
+    stream_poll_interval: float = Field(
+        1.0, gt=0, description="Seconds between database polls of a metrics stream."
+    )
+    auth_cache_seconds: float = Field(
+        10.0, ge=0, description="How long a process trusts a checked API key; 0 = always check."
+    )
+    job_cache_seconds: float = Field(
+        0.25,
+        ge=0,
+        description="How long GET /v1/jobs/{id} may serve a job read earlier; 0 = always read.",
+    )
+    connect_timeout: float = Field(
+        2.0, gt=0, description="Seconds the API waits for Redis (and readiness probes) to answer."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_to_home(cls, data: Any) -> Any:
+        """Home becomes absolute (every process agrees whatever its working directory);
+        unset or empty locations fall under it."""
+        if not isinstance(data, dict):
+            return data
+        home = Path(data.get("home") or DEFAULT_HOME).expanduser().resolve()
+        defaults = {
+            "database_url": f"sqlite:///{home / 'opd.db'}",
+            "artifact_root": home / "artifacts",
+            "data_root": home / "data",
+        }
+        derived = {key: value for key, value in defaults.items() if not data.get(key)}
+        return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

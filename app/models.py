@@ -1,0 +1,290 @@
+"""Database tables (SQLModel) and, beside each, the public schema the API returns.
+
+Teams own API keys and jobs; a job owns its step metrics, checkpoints and events.
+Status and kind columns are plain strings (not database enums) so that adding a
+value never needs a Postgres type migration.
+"""
+
+import math
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import JSON, DateTime, Index, String, Text, TypeDecorator, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+from app.spec import JobSpec
+
+T = TypeVar("T")
+
+# Deterministic constraint names, so later migrations can alter them on SQLite and Postgres.
+SQLModel.metadata.naming_convention = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python on every database (SQLite stores naive UTC)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass an aware UTC datetime")
+        value = value.astimezone(UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def timestamp() -> Any:
+    return Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+def optional_timestamp() -> Any:
+    return Field(default=None, sa_type=UTCDateTime)
+
+
+class JobStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    cancelling = "cancelling"
+    pausing = "pausing"
+    paused = "paused"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+ACTIVE_STATUSES = frozenset({JobStatus.running, JobStatus.cancelling, JobStatus.pausing})
+
+
+class JobAction(StrEnum):
+    """What a client asks of a job. Cancel and pause are also what a running job's worker
+    is asked (`Job.requested_action`) to do at its next step boundary."""
+
+    cancel = "cancel"
+    pause = "pause"
+    resume = "resume"
+
+
+class CheckpointKind(StrEnum):
+    state = "state"
+    sampler = "sampler"
+    final = "final"
+
+
+class EventLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def finite_or_none(value: float) -> float | None:
+    """JSON (and Postgres) has no NaN or infinity: a non-finite metric is stored as null."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+# --- teams and keys -------------------------------------------------------------------------
+
+
+class Team(SQLModel, table=True):
+    __tablename__ = "teams"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(sa_type=String(200), unique=True)
+    created_at: datetime = timestamp()
+
+
+class ApiKey(SQLModel, table=True):
+    """Only the key's SHA-256 is stored; `prefix` names the key in listings and logs."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: int = Field(foreign_key="teams.id", index=True)
+    prefix: str = Field(sa_type=String(32), unique=True)
+    key_hash: str = Field(sa_type=String(64), unique=True)
+    is_admin: bool = False
+    created_at: datetime = timestamp()
+    revoked_at: datetime | None = optional_timestamp()
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("team_id", "idempotency_key", name="uq_jobs_team_idempotency_key"),
+        Index("ix_jobs_team_id_id", "team_id", "id"),
+        Index("ix_jobs_team_id_status_id", "team_id", "status", "id"),
+        Index("ix_jobs_status", "status"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: int = Field(foreign_key="teams.id")
+    name: str = Field(sa_type=String(200))
+    status: str = Field(default=JobStatus.queued, sa_type=String(16))
+    spec: dict[str, Any] = Field(sa_type=JSON)
+    created_at: datetime = timestamp()
+    updated_at: datetime = timestamp()
+    started_at: datetime | None = optional_timestamp()
+    finished_at: datetime | None = optional_timestamp()
+    steps_done: int = 0
+    total_steps: int
+    attempts: int = 0
+    heartbeat_at: datetime | None = optional_timestamp()
+    worker_id: str | None = Field(default=None, sa_type=String(200))
+    requested_action: str | None = Field(default=None, sa_type=String(16))
+    error_code: str | None = Field(default=None, sa_type=String(100))
+    error_message: str | None = Field(default=None, sa_type=Text)
+    final_weights_path: str | None = Field(default=None, sa_type=Text)
+    last_state_path: str | None = Field(default=None, sa_type=Text)
+    last_state_step: int | None = None
+    queue_reason: str | None = Field(default=None, sa_type=Text)
+    enqueue_count: int = 0
+    idempotency_key: str | None = Field(default=None, sa_type=String(255))
+    request_hash: str | None = Field(default=None, sa_type=String(64))
+
+    @property
+    def error(self) -> dict[str, str] | None:
+        if self.error_code is None:
+            return None
+        return {"code": self.error_code, "message": self.error_message or ""}
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class JobPublic(BaseModel):
+    """A job as the API shows it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    team_id: int
+    name: str = Field(description="The spec's name.")
+    status: JobStatus
+    spec: JobSpec = Field(description="The validated spec, defaults filled in.")
+    created_at: datetime
+    updated_at: datetime = Field(description="Last change of state or progress.")
+    started_at: datetime | None = Field(description="When the first attempt started.")
+    finished_at: datetime | None = Field(description="When the job reached its final status.")
+    steps_done: int = Field(description="Steps finished by the current attempt's run.")
+    total_steps: int
+    attempts: int = Field(description="Times a worker started (or resumed) the job.")
+    heartbeat_at: datetime | None = Field(description="Last sign of life from the worker.")
+    worker_id: str | None = Field(description="The worker holding (or that last held) the job.")
+    error: JobError | None = Field(description="Why the job failed, for a person to act on.")
+    final_weights_path: str | None = Field(description="The trained weights, once succeeded.")
+    last_state_path: str | None = Field(description="The saved state a resume continues from.")
+    last_state_step: int | None = Field(description="Steps done when that state was saved.")
+    queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    next_cursor: int | None = None
+
+
+class JobsPage(Page[JobPublic]):
+    """Newest first; pass `next_cursor` as `after` to get the next page."""
+
+
+# --- what a job records -----------------------------------------------------------------------
+
+
+class StepMetric(SQLModel, table=True):
+    """All metrics of one step; written by upsert so a replayed step overwrites its row."""
+
+    __tablename__ = "step_metrics"
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    step: int = Field(primary_key=True)
+    metrics: dict[str, float | None] = Field(sa_type=JSON)
+    recorded_at: datetime = timestamp()
+
+
+class MetricCurve(BaseModel):
+    steps: list[int]
+    values: list[float | None]
+
+
+class MetricsPublic(BaseModel):
+    """Curves by metric name, evenly downsampled; first and last points are always kept."""
+
+    job_id: int
+    curves: dict[str, MetricCurve]
+
+
+class Checkpoint(SQLModel, table=True):
+    __tablename__ = "checkpoints"
+    __table_args__ = (Index("ix_checkpoints_job_id_id", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    step: int
+    kind: str = Field(sa_type=String(16))
+    path: str = Field(sa_type=Text)
+    created_at: datetime = timestamp()
+
+
+class CheckpointPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    step: int
+    kind: CheckpointKind
+    path: str
+    created_at: datetime
+
+
+class CheckpointsPage(Page[CheckpointPublic]):
+    """Oldest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_job_id_id", "job_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    created_at: datetime = timestamp()
+    level: str = Field(sa_type=String(16))
+    message: str = Field(sa_type=Text)
+    data: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+
+
+class EventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    created_at: datetime
+    level: EventLevel
+    message: str
+    data: dict[str, Any] | None
+
+
+class EventsPage(Page[EventPublic]):
+    """Oldest first; pass `next_cursor` as `after` to get the next page."""

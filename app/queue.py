@@ -1,0 +1,114 @@
+"""Hands job ids to the workers through arq, by task name: the API never imports `worker`.
+
+The database owns job state and Redis only carries "run job X" messages, so losing a
+message is survivable (the sweeper re-enqueues from the database) but losing a job is
+not: the job row is committed before its message is sent, and a send that fails leaves
+the job queued with the reason written on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.jobs import Job as ArqJob
+from arq.jobs import JobStatus as ArqJobStatus
+from redis.exceptions import RedisError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.lifecycle import next_enqueue_count, set_queue_reason
+
+TASK_NAME = "run_job"
+PENDING = frozenset({ArqJobStatus.deferred, ArqJobStatus.queued, ArqJobStatus.in_progress})
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class QueueUnavailable(Exception):
+    """Redis is not configured or does not answer; the message says which."""
+
+
+def redis_address(url: str | None) -> str:
+    """Where a Redis URL points, without its credentials (messages reach API clients)."""
+    parts = urlsplit(url or "")
+    return parts.path if parts.scheme == "unix" else f"{parts.hostname}:{parts.port or 6379}"
+
+
+class JobQueue:
+    """An arq connection made on first use and remade after a failure, so the API starts
+    (and keeps serving) while Redis is away."""
+
+    def __init__(self, redis_url: str | None, queue_name: str, timeout: float = 2.0) -> None:
+        self.redis_url = redis_url
+        self.queue_name = queue_name
+        self.timeout = timeout
+        self._pool: ArqRedis | None = None
+
+    async def _connect(self) -> ArqRedis:
+        if self.redis_url is None:
+            raise QueueUnavailable("no Redis is configured (set OPD_REDIS_URL)")
+        if self._pool is None:
+            settings = RedisSettings.from_dsn(self.redis_url)
+            settings.conn_timeout = self.timeout  # type: ignore[assignment]
+            settings.conn_retries = 0
+            self._pool = await create_pool(settings, default_queue_name=self.queue_name)
+        return self._pool
+
+    async def _call(self, operation: str, make: Callable[[ArqRedis], Awaitable[T]]) -> T:
+        try:
+            pool = await asyncio.wait_for(self._connect(), self.timeout)
+            return await asyncio.wait_for(make(pool), self.timeout)
+        except (OSError, RedisError, TimeoutError) as error:
+            await self.close()
+            reason = str(error).rstrip(".") or type(error).__name__
+            raise QueueUnavailable(
+                f"Redis at {redis_address(self.redis_url)} did not answer ({operation}): {reason}"
+            ) from error
+
+    def arq_job_id(self, job_id: int, enqueue_count: int) -> str:
+        """arq's id for the `enqueue_count`-th send of a job: never reused, even after an
+        abort, nor shared with another service's queue on the same Redis."""
+        return f"{self.queue_name}:job-{job_id}-{enqueue_count}"
+
+    async def push(self, job_id: int, enqueue_count: int) -> None:
+        """Send "run job `job_id`" (raises QueueUnavailable)."""
+        arq_id = self.arq_job_id(job_id, enqueue_count)
+        await self._call(
+            "enqueue", lambda pool: pool.enqueue_job(TASK_NAME, job_id, _job_id=arq_id)
+        )
+
+    async def is_pending(self, job_id: int, enqueue_count: int) -> bool:
+        """Whether the job's latest message still waits in (or runs from) the queue."""
+        arq_id = self.arq_job_id(job_id, enqueue_count)
+        status = await self._call(
+            "status", lambda pool: ArqJob(arq_id, pool, _queue_name=self.queue_name).status()
+        )
+        return status in PENDING
+
+    async def ping(self) -> None:
+        await self._call("ping", lambda pool: pool.ping())
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
+
+
+async def enqueue_job(session: AsyncSession, queue: JobQueue, job_id: int) -> bool:
+    """Send a job (queued, or active with a dead worker) to the workers; True if sent.
+    If Redis fails, the job keeps waiting with the reason on it, for the sweeper."""
+    count = await next_enqueue_count(session, job_id)
+    if count is None:
+        return False
+    try:
+        await queue.push(job_id, count)
+    except QueueUnavailable as error:
+        log.warning("job %s stays queued: %s", job_id, error)
+        await set_queue_reason(session, job_id, f"{error}; it will be enqueued when Redis is back")
+        return False
+    return True

@@ -1,0 +1,126 @@
+"""Metric curves and the live metric stream of a job."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from app.lifecycle import claim_job, complete_job, record_step
+from tests.app.conftest import auth
+
+WORKER = "worker-1"
+
+
+async def run_steps(session, job_id: int, steps: range) -> None:
+    await claim_job(session, job_id, WORKER, heartbeat_timeout=60)
+    for step in steps:
+        metrics = {"opd/reverse_kl_mean": step / 10, "data/datums": 4.0}
+        if step % 2 == 0:
+            metrics["eval/score"] = float(step)
+        await record_step(session, job_id, WORKER, step, metrics)
+
+
+async def test_curves_per_key_in_step_order(client, key, submit, session):
+    job = await submit(loop={"steps": 10})
+    await run_steps(session, job["id"], range(10))
+    response = await client.get(f"/v1/jobs/{job['id']}/metrics", headers=auth(key))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["job_id"] == job["id"]
+    assert set(body["curves"]) == {"opd/reverse_kl_mean", "data/datums", "eval/score"}
+    kl = body["curves"]["opd/reverse_kl_mean"]
+    assert kl["steps"] == list(range(10))
+    assert kl["values"] == [step / 10 for step in range(10)]
+    assert body["curves"]["eval/score"]["steps"] == [0, 2, 4, 6, 8], "only steps that have it"
+
+
+async def test_keys_step_range_and_downsampling(client, key, submit, session):
+    job = await submit(loop={"steps": 50})
+    await run_steps(session, job["id"], range(50))
+    response = await client.get(
+        f"/v1/jobs/{job['id']}/metrics",
+        params={
+            "keys": "opd/reverse_kl_mean, missing/metric",
+            "from_step": 5,
+            "to_step": 45,
+            "max_points": 5,
+        },
+        headers=auth(key),
+    )
+    curves = response.json()["curves"]
+    assert set(curves) == {"opd/reverse_kl_mean", "missing/metric"}
+    assert curves["opd/reverse_kl_mean"]["steps"] == [5, 15, 25, 35, 45]
+    assert curves["missing/metric"] == {"steps": [], "values": []}
+
+
+async def test_bad_metric_queries_are_422(client, key, submit):
+    job = await submit()
+    url = f"/v1/jobs/{job['id']}/metrics"
+    cases = [
+        ({"max_points": 1}, "max_points"),
+        ({"from_step": 5, "to_step": 2}, "from_step"),
+        ({"keys": " , "}, "keys"),
+        ({"from_step": -1}, "from_step"),
+    ]
+    for params, param in cases:
+        response = await client.get(url, params=params, headers=auth(key))
+        assert response.status_code == 422, params
+        assert response.json()["error"]["param"] == param
+
+
+async def test_a_replayed_step_shows_once_with_its_new_values(client, key, submit, session):
+    job = await submit(loop={"steps": 5})
+    await run_steps(session, job["id"], range(3))
+    await record_step(session, job["id"], WORKER, 1, {"opd/reverse_kl_mean": 9.0})
+    curve = (
+        await client.get(
+            f"/v1/jobs/{job['id']}/metrics",
+            params={"keys": "opd/reverse_kl_mean"},
+            headers=auth(key),
+        )
+    ).json()["curves"]["opd/reverse_kl_mean"]
+    assert curve == {"steps": [0, 1, 2], "values": [0.0, 9.0, 0.2]}
+
+
+def parse_sse(text: str) -> list[dict[str, str]]:
+    """Each event's fields; comment lines (keep-alives) are skipped."""
+    blocks = [block.splitlines() for block in text.strip().split("\n\n")]
+    return [dict(ln.split(": ", 1) for ln in lines if not ln.startswith(":")) for lines in blocks]
+
+
+async def test_stream_sends_each_step_then_the_end(client, key, submit, session):
+    job = await submit(loop={"steps": 3})
+    await run_steps(session, job["id"], range(3))
+    await complete_job(session, job["id"], WORKER, "/weights/final")
+    response = await client.get(f"/v1/jobs/{job['id']}/metrics/stream", headers=auth(key))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.text)
+    assert [e["event"] for e in events] == ["step", "step", "step", "end"]
+    assert [e["id"] for e in events[:3]] == ["0", "1", "2"]
+    assert json.loads(events[1]["data"])["metrics"]["opd/reverse_kl_mean"] == 0.1
+    assert json.loads(events[3]["data"]) == {"status": "succeeded"}
+
+    resumed = await client.get(
+        f"/v1/jobs/{job['id']}/metrics/stream", headers=auth(key) | {"Last-Event-ID": "1"}
+    )
+    assert [e.get("id") for e in parse_sse(resumed.text)] == ["2", None]
+
+
+async def test_stream_follows_a_running_job(client, key, submit, sessions):
+    job = await submit(loop={"steps": 4})
+
+    async def worker() -> None:
+        async with sessions() as session:
+            await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+            for step in range(4):
+                await asyncio.sleep(0.1)
+                await record_step(session, job["id"], WORKER, step, {"opd/reverse_kl_mean": 1.0})
+            await complete_job(session, job["id"], WORKER, "/weights/final")
+
+    stream, _ = await asyncio.gather(
+        client.get(f"/v1/jobs/{job['id']}/metrics/stream", headers=auth(key)), worker()
+    )
+    events = parse_sse(stream.text)
+    assert [e.get("id") for e in events] == ["0", "1", "2", "3", None]
+    assert events[-1]["event"] == "end"

@@ -1,0 +1,179 @@
+"""Fixtures for the service side: a migrated database (SQLite and Postgres), real Redis,
+teams with keys, and an HTTP client on the app.
+
+Every test that takes `database_url` (directly or through another fixture) runs once on
+SQLite and once on a fresh Postgres database that is created for the test session and
+dropped after it. Redis tests use database 15 and a queue name unique to the test.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from redis.asyncio import Redis
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.api.main import create_app
+from app.auth import NewKey, create_key
+from app.core.config import Settings
+from app.core.db import create_db_engine, migrate, session_factory
+from app.queue import JobQueue
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "OPD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("OPD_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
+
+MakeKey = Callable[..., Awaitable[NewKey]]
+
+
+def small_spec(**overrides: Any) -> dict[str, Any]:
+    """A valid spec with an inline dataset; top-level groups can be replaced."""
+    spec: dict[str, Any] = {
+        "name": "test-job",
+        "backend": "local",
+        "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
+        "loop": {"steps": 3},
+    }
+    return spec | overrides
+
+
+def auth(key: NewKey) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key.key}"}
+
+
+@contextmanager
+def temporary_postgres_database() -> Iterator[str]:
+    """A new, uniquely named, empty Postgres database, dropped afterwards."""
+    name = f"opd_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(False)
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A Postgres database for this test session."""
+    with temporary_postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A migrated database of each kind, shared by the session's tests."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'opd.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    migrate(url)
+    return url
+
+
+@pytest.fixture
+async def sessions(database_url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_db_engine(database_url)
+    yield session_factory(engine)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[AsyncSession]:
+    async with sessions() as session:
+        yield session
+
+
+@pytest.fixture
+def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
+    """Create an API key for a new team (or the named one)."""
+
+    async def make(team: str | None = None, *, admin: bool = False) -> NewKey:
+        async with sessions() as session:
+            return await create_key(session, team or f"team-{uuid.uuid4().hex[:8]}", admin=admin)
+
+    return make
+
+
+@pytest.fixture
+async def key(make_key: MakeKey) -> NewKey:
+    return await make_key()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"opd-test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def redis(queue_name: str) -> AsyncIterator[Redis]:
+    """The test Redis; every key naming this test's queue is deleted afterwards."""
+    client = Redis.from_url(REDIS_URL)
+    yield client
+    keys = [k async for k in client.scan_iter(match=f"*{queue_name}*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+async def queue(queue_name: str, redis: Redis) -> AsyncIterator[JobQueue]:
+    job_queue = JobQueue(REDIS_URL, queue_name)
+    yield job_queue
+    await job_queue.close()
+
+
+@pytest.fixture
+def settings(tmp_path: Any, database_url: str, queue_name: str, redis: Redis) -> Settings:
+    return Settings(
+        home=tmp_path,
+        database_url=database_url,
+        redis_url=REDIS_URL,
+        queue_name=queue_name,
+        migrate_on_start=False,
+        auth_cache_seconds=0,
+        job_cache_seconds=0,
+        stream_poll_interval=0.05,
+    )
+
+
+@asynccontextmanager
+async def serve(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on a freshly created app, run through its lifespan."""
+    app = create_app(settings)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://opd") as http,
+    ):
+        yield http
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with serve(settings) as http:
+        yield http
+
+
+@pytest.fixture
+def submit(client: httpx.AsyncClient, key: NewKey) -> Callable[..., Awaitable[dict[str, Any]]]:
+    """POST a small job as `key`'s team (or another key's) and return its JSON."""
+
+    async def post(as_key: NewKey | None = None, **overrides: Any) -> dict[str, Any]:
+        response = await client.post(
+            "/v1/jobs", json=small_spec(**overrides), headers=auth(as_key or key)
+        )
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    return post

@@ -1,0 +1,53 @@
+"""Settings: everything under OPD_HOME unless set on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from app.core.config import Settings
+
+
+def test_defaults_live_under_home(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    settings = Settings(home=tmp_path / "svc")
+    assert settings.database_url == f"sqlite:///{tmp_path / 'svc' / 'opd.db'}"
+    assert settings.artifact_root == tmp_path / "svc" / "artifacts"
+    assert settings.data_root == tmp_path / "svc" / "data"
+    assert settings.redis_url is None
+    assert (settings.worker_concurrency, settings.heartbeat_interval) == (1, 5.0)
+    assert (settings.heartbeat_timeout, settings.max_body_bytes) == (60.0, 1024 * 1024)
+    assert settings.migrate_on_start is True
+
+
+def test_environment_overrides(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPD_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("OPD_DATA_ROOT", "/srv/data")
+    monkeypatch.setenv("OPD_REDIS_URL", "")
+    monkeypatch.setenv("OPD_WORKER_CONCURRENCY", "4")
+    monkeypatch.setenv("OPD_MIGRATE_ON_START", "false")
+    settings = Settings()
+    assert settings.data_root == Path("/srv/data")
+    assert settings.artifact_root == tmp_path / "h" / "artifacts"
+    assert settings.redis_url is None, "an empty variable means unset"
+    assert settings.worker_concurrency == 4
+    assert settings.migrate_on_start is False
+
+
+def test_the_default_home_is_dot_opd_made_absolute(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    for name in ("OPD_HOME", "OPD_DATABASE_URL", "OPD_ARTIFACT_ROOT", "OPD_DATA_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    settings = Settings()
+    assert settings.home == tmp_path / ".opd"
+    assert settings.database_url == f"sqlite:///{tmp_path / '.opd' / 'opd.db'}"
+
+
+def test_bad_values_name_the_setting(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPD_WORKER_CONCURRENCY", "0")
+    with pytest.raises(ValidationError, match="worker_concurrency"):
+        Settings()
