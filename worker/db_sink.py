@@ -42,14 +42,14 @@ class DatabaseSink(Sink):
         worker_id: str,
         on_action: Callable[[JobAction], None],
         on_lost: Callable[[], None],
-        backoff: Backoff = Backoff(),
+        backoff: Backoff | None = None,
     ) -> None:
         self.sessions = sessions
         self.job_id = job_id
         self.worker_id = worker_id
         self.on_action = on_action
         self.on_lost = on_lost
-        self.backoff = backoff
+        self.backoff = backoff or Backoff()
         self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
 

@@ -31,7 +31,8 @@ from app.queue import JobQueue, enqueue_job
 from app.spec import JobSpec
 from worker.db_sink import DatabaseSink, database_unreachable
 from worker.engine.errors import OPDError
-from worker.engine.loop import RunResult, run_job as run_engine
+from worker.engine.loop import RunResult
+from worker.engine.loop import run_job as run_engine
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
 from worker.retry import Backoff, retry
 
