@@ -8,17 +8,14 @@ dropped after it. Redis tests use database 15 and a queue name unique to the tes
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from redis.asyncio import Redis
-from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.main import create_app
@@ -26,11 +23,8 @@ from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.queue import JobQueue
+from tests.support import REDIS_URL, temporary_postgres_database
 
-POSTGRES_ADMIN_URL = os.environ.get(
-    "OPD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-REDIS_URL = os.environ.get("OPD_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
 
 MakeKey = Callable[..., Awaitable[NewKey]]
@@ -49,19 +43,6 @@ def small_spec(**overrides: Any) -> dict[str, Any]:
 
 def auth(key: NewKey) -> dict[str, str]:
     return {"Authorization": f"Bearer {key.key}"}
-
-
-@contextmanager
-def temporary_postgres_database() -> Iterator[str]:
-    """A new, uniquely named, empty Postgres database, dropped afterwards."""
-    name = f"opd_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(False)
-    finally:
-        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,8 @@ from app.lifecycle import apply_action, create_job, get_job
 from app.models import JobAction
 from app.queue import TASK_NAME, JobQueue, QueueUnavailable, enqueue_job
 from app.spec import JobSpec
-from tests.app.conftest import CLOSED_REDIS_URL, REDIS_URL, small_spec
+from tests.app.conftest import CLOSED_REDIS_URL, small_spec
+from tests.support import REDIS_URL
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from app.core.db import (
     sync_url,
 )
 from app.models import SQLModel
-from tests.app.conftest import temporary_postgres_database
+from tests.support import temporary_postgres_database
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,168 @@
+"""The service as real processes: `opd api` and `opd worker`, on SQLite or Postgres, with
+the machine's Redis, driven over HTTP. Fault tests kill and restart these processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from redis import Redis
+
+from app.client import TERMINAL, OPDClient
+from tests.support import REDIS_URL, temporary_postgres_database
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "examples" / "tiny.yaml"
+E2E_REDIS_URL = REDIS_URL.rsplit("/", 1)[0] + "/14"
+
+
+def tiny_spec(**loop: Any) -> dict[str, Any]:
+    """examples/tiny.yaml, with loop settings overridden."""
+    spec = yaml.safe_load(TINY.read_text())
+    spec["loop"] |= loop
+    return spec
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Service:
+    """One deployment under test: its environment, processes and an authenticated client."""
+
+    home: Path
+    env: dict[str, str]
+    url: str
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    key: str = ""
+
+    def opd(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = (self.home / f"{name}-{len(self.processes)}.log").open("ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", *args],
+            env=env or self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.processes.append(process)
+        return process
+
+    def start_api(self) -> subprocess.Popen:
+        port = self.url.rsplit(":", 1)[1]
+        process = self.spawn("api", "api", "--port", port, "--quiet")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).is_success:
+                    return process
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, self.logs()
+            assert time.monotonic() < deadline, "the API did not start"
+            time.sleep(0.2)
+
+    def start_worker(self, **env: str) -> subprocess.Popen:
+        return self.spawn("worker", "worker", env=self.env | env)
+
+    def client(self) -> OPDClient:
+        return OPDClient(self.url, self.key)
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/v1/jobs",
+            json=spec,
+            headers={"Authorization": f"Bearer {self.key}"},
+            timeout=30,
+        )
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def wait(self, job_id: int, until: Any = None, timeout: float = 180) -> dict[str, Any]:
+        """Poll the job until `until(job)` holds (default: a terminal status)."""
+        until = until or (lambda job: job["status"] in TERMINAL)
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.client().job(job_id)
+            if until(job):
+                return job
+            assert time.monotonic() < deadline, f"job stuck: {job}\n{self.logs()}"
+            time.sleep(0.25)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.home.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'opd.db'}"
+    else:
+        with temporary_postgres_database() as url:
+            yield url
+
+
+@pytest.fixture
+def service(tmp_path: Path, database_url: str) -> Iterator[Service]:
+    """API and one worker running; fast heartbeats so faults show within seconds."""
+    queue = f"opd-e2e-{uuid.uuid4().hex[:12]}"
+    env = os.environ | {
+        "PYTHONPATH": str(ROOT),
+        "OPD_HOME": str(tmp_path),
+        "OPD_DATABASE_URL": database_url,
+        "OPD_REDIS_URL": E2E_REDIS_URL,
+        "OPD_QUEUE_NAME": queue,
+        "OPD_HEARTBEAT_INTERVAL": "0.5",
+        "OPD_HEARTBEAT_TIMEOUT": "4",
+        "OPD_SWEEP_INTERVAL": "1",
+        "OPD_JOB_CACHE_SECONDS": "0",
+    }
+    deployment = Service(home=tmp_path, env=env, url=f"http://127.0.0.1:{free_port()}")
+    deployment.opd("migrate")
+    deployment.key = deployment.opd("keys", "create", "--team", "e2e").stdout.strip()
+    deployment.start_api()
+    try:
+        yield deployment
+    finally:
+        deployment.stop()
+        redis = Redis.from_url(E2E_REDIS_URL)
+        keys = list(redis.scan_iter(match=f"*{queue}*"))
+        if keys:
+            redis.delete(*keys)
+        redis.close()

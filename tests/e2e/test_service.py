@@ -1,0 +1,88 @@
+"""The whole service as users drive it: real API and worker processes, HTTP only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from tests.e2e.conftest import ROOT, Service, tiny_spec
+
+
+def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Service):
+    service.start_worker()
+    job = service.submit(tiny_spec(save_every=20))
+    assert job["status"] == "queued" and job["total_steps"] == 60
+
+    done = service.wait(job["id"])
+
+    assert done["status"] == "succeeded", done
+    assert done["steps_done"] == 60 and done["attempts"] == 1
+    curve = service.client().curve(job["id"], "opd/reverse_kl_mean")
+    steps = [step for step, _ in curve]
+    assert steps == list(range(60))  # every step exactly once
+    values = np.array([value for _, value in curve])
+    assert values[-5:].mean() <= 0.85 * values[:5].mean()
+
+    checkpoints = service.client().checkpoints(job["id"])
+    kinds = [(c["step"], c["kind"]) for c in checkpoints]
+    assert kinds == [(20, "state"), (20, "sampler"), (40, "state"), (40, "sampler"), (60, "final")]
+    assert all(Path(c["path"]).is_dir() for c in checkpoints)
+    assert done["final_weights_path"] == checkpoints[-1]["path"]
+    assert Path(done["final_weights_path"], "adapter_model.safetensors").is_file()
+
+    events = service.client().request("GET", f"/v1/jobs/{job['id']}/events")["data"]
+    messages = " | ".join(event["message"] for event in events)
+    assert "Loaded 8 prompts" in messages and "Succeeded" in messages
+
+
+def test_cancel_a_queued_and_a_running_job(service: Service):
+    running = service.submit(tiny_spec(steps=2000))
+    queued = service.submit(tiny_spec())
+    service.start_worker()  # one job at a time: the second waits in the queue
+    service.wait(running["id"], lambda job: job["steps_done"] >= 2)
+
+    cancelled = service.client().act(queued["id"], "cancel")
+    assert cancelled["status"] == "cancelled"
+
+    stopping = service.client().act(running["id"], "cancel")
+    assert stopping["status"] == "cancelling"
+    done = service.wait(running["id"])
+    assert done["status"] == "cancelled"
+    assert done["steps_done"] < 2000
+    assert done["last_state_step"] == done["steps_done"]  # stopped at a step boundary
+    assert Path(done["last_state_path"]).is_dir()
+    assert service.client().job(queued["id"])["attempts"] == 0  # never ran
+
+
+def test_a_bad_field_is_a_422_that_names_it(service: Service):
+    spec = tiny_spec(steps=0)
+    response = httpx.post(
+        f"{service.url}/v1/jobs", json=spec, headers={"Authorization": f"Bearer {service.key}"}
+    )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["param"] == "loop.steps" and "loop.steps" in error["message"]
+
+
+def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
+    env = os.environ | {"OPD_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("OPD_REDIS_URL", None)
+    env.pop("OPD_DATABASE_URL", None)
+    port = str(20000 + os.getpid() % 20000)
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--demo", "--port", port],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Demo job 1: succeeded" in done.stdout
+    assert (tmp_path / "opd.db").is_file() and (tmp_path / "api-key").is_file()
+    assert Path(tmp_path, "artifacts", "job-1", "sampler", "tiny-opd").is_dir()
