@@ -21,6 +21,7 @@ from datasets import Dataset, Value, load_dataset
 from datasets.exceptions import DatasetsError
 from tqdm import tqdm
 
+from app.datapaths import DataPathError, confine_data_path, resolve_data_path
 from app.spec import DEEPMATH_SHARDS, DeepMathDataset, FileDataset, InlineDataset
 from worker.engine.errors import DatasetUnavailable, OPDError
 
@@ -43,7 +44,7 @@ def load_prompts(
         return [dataset.prompts[i] for i in nonblank(dataset.prompts, "dataset.prompts")]
     if isinstance(dataset, DeepMathDataset):
         return load_deepmath(dataset, data_root)
-    path = resolve_data_path(dataset.path, data_root, confine)
+    path = locate(dataset.path, data_root, confine)
     table = read_table(
         FILE_LOADERS[path.suffix.lower()], [path], data_root / "datasets", dataset.path
     )
@@ -89,21 +90,12 @@ def sample_prompts(
     return list(table[field])
 
 
-def resolve_data_path(path: str, data_root: Path, confine: bool) -> Path:
+def locate(path: str, data_root: Path, confine: bool) -> Path:
     """A dataset file's real location; the service (`confine`) only reads under data_root."""
-    root = data_root.resolve()
     try:
-        resolved = (root / path).resolve()
-    except (OSError, RuntimeError, ValueError) as error:  # NUL bytes, symlink loops
-        raise OPDError(
-            f"dataset path {path!r} cannot be used: {error}", code="bad_dataset_path"
-        ) from error
-    if confine and not resolved.is_relative_to(root):
-        raise OPDError(
-            f"dataset path {path!r} points outside the server's data root; "
-            "upload the file into the data root and give its path relative to it",
-            code="bad_dataset_path",
-        )
+        resolved = (confine_data_path if confine else resolve_data_path)(path, data_root)
+    except DataPathError as error:
+        raise OPDError(str(error), code="bad_dataset_path") from error
     if resolved.suffix.lower() not in FILE_LOADERS:
         raise OPDError(
             f"dataset path {path!r} is not a .parquet, .jsonl or .json file",

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 from arq.connections import RedisSettings
 from arq.worker import Worker, func
+from redis.exceptions import RedisError
 
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
@@ -27,6 +28,20 @@ from worker.tasks import WorkerContext, request_shutdown, run_job
 
 log = logging.getLogger(__name__)
 JOB_TIMEOUT = timedelta(days=30)
+REDIS_RETRY_SECONDS = 2.0
+
+
+class OPDWorker(Worker):
+    """arq's worker, made to outlive Redis outages: jobs keep running (their state lives
+    in the database), and a poll that fails because Redis is away is retried later
+    instead of ending the process. (Hooks arq's poll step; arq is pinned below 0.29.)"""
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except (RedisError, OSError) as error:
+            log.warning("Redis unreachable, retrying in %.0fs: %s", REDIS_RETRY_SECONDS, error)
+            await asyncio.sleep(REDIS_RETRY_SECONDS)
 
 
 async def sweep_forever(ctx: WorkerContext) -> None:
@@ -60,7 +75,7 @@ async def serve_worker(settings: Settings) -> None:
         queue=JobQueue(settings.redis_url, settings.queue_name),
         worker_id=f"{socket.gethostname()}:{os.getpid()}",
     )
-    worker = Worker(
+    worker = OPDWorker(
         functions=[func(run_job, name=TASK_NAME, max_tries=3)],
         queue_name=settings.queue_name,
         redis_settings=RedisSettings.from_dsn(settings.redis_url),

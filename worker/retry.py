@@ -20,7 +20,7 @@ class Backoff:
     until `attempts` tries or `deadline` seconds have passed (None = no such limit)."""
 
     initial: float = 0.5
-    cap: float = 30.0
+    cap: float = 10.0
     attempts: int | None = None
     deadline: float | None = None
 

@@ -29,6 +29,7 @@ from app.lifecycle import (
 from app.models import Job
 from app.queue import JobQueue, enqueue_job
 from app.spec import JobSpec
+from worker.backends.resilient import backend_failure
 from worker.db_sink import DatabaseSink, database_unreachable
 from worker.engine.errors import OPDError
 from worker.engine.loop import RunResult
@@ -74,13 +75,10 @@ class WorkerContext:
 
 def failure_of(error: BaseException) -> tuple[str, str]:
     """(code, message) for a job that failed with `error`: what a person can act on."""
+    if isinstance(error, PyTrioError):  # raised outside the resilient proxy (local backend)
+        error = backend_failure(error, "a backend call", repeatable=False) or error
     if isinstance(error, OPDError):
         return error.code, str(error)
-    if isinstance(error, PyTrioError):
-        code = "backend_rejected" if not error.retryable else "backend_error"
-        return code, f"PyTRIO {error.code}: {error.message}" + (
-            f" ({error.hint})" if error.hint else ""
-        )
     return "internal_error", f"{type(error).__name__}: {error}"
 
 
@@ -189,6 +187,8 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
 async def run_job(arq_ctx: dict[str, Any], job_id: int) -> str:
     """arq entry point (task name `run_job`, as app.queue enqueues it)."""
     ctx: WorkerContext = arq_ctx["opd"]
+    if job_id in ctx.running:  # a duplicate message: this process already runs the job
+        return "already running here"
     async with ctx.sessions() as session:
         job = await claim_job(
             session, job_id, ctx.worker_id, heartbeat_timeout=ctx.settings.heartbeat_timeout

@@ -3,6 +3,7 @@ the machine's Redis, driven over HTTP. Fault tests kill and restart these proces
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import httpx
 import pytest
 import yaml
 from redis import Redis
+from redis.exceptions import RedisError
 
 from app.client import TERMINAL, OPDClient
 from tests.support import REDIS_URL, temporary_postgres_database
@@ -138,31 +141,42 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
             yield url
 
 
-@pytest.fixture
-def service(tmp_path: Path, database_url: str) -> Iterator[Service]:
-    """API and one worker running; fast heartbeats so faults show within seconds."""
+@contextmanager
+def deployment(
+    home: Path, database_url: str, redis_url: str = E2E_REDIS_URL, **settings: str
+) -> Iterator[Service]:
+    """A migrated database, an API key and a running API; fast heartbeats so faults show
+    within seconds. Workers are started by the tests."""
     queue = f"opd-e2e-{uuid.uuid4().hex[:12]}"
     env = os.environ | {
         "PYTHONPATH": str(ROOT),
-        "OPD_HOME": str(tmp_path),
+        "OPD_HOME": str(home),
         "OPD_DATABASE_URL": database_url,
-        "OPD_REDIS_URL": E2E_REDIS_URL,
+        "OPD_REDIS_URL": redis_url,
         "OPD_QUEUE_NAME": queue,
         "OPD_HEARTBEAT_INTERVAL": "0.5",
         "OPD_HEARTBEAT_TIMEOUT": "4",
         "OPD_SWEEP_INTERVAL": "1",
         "OPD_JOB_CACHE_SECONDS": "0",
+        **{f"OPD_{name.upper()}": value for name, value in settings.items()},
     }
-    deployment = Service(home=tmp_path, env=env, url=f"http://127.0.0.1:{free_port()}")
-    deployment.opd("migrate")
-    deployment.key = deployment.opd("keys", "create", "--team", "e2e").stdout.strip()
-    deployment.start_api()
+    service = Service(home=home, env=env, url=f"http://127.0.0.1:{free_port()}")
+    service.opd("migrate")
+    service.key = service.opd("keys", "create", "--team", "e2e").stdout.strip()
+    service.start_api()
     try:
-        yield deployment
+        yield service
     finally:
-        deployment.stop()
-        redis = Redis.from_url(E2E_REDIS_URL)
-        keys = list(redis.scan_iter(match=f"*{queue}*"))
-        if keys:
-            redis.delete(*keys)
-        redis.close()
+        service.stop()
+        with contextlib.suppress(RedisError):
+            redis = Redis.from_url(redis_url)
+            keys = list(redis.scan_iter(match=f"*{queue}*"))
+            if keys:
+                redis.delete(*keys)
+            redis.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path, database_url: str) -> Iterator[Service]:
+    with deployment(tmp_path, database_url) as running:
+        yield running

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.spec import JobSpec
 from worker.backends.base import ServiceClient
 
+if TYPE_CHECKING:
+    from worker.backends.resilient import Warn
 
-def connect(spec: JobSpec, artifact_dir: Path) -> ServiceClient:
-    """The service client for the spec's backend; heavy imports happen only here."""
+
+def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
+    """The service client for the spec's backend; heavy imports happen only here.
+    The remote backend's calls are retried as `resilient.py` says; `warn` hears of each retry."""
     if spec.backend == "trio":
+        from worker.backends.resilient import resilient
         from worker.backends.trio import connect_trio
 
-        return connect_trio(spec.trio)
+        return resilient(connect_trio(spec.trio), spec.trio, warn)
     from worker.backends.local import LocalServiceClient
 
     return LocalServiceClient(spec.local, artifact_dir)

@@ -24,3 +24,15 @@ class TokenizerMismatch(OPDError):
 
 class BackendFailure(OPDError):
     code = "backend_error"
+
+
+class BackendAuth(BackendFailure):
+    code = "backend_auth"
+
+
+class BackendRejected(BackendFailure):
+    code = "backend_rejected"
+
+
+class BackendUnavailable(BackendFailure):
+    code = "backend_unavailable"

@@ -279,7 +279,9 @@ async def run_job(
             f"Loaded {len(prompts)} prompts from {spec.dataset.source}",
             {"prompts": len(prompts)},
         )
-        service = await asyncio.to_thread(connect, spec, artifact_dir)
+        service = await asyncio.to_thread(
+            connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
+        )
         return await run_loop(
             spec, service, prompts, sink, resume_from=resume_from, should_stop=should_stop
         )

