@@ -27,6 +27,7 @@ MAX_PROMPT_CHARS = 100_000
 MAX_METADATA_KEYS = 32
 MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 1024
+MAX_RETRY_DELAY_SECONDS = 30.0
 
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
 ModelName = Annotated[str, Field(min_length=1, max_length=500)]
@@ -51,8 +52,16 @@ class TeacherSpec(SpecModel):
     )
 
 
+def require_source(schema: dict[str, Any]) -> None:
+    """The dataset union tells its members apart by `source`, so a dataset that is given
+    must name its source; the documented schema says so too (the default is for Python)."""
+    schema["required"] = ["source", *schema.get("required", [])]
+
+
 class PromptOptions(SpecModel):
-    """How every source's questions become chat prompts."""
+    """How every source's questions become chat prompts; the base of every dataset source."""
+
+    model_config = ConfigDict(json_schema_extra=require_source)
 
     question_suffix: str = Field(DEFAULT_QUESTION_SUFFIX, max_length=MAX_PROMPT_CHARS)
     enable_thinking: bool = False
@@ -99,7 +108,9 @@ class SamplingSpec(SpecModel):
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(-1, ge=-1, description="-1 = no top-k truncation.")
+    top_k: int = Field(
+        -1, ge=-1, description="-1 = no top-k truncation.", json_schema_extra={"not": {"const": 0}}
+    )
 
     @model_validator(mode="after")
     def _top_k_not_zero(self) -> SamplingSpec:
@@ -159,11 +170,28 @@ class LocalBackendSpec(SpecModel):
 
 
 class TrioBackendSpec(SpecModel):
-    """Timeouts and retries handed to pytrio.configure before the first client is made."""
+    """Timeouts and retries handed to pytrio.configure before the first client is made,
+    and the worker's retries of whole calls that still fail transiently after PyTRIO's."""
 
     request_timeout_seconds: int = Field(600, ge=1, le=86_400)
     sampling_timeout_seconds: int = Field(600, ge=1, le=86_400)
-    retry_max_attempts: int = Field(5, ge=1, le=100)
+    retry_max_attempts: int = Field(
+        5, ge=1, le=100, description="PyTRIO's tries of one HTTP request."
+    )
+    call_attempts: int = Field(
+        4,
+        ge=1,
+        le=20,
+        description="Tries of a backend call that keeps failing transiently (timeouts, "
+        "429, 5xx, dropped connections) after PyTRIO's own retries; 1 = no retry.",
+    )
+    call_retry_delay_seconds: float = Field(
+        5.0,
+        gt=0.0,
+        le=MAX_RETRY_DELAY_SECONDS,
+        description="Wait before the first call retry; it doubles each time (at most "
+        f"{MAX_RETRY_DELAY_SECONDS:.0f} s), scaled by a random 50-100%.",
+    )
 
 
 Metadata = Annotated[

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -74,7 +74,12 @@ async def get_principal(
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-JobId = Annotated[int, Path(ge=1, description="The job's id.")]
+MAX_ID = 2**31 - 1
+"""The largest id or step an INTEGER column holds on every database; larger is a 422."""
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+Cursor = Annotated[
+    int | None, Query(ge=1, le=MAX_ID, description="`next_cursor` of the last page.")
+]
 
 
 async def get_visible_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> Job:

@@ -36,6 +36,7 @@ STATUS_CODES = {
     503: "unavailable",
 }
 DESCRIPTIONS = {
+    400: "The request body could not be parsed (it must be UTF-8 JSON).",
     401: "Missing, unknown or revoked API key.",
     404: "No such job (or it belongs to another team).",
     409: "The job's status does not allow this action; the message says why.",

@@ -8,7 +8,8 @@ the job stores and whose message says what to do.
 
 Only what is safe to repeat is repeated:
 - `sample`, `compute_logprobs`, creating clients and saving weights or state are
-  idempotent, so the whole call, its result included, is retried.
+  idempotent, so the whole call, its result included, is retried (a create that timed out
+  after the service acted may leave an unused run behind there; the job is unaffected).
 - `forward_backward`, `optim_step` and `load_state_with_optimizer` change the training
   state (gradients accumulate, the optimizer steps). Only their submission is retried:
   a submission that raised never reached the service, which is the assumption PyTRIO's

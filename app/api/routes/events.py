@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlmodel import select
 
-from app.api.deps import JobDep, SessionDep
+from app.api.deps import Cursor, JobDep, SessionDep
 from app.api.errors import error_responses
 from app.api.pages import paginate
 from app.models import Event, EventsPage
@@ -21,7 +21,7 @@ router = APIRouter(
 async def list_events(
     job: JobDep,
     session: SessionDep,
-    after: Annotated[int | None, Query(ge=1, description="`next_cursor` of the last page.")] = None,
+    after: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventsPage:
     """Oldest first."""

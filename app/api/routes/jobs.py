@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlmodel import select
 
-from app.api.deps import JobId, JobSnapshot, PrincipalDep, QueueDep, SessionDep, SnapshotsDep
-from app.api.errors import error_responses
+from app.api.deps import (
+    Cursor,
+    JobId,
+    JobSnapshot,
+    PrincipalDep,
+    QueueDep,
+    SessionDep,
+    SettingsDep,
+    SnapshotsDep,
+)
+from app.api.errors import ApiError, error_responses
 from app.api.pages import paginate
+from app.datapaths import DataPathError, confine_data_path
 from app.lifecycle import ActionResult, JobNotFound, apply_action, create_job, get_job
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.queue import enqueue_job
-from app.spec import JobSpec
+from app.spec import FileDataset, JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
+
+
+def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
+    """A 422 for a dataset file outside the data root, before the job is stored."""
+    if not isinstance(spec.dataset, FileDataset):
+        return
+    try:
+        confine_data_path(spec.dataset.path, data_root)
+    except DataPathError as error:
+        raise ApiError(422, "invalid_request", f"dataset.path: {error}", "dataset.path") from error
 
 
 @router.post(
@@ -26,7 +47,7 @@ MAX_PAGE = 100
     response_model=JobPublic,
     responses={
         200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
-        **error_responses(413),
+        **error_responses(400, 413),
     },
 )
 async def submit_job(
@@ -34,6 +55,7 @@ async def submit_job(
     session: SessionDep,
     principal: PrincipalDep,
     queue: QueueDep,
+    settings: SettingsDep,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -46,7 +68,9 @@ async def submit_job(
     ] = None,
 ) -> Job:
     """Store the job, then queue it. If the queue is unreachable the job is still created
-    (queued, with `queue_reason`) and is sent when the queue is back."""
+    (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
+    lie under the server's data root."""
+    check_dataset_path(spec, settings.data_root)
     result = await create_job(session, principal.team_id, spec, idempotency_key)
     if not result.changed:
         response.status_code = 200
@@ -60,7 +84,7 @@ async def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
-    after: Annotated[int | None, Query(ge=1, description="`next_cursor` of the last page.")] = None,
+    after: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
 ) -> JobsPage:
     """The caller's jobs (every team's for an admin key), newest first."""

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import select
 
-from app.api.deps import JobDep, SessionDep, SettingsDep
+from app.api.deps import MAX_ID, JobDep, SessionDep, SettingsDep
 from app.api.errors import ApiError, error_responses
 from app.curves import build_curves
 from app.models import TERMINAL_STATUSES, Job, MetricsPublic, StepMetric
@@ -48,8 +48,12 @@ async def read_metrics(
             "default: every metric the job recorded."
         ),
     ] = None,
-    from_step: Annotated[int | None, Query(ge=0, description="First step (inclusive).")] = None,
-    to_step: Annotated[int | None, Query(ge=0, description="Last step (inclusive).")] = None,
+    from_step: Annotated[
+        int | None, Query(ge=0, le=MAX_ID, description="First step (inclusive).")
+    ] = None,
+    to_step: Annotated[
+        int | None, Query(ge=0, le=MAX_ID, description="Last step (inclusive).")
+    ] = None,
     max_points: Annotated[
         int, Query(ge=2, le=10_000, description="Points per curve at most; first and last kept.")
     ] = 1000,
@@ -130,11 +134,14 @@ async def stream_metrics(
     session: SessionDep,
     request: Request,
     settings: SettingsDep,
-    from_step: Annotated[int, Query(ge=0, description="First step to send.")] = 0,
+    from_step: Annotated[int, Query(ge=0, le=MAX_ID, description="First step to send.")] = 0,
     last_event_id: Annotated[
         int | None,
         Header(
-            alias="Last-Event-ID", ge=0, description="Resume after this step (sent by EventSource)."
+            alias="Last-Event-ID",
+            ge=0,
+            le=MAX_ID,
+            description="Resume after this step (sent by EventSource).",
         ),
     ] = None,
 ) -> StreamingResponse:
