@@ -9,15 +9,21 @@ over and resumes it from its last saved state).
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.lifecycle import JobNotFound, get_job, orphaned_job_ids
-from app.models import JobStatus
+from app.models import ACTIVE_STATUSES, Job, JobStatus, utcnow
 from app.queue import JobQueue, QueueUnavailable, enqueue_job
 
 log = logging.getLogger(__name__)
+
+
+def heartbeat_stale(job: Job, settings: Settings) -> bool:
+    age = timedelta(seconds=settings.heartbeat_timeout)
+    return job.heartbeat_at is None or job.heartbeat_at < utcnow() - age
 
 
 async def sweep(
@@ -39,6 +45,8 @@ async def sweep(
                     job_id, job.enqueue_count
                 ):
                     continue
+                if job.status in ACTIVE_STATUSES and not heartbeat_stale(job, settings):
+                    continue  # a worker claimed it since the candidates were listed
             except (JobNotFound, QueueUnavailable):
                 continue
             if await enqueue_job(session, queue, job_id):
