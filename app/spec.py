@@ -167,6 +167,13 @@ class LocalBackendSpec(SpecModel):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="auto = bfloat16 on CUDA, float32 on CPU."
     )
+    cpu_threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Torch threads on the CPU. 1 keeps runs bit-for-bit reproducible (a job "
+        "resumed after a crash replays exactly); more is faster for large models on a CPU.",
+    )
 
 
 class TrioBackendSpec(SpecModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import torch
 from peft import PeftModel
 from pytrio.errors.base import ValidationError
 from safetensors import SafetensorError
@@ -31,7 +32,13 @@ class LocalServiceClient:
     def __init__(self, spec: LocalBackendSpec, artifact_dir: Path) -> None:
         self.placement = resolve_placement(spec)
         self.artifact_dir = Path(artifact_dir).resolve()
-        self.runner = SerialRunner()
+        self.cpu_threads = spec.cpu_threads
+        self.runner = SerialRunner(self.pin_threads)
+
+    def pin_threads(self) -> None:
+        """On the CPU, torch's thread count decides how sums are split, so it is fixed."""
+        if self.placement.device.type == "cpu":
+            torch.set_num_threads(self.cpu_threads)
 
     async def create_lora_training_client_async(
         self, base_model: str, rank: int = 32, seed: int | None = None

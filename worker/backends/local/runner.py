@@ -21,8 +21,10 @@ Result = TypeVar("Result")
 class SerialRunner:
     """Runs blocking functions on one thread, in the order they were submitted."""
 
-    def __init__(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-backend")
+    def __init__(self, initializer: Callable[[], None] | None = None) -> None:
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="local-backend", initializer=initializer
+        )
 
     def submit(self, fn: Callable[..., Result], *args: Any) -> asyncio.Future[Result]:
         """Queue `fn(*args)` now; the returned future resolves when it has run."""
