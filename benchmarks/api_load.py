@@ -19,12 +19,10 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -39,10 +37,10 @@ import psycopg
 import uvloop
 import yaml
 from fastapi import FastAPI, HTTPException
-from redis import Redis
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import Session, create_engine
+from support import free_port, fresh_database, percentile, private_queue
 
 from app.auth import create_key
 from app.core.config import Settings
@@ -54,6 +52,9 @@ from worker.engine.loop import Rollout, step_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"
+POSTGRES_ADMIN_URL = os.environ.get(
+    "OPD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 TINY_SPEC = ROOT / "examples" / "tiny.yaml"
 WRITER_ID = "benchmark-writer"
 DRAIN_SECONDS = 10.0  # how long requests scheduled inside a window may take to come back
@@ -71,13 +72,6 @@ class BenchmarkError(Exception):
 
 
 # --- figures ----------------------------------------------------------------------------------
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank percentile of sorted values; None when there are none."""
-    if not ordered:
-        return None
-    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 def milliseconds(seconds: float | None) -> float | None:
@@ -429,12 +423,9 @@ def prepare(database_url: str) -> Seeded:
 
 @contextmanager
 def postgres_database() -> Iterator[str]:
-    """A fresh database, dropped afterwards (the tests' helper: same server, same rules)."""
-    sys.path.insert(0, str(ROOT))
-    from tests.support import POSTGRES_ADMIN_URL, temporary_postgres_database
-
+    """A fresh database on the tests' server (OPD_TEST_POSTGRES_URL), dropped afterwards."""
     try:
-        with temporary_postgres_database() as url:
+        with fresh_database(POSTGRES_ADMIN_URL, "opd_bench") as url:
             yield url
     except psycopg.OperationalError as error:
         raise BenchmarkError(
@@ -447,21 +438,13 @@ def postgres_database() -> Iterator[str]:
 @contextmanager
 def redis_queue(redis_url: str) -> Iterator[str]:
     """A queue name no one else uses; its keys are deleted afterwards."""
-    queue = f"opd-bench-{uuid.uuid4().hex[:12]}"
-    redis = Redis.from_url(redis_url, socket_connect_timeout=2)
     try:
-        redis.ping()
+        with private_queue(redis_url, "opd-bench") as queue:
+            yield queue
     except RedisError as error:
         raise BenchmarkError(
             f"Redis at {redis_url} does not answer ({error}); start it or pass --redis-url"
         ) from None
-    try:
-        yield queue
-    finally:
-        keys = list(redis.scan_iter(match=f"*{queue}*"))
-        if keys:
-            redis.delete(*keys)
-        redis.close()
 
 
 @dataclass
@@ -558,12 +541,6 @@ class Processes:
             if child.is_alive():
                 child.kill()
                 child.join()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def progress(message: str) -> None:

@@ -28,7 +28,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,10 +44,10 @@ from typing import Any
 import httpx
 import psycopg
 import yaml
-from redis import Redis
 from redis.exceptions import RedisError
 from sqlalchemy import func, make_url, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from support import free_port, fresh_database, percentile, private_queue
 
 from app.core.db import create_db_engine, session_factory
 from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus, utcnow
@@ -76,34 +75,6 @@ class ChecksFailed(Exception):
 
 
 @contextmanager
-def fresh_database(admin_url: str) -> Iterator[str]:
-    """A new, uniquely named Postgres database, dropped afterwards (connections and all)."""
-    name = f"opd_load_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-
-
-@contextmanager
-def private_queue(redis_url: str) -> Iterator[str]:
-    """A unique arq queue name; every Redis key naming it is deleted afterwards."""
-    name = f"opd-load-{uuid.uuid4().hex[:12]}"
-    with Redis.from_url(redis_url) as redis:
-        redis.ping()  # fail now, with the address, rather than after the run
-    try:
-        yield name
-    finally:
-        with Redis.from_url(redis_url) as redis:
-            keys = list(redis.scan_iter(match=f"*{name}*", count=1000))
-            if keys:
-                redis.delete(*keys)
-
-
-@contextmanager
 def scratch_home() -> Iterator[Path]:
     """OPD_HOME (logs, artifacts): removed after a clean run, kept after a failure."""
     home = Path(tempfile.mkdtemp(prefix="opd-load-"))
@@ -116,12 +87,6 @@ def scratch_home() -> Iterator[Path]:
         shutil.rmtree(home, ignore_errors=True)
         raise
     shutil.rmtree(home, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -194,8 +159,8 @@ class Deployment:
 def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
     """The whole service on a fresh database and queue, torn down afterwards."""
     with ExitStack() as stack:
-        database_url = stack.enter_context(fresh_database(options.postgres))
-        queue_name = stack.enter_context(private_queue(options.redis))
+        database_url = stack.enter_context(fresh_database(options.postgres, "opd_load"))
+        queue_name = stack.enter_context(private_queue(options.redis, "opd-load"))
         home = stack.enter_context(scratch_home())
         env = os.environ | {
             "PYTHONPATH": str(ROOT),
@@ -454,13 +419,8 @@ async def lost_in_queue(sessions: Sessions, queue: JobQueue) -> tuple[QueuedJobs
     return first, first.neither & (await look_at_queued(sessions, queue)).neither
 
 
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else float("nan")
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def span(first: datetime, last: datetime) -> float:
@@ -517,7 +477,7 @@ def report_outcome(rows: list[Job], waited: float) -> None:
         )
         waits = [span(job.created_at, job.started_at) for job in ran]
         print(
-            f"Wait from submission to start: p50 {percentile(waits, 0.5):.1f} s, "
+            f"Wait from submission to start: p50 {percentile(waits, 0.5) or 0:.1f} s, "
             f"max {max(waits):.1f} s"
         )
     print(
