@@ -6,7 +6,9 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import numpy as np
 import psycopg
 from sqlalchemy import make_url
 
@@ -27,3 +29,25 @@ def temporary_postgres_database() -> Iterator[str]:
     finally:
         with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def assert_close(actual: Any, expected: Any, *, rtol: float = 1e-5, what: str = "") -> None:
+    """`actual` equals `expected` up to float rounding, judged on the whole tensor:
+    ||actual - expected|| <= rtol * ||expected||. Element-wise tolerances fail on tiny
+    entries whose last bits differ between CPUs (AVX-512 or not, Intel or AMD)."""
+    a = np.asarray(to_numbers(actual), dtype=np.float64)
+    b = np.asarray(to_numbers(expected), dtype=np.float64)
+    assert a.shape == b.shape, f"{what}: shape {a.shape} != {b.shape}"
+    error = float(np.linalg.norm(a - b))
+    scale = float(np.linalg.norm(b))
+    assert error <= rtol * scale, (
+        f"{what}: |actual - expected| = {error:.3g} > {rtol:g} * |expected| = {rtol * scale:.3g} "
+        f"(largest element difference {float(np.abs(a - b).max(initial=0.0)):.3g})"
+    )
+
+
+def to_numbers(value: Any) -> Any:
+    """A tensor (any device or dtype), array or nested list as plain numbers."""
+    if hasattr(value, "detach"):
+        return value.detach().double().cpu().numpy()
+    return value

@@ -9,6 +9,7 @@ from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput, TensorData
 
 from app.spec import LocalBackendSpec
+from tests.support import assert_close
 from worker.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.backends.local.losses import cross_entropy, importance_sampling, ppo
 
@@ -37,8 +38,8 @@ def test_importance_sampling_is_minus_ratio_times_advantage():
     loss = importance_sampling(logprobs, inputs).sum()
     loss.backward()
     ratio = torch.exp(torch.tensor([0.5, 0.0]))
-    assert torch.allclose(loss, -(ratio * inputs["advantages"]).sum())
-    assert torch.allclose(logprobs.grad, -ratio * inputs["advantages"])
+    assert_close(loss, -(ratio * inputs["advantages"]).sum())
+    assert_close(logprobs.grad, -ratio * inputs["advantages"])
 
 
 def test_ppo_clips_the_ratio_only_where_that_lowers_the_objective():
@@ -46,9 +47,9 @@ def test_ppo_clips_the_ratio_only_where_that_lowers_the_objective():
     inputs = {"logprobs": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, 1.0, 1.0])}
     losses = ppo(logprobs, inputs)
     losses.sum().backward()
-    assert torch.allclose(losses, torch.tensor([-1.2, 1.5, -0.5, -1.1]))
+    assert_close(losses, [-1.2, 1.5, -0.5, -1.1])
     # Clipped (ratio 1.5, A > 0) has no gradient; the others get -ratio * A.
-    assert torch.allclose(logprobs.grad, torch.tensor([0.0, 1.5, -0.5, -1.1]))
+    assert_close(logprobs.grad, [0.0, 1.5, -0.5, -1.1])
 
 
 def test_cross_entropy_weights_each_token():
@@ -108,7 +109,7 @@ async def test_forward_backward_sums_the_loss_over_tokens_and_datums(trainer, lo
         else:
             loss = -(inputs["weights"] * new).sum()
         total = total + loss
-        assert np.allclose(output["logprobs"].data, new.detach().numpy(), atol=1e-5)
+        assert_close(output["logprobs"].data, new, what="logprobs")
     total.backward()
 
     assert out.metrics["loss_sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
@@ -116,7 +117,7 @@ async def test_forward_backward_sums_the_loss_over_tokens_and_datums(trainer, lo
     assert out.metrics["loss_mean"] == pytest.approx(out.metrics["loss_sum"] / 17)
     assert backend_grads.keys() == grads(trainer).keys() and backend_grads
     for name, grad in grads(trainer).items():
-        assert torch.allclose(backend_grads[name], grad.float(), rtol=1e-4, atol=1e-6), name
+        assert_close(backend_grads[name], grad, rtol=1e-4, what=name)
 
 
 async def test_ignored_targets_do_not_count(trainer):
@@ -144,7 +145,7 @@ async def test_gradients_accumulate_until_the_optimizer_step(trainer):
         param.grad = None
     await (await trainer.forward_backward_async(data, "importance_sampling"))
     for name, grad in grads(trainer).items():
-        assert torch.allclose(split[name], grad, rtol=1e-4, atol=1e-5)
+        assert_close(split[name], grad, what=name)
     await (await trainer.optim_step_async(AdamParams(learning_rate=1e-3)))
     assert not grads(trainer)
 

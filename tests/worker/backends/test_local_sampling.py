@@ -11,6 +11,7 @@ from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, ModelInput, SampleResponse, SamplingParams
 
 from app.spec import LocalBackendSpec
+from tests.support import assert_close
 from worker.backends.local import LocalServiceClient, LocalTrainingClient, decoding
 from worker.backends.local.presets import tiny_tokenizer
 from worker.backends.local.sampler import LocalSamplingClient, stop_token_ids
@@ -50,7 +51,7 @@ def assert_same(a: SampleResponse, b: SampleResponse) -> None:
         outputs(a), outputs(b), strict=True
     ):
         assert (tokens_a, stop_a) == (tokens_b, stop_b)
-        assert np.allclose(lps_a, lps_b, atol=1e-5)
+        assert_close(lps_a, lps_b)
 
 
 async def test_a_request_samples_the_same_whatever_shares_its_batch(trainer):
@@ -114,7 +115,7 @@ async def test_max_tokens_and_stop_tokens_end_generation(sampler):
     stopped = (await sample(sampler, PROMPTS[0], n=1, top_k=1, stop=[stop])).sequences[0]
     end = greedy.tokens.index(stop) + 1
     assert (stopped.tokens, stopped.stop_reason) == (greedy.tokens[:end], "stop")
-    assert stopped.logprobs == pytest.approx(greedy.logprobs[:end], abs=1e-5)
+    assert_close(stopped.logprobs, greedy.logprobs[:end])
 
 
 def test_stop_strings_must_be_single_tokens():
@@ -135,7 +136,7 @@ async def test_sampled_logprobs_are_the_models_raw_logprobs(sampler, settings):
     )
     for seq, logprobs in zip(response.sequences, scored, strict=True):
         assert logprobs[0] is None and len(logprobs) == len(PROMPTS[1]) + len(seq.tokens)
-        assert np.allclose(seq.logprobs, logprobs[len(PROMPTS[1]) :], atol=1e-5)
+        assert_close(seq.logprobs, logprobs[len(PROMPTS[1]) :])
 
 
 async def test_a_sampler_keeps_the_weights_it_was_made_with(trainer, sampler):

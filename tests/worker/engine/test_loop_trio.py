@@ -12,6 +12,7 @@ from pytrio.types import AdamParams, Datum, ModelInput
 from app.spec import FileDataset, JobSpec, TrioBackendSpec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
+from tests.support import assert_close
 from worker.backends.local.presets import tiny_tokenizer
 from worker.backends.trio import connect_trio
 from worker.engine.datums import batch_indices, build_opd_datum, build_prompt
@@ -114,10 +115,10 @@ async def test_datums_hold_the_sampled_tokens_and_the_teachers_reverse_kl() -> N
                 datum = next(datums)
                 part = completion_part(datum, len(prompt))
                 assert part["target_tokens"] == seq.tokens
-                assert part["logprobs"] == pytest.approx(seq.logprobs, abs=1e-6)
+                assert_close(part["logprobs"], seq.logprobs, rtol=1e-6)
                 teacher_lps = teacher.prompt_logprobs(prompt + seq.tokens)[len(prompt) :]
                 reverse_kl = np.subtract(seq.logprobs, teacher_lps)
-                assert part["advantages"] == pytest.approx(-reverse_kl, abs=1e-5)
+                assert_close(part["advantages"], -reverse_kl, rtol=1e-6)
 
 
 async def test_step_metrics_have_the_reference_names_and_values() -> None:
