@@ -9,8 +9,10 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 OPD_HOME=/var/lib/opd
 WORKDIR /app
 RUN pip install --index-url "$TORCH_INDEX" "torch==2.13.0"
 COPY pyproject.toml README.md alembic.ini ./
+COPY opd ./opd
 COPY app ./app
 COPY worker ./worker
+COPY kernel ./kernel
 COPY migrations ./migrations
 COPY examples ./examples
 RUN pip install -e ".[local]"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import JSON, DateTime, Index, String, Text, TypeDecorator, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from app.spec import JobSpec
+from kernel.spec import JobSpec
 
 T = TypeVar("T")
 

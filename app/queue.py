@@ -20,7 +20,7 @@ from arq.jobs import JobStatus as ArqJobStatus
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.lifecycle import next_enqueue_count, set_queue_reason
+from app.store.dispatch import next_enqueue_count, set_queue_reason
 
 TASK_NAME = "run_job"
 PENDING = frozenset({ArqJobStatus.deferred, ArqJobStatus.queued, ArqJobStatus.in_progress})

@@ -45,9 +45,10 @@ from support import free_port, fresh_database, percentile, private_queue
 from app.auth import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory, standalone_session
-from app.lifecycle import claim_job, create_job, record_step
 from app.models import Job, JobPublic
-from app.spec import MAX_STEPS, JobSpec
+from app.store.jobs import claim_job, create_job
+from app.store.records import record_step
+from kernel.spec import MAX_STEPS, JobSpec
 from worker.engine.loop import Rollout, step_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -588,7 +589,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         }
         api_port, baseline_port = free_port(), free_port()
         api = processes.command(
-            "API", [sys.executable, "-m", "app.cli", "api", "--port", str(api_port), "--quiet"], env
+            "API", [sys.executable, "-m", "opd.cli", "api", "--port", str(api_port), "--quiet"], env
         )
         baseline = processes.command(
             "baseline",

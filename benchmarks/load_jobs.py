@@ -101,7 +101,7 @@ class Deployment:
     def opd(self, *args: str) -> str:
         """Run an `opd` command to completion; its standard output."""
         done = subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "opd.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -116,7 +116,7 @@ class Deployment:
         which then stops the processes in order), logging to <home>/<name>.log."""
         with (self.home / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", *args],
+                [sys.executable, "-m", "opd.cli", *args],
                 env=self.env | env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

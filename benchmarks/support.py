@@ -12,7 +12,7 @@ import psycopg
 from redis import Redis
 from sqlalchemy import make_url
 
-from app.serve import free_port
+from opd.serve import free_port
 
 __all__ = ["free_port", "fresh_database", "percentile", "private_queue"]
 

@@ -14,4 +14,5 @@ for _ in $(seq 30); do
   sleep 1
 done
 .venv/bin/ruff check .
+.venv/bin/lint-imports
 exec .venv/bin/python -m pytest -q "$@"

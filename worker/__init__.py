@@ -1,4 +1,5 @@
-"""The worker side: the OPD engine, its backends, datasets, metric sinks and the arq worker."""
+"""The worker: the OPD engine (`engine/`: loop, datums, sinks, backends, datasets) and its
+service glue (`service/`: the arq task, the database sink, the sweeper, the process)."""
 
 import os
 

@@ -14,9 +14,9 @@ from app.api.errors import ApiError
 from app.auth import Principal, authenticate
 from app.core.cache import TTLCache
 from app.core.config import Settings
-from app.lifecycle import get_job
 from app.models import Job
 from app.queue import JobQueue
+from app.store.rows import get_job
 
 
 @dataclass(frozen=True)

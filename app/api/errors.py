@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.lifecycle import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
 
 log = logging.getLogger(__name__)
 

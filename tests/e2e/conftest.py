@@ -22,8 +22,8 @@ import yaml
 from redis import Redis
 from redis.exceptions import RedisError
 
-from app.client import TERMINAL, OPDClient
-from app.serve import free_port
+from opd.client import TERMINAL, OPDClient
+from opd.serve import free_port
 from tests.support import REDIS_URL, temporary_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ class Service:
 
     def opd(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "opd.cli", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -61,7 +61,7 @@ class Service:
     def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = (self.home / f"{name}-{len(self.processes)}.log").open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", *args],
+            [sys.executable, "-m", "opd.cli", *args],
             env=env or self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.serve import free_port, redis_command
+from opd.serve import free_port, redis_command
 
 
 def wait_for_port(port: int, timeout: float = 30) -> None:

@@ -33,7 +33,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[st
     folder = tmp_path_factory.mktemp("reference")
     (folder / "spec.yaml").write_text(yaml.safe_dump(SPEC))
     subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", "spec.yaml", "--metrics-out", "m.jsonl"],
+        [sys.executable, "-m", "opd.cli", "run", "spec.yaml", "--metrics-out", "m.jsonl"],
         cwd=folder,
         check=True,
         capture_output=True,

@@ -75,7 +75,7 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     env.pop("OPD_DATABASE_URL", None)
     port = str(20000 + os.getpid() % 20000)
     done = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--demo", "--port", port],
+        [sys.executable, "-m", "opd.cli", "serve", "--demo", "--port", port],
         env=env,
         capture_output=True,
         text=True,

@@ -48,7 +48,7 @@ from pytrio.types import (
     TensorData,
 )
 
-from worker.backends.local.presets import tiny_tokenizer
+from worker.engine.backends.local.presets import tiny_tokenizer
 
 TRAINING_LIMITS = TrainingLimits(
     max_batch_size=64, max_tokens_per_request=16_384, max_seq_len=8_192

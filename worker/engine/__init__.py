@@ -1,1 +1,5 @@
-"""The OPD engine: one loop, usable from `opd run` and from the service's worker."""
+"""The OPD engine: the loop, datums, sinks, backends and datasets.
+
+It knows no queue, database or HTTP server: `opd run` uses it alone, like the reference
+scripts, and the worker's service glue drives it for the service.
+"""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from pytrio.types import Datum, ModelInput
 
-from worker.engine.errors import BackendFailure
+from kernel.errors import BackendFailure
 
 
 def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:

@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 from pytrio.types import AdamParams, Datum, ModelInput, SamplingParams
 
-from app.spec import JobSpec
-from worker.backends.base import SamplingClient, ServiceClient, TrainingClient
+from kernel.errors import BackendFailure, OPDError, TokenizerMismatch
+from kernel.spec import JobSpec
+from worker.engine.backends.base import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datums import (
     batch_indices,
     build_opd_datum,
@@ -29,7 +30,6 @@ from worker.engine.datums import (
     completion_slice,
     kl_advantages,
 )
-from worker.engine.errors import BackendFailure, OPDError, TokenizerMismatch
 from worker.engine.sinks import RunInfo, Sink
 
 STATE_STEP = re.compile(r"-state-(\d+)/?$")
@@ -269,8 +269,8 @@ async def run_job(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
-    from worker.backends import connect
-    from worker.datasets import load_prompts
+    from worker.engine.backends import connect
+    from worker.engine.datasets import load_prompts
 
     try:
         prompts = await asyncio.to_thread(load_prompts, spec.dataset, data_root, confine_data)

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from app.spec import JobSpec
+from kernel.spec import JobSpec
 
 
 @dataclass(frozen=True)

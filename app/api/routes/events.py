@@ -9,7 +9,7 @@ from sqlmodel import select
 
 from app.api.deps import Cursor, JobDep, SessionDep
 from app.api.errors import error_responses
-from app.api.pages import paginate
+from app.api.pagination import paginate
 from app.models import Event, EventsPage
 
 router = APIRouter(

@@ -19,12 +19,14 @@ from app.api.deps import (
     SnapshotsDep,
 )
 from app.api.errors import ApiError, error_responses
-from app.api.pages import paginate
-from app.datapaths import DataPathError, confine_data_path
-from app.lifecycle import ActionResult, JobNotFound, apply_action, create_job, get_job
+from app.api.pagination import paginate
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.queue import enqueue_job
-from app.spec import FileDataset, JobSpec
+from app.store.errors import JobNotFound
+from app.store.jobs import ActionResult, apply_action, create_job
+from app.store.rows import get_job
+from kernel.datapaths import DataPathError, confine_data_path
+from kernel.spec import FileDataset, JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 

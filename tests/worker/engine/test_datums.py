@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.backends.local.presets import tiny_tokenizer
+from kernel.errors import BackendFailure
+from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.datums import (
     batch_indices,
     build_opd_datum,
@@ -13,7 +14,6 @@ from worker.engine.datums import (
     completion_slice,
     kl_advantages,
 )
-from worker.engine.errors import BackendFailure
 
 
 def test_datum_is_shifted_for_next_token_prediction_and_padded_over_the_prompt() -> None:

@@ -9,14 +9,14 @@ import pytest
 from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput
 
-from app.spec import FileDataset, JobSpec, TrioBackendSpec
+from kernel.errors import BackendFailure, TokenizerMismatch
+from kernel.spec import FileDataset, JobSpec, TrioBackendSpec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
 from tests.support import assert_close
-from worker.backends.local.presets import tiny_tokenizer
-from worker.backends.trio import connect_trio
+from worker.engine.backends.local.presets import tiny_tokenizer
+from worker.engine.backends.trio import connect_trio
 from worker.engine.datums import batch_indices, build_opd_datum, build_prompt
-from worker.engine.errors import BackendFailure, TokenizerMismatch
 from worker.engine.loop import run_job, run_loop
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app.spec import JobSpec
+from kernel.spec import JobSpec
 from worker.engine.sinks import JsonlSink, RunInfo, SwanLabSink
 
 SPEC = JobSpec.model_validate(

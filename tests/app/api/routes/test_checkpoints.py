@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from app.lifecycle import claim_job, record_checkpoint
+from app.store.jobs import claim_job
+from app.store.records import record_checkpoint
 from tests.app.conftest import auth
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.lifecycle import record_event
+from app.store.records import record_event
 from tests.app.conftest import auth
 
 

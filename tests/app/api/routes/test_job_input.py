@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from app.spec import (
+from kernel.spec import (
     MAX_BATCH_SIZE,
     MAX_GROUP_SIZE,
     MAX_INLINE_PROMPTS,

@@ -7,8 +7,8 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import NewKey
-from app.lifecycle import claim_job, stop_job
 from app.models import JobStatus
+from app.store.jobs import claim_job, stop_job
 from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from app.lifecycle import claim_job, complete_job, record_step
+from app.store.jobs import claim_job, complete_job
+from app.store.records import record_step
 from tests.app.conftest import auth
 
 WORKER = "worker-1"

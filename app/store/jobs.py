@@ -1,0 +1,258 @@
+"""A job's state changes, each one transaction: a compare-and-set UPDATE of the job row (so
+two writers racing on one job cannot both win) plus an event row, stamped with the time.
+
+Worker writes name the worker's id, so a worker whose job was taken over learns it
+(`JobNotHeld`) and stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    EventLevel,
+    Job,
+    JobAction,
+    JobStatus,
+    utcnow,
+)
+from app.store.errors import (
+    IdempotencyMismatch,
+    IllegalTransition,
+    JobNotFound,
+    JobNotHeld,
+)
+from app.store.rows import detach, event_row, get_job, held
+from app.store.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
+from kernel.spec import JobSpec
+
+CAS_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """A job after an API action; `changed` is False for an idempotent repeat."""
+
+    job: Job
+    changed: bool
+
+
+def request_hash(spec: JobSpec) -> str:
+    """A digest of the validated spec: equal specs (however formatted) hash alike."""
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def compare_and_set(
+    session: AsyncSession,
+    job: Job,
+    plan: Plan,
+    *extra_where: ColumnElement[bool],
+    event_level: EventLevel = EventLevel.info,
+    event_data: dict[str, Any] | None = None,
+) -> bool:
+    """Move `job` to plan.target if nobody changed it since it was read; commit on success."""
+    now = utcnow()
+    values = {"status": plan.target, "updated_at": now, **plan.values}
+    if plan.target in TERMINAL_STATUSES:
+        values.setdefault("finished_at", now)
+    result = await session.execute(
+        update(Job)
+        .where(
+            Job.id == job.id, Job.status == job.status, Job.attempts == job.attempts, *extra_where
+        )
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        await session.rollback()
+        return False
+    data = {"from": job.status, "to": plan.target, **(event_data or {})}
+    session.add(event_row(job.id, plan.message, event_level, data, now))
+    await session.commit()
+    return True
+
+
+# --- the API side -----------------------------------------------------------------------------
+
+
+async def create_job(
+    session: AsyncSession,
+    team_id: int,
+    spec: JobSpec,
+    idempotency_key: str | None = None,
+) -> ActionResult:
+    """Store a new queued job. With an idempotency key already used by this team, return
+    that job (`changed` False) if the spec is the same, else raise IdempotencyMismatch."""
+    digest = request_hash(spec)
+    now = utcnow()
+    job = Job(
+        team_id=team_id,
+        created_at=now,
+        updated_at=now,
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        total_steps=spec.loop.steps,
+        idempotency_key=idempotency_key,
+        request_hash=digest if idempotency_key else None,
+    )
+    session.add(job)
+    try:
+        await session.flush()
+    except IntegrityError:
+        await session.rollback()
+        existing = (
+            await session.execute(
+                select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency_key)
+            )
+        ).scalar_one_or_none()
+        if existing is None:
+            raise
+        if existing.request_hash != digest:
+            raise IdempotencyMismatch(
+                f"Idempotency-Key {idempotency_key!r} was already used for job {existing.id} "
+                "with a different body; use a new key for a new job"
+            ) from None
+        return ActionResult(detach(session, existing), changed=False)
+    session.add(event_row(job.id, "Job created", data={"status": JobStatus.queued}, now=now))
+    await session.commit()
+    return ActionResult(detach(session, job), changed=True)
+
+
+async def apply_action(
+    session: AsyncSession,
+    job_id: int,
+    action: JobAction,
+    team_id: int | None = None,
+) -> ActionResult:
+    """Cancel, pause or resume a job (see `plan_action`); raises JobNotFound or
+    IllegalTransition. A resumed job is `queued` and still has to be enqueued."""
+    for _ in range(CAS_ATTEMPTS):
+        job = await get_job(session, job_id, team_id)
+        plan = plan_action(action, JobStatus(job.status))
+        if plan is None:
+            return ActionResult(job, changed=False)
+        if await compare_and_set(session, job, plan):
+            return ActionResult(await get_job(session, job_id), changed=True)
+    raise IllegalTransition(f"job {job_id} kept changing while it was asked to {action}; retry")
+
+
+# --- the worker side --------------------------------------------------------------------------
+
+
+async def claim_job(
+    session: AsyncSession,
+    job_id: int,
+    worker_id: str,
+    *,
+    heartbeat_timeout: float,
+) -> Job | None:
+    """Take a job to run: a queued one, or an active one whose worker sent no heartbeat for
+    `heartbeat_timeout` seconds (a crash). Returns the job, now `running` with attempts + 1
+    (resume it from `last_state_path` when set), or None when there is nothing to run:
+    the job ended, is paused, or a live worker holds it."""
+    for _ in range(CAS_ATTEMPTS):
+        try:
+            job = await get_job(session, job_id)
+        except JobNotFound:
+            return None
+        plan = plan_claim(job, worker_id, heartbeat_timeout, utcnow())
+        if plan is None:
+            return None
+        event_data = {"worker_id": worker_id, "resume_from": job.last_state_path}
+        if await compare_and_set(session, job, plan, event_data=event_data):
+            return await get_job(session, job_id) if plan.target is JobStatus.running else None
+    return None
+
+
+async def heartbeat(session: AsyncSession, job_id: int, worker_id: str) -> JobAction | None:
+    """Mark the job alive; returns the action the API requested (cancel/pause) or None."""
+    result = await session.execute(
+        update(Job)
+        .where(*held(job_id, worker_id))
+        .values(heartbeat_at=utcnow())
+        .returning(Job.requested_action)
+    )
+    row = result.one_or_none()
+    await session.commit()
+    if row is None:
+        raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
+    return None if row.requested_action is None else JobAction(row.requested_action)
+
+
+async def finish(
+    session: AsyncSession, job_id: int, worker_id: str, decide: Callable[[Job], Plan], **event: Any
+) -> Job:
+    """Apply the plan `decide(job)` returns to a job this worker holds."""
+    for _ in range(CAS_ATTEMPTS):
+        job = await get_job(session, job_id)
+        if job.worker_id != worker_id or JobStatus(job.status) not in ACTIVE_STATUSES:
+            raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
+        plan = decide(job)
+        if await compare_and_set(session, job, plan, Job.worker_id == worker_id, **event):
+            return await get_job(session, job_id)
+    raise JobNotHeld(f"job {job_id} kept changing under {worker_id}")
+
+
+async def complete_job(
+    session: AsyncSession, job_id: int, worker_id: str, final_weights_path: str
+) -> Job:
+    """The run finished every step: succeeded, with the final weights' path."""
+    plan = Plan(
+        JobStatus.succeeded,
+        f"Succeeded; final weights at {final_weights_path}",
+        {"final_weights_path": final_weights_path, "steps_done": Job.total_steps, **RELEASED},
+    )
+    return await finish(session, job_id, worker_id, lambda _job: plan)
+
+
+async def fail_job(
+    session: AsyncSession, job_id: int, worker_id: str, code: str, message: str
+) -> Job:
+    """The run failed for a reason a person can act on (`code` is machine-readable)."""
+    plan = Plan(
+        JobStatus.failed,
+        f"Failed ({code}): {message}",
+        {"error_code": code, "error_message": message, **RELEASED},
+    )
+    return await finish(
+        session,
+        job_id,
+        worker_id,
+        lambda _job: plan,
+        event_level=EventLevel.error,
+        event_data={"code": code},
+    )
+
+
+async def stop_job(
+    session: AsyncSession,
+    job_id: int,
+    worker_id: str,
+    *,
+    reason: str,
+    state_path: str | None = None,
+    state_step: int | None = None,
+) -> Job:
+    """The worker stopped the run at a step boundary (state saved at `state_step`); see
+    `plan_stop` for what that means for the job."""
+    state = (
+        {} if state_path is None else {"last_state_path": state_path, "last_state_step": state_step}
+    )
+    return await finish(
+        session,
+        job_id,
+        worker_id,
+        lambda job: plan_stop(job, reason, state),
+        event_data={"state_path": state_path, "state_step": state_step},
+    )

@@ -1,0 +1,47 @@
+"""Reading a job row, and the predicate and row builder every writer shares."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import ACTIVE_STATUSES, Event, EventLevel, Job, utcnow
+from app.store.errors import JobNotFound
+
+T = TypeVar("T")
+
+
+def detach(session: AsyncSession, obj: T) -> T:
+    """Returned objects are snapshots: a later rollback in the session cannot expire them
+    (reading an expired attribute would need IO the caller cannot do)."""
+    session.expunge(obj)
+    return obj
+
+
+async def get_job(session: AsyncSession, job_id: int, team_id: int | None = None) -> Job:
+    """The job, read fresh from the database; `team_id` None means any team (admin)."""
+    query = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    if team_id is not None:
+        query = query.where(Job.team_id == team_id)
+    job = (await session.execute(query)).scalar_one_or_none()
+    if job is None:
+        raise JobNotFound(f"job {job_id} not found")
+    return detach(session, job)
+
+
+def held(job_id: int, worker_id: str) -> tuple[ColumnElement[bool], ...]:
+    """The job row, if `worker_id` still holds it (it runs there and has not ended)."""
+    return (Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+
+
+def event_row(
+    job_id: int,
+    message: str,
+    level: EventLevel = EventLevel.info,
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Event:
+    return Event(job_id=job_id, level=level, message=message, data=data, created_at=now or utcnow())

@@ -1,0 +1,308 @@
+"""The `opd` command line: the one place that wires the service and the worker.
+
+Worker modules (and so torch) are imported lazily inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kernel.spec import SpecError, load_spec
+from opd.client import ApiError
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
+    from opd.client import OPDClient
+
+
+class CommandError(Exception):
+    """A failure the user can act on: printed as one line, exit status 1."""
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run one job in the foreground, like the reference scripts."""
+    from kernel.errors import OPDError
+    from worker.engine.loop import run_job
+    from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SwanLabSink
+
+    spec = load_spec(args.spec)
+    artifacts = Path(args.artifacts or Path("runs") / spec.name).resolve()
+    sinks: list[Sink] = [ConsoleSink()]
+    if args.metrics_out:
+        sinks.append(JsonlSink(args.metrics_out))
+    if spec.swanlab.enabled:
+        sinks.append(SwanLabSink(artifacts / "swanlog"))
+
+    stop_requested = False
+
+    def request_stop() -> None:
+        nonlocal stop_requested
+        if stop_requested:
+            raise KeyboardInterrupt
+        stop_requested = True
+        print(
+            "\nStopping at the next step boundary and saving state "
+            "(Ctrl-C again to abort without saving)",
+            file=sys.stderr,
+        )
+
+    async def main() -> object:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, request_stop)
+        return await run_job(
+            spec,
+            FanOut(*sinks),
+            artifact_dir=artifacts,
+            data_root=Path(args.data_root),
+            resume_from=args.resume_from,
+            should_stop=lambda: stop_requested,
+        )
+
+    try:
+        result = asyncio.run(main())
+    except OPDError as error:
+        raise CommandError(f"[{error.code}] {error}") from error
+    if result.stopped:
+        print(
+            f"Stopped after {result.steps_done} steps. Resume with:\n"
+            f"  opd run {args.spec} --resume-from {result.state_path}"
+        )
+    else:
+        print(f"Saved weights: {result.final_weights_path}")
+    return 0
+
+
+def settings() -> Settings:
+    from app.core.config import get_settings
+
+    return get_settings()
+
+
+def logging_setup() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def api_command(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    uvicorn.run(
+        "app.api.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        log_level="warning" if args.quiet else "info",
+    )
+    return 0
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    from worker.service.main import serve_worker
+
+    logging_setup()
+    asyncio.run(serve_worker(settings()))
+    return 0
+
+
+def migrate_command(args: argparse.Namespace) -> int:
+    from app.core.db import migrate
+
+    url = settings().database_url
+    migrate(url)
+    print(f"Database is at the latest schema: {url}")
+    return 0
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from opd.serve import serve
+
+    return serve(settings(), args.host, args.port, args.demo)
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    from app.auth import create_key, list_keys, revoke_key
+    from app.core.db import migrate, standalone_session
+
+    url = settings().database_url
+    migrate(url)
+
+    async def act() -> int:
+        async with standalone_session(url) as session:
+            if args.keys_action == "create":
+                new = await create_key(session, args.team, admin=args.admin)
+                print(new.key)
+                print(
+                    f"Key for team {args.team!r}{' (admin)' if args.admin else ''}; "
+                    "it is shown only this once.",
+                    file=sys.stderr,
+                )
+            elif args.keys_action == "list":
+                for key, team in await list_keys(session):
+                    state = "revoked" if key.revoked_at else "active"
+                    print(f"{key.prefix}  team={team.name}  admin={key.is_admin}  {state}")
+            elif not await revoke_key(session, args.prefix):
+                raise CommandError(f"no key with prefix {args.prefix!r}")
+        return 0
+
+    return asyncio.run(act())
+
+
+def client(args: argparse.Namespace) -> OPDClient:
+    from opd.client import OPDClient, default_key
+
+    return OPDClient(args.url, args.key or default_key())
+
+
+def job_line(job: dict) -> str:
+    error = f"  [{job['error']['code']}] {job['error']['message']}" if job["error"] else ""
+    return (
+        f"{job['id']:>6}  {job['status']:<10} {job['steps_done']:>6}/{job['total_steps']:<6} "
+        f"{job['name']}{error}"
+    )
+
+
+def submit_command(args: argparse.Namespace) -> int:
+    job = client(args).submit(load_spec(args.spec), args.idempotency_key)
+    print(job["id"] if args.quiet else f"Submitted job {job['id']} ({job['status']})")
+    return 0
+
+
+def jobs_command(args: argparse.Namespace) -> int:
+    for job in client(args).jobs(args.status, args.limit):
+        print(job_line(job))
+    return 0
+
+
+def status_command(args: argparse.Namespace) -> int:
+    opd = client(args)
+    job = opd.job(args.job)
+    print(job_line(job))
+    curve = [v for _, v in opd.curve(args.job, "opd/reverse_kl_mean") if v is not None]
+    if curve:
+        print(f"reverse KL {curve[0]:.4f} -> {curve[-1]:.4f} over {len(curve)} steps")
+    for field in ("queue_reason", "last_state_path", "final_weights_path"):
+        if job[field]:
+            print(f"{field}: {job[field]}")
+    return 0
+
+
+def watch_command(args: argparse.Namespace) -> int:
+    job = client(args).watch(args.job)
+    print(job_line(job))
+    return 0 if job["status"] == "succeeded" else 1
+
+
+def action_command(args: argparse.Namespace) -> int:
+    print(job_line(client(args).act(args.job, args.action)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opd", description="On-policy distillation jobs.")
+    parser.add_argument("--traceback", action="store_true", help="show full tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run one job spec in the foreground")
+    run.add_argument("spec", help="job spec file (YAML or JSON)")
+    run.add_argument("--metrics-out", metavar="FILE.jsonl", help="append one JSON line per step")
+    run.add_argument("--resume-from", metavar="STATE_PATH", help="a saved training state")
+    run.add_argument("--artifacts", metavar="DIR", help="where weights go (default runs/NAME)")
+    run.add_argument(
+        "--data-root",
+        metavar="DIR",
+        default=os.environ.get("OPD_DATA_ROOT", "."),
+        help="base for relative dataset paths and the DeepMath cache",
+    )
+    run.set_defaults(handler=run_command)
+
+    serve = commands.add_parser(
+        "serve", help="the whole service on one machine: API, a worker, SQLite, its own Redis"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="submit the tiny demo job, show its progress, stop when it ends",
+    )
+    serve.set_defaults(handler=serve_command)
+
+    api = commands.add_parser("api", help="the HTTP API (scale out: run several)")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--quiet", action="store_true", help="log warnings only")
+    api.set_defaults(handler=api_command)
+
+    commands.add_parser(
+        "worker", help="a worker that runs queued jobs (needs OPD_REDIS_URL)"
+    ).set_defaults(handler=worker_command)
+    commands.add_parser("migrate", help="bring the database to the latest schema").set_defaults(
+        handler=migrate_command
+    )
+
+    keys = commands.add_parser("keys", help="API keys of teams")
+    key_actions = keys.add_subparsers(dest="keys_action", required=True, metavar="ACTION")
+    create = key_actions.add_parser("create", help="make a key (printed once)")
+    create.add_argument("--team", required=True)
+    create.add_argument("--admin", action="store_true", help="the key sees every team's jobs")
+    key_actions.add_parser("list", help="list keys (prefixes only)")
+    revoke = key_actions.add_parser("revoke", help="revoke a key by its prefix")
+    revoke.add_argument("prefix")
+    keys.set_defaults(handler=keys_command)
+
+    http = argparse.ArgumentParser(add_help=False)
+    http.add_argument("--url", help="API address (default $OPD_URL or http://127.0.0.1:8000)")
+    http.add_argument("--key", help="API key (default $OPD_API_KEY or opd serve's local key)")
+
+    submit = commands.add_parser("submit", parents=[http], help="submit a job spec to the API")
+    submit.add_argument("spec")
+    submit.add_argument("--idempotency-key", help="resubmitting with the same key is safe")
+    submit.add_argument("--quiet", action="store_true", help="print the job id only")
+    submit.set_defaults(handler=submit_command)
+
+    jobs = commands.add_parser("jobs", parents=[http], help="list jobs, newest first")
+    jobs.add_argument("--status")
+    jobs.add_argument("--limit", type=int, default=20)
+    jobs.set_defaults(handler=jobs_command)
+
+    for name, handler, text in (
+        ("status", status_command, "a job's status and reverse KL"),
+        ("watch", watch_command, "a live progress bar with the reverse KL until the job ends"),
+        ("cancel", action_command, "cancel a job (a running one stops at a step boundary)"),
+        ("pause", action_command, "pause a job, keeping its state"),
+        ("resume", action_command, "resume a paused job"),
+    ):
+        command = commands.add_parser(name, parents=[http], help=text)
+        command.add_argument("job", type=int)
+        command.set_defaults(handler=handler, action=name)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except (SpecError, CommandError, ApiError) as error:
+        message = str(error)
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as error:  # a one-line error for the user; --traceback for developers
+        if args.traceback:
+            traceback.print_exc()
+        message = f"{type(error).__name__}: {error}"
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

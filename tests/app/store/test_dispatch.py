@@ -1,0 +1,30 @@
+"""The sweeper's candidates: active jobs gone silent and jobs queued too long."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import update
+
+from app.models import Job, utcnow
+from app.store.dispatch import orphaned_job_ids
+from app.store.jobs import claim_job, complete_job, create_job
+from kernel.spec import JobSpec
+from tests.app.conftest import small_spec
+
+
+async def test_orphans_are_stale_active_jobs_and_long_queued_ones(session, key):
+    spec = JobSpec.model_validate(small_spec())
+    fresh, stale, waiting, finished = [
+        (await create_job(session, key.team.id, spec)).job.id for _ in range(4)
+    ]
+    for job_id in (fresh, stale, finished):
+        await claim_job(session, job_id, "w1", heartbeat_timeout=60)
+    await complete_job(session, finished, "w1", "/w")
+    an_hour_ago = utcnow() - timedelta(hours=1)
+    await session.execute(update(Job).where(Job.id == stale).values(heartbeat_at=an_hour_ago))
+    await session.execute(update(Job).where(Job.id == waiting).values(updated_at=an_hour_ago))
+    await session.commit()
+    orphans = set(await orphaned_job_ids(session, heartbeat_timeout=60, queued_for=60))
+    assert {stale, waiting} <= orphans
+    assert not {fresh, finished} & orphans

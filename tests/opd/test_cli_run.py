@@ -1,0 +1,144 @@
+"""`opd run` as a user runs it: a real process, the shipped example, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "examples" / "tiny.yaml"
+
+
+def opd(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opd.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+
+
+def read_metrics(path: Path) -> dict[int, dict[str, float]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {row["step"]: row for row in rows}
+
+
+def test_tiny_example_runs_and_the_reverse_kl_falls(tmp_path):
+    out = tmp_path / "metrics.jsonl"
+    done = opd("run", str(TINY), "--metrics-out", str(out), "--artifacts", "art", cwd=tmp_path)
+
+    assert done.returncode == 0, done.stderr
+    weights = done.stdout.strip().splitlines()[-1].removeprefix("Saved weights: ")
+    assert Path(weights, "adapter_model.safetensors").is_file()
+    assert Path(weights).is_relative_to(tmp_path / "art")
+    metrics = read_metrics(out)
+    steps = yaml.safe_load(TINY.read_text())["loop"]["steps"]
+    assert sorted(metrics) == list(range(steps))
+    curve = [metrics[s]["opd/reverse_kl_mean"] for s in range(steps)]
+    assert np.mean(curve[-5:]) <= 0.85 * np.mean(curve[:5])
+    assert "step 000/60 | datums 16 |" in done.stderr
+
+
+def small_spec(tmp_path: Path) -> Path:
+    spec = yaml.safe_load(TINY.read_text())
+    spec["loop"] |= {"steps": 8, "batch_size": 2, "group_size": 2}
+    spec["sampling"]["max_tokens"] = 8
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_ctrl_c_saves_state_and_resume_reproduces_the_uninterrupted_run(tmp_path):
+    spec = small_spec(tmp_path)
+    whole = opd("run", str(spec), "--metrics-out", "whole.jsonl", "--artifacts", "w", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "opd.cli",
+            "run",
+            str(spec),
+            "--metrics-out",
+            "part.jsonl",
+            "--artifacts",
+            "p",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    assert run.stderr is not None
+    for line in run.stderr:
+        if line.startswith("step 001/"):
+            run.send_signal(signal.SIGINT)
+            break
+    stdout, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr
+    assert "Stopping at the next step boundary" in stderr
+    resume_line = stdout.strip().splitlines()[-1]
+    state = resume_line.split("--resume-from ")[1]
+    stopped_at = int(state.rsplit("-", 1)[1])
+    assert 2 <= stopped_at < 8
+
+    resumed = opd(
+        "run",
+        str(spec),
+        "--metrics-out",
+        "part.jsonl",
+        "--artifacts",
+        "p",
+        "--resume-from",
+        state,
+        cwd=tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    expected, actual = read_metrics(tmp_path / "whole.jsonl"), read_metrics(tmp_path / "part.jsonl")
+    assert sorted(actual) == list(range(8))
+    for step in range(stopped_at, 8):
+        for key in ("opd/reverse_kl_mean", "trainer/loss_sum", "data/completion_tokens_total"):
+            assert actual[step][key] == expected[step][key], (step, key)
+
+
+def test_a_bad_spec_is_one_line_naming_the_field(tmp_path):
+    spec = yaml.safe_load(TINY.read_text())
+    spec["loop"]["steps"] = 0
+    spec["sampling"]["temprature"] = 1.0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(spec))
+
+    done = opd("run", str(path), cwd=tmp_path)
+
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "loop.steps" in lines[0] and "sampling.temprature" in lines[0]
+
+
+def test_a_missing_spec_file_and_a_failed_run_are_one_line_errors(tmp_path):
+    missing = opd("run", "nope.yaml", cwd=tmp_path)
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines() == [
+        "error: cannot read spec nope.yaml: No such file or directory"
+    ]
+
+    spec = yaml.safe_load(TINY.read_text())
+    spec["dataset"] = {"source": "file", "path": "absent.jsonl"}
+    path = tmp_path / "absent.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    failed = opd("run", str(path), cwd=tmp_path)
+    assert failed.returncode != 0
+    lines = failed.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: [dataset_unavailable]") and "absent.jsonl" in lines[-1]

@@ -1,0 +1,199 @@
+"""The local backend's losses and gradients against direct reference computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pytrio.errors.base import ValidationError
+from pytrio.types import AdamParams, Datum, ModelInput, TensorData
+
+from kernel.spec import LocalBackendSpec
+from tests.support import assert_close
+from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
+from worker.engine.backends.local.losses import cross_entropy, importance_sampling, ppo
+
+
+@pytest.fixture
+async def trainer(tmp_path) -> LocalTrainingClient:
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    return await service.create_lora_training_client_async("tiny-student", rank=8, seed=3)
+
+
+def policy_datum(rng: np.random.Generator, length: int) -> Datum:
+    tokens = rng.integers(0, 256, size=length + 1)
+    return Datum(
+        model_input=ModelInput.from_ints(tokens[:-1].tolist()),
+        loss_fn_inputs={
+            "target_tokens": tokens[1:].astype(np.int64),
+            "logprobs": rng.uniform(-6, -1, size=length).astype(np.float32),
+            "advantages": rng.normal(size=length).astype(np.float32),
+        },
+    )
+
+
+def test_importance_sampling_is_minus_ratio_times_advantage():
+    logprobs = torch.tensor([-1.0, -2.0], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([-1.5, -2.0]), "advantages": torch.tensor([2.0, -3.0])}
+    loss = importance_sampling(logprobs, inputs).sum()
+    loss.backward()
+    ratio = torch.exp(torch.tensor([0.5, 0.0]))
+    assert_close(loss, -(ratio * inputs["advantages"]).sum())
+    assert_close(logprobs.grad, -ratio * inputs["advantages"])
+
+
+def test_ppo_clips_the_ratio_only_where_that_lowers_the_objective():
+    logprobs = torch.log(torch.tensor([1.5, 1.5, 0.5, 1.1])).requires_grad_()
+    inputs = {"logprobs": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, 1.0, 1.0])}
+    losses = ppo(logprobs, inputs)
+    losses.sum().backward()
+    assert_close(losses, [-1.2, 1.5, -0.5, -1.1])
+    # Clipped (ratio 1.5, A > 0) has no gradient; the others get -ratio * A.
+    assert_close(logprobs.grad, [0.0, 1.5, -0.5, -1.1])
+
+
+def test_cross_entropy_weights_each_token():
+    logprobs = torch.tensor([-1.0, -2.0, -3.0])
+    assert torch.allclose(
+        cross_entropy(logprobs, {"weights": torch.tensor([1.0, 0.0, 2.0])}),
+        torch.tensor([1.0, 0.0, 6.0]),
+    )
+
+
+def reference_logprobs(trainer: LocalTrainingClient, datum: Datum) -> torch.Tensor:
+    """One datum alone, no padding: log p(target_t | input_<=t)."""
+    ids = torch.tensor([datum.model_input.to_ints()])
+    targets = torch.tensor(datum.loss_fn_inputs["target_tokens"].data)
+    logits = trainer.model(input_ids=ids).logits[0].double()
+    return logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+
+
+def grads(trainer: LocalTrainingClient) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in trainer.trainable.items() if p.grad is not None}
+
+
+async def train_once(trainer: LocalTrainingClient, data: list[Datum], loss_fn: str):
+    """One forward_backward plus an optimizer step, so LoRA B is non-zero afterwards."""
+    await (await trainer.forward_backward_async(data, loss_fn))
+    await (await trainer.optim_step_async(AdamParams(learning_rate=1e-2)))
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cross_entropy"])
+async def test_forward_backward_sums_the_loss_over_tokens_and_datums(trainer, loss_fn):
+    rng = np.random.default_rng(0)
+    data = [policy_datum(rng, n) for n in (5, 9, 3)]
+    if loss_fn == "cross_entropy":
+        data[1].loss_fn_inputs["weights"] = TensorData.from_numpy(rng.uniform(0, 2, size=9))
+    await train_once(trainer, data, loss_fn)
+
+    out = await (await trainer.forward_backward_async(data, loss_fn))
+    backend_grads = grads(trainer)
+    for param in trainer.trainable.values():
+        param.grad = None
+
+    total = torch.zeros((), dtype=torch.float64)
+    for datum, output in zip(data, out.loss_fn_outputs, strict=True):
+        new = reference_logprobs(trainer, datum)
+        inputs = {
+            k: torch.tensor(v.data, dtype=torch.float64)
+            for k, v in datum.loss_fn_inputs.items()
+            if k != "target_tokens"
+        }
+        inputs.setdefault("weights", torch.ones_like(new))
+        ratio = torch.exp(new - inputs.get("logprobs", new.detach()))
+        adv = inputs.get("advantages")
+        if loss_fn == "importance_sampling":
+            loss = -(ratio * adv).sum()
+        elif loss_fn == "ppo":
+            loss = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).sum()
+        else:
+            loss = -(inputs["weights"] * new).sum()
+        total = total + loss
+        assert_close(output["logprobs"].data, new, what="logprobs")
+    total.backward()
+
+    assert out.metrics["loss_sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
+    assert out.metrics["token_count"] == 17
+    assert out.metrics["loss_mean"] == pytest.approx(out.metrics["loss_sum"] / 17)
+    assert backend_grads.keys() == grads(trainer).keys() and backend_grads
+    for name, grad in grads(trainer).items():
+        assert_close(backend_grads[name], grad, rtol=1e-4, what=name)
+
+
+async def test_ignored_targets_do_not_count(trainer):
+    rng = np.random.default_rng(1)
+    datum = policy_datum(rng, 6)
+    masked = datum.model_copy(deep=True)
+    masked.loss_fn_inputs["target_tokens"].data[:3] = [-100] * 3
+    tail = datum.model_copy(deep=True)
+    tail.loss_fn_inputs["advantages"].data[:3] = [0.0] * 3
+
+    out_masked = await (await trainer.forward_backward_async([masked], "importance_sampling"))
+    out_tail = await (await trainer.forward_backward_async([tail], "importance_sampling"))
+    assert out_masked.metrics["token_count"] == 3
+    assert out_masked.metrics["loss_sum"] == pytest.approx(out_tail.metrics["loss_sum"])
+
+
+async def test_gradients_accumulate_until_the_optimizer_step(trainer):
+    rng = np.random.default_rng(2)
+    data = [policy_datum(rng, 4), policy_datum(rng, 7)]
+    await train_once(trainer, data, "importance_sampling")
+    await (await trainer.forward_backward_async(data[:1], "importance_sampling"))
+    await (await trainer.forward_backward_async(data[1:], "importance_sampling"))
+    split = grads(trainer)
+    for param in trainer.trainable.values():
+        param.grad = None
+    await (await trainer.forward_backward_async(data, "importance_sampling"))
+    for name, grad in grads(trainer).items():
+        assert_close(split[name], grad, what=name)
+    await (await trainer.optim_step_async(AdamParams(learning_rate=1e-3)))
+    assert not grads(trainer)
+
+
+async def test_optim_step_is_adamw_with_each_calls_parameters(trainer):
+    rng = np.random.default_rng(3)
+    data = [policy_datum(rng, 8), policy_datum(rng, 5)]
+    reference = {n: p.detach().clone().requires_grad_() for n, p in trainer.trainable.items()}
+    optimizer = torch.optim.AdamW(reference.values())
+    calls = [
+        AdamParams(
+            learning_rate=1e-2, beta1=0.8, beta2=0.9, eps=1e-8, weight_decay=0.1, grad_clip_norm=0.5
+        ),
+        AdamParams(learning_rate=3e-3, beta1=0.5, beta2=0.99, eps=1e-6, weight_decay=0.0),
+    ]
+    for adam in calls:
+        await (await trainer.forward_backward_async(data, "importance_sampling"))
+        for name, param in reference.items():
+            param.grad = trainer.trainable[name].grad.clone()
+        for group in optimizer.param_groups:
+            group.update(
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
+            )
+        norm = torch.nn.utils.clip_grad_norm_(
+            reference.values(), adam.grad_clip_norm or float("inf")
+        )
+        optimizer.step()
+        step = await (await trainer.optim_step_async(adam))
+        assert step.metrics["grad_norm"] == pytest.approx(norm.item())
+        for name, param in trainer.trainable.items():
+            assert torch.equal(param, reference[name]), name
+    assert trainer.steps == 2
+
+
+async def test_bad_datums_fail_as_pytrio_fails(trainer):
+    rng = np.random.default_rng(4)
+    datum = policy_datum(rng, 5)
+    short = datum.model_copy(deep=True)
+    short.loss_fn_inputs["advantages"].data = [0.0] * 4
+    short.loss_fn_inputs["advantages"].shape = [4]
+    with pytest.raises(ValueError, match=r"advantages must have shape \[5\]"):
+        await trainer.forward_backward_async([short], "importance_sampling")
+    out_of_vocab = datum.model_copy(deep=True)
+    out_of_vocab.loss_fn_inputs["target_tokens"].data[0] = 10_000
+    with pytest.raises(ValidationError, match="outside the tokenizer vocabulary"):
+        await trainer.forward_backward_async([out_of_vocab], "importance_sampling")
+    with pytest.raises(ValidationError, match="implements the losses"):
+        await trainer.forward_backward_async([datum], "dro")

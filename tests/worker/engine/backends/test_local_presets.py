@@ -1,0 +1,66 @@
+"""The built-in tiny models and byte-level tokenizer."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoTokenizer
+
+from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
+from worker.engine.datums import build_prompt
+from worker.engine.loop import check_tokenizers
+
+TEXT = "Solve 2x + 3 = 7 — café ✓\n"
+
+
+def test_every_utf8_byte_is_one_token():
+    tokenizer = tiny_tokenizer()
+    ids = tokenizer.encode(TEXT, add_special_tokens=False)
+    assert ids == list(TEXT.encode())
+    assert tokenizer.decode(ids) == TEXT
+    assert len(tokenizer) == 259
+
+
+def test_special_tokens_and_chat_template():
+    tokenizer = tiny_tokenizer()
+    assert (tokenizer.pad_token, tokenizer.pad_token_id) == ("<|endoftext|>", 256)
+    assert (tokenizer.eos_token, tokenizer.eos_token_id) == ("<|im_end|>", 258)
+    assert tokenizer.convert_tokens_to_ids("<|im_start|>") == 257
+    messages = [{"role": "user", "content": "hi"}]
+    plain = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    no_think = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    assert plain == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert no_think == plain + "<think>\n\n</think>\n\n"
+    ids = build_prompt(tokenizer, "hi", "", False)
+    assert ids[0] == 257 and ids.count(258) == 1
+    assert tokenizer.decode(ids) == no_think
+
+
+def test_the_tokenizer_survives_save_pretrained(tmp_path):
+    tokenizer = tiny_tokenizer()
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    check_tokenizers(tokenizer, reloaded, "tiny", "reloaded")
+    assert reloaded.encode(TEXT, add_special_tokens=False) == list(TEXT.encode())
+    assert reloaded.eos_token == "<|im_end|>"
+    assert reloaded.apply_chat_template(
+        [{"role": "user", "content": "hi"}],
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+    ).endswith("<think>\n\n</think>\n\n")
+
+
+def test_presets_are_fixed_and_the_teacher_is_far_from_the_student():
+    prompt = torch.tensor([build_prompt(tiny_tokenizer(), "What is 2 + 3?", "", False)])
+    with torch.no_grad():
+        student = tiny_model("tiny-student")(prompt).logits.log_softmax(-1)
+        again = tiny_model("tiny-student")(prompt).logits.log_softmax(-1)
+        teacher = tiny_model("tiny-teacher")(prompt).logits.log_softmax(-1)
+    assert torch.equal(student, again)
+    reverse_kl = (student.exp() * (student - teacher)).sum(-1).mean()
+    assert reverse_kl > 0.5
+    uniform = torch.log(torch.tensor(259.0))
+    entropy = -(student.exp() * student).sum(-1).mean()
+    assert entropy < uniform - 0.5, "the student must not be near-uniform"

@@ -1,0 +1,165 @@
+"""Saving and restoring the local backend: a resumed run is the uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pytrio.errors.base import ValidationError
+from pytrio.types import AdamParams, ModelInput
+from safetensors.torch import load_file
+
+from kernel.spec import JobSpec, LocalBackendSpec
+from tests.support import assert_close
+from worker.engine.backends.local import LocalServiceClient
+from worker.engine.backends.local.checkpoints import CheckpointError
+from worker.engine.loop import run_loop
+from worker.engine.sinks import Sink
+
+PROMPTS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 9 prime?"]
+
+
+class Recorder(Sink):
+    def __init__(self) -> None:
+        self.metrics: dict[int, dict[str, float]] = {}
+        self.checkpoints: dict[tuple[int, str], str] = {}
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.metrics[step] = metrics
+
+    def checkpoint(self, step: int, kind: str, path: str) -> None:
+        self.checkpoints[step, kind] = path
+
+
+def spec() -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "name": "resume",
+            "backend": "local",
+            "student": {"base_model": "tiny-student", "lora_rank": 8, "seed": 11},
+            "teacher": {"base_model": "tiny-teacher"},
+            "dataset": {"source": "inline", "prompts": PROMPTS, "question_suffix": ""},
+            "sampling": {"max_tokens": 8},
+            "optim": {"learning_rate": 1e-3, "weight_decay": 0.01, "grad_clip_norm": 1.0},
+            "loop": {
+                "steps": 6,
+                "batch_size": 2,
+                "group_size": 2,
+                "save_every": 2,
+                "save_weights_name": "resume",
+            },
+        }
+    )
+
+
+async def run(artifact_dir: Path, resume_from: str | None = None) -> Recorder:
+    recorder = Recorder()
+    job = spec()
+    service = LocalServiceClient(job.local, artifact_dir)
+    await run_loop(job, service, PROMPTS, recorder, resume_from=resume_from)
+    return recorder
+
+
+def saved_tensors(folder: str) -> dict[str, torch.Tensor]:
+    tensors = dict(load_file(Path(folder) / "adapter_model.safetensors"))
+    optimizer = torch.load(Path(folder) / "optimizer.pt", weights_only=True)
+    for index, state in optimizer["state"].items():
+        tensors.update({f"optimizer.{index}.{key}": value for key, value in state.items()})
+    return tensors
+
+
+async def test_a_resumed_run_reproduces_the_uninterrupted_run(tmp_path):
+    whole = await run(tmp_path / "whole")
+    resumed = await run(tmp_path / "resumed", resume_from=whole.checkpoints[2, "state"])
+
+    assert sorted(resumed.metrics) == [2, 3, 4, 5]
+    for step in (2, 3, 4, 5):
+        for key in ("opd/reverse_kl_mean", "trainer/loss_sum", "data/completion_tokens_total"):
+            assert resumed.metrics[step][key] == whole.metrics[step][key], (step, key)
+    expected = saved_tensors(whole.checkpoints[4, "state"])
+    actual = saved_tensors(resumed.checkpoints[4, "state"])
+    assert expected.keys() == actual.keys() and len(expected) > 10
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, actual[name]), name
+    final = [
+        load_file(Path(r.checkpoints[6, "final"]) / "adapter_model.safetensors")
+        for r in (whole, resumed)
+    ]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+async def test_checkpoints_are_self_describing_folders(tmp_path):
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    trainer = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    await (await trainer.optim_step_async(AdamParams()))
+    state = await (await trainer.save_state_async("s"))
+    sampler = await (await trainer.save_weights_for_sampler_async("w"))
+
+    assert state.path == str(tmp_path.resolve() / "state" / "s")
+    assert sampler.path == str(tmp_path.resolve() / "sampler" / "w")
+    assert (state.model, sampler.model) == ("tiny-student", "tiny-student")
+    assert state.size == sum(p.stat().st_size for p in Path(state.path).iterdir())
+    manifest = json.loads((Path(sampler.path) / "manifest.json").read_text())
+    assert manifest == {"kind": "sampler", "base_model": "tiny-student", "lora_rank": 4, "step": 1}
+    assert (Path(sampler.path) / "tokenizer.json").is_file()
+    assert (Path(state.path) / "optimizer.pt").is_file()
+    assert not [p for p in (tmp_path / "state").iterdir() if p.name.startswith(".")]
+
+
+async def test_saving_again_replaces_the_folder(tmp_path):
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    trainer = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    first = await (await trainer.save_weights_for_sampler_async("w"))
+    await (await trainer.optim_step_async(AdamParams()))
+    second = await (await trainer.save_weights_for_sampler_async("w"))
+    assert first.path == second.path
+    manifest = json.loads((Path(second.path) / "manifest.json").read_text())
+    assert manifest["step"] == 1
+    assert sorted(p.name for p in (tmp_path / "sampler").iterdir()) == ["w"]
+
+
+async def test_a_teacher_loads_saved_sampler_weights(tmp_path):
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    trainer = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    for param in trainer.trainable.values():
+        param.data.normal_(std=0.05)
+    saved = await (await trainer.save_weights_for_sampler_async("w"))
+    live = await trainer.save_weights_and_get_sampling_client_async()
+    loaded = await service.create_sampling_client_async("tiny-student", model_path=saved.path)
+    base = await service.create_sampling_client_async("tiny-student")
+
+    probe = ModelInput.from_ints(list(b"<|im_start|>user\nhello"))
+    expected = await live.compute_logprobs_async(probe)
+    assert_close((await loaded.compute_logprobs_async(probe))[1:], expected[1:])
+    assert await base.compute_logprobs_async(probe) != pytest.approx(expected, abs=1e-3)
+    with pytest.raises(CheckpointError, match="holds LoRA weights for 'tiny-student'"):
+        await service.create_sampling_client_async("tiny-teacher", model_path=saved.path)
+    (Path(saved.path) / "adapter_model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="cannot load LoRA weights"):
+        await service.create_sampling_client_async("tiny-student", model_path=saved.path)
+
+
+async def test_bad_restores_fail_clearly(tmp_path):
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    trainer = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    saved = await (await trainer.save_state_async("s"))
+
+    fresh = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    with pytest.raises(CheckpointError, match="no state checkpoint"):
+        await (await fresh.load_state_with_optimizer_async(str(tmp_path / "missing")))
+
+    other_rank = await service.create_lora_training_client_async("tiny-student", rank=8, seed=1)
+    with pytest.raises(CheckpointError, match="LoRA rank 4"):
+        await (await other_rank.load_state_with_optimizer_async(saved.path))
+
+    (Path(saved.path) / "adapter_model.safetensors").write_bytes(b"not safetensors")
+    corrupt = await service.create_lora_training_client_async("tiny-student", rank=4, seed=1)
+    with pytest.raises(CheckpointError, match="cannot restore state"):
+        await (await corrupt.load_state_with_optimizer_async(saved.path))
+
+    with pytest.raises(ValidationError, match="before the first training operation"):
+        await trainer.load_state_with_optimizer_async(saved.path)
+    with pytest.raises(CheckpointError, match="is not valid"):
+        await trainer.save_state_async("../escape")

@@ -1,0 +1,99 @@
+"""The `local` backend: PyTRIO's client API over PyTorch, transformers and peft in process.
+
+A LoRA student trains against a frozen teacher on one device; every model call runs on
+one worker thread (see `runner.py`) so the event loop stays free for heartbeats.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import torch
+from peft import PeftModel
+from pytrio.errors.base import ValidationError
+from safetensors import SafetensorError
+
+from kernel.spec import LocalBackendSpec
+from worker.engine.backends.local.checkpoints import SAMPLER, CheckpointError, read_manifest
+from worker.engine.backends.local.models import load_model, load_tokenizer, resolve_placement
+from worker.engine.backends.local.runner import SerialRunner
+from worker.engine.backends.local.sampler import LocalSamplingClient
+from worker.engine.backends.local.trainer import LocalTrainingClient, attach_lora
+
+__all__ = ["LocalSamplingClient", "LocalServiceClient", "LocalTrainingClient"]
+
+MIN_RANK, MAX_RANK = 4, 64
+
+
+class LocalServiceClient:
+    """PyTRIO's ServiceClient for the local backend; checkpoints go under `artifact_dir`."""
+
+    def __init__(self, spec: LocalBackendSpec, artifact_dir: Path) -> None:
+        self.placement = resolve_placement(spec)
+        self.artifact_dir = Path(artifact_dir).resolve()
+        self.cpu_threads = spec.cpu_threads
+        self.runner = SerialRunner(self.pin_threads)
+
+    def pin_threads(self) -> None:
+        """On the CPU, torch's thread count decides how sums are split, so it is fixed."""
+        if self.placement.device.type == "cpu":
+            torch.set_num_threads(self.cpu_threads)
+
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> LocalTrainingClient:
+        if not MIN_RANK <= rank <= MAX_RANK:
+            raise ValidationError(
+                f"rank must be in [{MIN_RANK}, {MAX_RANK}]. Got {rank}",
+                code="validation.invalid_lora_rank",
+            )
+        lora_seed = secrets.randbits(31) if seed is None else seed
+        return await self.runner.submit(self.training_client, base_model, rank, lora_seed)
+
+    async def create_sampling_client_async(
+        self, base_model: str, model_path: str | None = None
+    ) -> LocalSamplingClient:
+        """A frozen model: the base, plus a LoRA saved by save_weights_for_sampler if given."""
+        return await self.runner.submit(self.sampling_client, base_model, model_path)
+
+    def training_client(self, base_model: str, rank: int, seed: int) -> LocalTrainingClient:
+        tokenizer = load_tokenizer(base_model)
+        model = attach_lora(load_model(base_model, self.placement.dtype), rank, seed)
+        return LocalTrainingClient(
+            self.runner,
+            model.to(self.placement.device),
+            tokenizer,
+            self.placement,
+            base_model,
+            rank,
+            self.artifact_dir,
+        )
+
+    def sampling_client(self, base_model: str, model_path: str | None) -> LocalSamplingClient:
+        tokenizer = load_tokenizer(base_model)
+        model = load_model(base_model, self.placement.dtype)
+        if model_path is not None:
+            folder = Path(model_path)
+            saved_base = read_manifest(folder, SAMPLER).get("base_model")
+            if saved_base != base_model:
+                raise CheckpointError(
+                    f"{model_path!r} holds LoRA weights for {saved_base!r}, not {base_model!r}: "
+                    "set the teacher's base_model to the model those weights were trained on",
+                    code="checkpoint_config_mismatch",
+                )
+            try:
+                model = PeftModel.from_pretrained(model, folder).merge_and_unload()
+            except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
+                raise CheckpointError(
+                    f"cannot load LoRA weights {model_path!r}: {error}"
+                ) from error
+        model.requires_grad_(False)
+        return LocalSamplingClient(
+            self.runner,
+            model.to(self.placement.device),
+            tokenizer,
+            self.placement,
+            weights={},
+            version=0,
+        )

@@ -1,0 +1,80 @@
+"""Where the local backend's models come from and where they run.
+
+A base model is a built-in preset or a Hugging Face model available offline (a folder,
+or a hub id already in the local cache); it runs on CUDA in bfloat16 when present, else
+on the CPU in float32, unless the spec says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from kernel.errors import OPDError
+from kernel.spec import LocalBackendSpec
+from worker.engine.backends.local.presets import PRESETS, tiny_model, tiny_tokenizer
+
+
+class ModelNotFound(OPDError):
+    code = "model_not_found"
+
+
+class DeviceUnavailable(OPDError):
+    code = "device_unavailable"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The device the models run on and the dtype of their frozen weights."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+
+def resolve_placement(spec: LocalBackendSpec) -> Placement:
+    """auto = CUDA with bfloat16 when a GPU is present, else the CPU with float32."""
+    cuda = torch.cuda.is_available()
+    if spec.device == "cuda" and not cuda:
+        raise DeviceUnavailable(
+            "local.device is 'cuda' but this machine has no usable CUDA GPU; "
+            "set local.device to 'auto' or 'cpu'"
+        )
+    device = torch.device(
+        "cuda" if spec.device == "cuda" or (spec.device == "auto" and cuda) else "cpu"
+    )
+    if spec.dtype == "auto":
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    else:
+        dtype = getattr(torch, spec.dtype)
+    return Placement(device, dtype)
+
+
+def load_tokenizer(base_model: str) -> Any:
+    if base_model in PRESETS:
+        return tiny_tokenizer()
+    try:
+        return AutoTokenizer.from_pretrained(base_model, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise not_found(base_model, error) from error
+
+
+def load_model(base_model: str, dtype: torch.dtype) -> PreTrainedModel:
+    """The base model on the CPU in `dtype`, in eval mode (no dropout: training is exact)."""
+    if base_model in PRESETS:
+        return tiny_model(base_model).to(dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(base_model, local_files_only=True, dtype=dtype)
+    except (OSError, ValueError) as error:
+        raise not_found(base_model, error) from error
+    return model.eval()
+
+
+def not_found(base_model: str, error: Exception) -> ModelNotFound:
+    return ModelNotFound(
+        f"the local backend cannot load {base_model!r}: pass a path to a Hugging Face model "
+        f"folder (config, weights and tokenizer), a hub id already in the local cache, or "
+        f"one of the built-in presets {', '.join(PRESETS)} ({error})"
+    )

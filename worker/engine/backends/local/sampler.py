@@ -1,0 +1,192 @@
+"""PyTRIO's SamplingClient over a local model and a frozen set of weights.
+
+A sampler made from a training client holds a copy of the LoRA weights of that moment
+and applies them per call (`torch.func.functional_call`), so later training never
+changes what it samples. Each request seeds its own generator from (seed, the sampler's
+version = the optimizer-step count it was made at, the request's ordinal), which makes a
+resumed run sample exactly what the uninterrupted run sampled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+from typing import Any
+
+import torch
+from pytrio.errors.base import ValidationError
+from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingParams
+from torch import Tensor
+from torch.func import functional_call
+
+from worker.engine.backends.local.decoding import Completion, Decoding, generate, sequence_logprobs
+from worker.engine.backends.local.models import Placement
+from worker.engine.backends.local.runner import Coalescer, SerialRunner
+
+DEFAULT_SAMPLING_PARAMS = SamplingParams()
+
+
+class LocalSamplingClient:
+    def __init__(
+        self,
+        runner: SerialRunner,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        placement: Placement,
+        weights: dict[str, Tensor],
+        version: int,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.placement = placement
+        self.weights = weights
+        self.version = version
+        self.requests_made = 0
+        self.eos_ids = end_of_sequence_ids(model, tokenizer)
+        self.sampling = Coalescer(runner, self.generate_batch)
+        self.scoring = Coalescer(runner, self.score_batch)
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        if topk_prompt_logprobs:
+            raise ValidationError(
+                "the local backend does not return top-k prompt logprobs; "
+                "pass topk_prompt_logprobs=0",
+                code="validation.invalid_sampling_request",
+            )
+        decoding = self.decoding(prompt_tokens(prompt), num_samples, sampling_params)
+        if include_prompt_logprobs:
+            completions, prompt_logprobs = await asyncio.gather(
+                self.sampling.submit(decoding), self.scoring.submit(decoding.prompt)
+            )
+        else:
+            completions, prompt_logprobs = await self.sampling.submit(decoding), []
+        return SampleResponse(
+            sequences=[self.sequence(c, return_text) for c in completions],
+            prompt_logprobs=prompt_logprobs,
+            input_tokens=len(decoding.prompt),
+            output_tokens=sum(len(c.tokens) for c in completions),
+        )
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """`None` for the first token, then the logprob of each following token."""
+        return await self.scoring.submit(prompt_tokens(prompt))
+
+    def decoding(self, prompt: list[int], num_samples: int, params: SamplingParams) -> Decoding:
+        """Validate one request as PyTRIO does and give it its own generator."""
+        if params.max_tokens is None or params.max_tokens <= 0:
+            raise invalid("sampling_params.max_tokens must be greater than 0")
+        if num_samples < 1:
+            raise invalid("num_samples must be at least 1")
+        if params.temperature < 0:
+            raise invalid("sampling_params.temperature must be >= 0")
+        if not 0 < params.top_p <= 1:
+            raise invalid("sampling_params.top_p must be in (0, 1]")
+        if params.top_k == 0 or params.top_k < -1:
+            raise invalid("sampling_params.top_k must be -1 (off) or >= 1")
+        ordinal = self.requests_made
+        self.requests_made += 1
+        return Decoding(
+            prompt=prompt,
+            num_samples=num_samples,
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            stop_ids=self.eos_ids | stop_token_ids(self.tokenizer, params.stop),
+            generator=torch.Generator().manual_seed(
+                request_seed(params.seed, self.version, ordinal)
+            ),
+        )
+
+    def sequence(self, completion: Completion, return_text: bool) -> SampleSequence:
+        text = (
+            self.tokenizer.decode(completion.tokens, skip_special_tokens=True)
+            if return_text
+            else None
+        )
+        return SampleSequence(
+            stop_reason=completion.stop_reason,
+            tokens=completion.tokens,
+            text=text,
+            logprobs=completion.logprobs,
+        )
+
+    def forward(self, **kwargs: Any) -> Any:
+        return functional_call(self.model, self.weights, args=(), kwargs=kwargs)
+
+    def generate_batch(self, requests: list[Decoding]) -> list[list[Completion]]:
+        return generate(
+            self.forward,
+            self.model.config,
+            requests,
+            self.tokenizer.pad_token_id,
+            self.placement.device,
+        )
+
+    def score_batch(self, prompts: list[list[int]]) -> list[list[float | None]]:
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        return sequence_logprobs(
+            self.forward, prompts, self.tokenizer.pad_token_id, vocab_size, self.placement.device
+        )
+
+
+def invalid(message: str) -> ValidationError:
+    return ValidationError(message, code="validation.invalid_sampling_request")
+
+
+def prompt_tokens(prompt: ModelInput) -> list[int]:
+    if prompt.is_empty:
+        raise ValidationError("prompt cannot be empty", code="validation.empty_prompt")
+    if prompt.has_images:
+        raise ValidationError(
+            "the local backend samples from text prompts only",
+            code="validation.invalid_sampling_request",
+        )
+    return prompt.to_ints()
+
+
+def request_seed(seed: int | None, version: int, ordinal: int) -> int:
+    """A 63-bit seed for one request; no seed means a fresh random one, as in vLLM."""
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.sha256(f"{seed}:{version}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def end_of_sequence_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
+    """The ids generation always stops at: the tokenizer's and the model's EOS, as vLLM does."""
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = configured if isinstance(configured, list) else [configured]
+    return frozenset(i for i in [*ids, tokenizer.eos_token_id] if i is not None)
+
+
+def stop_token_ids(tokenizer: Any, stop: str | list[str] | list[int] | None) -> frozenset[int]:
+    """Stop strings must each be one token (the local backend stops on token ids)."""
+    if stop is None:
+        return frozenset()
+    items = [stop] if isinstance(stop, str) else list(stop)
+    ids = set()
+    for item in items:
+        if isinstance(item, int):
+            ids.add(item)
+            continue
+        encoded = tokenizer.encode(item, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise invalid(
+                f"stop string {item!r} is {len(encoded)} tokens; the local backend stops only "
+                "on strings that are a single token (such as '<|im_end|>') or on token ids"
+            )
+        ids.add(encoded[0])
+    return frozenset(ids)

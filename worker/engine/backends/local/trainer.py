@@ -1,0 +1,270 @@
+"""PyTRIO's TrainingClient over a local LoRA model: losses, AdamW, saves and restores.
+
+Requests are checked by PyTRIO's own planner, so a bad datum fails the same way on both
+backends. The model stays in eval mode (no dropout), which keeps training a pure
+function of the data: a run restored from a saved state continues exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from pytrio.client.training_batch import (
+    CrossEntropyTrainingSample,
+    TrainingSample,
+    normalize_loss_fn,
+    plan_training_batch,
+)
+from pytrio.errors.base import ValidationError
+from pytrio.model.limits import TrainingLimits
+from pytrio.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardOutput,
+    OptimStepResponse,
+    SaveWeightsForSamplerResponse,
+    SaveWeightsResponse,
+    TensorData,
+)
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+from torch import Tensor
+
+from worker.engine.backends.local.checkpoints import (
+    ADAPTER_WEIGHTS,
+    OPTIMIZER_STATE,
+    SAMPLER,
+    STATE,
+    CheckpointError,
+    atomic_dir,
+    checkpoint_dir,
+    folder_size,
+    read_manifest,
+    write_manifest,
+)
+from worker.engine.backends.local.decoding import row_chunks, target_logprobs
+from worker.engine.backends.local.losses import LOSSES
+from worker.engine.backends.local.models import Placement
+from worker.engine.backends.local.runner import SerialRunner
+from worker.engine.backends.local.sampler import LocalSamplingClient
+
+NO_LIMITS = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
+LORA_ALPHA = 32
+IGNORE_TARGET = -100
+
+
+def attach_lora(model: torch.nn.Module, rank: int, seed: int) -> PeftModel:
+    """LoRA on every linear layer of attention and MLP, initialised from `seed`, in fp32."""
+    config = LoraConfig(
+        r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear"
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config, autocast_adapter_dtype=True)
+
+
+class LocalTrainingClient:
+    def __init__(
+        self,
+        runner: SerialRunner,
+        model: PeftModel,
+        tokenizer: Any,
+        placement: Placement,
+        base_model: str,
+        rank: int,
+        artifact_dir: Path,
+    ) -> None:
+        self.runner = runner
+        self.model = model
+        self.tokenizer = tokenizer
+        self.placement = placement
+        self.base_model = base_model
+        self.rank = rank
+        self.artifact_dir = artifact_dir
+        self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        self.optimizer = torch.optim.AdamW(self.trainable.values())
+        self.steps = 0
+        # PyTRIO accepts load_state only before the first training operation; so do we.
+        self.started = False
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    async def forward_backward_async(
+        self, data: list[Datum], loss_fn: str = "cross_entropy"
+    ) -> asyncio.Future[ForwardBackwardOutput]:
+        """Check the batch now; the returned future resolves once gradients are added."""
+        plan = plan_training_batch(
+            data,
+            loss_fn=loss_fn,
+            auto_shift=False,
+            limits=NO_LIMITS,
+            tokenizer_vocab_size=len(self.tokenizer),
+        )
+        name = normalize_loss_fn(loss_fn)
+        if name not in LOSSES:
+            raise ValidationError(
+                f"the local backend implements the losses {', '.join(LOSSES)}, not {loss_fn!r}",
+                code="validation.unsupported_loss_fn",
+            )
+        samples = [sample for chunk in plan.chunks for sample in chunk.samples]
+        if any(sample.model_input.has_images for sample in samples):
+            raise ValidationError(
+                "the local backend trains on text inputs only",
+                code="validation.image_input_unsupported",
+            )
+        self.started = True
+        return self.runner.submit(
+            self.accumulate_gradients, name, samples, plan.totals.total_active_tokens
+        )
+
+    async def optim_step_async(self, adam_params: AdamParams) -> asyncio.Future[OptimStepResponse]:
+        self.started = True
+        return self.runner.submit(self.apply_optimizer, adam_params)
+
+    async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
+        self.started = True
+        weights, version = await self.runner.submit(self.snapshot)
+        return LocalSamplingClient(
+            self.runner, self.model, self.tokenizer, self.placement, weights, version
+        )
+
+    async def save_weights_for_sampler_async(
+        self, name: str
+    ) -> asyncio.Future[SaveWeightsForSamplerResponse]:
+        self.started = True
+        folder = checkpoint_dir(self.artifact_dir, SAMPLER, name)
+        return self.runner.submit(self.save, folder, SAMPLER, SaveWeightsForSamplerResponse)
+
+    async def save_state_async(self, name: str) -> asyncio.Future[SaveWeightsResponse]:
+        self.started = True
+        folder = checkpoint_dir(self.artifact_dir, STATE, name)
+        return self.runner.submit(self.save, folder, STATE, SaveWeightsResponse)
+
+    async def load_state_with_optimizer_async(self, path: str) -> asyncio.Future[dict]:
+        """Restore weights, optimizer and step count; only before the first training call."""
+        if self.started:
+            raise ValidationError(
+                "load_state cannot be called after training has started. "
+                "Call load_state before the first training operation.",
+                code="validation.already_initialized",
+            )
+        self.started = True
+        return self.runner.submit(self.restore, Path(path))
+
+    def accumulate_gradients(
+        self, loss_fn: str, samples: list[TrainingSample], token_count: int
+    ) -> ForwardBackwardOutput:
+        """Sum the loss over every token of every datum and add its gradient."""
+        outputs: list[dict[str, TensorData]] = []
+        loss_sum = 0.0
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        for chunk in row_chunks([s.input_length for s in samples], vocab_size):
+            rows = samples[chunk]
+            inputs = [s.model_input.to_ints() for s in rows]
+            targets = [[max(t, 0) for t in s.target_tokens] for s in rows]
+            logprobs = target_logprobs(
+                self.model, inputs, targets, self.tokenizer.pad_token_id, self.placement.device
+            )
+            loss_inputs, mask = padded_loss_inputs(rows, logprobs.shape[1], logprobs.device)
+            loss = (LOSSES[loss_fn](logprobs, loss_inputs) * mask).sum()
+            loss.backward()
+            loss_sum += loss.item()
+            kept = (logprobs.detach() * mask).cpu()
+            outputs.extend(
+                {"logprobs": TensorData.from_torch(kept[i, : s.input_length])}
+                for i, s in enumerate(rows)
+            )
+        return ForwardBackwardOutput(
+            loss_fn_outputs=outputs,
+            metrics={
+                "loss_sum": loss_sum,
+                "loss_mean": loss_sum / token_count if token_count else 0.0,
+                "token_count": token_count,
+            },
+        )
+
+    def apply_optimizer(self, adam: AdamParams) -> OptimStepResponse:
+        """One AdamW step with this call's parameters, then clear the gradients."""
+        for group in self.optimizer.param_groups:
+            group.update(
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
+            )
+        max_norm = adam.grad_clip_norm if adam.grad_clip_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable.values()), max_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.steps += 1
+        return OptimStepResponse(
+            metrics={"grad_norm": float(grad_norm), "learning_rate": adam.learning_rate}
+        )
+
+    def snapshot(self) -> tuple[dict[str, Tensor], int]:
+        weights = {name: p.detach().clone() for name, p in self.trainable.items()}
+        return weights, self.steps
+
+    def save(self, folder: Path, kind: str, response: type[Any]) -> Any:
+        with atomic_dir(folder) as temporary:
+            # Embeddings are never trained; False also skips peft's Hugging Face Hub lookup.
+            self.model.save_pretrained(temporary, save_embedding_layers=False)
+            if kind == STATE:
+                torch.save(self.optimizer.state_dict(), temporary / OPTIMIZER_STATE)
+            else:
+                self.tokenizer.save_pretrained(temporary)
+            write_manifest(
+                temporary,
+                kind=kind,
+                base_model=self.base_model,
+                lora_rank=self.rank,
+                step=self.steps,
+            )
+        return response(path=str(folder), model=self.base_model, size=folder_size(folder))
+
+    def restore(self, folder: Path) -> dict:
+        manifest = read_manifest(folder, STATE)
+        saved = (manifest.get("base_model"), manifest.get("lora_rank"))
+        if saved != (self.base_model, self.rank):
+            raise CheckpointError(
+                f"state {str(folder)!r} was saved by base model {saved[0]!r} with LoRA rank "
+                f"{saved[1]}; this run uses {self.base_model!r} with rank {self.rank}",
+                code="checkpoint_config_mismatch",
+            )
+        try:
+            adapter = load_file(folder / ADAPTER_WEIGHTS)
+            optimizer_state = torch.load(folder / OPTIMIZER_STATE, weights_only=True)
+            result = set_peft_model_state_dict(self.model, adapter)
+            if result.unexpected_keys or len(adapter) != len(self.trainable):
+                raise ValueError("its adapter does not match this model's LoRA layers")
+            self.optimizer.load_state_dict(optimizer_state)
+            self.steps = int(manifest["step"])
+        except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
+            raise CheckpointError(f"cannot restore state {str(folder)!r}: {error}") from error
+        return {}
+
+
+def padded_loss_inputs(
+    rows: list[TrainingSample], width: int, device: torch.device
+) -> tuple[dict[str, Tensor], Tensor]:
+    """The loss inputs of each row padded to `width`, and the mask of positions that count."""
+
+    def padded(values: list[tuple[float, ...] | list[float]]) -> Tensor:
+        out = torch.zeros((len(values), width), dtype=torch.float32)
+        for i, row in enumerate(values):
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+        return out.to(device)
+
+    mask = padded([[float(t != IGNORE_TARGET) for t in s.target_tokens] for s in rows])
+    if isinstance(rows[0], CrossEntropyTrainingSample):
+        return {"weights": padded([s.weights for s in rows])}, mask
+    return {
+        "logprobs": padded([s.logprobs for s in rows]),
+        "advantages": padded([s.advantages for s in rows]),
+    }, mask

@@ -1,0 +1,91 @@
+"""The database sink: a job's steps, checkpoints and events, written in order, never lost.
+
+The loop calls sinks synchronously; this one queues each write and a background task
+applies them in order, one transaction each (a step's metrics and progress together),
+retrying with backoff while the database is away. Training keeps going during an
+outage and every queued write lands once the database is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.models import JobAction
+from app.store.errors import JobNotHeld
+from app.store.records import record_checkpoint, record_event, record_step
+from kernel.retry import Backoff, retry
+from worker.engine.sinks import Sink
+
+log = logging.getLogger(__name__)
+Write = Callable[[AsyncSession], Awaitable[Any]]
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """Errors that a later attempt may not have: lost connections, a server restarting."""
+    if isinstance(error, DBAPIError):
+        return error.connection_invalidated or isinstance(error, OperationalError | InterfaceError)
+    return isinstance(error, OSError | TimeoutError | ConnectionError)
+
+
+class DatabaseSink(Sink):
+    """Writes through the job store as `worker_id`; reports API requests to `on_action`."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        job_id: int,
+        worker_id: str,
+        on_action: Callable[[JobAction], None],
+        on_lost: Callable[[], None],
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.job_id = job_id
+        self.worker_id = worker_id
+        self.on_action = on_action
+        self.on_lost = on_lost
+        self.backoff = backoff or Backoff()
+        self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
+        self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
+
+    async def _apply(self, write: Write) -> Any:
+        async with self.sessions() as session:
+            return await write(session)
+
+    async def _write_all(self) -> None:
+        while (write := await self.writes.get()) is not None:
+            try:
+                result = await retry(
+                    lambda w=write: self._apply(w),
+                    transient=database_unreachable,
+                    backoff=self.backoff,
+                    what=f"job {self.job_id} database write",
+                )
+            except JobNotHeld:
+                log.warning("job %s was taken over; dropping this worker's writes", self.job_id)
+                self.on_lost()
+                return
+            if isinstance(result, JobAction):
+                self.on_action(result)
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.writes.put_nowait(lambda s: record_step(s, self.job_id, self.worker_id, step, metrics))
+
+    def checkpoint(self, step: int, kind: str, path: str) -> None:
+        self.writes.put_nowait(
+            lambda s: record_checkpoint(s, self.job_id, self.worker_id, step, kind, path)
+        )
+
+    def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
+        self.writes.put_nowait(lambda s: record_event(s, self.job_id, level, message, data))
+
+    async def drain(self) -> None:
+        """Wait until every queued write has landed (or the job was taken over)."""
+        self.writes.put_nowait(None)
+        await self.writer

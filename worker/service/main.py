@@ -1,0 +1,108 @@
+"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper.
+
+SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
+next step boundary with its state saved and goes back to the queue for another worker.
+A second signal stops at once (the sweeper later resumes those jobs from their last
+saved state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from datetime import timedelta
+
+from arq.connections import RedisSettings
+from arq.worker import Worker, func
+from redis.exceptions import RedisError
+
+from app.core.config import Settings
+from app.core.db import create_db_engine, session_factory
+from app.queue import TASK_NAME, JobQueue
+from worker.service.sweeper import sweep
+from worker.service.tasks import WorkerContext, request_shutdown, run_job
+
+log = logging.getLogger(__name__)
+JOB_TIMEOUT = timedelta(days=30)
+REDIS_RETRY_SECONDS = 2.0
+
+
+class OPDWorker(Worker):
+    """arq's worker, made to outlive Redis outages: jobs keep running (their state lives
+    in the database), and a poll that fails because Redis is away is retried later
+    instead of ending the process. (Hooks arq's poll step; arq is pinned below 0.29.)"""
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except (RedisError, OSError) as error:
+            log.warning("Redis unreachable, retrying in %.0fs: %s", REDIS_RETRY_SECONDS, error)
+            await asyncio.sleep(REDIS_RETRY_SECONDS)
+
+
+async def sweep_forever(ctx: WorkerContext) -> None:
+    while True:
+        try:
+            await sweep(ctx.sessions, ctx.queue, ctx.settings)
+        except Exception as error:  # Redis or the database may be away; try next time
+            log.warning("sweep failed: %s", error)
+        await asyncio.sleep(ctx.settings.sweep_interval)
+
+
+async def drain(worker: Worker, ctx: WorkerContext) -> None:
+    """Stop picking jobs, ask the running ones to stop and requeue, then end the worker."""
+    worker.allow_pick_jobs = False
+    request_shutdown(ctx)
+    log.info("draining: %d running job(s) stop at their next step boundary", len(ctx.running))
+    while any(not task.done() for task in worker.tasks.values()):
+        await asyncio.sleep(0.2)
+    if worker.main_task is not None:
+        worker.main_task.cancel()
+
+
+async def serve_worker(settings: Settings) -> None:
+    """Run one worker process until it is signalled to stop."""
+    if settings.redis_url is None:
+        raise RuntimeError("the worker needs a Redis: set OPD_REDIS_URL")
+    engine = create_db_engine(settings.database_url)
+    ctx = WorkerContext(
+        settings=settings,
+        sessions=session_factory(engine),
+        queue=JobQueue(settings.redis_url, settings.queue_name),
+        worker_id=f"{socket.gethostname()}:{os.getpid()}",
+    )
+    worker = OPDWorker(
+        functions=[func(run_job, name=TASK_NAME, max_tries=3)],
+        queue_name=settings.queue_name,
+        redis_settings=RedisSettings.from_dsn(settings.redis_url),
+        max_jobs=settings.worker_concurrency,
+        job_timeout=JOB_TIMEOUT,
+        handle_signals=False,
+        ctx={"opd": ctx},
+    )
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    def on_signal(signum: int) -> None:
+        if draining:
+            log.warning("second %s: stopping now", signal.Signals(signum).name)
+            worker.handle_sig(signum)
+            return
+        draining.append(loop.create_task(drain(worker, ctx)))
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    sweeper = loop.create_task(sweep_forever(ctx))
+    log.info("worker %s serving queue %s", ctx.worker_id, settings.queue_name)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker.async_run()
+    finally:
+        sweeper.cancel()
+        await worker.close()
+        await ctx.queue.close()
+        await engine.dispose()

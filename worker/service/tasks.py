@@ -1,0 +1,204 @@
+"""The arq task `run_job`: claim a job, run the engine, record the outcome.
+
+The database owns the job: the task claims it with a compare-and-set, beats its heart
+while the engine runs, stops at a step boundary when the API asks (cancel, pause) or the
+worker shuts down, and ends the job as succeeded, failed, cancelled, paused or requeued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytrio import PyTrioError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.core.config import Settings
+from app.models import Job
+from app.queue import JobQueue, enqueue_job
+from app.store.errors import JobNotHeld
+from app.store.jobs import claim_job, complete_job, fail_job, heartbeat, stop_job
+from kernel.errors import OPDError
+from kernel.retry import Backoff, retry
+from kernel.spec import JobSpec
+from worker.engine.backends.resilient import backend_failure
+from worker.engine.loop import RunResult
+from worker.engine.loop import run_job as run_engine
+from worker.engine.sinks import FanOut, Sink, SwanLabSink
+from worker.service.db_sink import DatabaseSink, database_unreachable
+
+log = logging.getLogger(__name__)
+SHUTDOWN = "the worker is shutting down"
+
+
+@dataclass
+class JobControl:
+    """What the engine's `should_stop` reads: why the run should stop, if it should."""
+
+    reason: str | None = None
+    lost: bool = False
+    engine: asyncio.Task[RunResult] | None = field(default=None, repr=False)
+
+    def request(self, reason: str) -> None:
+        self.reason = self.reason or reason
+
+    def should_stop(self) -> bool:
+        return self.reason is not None
+
+    def take_away(self) -> None:
+        """Another worker holds the job now: stop at once, write nothing more."""
+        self.lost = True
+        if self.engine is not None:
+            self.engine.cancel()
+
+
+@dataclass
+class WorkerContext:
+    """What every task of one worker process shares (arq's ctx["opd"])."""
+
+    settings: Settings
+    sessions: async_sessionmaker[AsyncSession]
+    queue: JobQueue
+    worker_id: str
+    running: dict[int, JobControl] = field(default_factory=dict)
+
+
+def failure_of(error: BaseException) -> tuple[str, str]:
+    """(code, message) for a job that failed with `error`: what a person can act on."""
+    if isinstance(error, PyTrioError):  # raised outside the resilient proxy (local backend)
+        error = backend_failure(error, "a backend call", repeatable=False) or error
+    if isinstance(error, OPDError):
+        return error.code, str(error)
+    return "internal_error", f"{type(error).__name__}: {error}"
+
+
+async def beat(ctx: WorkerContext, job_id: int, control: JobControl) -> None:
+    """Heartbeat every interval; relay cancel/pause requests; notice a takeover."""
+    while True:
+        await asyncio.sleep(ctx.settings.heartbeat_interval)
+        try:
+            async with ctx.sessions() as session:
+                action = await heartbeat(session, job_id, ctx.worker_id)
+        except JobNotHeld:
+            control.take_away()
+            return
+        except Exception as error:  # the database may be away: keep beating
+            log.warning("job %s heartbeat failed: %s", job_id, error)
+            continue
+        if action is not None:
+            control.request(str(action))
+
+
+def job_sinks(spec: JobSpec, db: DatabaseSink, artifact_dir: Path) -> Sink:
+    if spec.swanlab.enabled:
+        return FanOut(db, SwanLabSink(artifact_dir / "swanlog"))
+    return db
+
+
+async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
+    """A job-state write that waits out a database outage rather than losing the outcome."""
+
+    async def attempt() -> Any:
+        async with ctx.sessions() as session:
+            return await operation(session)
+
+    return await retry(attempt, transient=database_unreachable, backoff=Backoff(), what=what)
+
+
+async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
+    """Run a claimed job to its end and record that end; returns the outcome's name."""
+    job_id, worker = job.id, ctx.worker_id
+    spec = JobSpec.model_validate(job.spec)
+    artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
+    db = DatabaseSink(
+        ctx.sessions,
+        job_id,
+        worker,
+        on_action=lambda action: control.request(str(action)),
+        on_lost=control.take_away,
+    )
+    heart = asyncio.create_task(beat(ctx, job_id, control))
+    control.engine = asyncio.create_task(
+        run_engine(
+            spec,
+            job_sinks(spec, db, artifact_dir),
+            artifact_dir=artifact_dir,
+            data_root=ctx.settings.data_root,
+            confine_data=True,
+            resume_from=job.last_state_path,
+            should_stop=control.should_stop,
+        )
+    )
+    error: BaseException | None = None
+    result: RunResult | None = None
+    try:
+        result = await control.engine
+    except asyncio.CancelledError:
+        if not control.lost:
+            raise
+    except Exception as failure:
+        log.exception("job %s failed", job_id)
+        error = failure
+    finally:
+        heart.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heart
+    await db.drain()
+    if control.lost:
+        return "taken over"
+
+    if error is not None:
+        code, message = failure_of(error)
+        await write(ctx, f"fail job {job_id}", lambda s: fail_job(s, job_id, worker, code, message))
+        return "failed"
+    assert result is not None
+    if not result.stopped:
+        path = result.final_weights_path or ""
+        await write(ctx, f"complete job {job_id}", lambda s: complete_job(s, job_id, worker, path))
+        return "succeeded"
+    stopped = await write(
+        ctx,
+        f"stop job {job_id}",
+        lambda s: stop_job(
+            s,
+            job_id,
+            worker,
+            reason=control.reason or SHUTDOWN,
+            state_path=result.state_path,
+            state_step=result.steps_done,
+        ),
+    )
+    if stopped.status == "queued":
+        async with ctx.sessions() as session:
+            await enqueue_job(session, ctx.queue, job_id)
+    return str(stopped.status)
+
+
+async def run_job(arq_ctx: dict[str, Any], job_id: int) -> str:
+    """arq entry point (task name `run_job`, as app.queue enqueues it)."""
+    ctx: WorkerContext = arq_ctx["opd"]
+    if job_id in ctx.running:  # a duplicate message: this process already runs the job
+        return "already running here"
+    async with ctx.sessions() as session:
+        job = await claim_job(
+            session, job_id, ctx.worker_id, heartbeat_timeout=ctx.settings.heartbeat_timeout
+        )
+    if job is None:
+        return "nothing to run"
+    control = ctx.running[job_id] = JobControl()
+    try:
+        return await execute(ctx, job, control)
+    except JobNotHeld:
+        return "taken over"
+    finally:
+        ctx.running.pop(job_id, None)
+
+
+def request_shutdown(ctx: WorkerContext) -> None:
+    """Ask every running job to stop at its next step boundary and be requeued."""
+    for control in ctx.running.values():
+        control.request(SHUTDOWN)
