@@ -22,7 +22,7 @@ from pytrio.types import AdamParams, Datum, ModelInput, SamplingParams
 
 from kernel.errors import BackendFailure, OPDError, TokenizerMismatch
 from kernel.spec import JobSpec
-from worker.engine.backends.base import SamplingClient, ServiceClient, TrainingClient
+from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datums import (
     batch_indices,
     build_opd_datum,
@@ -204,10 +204,16 @@ async def run_loop(
     sink.start(RunInfo(spec=spec, dataset_size=len(prompts), start_step=start))
 
     sampler: SamplingClient | None = None
+    # The state of the latest step boundary saved (or resumed from): a stop right there reuses
+    # it, since a state name may be saved only once in a run.
+    latest_state = (start, resume_from) if resume_from else None
     for step in range(start, loop.steps):
         on_refresh_boundary = step % loop.sampler_refresh_steps == 0
         if on_refresh_boundary and should_stop():
-            path = await save_state(training, spec, step, sink)
+            if latest_state is not None and latest_state[0] == step:
+                path = latest_state[1]
+            else:
+                path = await save_state(training, spec, step, sink)
             sink.event("info", f"Stopped at step {step}; state saved", {"step": step, "path": path})
             return RunResult(steps_done=step, stopped=True, state_path=path)
 
@@ -244,7 +250,7 @@ async def run_loop(
 
         done = step + 1
         if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
-            await save_state(training, spec, done, sink)
+            latest_state = (done, await save_state(training, spec, done, sink))
             saved = await (
                 await training.save_weights_for_sampler_async(
                     f"{loop.save_weights_name}-{done:06d}"

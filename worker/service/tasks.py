@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytrio import PyTrioError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
@@ -25,7 +24,6 @@ from app.store.jobs import claim_job, complete_job, fail_job, heartbeat, stop_jo
 from kernel.errors import OPDError
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
-from worker.engine.backends.resilient import backend_failure
 from worker.engine.loop import RunResult
 from worker.engine.loop import run_job as run_engine
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
@@ -69,8 +67,6 @@ class WorkerContext:
 
 def failure_of(error: BaseException) -> tuple[str, str]:
     """(code, message) for a job that failed with `error`: what a person can act on."""
-    if isinstance(error, PyTrioError):  # raised outside the resilient proxy (local backend)
-        error = backend_failure(error, "a backend call", repeatable=False) or error
     if isinstance(error, OPDError):
         return error.code, str(error)
     return "internal_error", f"{type(error).__name__}: {error}"

@@ -1,25 +1,32 @@
-"""Training backends behind one PyTRIO-shaped interface (see `base.py`)."""
+"""Training backends behind one contract (`contract.py`), each used through `resilient`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from kernel.spec import JobSpec
-from worker.engine.backends.base import ServiceClient
-
-if TYPE_CHECKING:
-    from worker.engine.backends.resilient import Warn
+from kernel.retry import Backoff
+from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec
+from worker.engine.backends.contract import ServiceClient
+from worker.engine.backends.resilient import Warn, resilient
 
 
 def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
-    """The service client for the spec's backend; heavy imports happen only here.
-    The remote backend's calls are retried as `resilient.py` says; `warn` hears of each retry."""
+    """The service client for the spec's backend; heavy imports happen only here. Remote
+    calls are retried as `resilient.py` says (`warn` hears of each retry); every backend's
+    errors become the service's codes the same way."""
+    from worker.engine.backends.trio import ERRORS as PYTRIO_ERRORS
+
     if spec.backend == "trio":
-        from worker.engine.backends.resilient import resilient
         from worker.engine.backends.trio import connect_trio
 
-        return resilient(connect_trio(spec.trio), spec.trio, warn)
+        options = spec.trio
+        backoff = Backoff(
+            initial=options.call_retry_delay_seconds,
+            cap=MAX_RETRY_DELAY_SECONDS,
+            attempts=options.call_attempts,
+        )
+        return resilient(connect_trio(options), PYTRIO_ERRORS, warn, backoff)
     from worker.engine.backends.local import LocalServiceClient
 
-    return LocalServiceClient(spec.local, artifact_dir)
+    # The local backend raises PyTRIO's error types, and has nothing worth retrying.
+    return resilient(LocalServiceClient(spec.local, artifact_dir), PYTRIO_ERRORS, warn)

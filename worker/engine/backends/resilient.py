@@ -1,10 +1,9 @@
 """Backend calls that ride out a flaky service: transient failures are retried, others fail fast.
 
-PyTRIO already retries each HTTP request. A call that still fails transiently (a timeout,
-HTTP 408/429/5xx, a dropped connection) is tried again here as a whole, with bounded
-exponential backoff and jitter, and every retry is reported. A permanent failure (bad
-credentials, a rejected request) is not retried: it becomes an `OPDError` whose code
-the job stores and whose message says what to do.
+Every backend is used through `resilient(...)`, a proxy that follows the contract: each
+call is made as its `Call` kind allows (`contract.py`), and a failure that remains becomes
+an `OPDError` whose code the job stores and whose message says what to do. Which errors
+are transient, and which are about credentials, is the backend's to say (`Errors`).
 
 Only what is safe to repeat is repeated:
 - `sample`, `compute_logprobs`, creating clients and saving weights or state are
@@ -21,88 +20,73 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Generic, NoReturn, TypeVar
+from enum import StrEnum
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
-import httpx
-from pytrio.auth.flow import is_relogin_auth_error
-from pytrio.errors.auth import AuthError
-from pytrio.errors.base import PyTrioError
-from pytrio.types import (
-    AdamParams,
-    APIFuture,
-    Datum,
-    ForwardBackwardOutput,
-    ModelInput,
-    OptimStepResponse,
-    SampleResponse,
-    SamplingParams,
-    SaveWeightsForSamplerResponse,
-    SaveWeightsResponse,
-)
+from pytrio.types import APIFuture
 
 from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
 from kernel.retry import Backoff, retry
-from kernel.spec import MAX_RETRY_DELAY_SECONDS, TrioBackendSpec
-from worker.engine.backends.base import SamplingClient, ServiceClient, TrainingClient
-from worker.engine.backends.trio import LOGIN_HINT
+from worker.engine.backends.contract import Call, ServiceClient, call_spec
 
 T = TypeVar("T")
 Warn = Callable[[str, dict[str, Any]], None]
 """Told about each retry: a message and its details, e.g. to record a warning event."""
 
-NETWORK_ERRORS = (TimeoutError, ConnectionError, httpx.TransportError)
-AUTH_STATUS_CODES = (401, 403)
 ONCE = Backoff(attempts=1)
 
 
-def is_transient(error: BaseException) -> bool:
-    """Worth another try: PyTRIO says so, or the network failed underneath it."""
-    if isinstance(error, PyTrioError):
-        return error.retryable
-    return isinstance(error, NETWORK_ERRORS)
+class Kind(StrEnum):
+    transient = "transient"
+    auth = "auth"
+    rejected = "rejected"
 
 
-def is_auth(error: PyTrioError) -> bool:
-    return (
-        isinstance(error, AuthError)
-        or is_relogin_auth_error(error)
-        or error.status_code in AUTH_STATUS_CODES
-    )
+@dataclass(frozen=True)
+class Failure:
+    """What a backend says of one of its errors."""
+
+    kind: Kind
+    description: str
+    hint: str = ""
 
 
-def describe(error: BaseException) -> str:
-    if isinstance(error, PyTrioError):
-        status = f", HTTP {error.status_code}" if error.status_code else ""
-        return f"{error.message} ({error.code}{status})"
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+@dataclass(frozen=True)
+class Errors:
+    """How one backend's errors read: `classify` gives None for an error that is not the
+    backend's (a bug, or an OPDError already)."""
+
+    classify: Callable[[BaseException], Failure | None]
+    login_hint: str
+    retry_option: str
 
 
 def backend_failure(
-    error: BaseException, what: str, *, tries: int = 1, repeatable: bool = True
+    error: BaseException, what: str, errors: Errors, *, tries: int = 1, repeatable: bool = True
 ) -> OPDError | None:
-    """What a person can act on when the backend call `what` finally failed with `error`;
-    None when `error` is not the backend's (a bug, or an OPDError already)."""
-    if is_transient(error) and repeatable:
+    """What a person can act on when the backend call `what` finally failed with `error`."""
+    failure = errors.classify(error)
+    if failure is None:
+        return None
+    if failure.kind is Kind.transient and repeatable:
         return BackendUnavailable(
             f"backend call {what} kept failing ({tries} {'try' if tries == 1 else 'tries'}), "
-            f"last with: {describe(error)}. The backend is unreachable or overloaded: submit "
-            "the job again later, or allow more tries with trio.call_attempts"
+            f"last with: {failure.description}. The backend is unreachable or overloaded: "
+            f"submit the job again later, or allow more tries with {errors.retry_option}"
         )
-    if is_transient(error):
+    if failure.kind is Kind.transient:
         return BackendUnavailable(
-            f"backend call {what} failed after it was sent ({describe(error)}); it may have "
-            "taken effect, so it was not repeated. Submit the job again once the backend "
-            "is healthy"
+            f"backend call {what} failed after it was sent ({failure.description}); it may "
+            "have taken effect, so it was not repeated. Submit the job again once the "
+            "backend is healthy"
         )
-    if not isinstance(error, PyTrioError):
-        return None
-    hint = f" {error.hint}" if error.hint else ""
-    if is_auth(error):
+    hint = f" {failure.hint}" if failure.hint else ""
+    if failure.kind is Kind.auth:
         return BackendAuth(
-            f"the backend refused the credentials for {what}: {describe(error)}.{hint} "
-            f"To use another key, {LOGIN_HINT}"
+            f"the backend refused the credentials for {what}: {failure.description}.{hint} "
+            f"To use another key, {errors.login_hint}"
         )
-    return BackendRejected(f"the backend rejected {what}: {describe(error)}.{hint}")
+    return BackendRejected(f"the backend rejected {what}: {failure.description}.{hint}")
 
 
 def explain(error: Exception, failure: OPDError | None) -> NoReturn:
@@ -113,10 +97,16 @@ def explain(error: Exception, failure: OPDError | None) -> NoReturn:
 
 @dataclass(frozen=True)
 class Calls:
-    """How the proxies call the backend: how often to try, and whom to tell of a retry."""
+    """How the proxies call the backend: how often to try, which errors are transient, and
+    whom to tell of a retry."""
 
     backoff: Backoff
+    errors: Errors
     warn: Warn
+
+    def transient(self, error: BaseException) -> bool:
+        failure = self.errors.classify(error)
+        return failure is not None and failure.kind is Kind.transient
 
     async def call(
         self, what: str, operation: Callable[[], Awaitable[T]], *, repeatable: bool = True
@@ -130,10 +120,11 @@ class Calls:
         async def attempt() -> T:
             nonlocal tries, last
             if last is not None:
+                description = self.describe(last)
                 self.warn(
                     f"Retrying backend call {what} (try {tries + 1} of {backoff.attempts}) "
-                    f"after: {describe(last)}",
-                    {"call": what, "try": tries + 1, "error": describe(last)},
+                    f"after: {description}",
+                    {"call": what, "try": tries + 1, "error": description},
                 )
             tries += 1
             try:
@@ -143,25 +134,16 @@ class Calls:
                 raise
 
         try:
-            return await retry(attempt, transient=is_transient, backoff=backoff, what=what)
+            return await retry(attempt, transient=self.transient, backoff=backoff, what=what)
         except Exception as error:
-            explain(error, backend_failure(error, what, tries=tries, repeatable=repeatable))
+            failure = backend_failure(
+                error, what, self.errors, tries=tries, repeatable=repeatable
+            )
+            explain(error, failure)
 
-    async def resolved(
-        self, what: str, submit: Callable[[], Awaitable[Awaitable[T]]]
-    ) -> APIFuture[T]:
-        """An idempotent two-stage call (submit, then await its result) retried as a whole."""
-
-        async def submit_and_wait() -> T:
-            return await (await submit())
-
-        return APIFuture.completed(await self.call(what, submit_and_wait))
-
-    async def submitted(
-        self, what: str, submit: Callable[[], Awaitable[Awaitable[T]]]
-    ) -> Settled[T]:
-        """A state-changing call: its submission is retried, its result never."""
-        return Settled(self, what, await self.call(what, submit))
+    def describe(self, error: BaseException) -> str:
+        failure = self.errors.classify(error)
+        return failure.description if failure else f"{type(error).__name__}: {error}"
 
 
 class Settled(Generic[T]):
@@ -175,111 +157,39 @@ class Settled(Generic[T]):
         return self.calls.call(self.what, lambda: self.result, repeatable=False).__await__()
 
 
-class ResilientSamplingClient:
-    def __init__(self, inner: SamplingClient, calls: Calls) -> None:
-        self.inner, self.calls = inner, calls
+class Resilient:
+    """A contract object whose every call is made as its `Call` kind allows; clients it
+    returns are wrapped the same way. A name outside the contract is an AttributeError."""
 
-    def get_tokenizer(self) -> Any:
-        return self.inner.get_tokenizer()
+    def __init__(self, inner: Any, contract: type, calls: Calls) -> None:
+        self.inner, self.contract, self.calls = inner, contract, calls
 
-    async def sample_async(
-        self,
-        prompt: ModelInput,
-        num_samples: int = 1,
-        sampling_params: SamplingParams = SamplingParams(),  # noqa: B008 - immutable default
-        include_prompt_logprobs: bool = False,
-        topk_prompt_logprobs: int = 0,
-        return_text: bool = True,
-    ) -> SampleResponse:
-        return await self.calls.call(
-            "sample",
-            lambda: self.inner.sample_async(
-                prompt,
-                num_samples=num_samples,
-                sampling_params=sampling_params,
-                include_prompt_logprobs=include_prompt_logprobs,
-                topk_prompt_logprobs=topk_prompt_logprobs,
-                return_text=return_text,
-            ),
-        )
+    def __getattr__(self, name: str) -> Any:
+        spec = call_spec(self.contract, name)
+        method = getattr(self.inner, name)
+        what = name.removesuffix("_async")
+        calls = self.calls
+        if spec.kind is Call.local:
+            return method
 
-    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
-        return await self.calls.call(
-            "compute_logprobs", lambda: self.inner.compute_logprobs_async(prompt)
-        )
+        async def proxy(*args: Any, **kwargs: Any) -> Any:
+            if spec.kind is Call.state_changing:
+                return Settled(calls, what, await calls.call(what, lambda: method(*args, **kwargs)))
+            if spec.kind is Call.idempotent_future:
+
+                async def submit_and_wait() -> Any:
+                    return await (await method(*args, **kwargs))
+
+                return APIFuture.completed(await calls.call(what, submit_and_wait))
+            result = await calls.call(what, lambda: method(*args, **kwargs))
+            return result if spec.returns is None else Resilient(result, spec.returns, calls)
+
+        return proxy
 
 
-class ResilientTrainingClient:
-    def __init__(self, inner: TrainingClient, calls: Calls) -> None:
-        self.inner, self.calls = inner, calls
-
-    def get_tokenizer(self) -> Any:
-        return self.inner.get_tokenizer()
-
-    async def forward_backward_async(
-        self, data: list[Datum], loss_fn: str = "cross_entropy"
-    ) -> Settled[ForwardBackwardOutput]:
-        return await self.calls.submitted(
-            "forward_backward", lambda: self.inner.forward_backward_async(data, loss_fn=loss_fn)
-        )
-
-    async def optim_step_async(self, adam_params: AdamParams) -> Settled[OptimStepResponse]:
-        return await self.calls.submitted(
-            "optim_step", lambda: self.inner.optim_step_async(adam_params)
-        )
-
-    async def load_state_with_optimizer_async(self, path: str) -> Settled[Any]:
-        return await self.calls.submitted(
-            "load_state_with_optimizer", lambda: self.inner.load_state_with_optimizer_async(path)
-        )
-
-    async def save_state_async(self, name: str) -> APIFuture[SaveWeightsResponse]:
-        return await self.calls.resolved("save_state", lambda: self.inner.save_state_async(name))
-
-    async def save_weights_for_sampler_async(
-        self, name: str
-    ) -> APIFuture[SaveWeightsForSamplerResponse]:
-        return await self.calls.resolved(
-            "save_weights_for_sampler", lambda: self.inner.save_weights_for_sampler_async(name)
-        )
-
-    async def save_weights_and_get_sampling_client_async(self) -> ResilientSamplingClient:
-        sampler = await self.calls.call(
-            "save_weights_and_get_sampling_client",
-            self.inner.save_weights_and_get_sampling_client_async,
-        )
-        return ResilientSamplingClient(sampler, self.calls)
-
-
-class ResilientServiceClient:
-    def __init__(self, inner: ServiceClient, calls: Calls) -> None:
-        self.inner, self.calls = inner, calls
-
-    async def create_lora_training_client_async(
-        self, base_model: str, rank: int = 32, seed: int | None = None
-    ) -> ResilientTrainingClient:
-        training = await self.calls.call(
-            "create_lora_training_client",
-            lambda: self.inner.create_lora_training_client_async(base_model, rank=rank, seed=seed),
-        )
-        return ResilientTrainingClient(training, self.calls)
-
-    async def create_sampling_client_async(
-        self, base_model: str, model_path: str | None = None
-    ) -> ResilientSamplingClient:
-        sampler = await self.calls.call(
-            "create_sampling_client",
-            lambda: self.inner.create_sampling_client_async(base_model, model_path=model_path),
-        )
-        return ResilientSamplingClient(sampler, self.calls)
-
-
-def resilient(service: ServiceClient, options: TrioBackendSpec, warn: Warn) -> ServiceClient:
+def resilient(
+    service: ServiceClient, errors: Errors, warn: Warn, backoff: Backoff = ONCE
+) -> ServiceClient:
     """`service` with every call made as this module describes, tried at most
-    `options.call_attempts` times."""
-    backoff = Backoff(
-        initial=options.call_retry_delay_seconds,
-        cap=MAX_RETRY_DELAY_SECONDS,
-        attempts=options.call_attempts,
-    )
-    return ResilientServiceClient(service, Calls(backoff, warn))
+    `backoff.attempts` times."""
+    return cast(ServiceClient, Resilient(service, ServiceClient, Calls(backoff, errors, warn)))

@@ -2,21 +2,50 @@
 
 PyTRIO reads its timeouts when a ServiceClient is made, so they are set first, with
 `pytrio.configure`'s real option names (the reference's `configure(timeout=...)` is an
-unknown option that PyTRIO ignores with a warning).
+unknown option that PyTRIO ignores with a warning). `ERRORS` says which PyTRIO errors are
+worth another try and which are about credentials; the local backend raises PyTRIO's
+error types too, so it reads its errors the same way.
 """
 
 from __future__ import annotations
 
+import httpx
 import pytrio
 from pytrio.auth.flow import is_relogin_auth_error
 from pytrio.config.config import auth_state
 from pytrio.errors.auth import AuthError
+from pytrio.errors.base import PyTrioError
 
 from kernel.errors import BackendFailure, OPDError
 from kernel.spec import TrioBackendSpec
-from worker.engine.backends.base import ServiceClient
+from worker.engine.backends.contract import ServiceClient
+from worker.engine.backends.resilient import Errors, Failure, Kind
 
 LOGIN_HINT = "set PYTRIO_API_KEY in the worker's environment or run `trio login` on its machine"
+NETWORK_ERRORS = (TimeoutError, ConnectionError, httpx.TransportError)
+AUTH_STATUS_CODES = (401, 403)
+
+
+def classify(error: BaseException) -> Failure | None:
+    """PyTRIO says whether its error is retryable; network errors beneath it are."""
+    if isinstance(error, PyTrioError):
+        status = f", HTTP {error.status_code}" if error.status_code else ""
+        description = f"{error.message} ({error.code}{status})"
+        if error.retryable:
+            return Failure(Kind.transient, description)
+        auth = (
+            isinstance(error, AuthError)
+            or is_relogin_auth_error(error)
+            or error.status_code in AUTH_STATUS_CODES
+        )
+        return Failure(Kind.auth if auth else Kind.rejected, description, error.hint or "")
+    if isinstance(error, NETWORK_ERRORS):
+        description = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        return Failure(Kind.transient, description)
+    return None
+
+
+ERRORS = Errors(classify=classify, login_hint=LOGIN_HINT, retry_option="trio.call_attempts")
 
 
 def connect_trio(options: TrioBackendSpec) -> ServiceClient:

@@ -89,6 +89,7 @@ class LocalTrainingClient:
         self.trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
         self.optimizer = torch.optim.AdamW(self.trainable.values())
         self.steps = 0
+        self.saved_states: set[str] = set()
         # PyTRIO accepts load_state only before the first training operation; so do we.
         self.started = False
 
@@ -142,8 +143,17 @@ class LocalTrainingClient:
         return self.runner.submit(self.save, folder, SAMPLER, SaveWeightsForSamplerResponse)
 
     async def save_state_async(self, name: str) -> asyncio.Future[SaveWeightsResponse]:
+        """Refuses a name this run saved before, as PyTRIO's save_state(overwrite=False)
+        does; a later run (a resumed job) may replace a folder an earlier one left."""
+        if name in self.saved_states:
+            raise ValidationError(
+                f"a state named {name!r} was already saved in this run; "
+                "save it under a new name",
+                code="validation.checkpoint_exists",
+            )
         self.started = True
         folder = checkpoint_dir(self.artifact_dir, STATE, name)
+        self.saved_states.add(name)
         return self.runner.submit(self.save, folder, STATE, SaveWeightsResponse)
 
     async def load_state_with_optimizer_async(self, path: str) -> asyncio.Future[dict]:

@@ -1,0 +1,152 @@
+"""The backend contract: the slice of PyTRIO's async client API the OPD loop uses, written once.
+
+Every backend (`trio`, `local`, `tinker`) and every test fake follows these Protocols;
+PyTRIO's own types (ModelInput, Datum, SamplingParams, AdamParams and the response
+models) are the currency. Each method also says how it may be repeated when a remote
+service fails transiently (`Call`): `resilient.py` derives its retries from that, and the
+conformance suite checks every implementation's signatures against these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol, TypeVar
+
+from pytrio.types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardOutput,
+    ModelInput,
+    OptimStepResponse,
+    SampleResponse,
+    SamplingParams,
+    SaveWeightsForSamplerResponse,
+    SaveWeightsResponse,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_SAMPLING_PARAMS = SamplingParams()
+
+
+class Call(StrEnum):
+    """How a contract call behaves, and so how it may be repeated after a transient failure."""
+
+    local = "local"
+    """Answered in process (the tokenizer): passed through untouched."""
+    idempotent = "idempotent"
+    """One awaited result that may be fetched again: the whole call is retried."""
+    idempotent_future = "idempotent_future"
+    """Submitted, then awaited (saves): submission and result are retried as a whole."""
+    state_changing = "state_changing"
+    """Submitted, then awaited, and it changes the training state (gradients, optimizer
+    step, a load): only a submission that raised is retried; a lost result never is."""
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    kind: Call
+    returns: type | None = None
+    """The contract of a client the call returns, so wrappers wrap it too."""
+
+
+def call(kind: Call, returns: type | None = None) -> Callable[[F], F]:
+    """Mark a contract method with its `Call` kind."""
+
+    def mark(method: F) -> F:
+        method.__backend_call__ = CallSpec(kind, returns)  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+def call_spec(contract: type, name: str) -> CallSpec:
+    """The kind of `contract.name`; AttributeError for a name outside the contract."""
+    spec = getattr(getattr(contract, name, None), "__backend_call__", None)
+    if spec is None:
+        raise AttributeError(f"{name!r} is not part of the backend contract {contract.__name__}")
+    return spec
+
+
+def contract_methods(contract: type) -> list[str]:
+    """Every method name of a contract, in definition order."""
+    return [name for name, member in vars(contract).items() if hasattr(member, "__backend_call__")]
+
+
+class SamplingClient(Protocol):
+    @call(Call.local)
+    def get_tokenizer(self) -> Any: ...
+
+    @call(Call.idempotent)
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        """`num_samples` completions, each token with its sampling logprob."""
+        ...
+
+    @call(Call.idempotent)
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """`None` for the first token, then the logprob of each following token."""
+        ...
+
+
+class TrainingClient(Protocol):
+    @call(Call.local)
+    def get_tokenizer(self) -> Any: ...
+
+    @call(Call.state_changing)
+    async def forward_backward_async(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, float] | None = None,
+    ) -> Awaitable[ForwardBackwardOutput]:
+        """Add the gradient of the loss summed over every datum's tokens."""
+        ...
+
+    @call(Call.state_changing)
+    async def optim_step_async(self, adam_params: AdamParams) -> Awaitable[OptimStepResponse]:
+        """One AdamW step with the accumulated gradients, which it then clears."""
+        ...
+
+    @call(Call.idempotent_future)
+    async def save_state_async(self, name: str) -> Awaitable[SaveWeightsResponse]:
+        """Weights and optimizer state under `name`; a name saved before in this run (this
+        training client) is refused, as PyTRIO's `save_state(overwrite=False)` refuses it."""
+        ...
+
+    @call(Call.state_changing)
+    async def load_state_with_optimizer_async(self, path: str) -> Awaitable[Any]:
+        """Restore a saved state; only before the first training call."""
+        ...
+
+    @call(Call.idempotent_future)
+    async def save_weights_for_sampler_async(
+        self, name: str
+    ) -> Awaitable[SaveWeightsForSamplerResponse]:
+        """The current weights in a form a sampling client (or a teacher) can load."""
+        ...
+
+    @call(Call.idempotent, returns=SamplingClient)
+    async def save_weights_and_get_sampling_client_async(self) -> SamplingClient:
+        """A sampler that keeps the current weights, whatever training does later."""
+        ...
+
+
+class ServiceClient(Protocol):
+    @call(Call.idempotent, returns=TrainingClient)
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> TrainingClient: ...
+
+    @call(Call.idempotent, returns=SamplingClient)
+    async def create_sampling_client_async(
+        self, base_model: str, model_path: str | None = None
+    ) -> SamplingClient: ...
