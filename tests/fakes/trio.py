@@ -3,19 +3,18 @@
 It is shaped like `pytrio.ServiceClient` and its training and sampling clients, takes and
 returns PyTRIO's own types, and runs every request through PyTRIO's own request code
 (`plan_training_batch`, the trainer payload builders, `build_sample_request`, the LoRA
-rank check), so a request the real service would reject is rejected here too. Samples
-and logprobs are deterministic pseudo-random numbers; every accepted call is recorded.
+rank check), so a request the real service would reject is rejected here too. A toy model
+(`tests/fakes/model.py`) samples and scores; training changes its weights as a function of
+the data, so a state saved and loaded continues exactly. Every accepted call is recorded.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pytest
 import pytrio
 from pytrio.client.builders.sampling import actor_sample_response_to_sdk, build_sample_request
@@ -24,7 +23,11 @@ from pytrio.client.builders.training import (
     build_trainer_optimize_payload,
     build_trainer_save_payload,
 )
-from pytrio.client.training_batch import PolicyTrainingSample, plan_training_batch
+from pytrio.client.training_batch import (
+    PolicyTrainingSample,
+    TrainingSample,
+    plan_training_batch,
+)
 from pytrio.config.config import Configuration, auth_state, configuration
 from pytrio.errors.base import ValidationError
 from pytrio.model.limits import TrainingLimits
@@ -48,12 +51,11 @@ from pytrio.types import (
     TensorData,
 )
 
-from worker.engine.backends.local.presets import tiny_tokenizer
+from tests.fakes import model
 
 TRAINING_LIMITS = TrainingLimits(
     max_batch_size=64, max_tokens_per_request=16_384, max_seq_len=8_192
 )
-MAX_COMPLETION_TOKENS = 8
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Checkpoint:
     base_model: str
     rank: int
     optimizer_steps: int
+    weights: str
 
 
 def require(value: Any, kind: type, name: str) -> None:
@@ -77,11 +80,14 @@ def require(value: Any, kind: type, name: str) -> None:
         raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
 
 
-def rng_for(*parts: int | str) -> np.random.Generator:
-    """A generator that depends only on `parts` (str hashed stably, unlike hash())."""
-    return np.random.default_rng(
-        [zlib.crc32(part.encode()) if isinstance(part, str) else part for part in parts]
-    )
+def base_weights(base_model: str) -> str:
+    """A base model's weights; a fresh LoRA (B = 0) leaves them unchanged."""
+    return model.digest("base", base_model)
+
+
+def datum_digest(datum: Datum) -> str:
+    inputs = {key: value.data for key, value in sorted(datum.loss_fn_inputs.items())}
+    return model.digest(datum.model_input.to_ints(), inputs)
 
 
 class FakeServiceClient:
@@ -114,9 +120,7 @@ class FakeServiceClient:
         return [call for call in self.calls if call.name == name]
 
     def tokenizer_for(self, base_model: str) -> Any:
-        if base_model not in self.tokenizers:
-            self.tokenizers[base_model] = tiny_tokenizer()
-        return self.tokenizers[base_model]
+        return self.tokenizers.get(base_model, model.TOKENIZER)
 
     async def create_lora_training_client_async(
         self,
@@ -132,13 +136,23 @@ class FakeServiceClient:
                 f"rank must be in [4, 64]. Got {rank}", code="validation.invalid_lora_rank"
             )
         self.record("create_lora_training_client", base_model=base_model, rank=rank, seed=seed)
-        return FakeTrainingClient(self, base_model, rank, f"run-{next(self.run_ids)}")
+        return FakeTrainingClient(
+            self, base_model, rank, f"run-{next(self.run_ids)}", base_weights(base_model)
+        )
 
     async def create_sampling_client_async(
         self, base_model: str, model_path: str | None = None
     ) -> FakeSamplingClient:
+        weights = base_weights(base_model)
+        if model_path is not None:
+            saved = self.checkpoints.get(model_path)
+            if saved is None or saved.base_model != base_model:
+                raise ValidationError(
+                    f"no weights of {base_model} at {model_path}", code="validation.not_found"
+                )
+            weights = saved.weights
         self.record("create_sampling_client", base_model=base_model, model_path=model_path)
-        return FakeSamplingClient(self, base_model, weights=model_path or "base")
+        return FakeSamplingClient(self, base_model, weights)
 
 
 @dataclass
@@ -147,8 +161,10 @@ class FakeTrainingClient:
     base_model: str
     rank: int
     run_id: str
+    weights: str
     optimizer_steps: int = 0
     started: bool = False
+    gradients: list[str] = field(default_factory=list)
 
     def get_tokenizer(self) -> Any:
         return self.service.tokenizer_for(self.base_model)
@@ -173,7 +189,12 @@ class FakeTrainingClient:
         for chunk in plan.chunks:
             build_trainer_forward_payload(chunk, loss_fn_config, auto_shift, plan.totals)
         self.started = True
-        self.service.record("forward_backward", data=data, loss_fn=loss_fn, plan=plan)
+        self.gradients.append(
+            model.digest(loss_fn, loss_fn_config, [datum_digest(d) for d in data])
+        )
+        self.service.record(
+            "forward_backward", data=data, loss_fn=loss_fn, loss_fn_config=loss_fn_config, plan=plan
+        )
         samples = [sample for chunk in plan.chunks for sample in chunk.samples]
         # At the sampled weights the importance ratio is 1, so the policy loss is -sum(A);
         # cross entropy is scored against a uniform model.
@@ -187,7 +208,7 @@ class FakeTrainingClient:
         return APIFuture.completed(
             ForwardBackwardOutput(
                 loss_fn_outputs=[
-                    {"logprobs": TensorData.from_numpy(np.zeros(s.input_length, np.float32))}
+                    {"logprobs": TensorData(data=self.logprobs(s), dtype="float32")}
                     for s in samples
                 ],
                 metrics={
@@ -198,19 +219,30 @@ class FakeTrainingClient:
             )
         )
 
+    def logprobs(self, sample: TrainingSample) -> list[float]:
+        inputs = sample.model_input.to_ints()
+        return model.target_logprobs(self.weights, inputs, list(sample.target_tokens))
+
     async def optim_step_async(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
         require(adam_params, AdamParams, "adam_params")
         build_trainer_optimize_payload(adam_params)
         self.started = True
+        self.weights = model.trained(self.weights, model.digest(self.gradients, adam_params))
+        self.gradients.clear()
         self.optimizer_steps += 1
         self.service.record("optim_step", adam_params=adam_params)
         return APIFuture.completed(OptimStepResponse(metrics={}))
 
-    def save(self, kind: str, name: str, ttl_seconds: int | None) -> str:
-        payload = build_trainer_save_payload(name, ttl_seconds)
+    def save(self, kind: str, name: str, ttl_seconds: int | None, overwrite: bool) -> str:
+        payload = build_trainer_save_payload(name, ttl_seconds, overwrite=overwrite)
         path = f"trio://fake/{self.run_id}/{kind}/{payload.name}"
+        if path in self.service.checkpoints and not overwrite:
+            raise ValidationError(
+                f"checkpoint {payload.name!r} already exists in this training run",
+                code="validation.checkpoint_exists",
+            )
         self.service.checkpoints[path] = Checkpoint(
-            self.base_model, self.rank, self.optimizer_steps
+            self.base_model, self.rank, self.optimizer_steps, self.weights
         )
         self.service.record(
             f"save_{kind}", name=name, path=path, optimizer_steps=self.optimizer_steps
@@ -220,13 +252,13 @@ class FakeTrainingClient:
     async def save_state_async(
         self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
     ) -> APIFuture[SaveWeightsResponse]:
-        path = self.save("state", name, ttl_seconds)
+        path = self.save("state", name, ttl_seconds, overwrite)
         return APIFuture.completed(SaveWeightsResponse(path=path, model=self.base_model, size=1))
 
     async def save_weights_for_sampler_async(
         self, name: str, ttl_seconds: int | None = None
     ) -> APIFuture[SaveWeightsForSamplerResponse]:
-        path = self.save("weights", name, ttl_seconds)
+        path = self.save("weights", name, ttl_seconds, overwrite=True)
         return APIFuture.completed(
             SaveWeightsForSamplerResponse(path=path, model=self.base_model, size=1)
         )
@@ -234,9 +266,7 @@ class FakeTrainingClient:
     async def save_weights_and_get_sampling_client_async(self) -> FakeSamplingClient:
         self.started = True
         self.service.record("refresh_sampler", optimizer_steps=self.optimizer_steps)
-        return FakeSamplingClient(
-            self.service, self.base_model, weights=f"{self.base_model}@{self.optimizer_steps}"
-        )
+        return FakeSamplingClient(self.service, self.base_model, self.weights, self.optimizer_steps)
 
     async def load_state_with_optimizer_async(self, path: str) -> APIFuture[dict[str, Any]]:
         if self.started:
@@ -254,7 +284,7 @@ class FakeTrainingClient:
                 code="validation.checkpoint_config_mismatch",
             )
         self.started = True
-        self.optimizer_steps = saved.optimizer_steps
+        self.optimizer_steps, self.weights = saved.optimizer_steps, saved.weights
         self.service.record("load_state_with_optimizer", path=path)
         return APIFuture.completed({})
 
@@ -264,6 +294,8 @@ class FakeSamplingClient:
     service: FakeServiceClient
     base_model: str
     weights: str
+    version: int = 0
+    """The optimizer steps the weights had taken when the sampler was made."""
 
     def get_tokenizer(self) -> Any:
         return self.service.tokenizer_for(self.base_model)
@@ -286,20 +318,29 @@ class FakeSamplingClient:
             return_text,
         )
         tokens = prompt.to_ints()
-        rng = rng_for(self.weights, sampling_params.seed or 0, *tokens)
+        draws = model.sample(
+            self.weights,
+            tokens,
+            num_samples,
+            model.Sampling(
+                max_tokens=sampling_params.max_tokens,
+                temperature=sampling_params.temperature,
+                top_k=sampling_params.top_k,
+                top_p=sampling_params.top_p,
+                seed=sampling_params.seed,
+                stop=model.stop_sequences(sampling_params.stop),
+            ),
+        )
         tokenizer = self.get_tokenizer()
-        limit = min(sampling_params.max_tokens, MAX_COMPLETION_TOKENS)
-        sequences = []
-        for _ in range(num_samples):
-            completion = rng.integers(0, len(tokenizer), size=int(rng.integers(1, limit + 1)))
-            sequences.append(
-                ActorSampleSequence(
-                    tokens=completion.tolist(),
-                    logprobs=rng.uniform(-3.0, -0.01, size=len(completion)).tolist(),
-                    text=tokenizer.decode(completion) if return_text else None,
-                    stop_reason="length" if len(completion) == limit else "stop",
-                )
+        sequences = [
+            ActorSampleSequence(
+                tokens=draw.tokens,
+                logprobs=draw.logprobs,
+                text=tokenizer.decode(draw.tokens) if return_text else None,
+                stop_reason=draw.stop_reason,
             )
+            for draw in draws
+        ]
         response = actor_sample_response_to_sdk(
             ActorSampleResponse(
                 sequences=sequences,
@@ -309,7 +350,9 @@ class FakeSamplingClient:
                 ),
             )
         )
-        self.service.record("sample", request=request, weights=self.weights, response=response)
+        self.service.record(
+            "sample", request=request, weights=self.weights, version=self.version, response=response
+        )
         return response
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
@@ -320,8 +363,7 @@ class FakeSamplingClient:
 
     def prompt_logprobs(self, tokens: list[int]) -> list[float | None]:
         """None for the first token (it has no context), then one logprob per token."""
-        values = rng_for(self.base_model, *tokens).uniform(-3.0, -0.01, size=len(tokens) - 1)
-        logprobs: list[float | None] = [None, *values.tolist()]
+        logprobs = model.score(self.weights, tokens)
         if self.service.drop_last_logprob:
             logprobs[-1] = None
         return logprobs

@@ -175,8 +175,8 @@ async def test_sampler_is_refreshed_every_sampler_refresh_steps() -> None:
 
     refreshed_after = [call.args["optimizer_steps"] for call in fake.calls_named("refresh_sampler")]
     assert refreshed_after == [0, 2, 4]
-    weights_per_step = [call.args["weights"] for call in fake.calls_named("sample")][::2]
-    assert weights_per_step == [f"student/model@{n}" for n in (0, 0, 2, 2, 4)]
+    versions_per_step = [call.args["version"] for call in fake.calls_named("sample")][::2]
+    assert versions_per_step == [0, 0, 2, 2, 4]
 
 
 async def test_checkpoints_on_schedule_and_final_weights_under_save_weights_name() -> None:
