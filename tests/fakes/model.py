@@ -2,7 +2,7 @@
 
 Next-token logits depend on the weights' identity and the previous token only (a bigram
 table drawn from a generator seeded by the weights), with the end-of-sequence token
-favoured so completions stay short. Sampling honours max_tokens, temperature, top_k, top_p,
+given a fixed probability so completions stay short. Sampling honours max_tokens, temperature, top_k, top_p,
 stop and seed the way vLLM does, and each token's logprob is the raw log-softmax (before
 temperature and truncation), so scoring a sampled sequence with the same weights gives
 back its sampling logprobs. Training changes the weights' identity through `trained`.
@@ -24,7 +24,7 @@ from worker.engine.backends.local.presets import tiny_tokenizer
 TOKENIZER = tiny_tokenizer()
 VOCAB = len(TOKENIZER)
 EOS = TOKENIZER.eos_token_id
-EOS_BIAS = 4.0  # p(eos) about 0.2 at temperature 1: completions of a few tokens
+EOS_PROBABILITY = 0.1  # at temperature 1, after every token: completions of ~10 tokens
 LOGIT_SCALE = 2.0
 
 
@@ -49,7 +49,9 @@ def trained(weights: str, update: str) -> str:
 def log_probs(weights: str) -> np.ndarray:
     """[previous token, next token] log-probabilities of the model `weights` names."""
     logits = rng_for("bigram", weights).normal(size=(VOCAB, VOCAB)) * LOGIT_SCALE
-    logits[:, EOS] += EOS_BIAS
+    logits[:, EOS] = -np.inf
+    others = np.logaddexp.reduce(logits, axis=-1)
+    logits[:, EOS] = others + np.log(EOS_PROBABILITY / (1 - EOS_PROBABILITY))
     return logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
 
 

@@ -97,9 +97,17 @@ class LocalTrainingClient:
         return self.tokenizer
 
     async def forward_backward_async(
-        self, data: list[Datum], loss_fn: str = "cross_entropy"
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, float] | None = None,
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Check the batch now; the returned future resolves once gradients are added."""
+        if loss_fn_config:
+            raise ValidationError(
+                f"the local backend takes no loss_fn_config options; got {sorted(loss_fn_config)}",
+                code="validation.unsupported_loss_fn_config",
+            )
         plan = plan_training_batch(
             data,
             loss_fn=loss_fn,
