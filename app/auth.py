@@ -99,7 +99,13 @@ async def authenticate(
     """The principal a presented key acts for, or None for an unknown or revoked key.
     With a cache, an accepted key is trusted for the cache's ttl (a revoked key keeps
     working in that process for at most that long)."""
-    key_hash = hash_key(key)
+    return await authenticate_hash(session, hash_key(key), cache)
+
+
+async def authenticate_hash(
+    session: AsyncSession, key_hash: str, cache: TTLCache[str, Principal] | None = None
+) -> Principal | None:
+    """`authenticate` for a key known by its hash (a dashboard session names its key so)."""
     if cache is not None and (principal := cache.get(key_hash)) is not None:
         return principal
     row = (

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.store.dispatch import next_enqueue_count, set_queue_reason
+from app.telemetry import QUEUE_ERRORS
 
 TASK_NAME = "run_job"
 PENDING = frozenset({ArqJobStatus.deferred, ArqJobStatus.queued, ArqJobStatus.in_progress})
@@ -64,6 +65,7 @@ class JobQueue:
             pool = await asyncio.wait_for(self._connect(), self.timeout)
             return await asyncio.wait_for(make(pool), self.timeout)
         except (OSError, RedisError, TimeoutError) as error:
+            QUEUE_ERRORS.labels(operation).inc()
             await self.close()
             reason = str(error).rstrip(".") or type(error).__name__
             raise QueueUnavailable(
@@ -89,6 +91,10 @@ class JobQueue:
             "status", lambda pool: ArqJob(arq_id, pool, _queue_name=self.queue_name).status()
         )
         return status in PENDING
+
+    async def length(self) -> int:
+        """Messages waiting in the queue (not yet taken by a worker)."""
+        return await self._call("length", lambda pool: pool.zcard(self.queue_name))
 
     async def ping(self) -> None:
         await self._call("ping", lambda pool: pool.ping())

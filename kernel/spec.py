@@ -228,16 +228,26 @@ class JobSpec(SpecModel):
 
 
 class SpecError(ValueError):
-    """A spec file that cannot be read or does not validate; the message names the field."""
+    """A spec file that cannot be read or does not validate; the message names the field.
+    `problems` holds each validation problem as (field path, message), for a caller that
+    shows every one at its field."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
+    """Each problem as (field path, message), e.g. `("loop.steps", "Input should be ...")`."""
+    return [
+        (".".join(str(part) for part in item["loc"]) or "spec", item["msg"])
+        for item in error.errors()
+    ]
 
 
 def format_validation_error(error: ValidationError) -> str:
     """One line per problem, each naming the field path, e.g. `loop.steps: ...`."""
-    lines = []
-    for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"]) or "spec"
-        lines.append(f"{path}: {item['msg']}")
-    return "; ".join(lines)
+    return "; ".join(f"{path}: {message}" for path, message in validation_problems(error))
 
 
 def parse_spec(data: Any) -> JobSpec:
@@ -245,7 +255,7 @@ def parse_spec(data: Any) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as error:
-        raise SpecError(format_validation_error(error)) from error
+        raise SpecError(format_validation_error(error), validation_problems(error)) from error
 
 
 def load_spec(path: str | Path) -> JobSpec:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
@@ -16,6 +17,7 @@ from app.core.cache import TTLCache
 from app.core.config import Settings
 from app.models import Job
 from app.queue import JobQueue
+from app.sessions import session_principal
 from app.store.rows import get_job
 
 
@@ -54,6 +56,9 @@ QueueDep = Annotated[JobQueue, Depends(get_queue)]
 SnapshotsDep = Annotated[TTLCache[int, JobSnapshot], Depends(get_snapshots)]
 
 
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
 def unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
@@ -65,6 +70,12 @@ async def get_principal(
     api_key: Annotated[str | None, Depends(api_key_scheme)],
 ) -> Principal:
     key = bearer.credentials if bearer is not None else api_key
+    if not key and request.method in READ_METHODS:
+        # The dashboard's charts read these endpoints with its session cookie (reads only:
+        # a cookie never authorises a change here, so no CSRF token is needed).
+        principal = await session_principal(request, session, time.time())
+        if principal is not None:
+            return principal
     if not key:
         raise unauthorized("missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
     principal = await authenticate(session, key, request.app.state.principals)

@@ -8,22 +8,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
 
 from app.api.body_limit import BodyLimitMiddleware
 from app.api.deps import JobSnapshot
 from app.api.errors import install_error_handlers
-from app.api.routes import checkpoints, events, health, jobs, metrics
+from app.api.instrumentation import RequestMetricsMiddleware
+from app.api.metrics_listener import metrics_listener
+from app.api.routes import checkpoints, events, health, jobs, metrics, prometheus
 from app.auth import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.queue import JobQueue
+from app.web.site import install_dashboard
 
 api_router = APIRouter()
-for module in (health, jobs, metrics, checkpoints, events):
+for module in (health, jobs, metrics, checkpoints, events, prometheus):
     api_router.include_router(module.router)
 
 DESCRIPTION = """\
@@ -41,10 +44,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     queue = JobQueue(settings.redis_url, settings.queue_name, settings.connect_timeout)
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(running: FastAPI) -> AsyncIterator[None]:
         if settings.migrate_on_start:
             await asyncio.to_thread(migrate, settings.database_url)
-        yield
+        async with AsyncExitStack() as stack:
+            if settings.metrics_listen:
+                listener = metrics_listener(settings.metrics_listen, running.state)
+                await stack.enter_async_context(listener)
+            yield
         await queue.close()
         await engine.dispose()
 
@@ -56,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.principals = TTLCache[str, Principal](settings.auth_cache_seconds)
     app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)
     app.include_router(api_router)
+    install_dashboard(app, settings)
     return app

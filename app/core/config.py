@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path(".opd")
@@ -53,6 +53,21 @@ class Settings(BaseSettings):
     )
     connect_timeout: float = Field(
         2.0, gt=0, description="Seconds the API waits for Redis (and readiness probes) to answer."
+    )
+    session_secret: SecretStr | None = Field(
+        None,
+        min_length=32,
+        description="Signs dashboard sessions; unset = a random one kept in <home>/session-secret"
+        " (set it when API processes on several machines share one dashboard).",
+    )
+    session_hours: float = Field(
+        12.0, gt=0, le=24 * 30, description="How long a dashboard sign-in lasts."
+    )
+    metrics_listen: str | None = Field(
+        None,
+        pattern=r"^[^:\s]+:\d{1,5}$",
+        description="host:port where the API also serves GET /metrics without a key "
+        "(bind it to an address only Prometheus reaches); unset = only with an admin key.",
     )
 
     @model_validator(mode="before")

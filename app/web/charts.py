@@ -1,0 +1,56 @@
+"""Which charts a job page draws, from the metric names the job recorded (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+REVERSE_KL = "opd/reverse_kl_mean"
+REVERSE_KL_STD = "opd/reverse_kl_std"
+LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
+TOKENS_PER_SECOND = "data/completion_tokens_per_second"
+TIME_PREFIX = "time/"
+EVAL_PREFIX = "eval/"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: its series (metric names) and, optionally, the metric whose value is a
+    ± band around the first series (the reverse KL's std)."""
+
+    id: str
+    title: str
+    series: list[str]
+    band: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def job_charts(names: Sequence[str]) -> list[Chart]:
+    """Reverse KL (with its std band), loss, tokens/s, per-phase times and every eval
+    curve; a chart whose metrics the job never recorded is left out."""
+    present = set(names)
+    charts = []
+    if REVERSE_KL in present:
+        band = REVERSE_KL_STD if REVERSE_KL_STD in present else None
+        charts.append(Chart("reverse-kl", "Reverse KL (mean ± std)", [REVERSE_KL], band))
+    loss = next((name for name in LOSSES if name in present), None)
+    if loss is not None:
+        charts.append(Chart("loss", f"Loss ({loss.removeprefix('trainer/')})", [loss]))
+    if TOKENS_PER_SECOND in present:
+        charts.append(Chart("tokens", "Completion tokens / s", [TOKENS_PER_SECOND]))
+    times = sorted(name for name in present if name.startswith(TIME_PREFIX))
+    if times:
+        charts.append(Chart("times", "Time per step and phase (s)", times))
+    for name in sorted(name for name in present if name.startswith(EVAL_PREFIX)):
+        slug = name.removeprefix(EVAL_PREFIX).replace("/", "-")
+        charts.append(Chart(f"eval-{slug}", name, [name]))
+    return charts
+
+
+def chart_keys(charts: Sequence[Chart]) -> list[str]:
+    """Every metric the charts need, once each."""
+    keys = [key for chart in charts for key in (*chart.series, chart.band) if key]
+    return list(dict.fromkeys(keys))

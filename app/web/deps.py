@@ -1,0 +1,52 @@
+"""What dashboard routes depend on: the signed-in viewer and CSRF-checked forms."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+from urllib.parse import parse_qsl
+
+from fastapi import Depends, Request
+
+from app.api.deps import SessionDep
+from app.auth import Principal
+from app.sessions import NONCE_COOKIE, session_principal
+from app.web.errors import SignInRequired, WebError
+from app.web.security import session_token, signer
+
+FORM_TYPE = "application/x-www-form-urlencoded"
+MAX_FIELDS = 50
+
+
+async def get_viewer(request: Request, session: SessionDep) -> Principal:
+    """The principal the session cookie signs in; without one, off to the sign-in page."""
+    principal = await session_principal(request, session, time.time())
+    if principal is None:
+        query = f"?{request.url.query}" if request.url.query else ""
+        raise SignInRequired(request.url.path + query if request.method == "GET" else "/ui/jobs")
+    return principal
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """The urlencoded body of a dashboard form, after its CSRF token checks out (else 403).
+    Repeated fields keep their last value."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != FORM_TYPE:
+        raise WebError(415, "Forms must be sent as application/x-www-form-urlencoded.")
+    body = await request.body()
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=MAX_FIELDS)
+    except UnicodeDecodeError as error:
+        raise WebError(400, "The form is not valid UTF-8.") from error
+    except ValueError as error:
+        raise WebError(400, f"A form has at most {MAX_FIELDS} fields.") from error
+    fields = dict(pairs)
+    nonce = request.cookies.get(NONCE_COOKIE, "")
+    if not signer(request).csrf_valid(fields.get("csrf_token", ""), nonce, session_token(request)):
+        raise WebError(
+            403, "This form has expired or did not come from this site: reload the page."
+        )
+    return fields
+
+
+ViewerDep = Annotated[Principal, Depends(get_viewer)]
+FormDep = Annotated[dict[str, str], Depends(read_form)]

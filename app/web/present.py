@@ -1,0 +1,105 @@
+"""How the pages show numbers, times and specs (pure functions, tested alone)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+
+LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
+"""Rows in these statuses change by themselves, so the jobs table refreshes them."""
+
+
+def duration(seconds: float | None) -> str:
+    """`42s`, `3m 05s`, `2h 07m`, `3d 4h`; an empty string for unknown."""
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return ""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def number(value: float | None) -> str:
+    """Four significant digits, which is what a person compares at a glance."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.4g}"
+
+
+def when(moment: datetime | None) -> str:
+    return "" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def status_class(status: str) -> str:
+    return f"status status-{status}"
+
+
+def elapsed(started: datetime | None, finished: datetime | None, now: datetime) -> float | None:
+    """How long a job has run: until it finished, or until now."""
+    if started is None:
+        return None
+    return ((finished or now) - started).total_seconds()
+
+
+def eta_seconds(
+    recent: Sequence[tuple[int, datetime]], total_steps: int, status: str
+) -> float | None:
+    """Seconds left at the pace of the recent steps (`(step, recorded_at)`, oldest first);
+    None when the job is not running or there is no pace to go by."""
+    if status not in ACTIVE_STATUSES or len(recent) < 2:
+        return None
+    (first_step, first_at), (last_step, last_at) = recent[0], recent[-1]
+    if last_step <= first_step:
+        return None
+    per_step = (last_at - first_at).total_seconds() / (last_step - first_step)
+    return max(total_steps - last_step - 1, 0) * per_step
+
+
+def progress(steps_done: int, total_steps: int, status: str) -> float:
+    """The share of steps done, 0..1 (a succeeded job is complete)."""
+    if status == JobStatus.succeeded:
+        return 1.0
+    return min(steps_done / total_steps, 1.0) if total_steps > 0 else 0.0
+
+
+def is_finished(status: str) -> bool:
+    return status in TERMINAL_STATUSES
+
+
+def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"loop": {"steps": 3}}` -> `{"loop.steps": 3}`; lists stay whole values."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
+MISSING = object()
+
+
+def differing_fields(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """The spec fields (dotted paths, in first-seen order) whose values are not all equal,
+    each with every spec's value (None where a spec lacks the field)."""
+    flats = [flatten(spec) for spec in specs]
+    paths = list(dict.fromkeys(path for flat in flats for path in flat))
+    rows = []
+    for path in paths:
+        values = [flat.get(path, MISSING) for flat in flats]
+        if any(value != values[0] for value in values[1:]):
+            rows.append((path, [None if value is MISSING else value for value in values]))
+    return rows

@@ -1,0 +1,162 @@
+"""The jobs table, a job's page, and the actions on a job (pause, resume, cancel)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import RedirectResponse
+
+from app.api.deps import JobId, QueueDep, SessionDep, SnapshotsDep
+from app.models import Job, JobAction, JobStatus, utcnow
+from app.queue import enqueue_job
+from app.store.errors import IllegalTransition
+from app.store.jobs import apply_action
+from app.store.rows import get_job
+from app.store.transitions import plan_action
+from app.web import charts, present, reads
+from app.web.deps import FormDep, ViewerDep
+from app.web.errors import WebError
+from app.web.templating import render
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+PAGE_SIZE = 25
+MAX_PAGE = 100_000
+MAX_ROWS = 100
+RECENT_STEPS = 20
+EVENTS_SHOWN = 200
+CHECKPOINTS_SHOWN = 100
+
+
+def parse_status(status: str) -> JobStatus | None:
+    if not status:
+        return None
+    try:
+        return JobStatus(status)
+    except ValueError as error:
+        raise WebError(400, f"Unknown status {status!r}.") from error
+
+
+async def table_rows(session: SessionDep, jobs: list[Job]) -> list[dict[str, Any]]:
+    """What each row of the jobs table shows."""
+    figures = await reads.latest_figures(session, jobs)
+    now = utcnow()
+    return [
+        {
+            "job": job,
+            "figures": figures.get(job.id, reads.JobFigures()),
+            "progress": present.progress(job.steps_done, job.total_steps, job.status),
+            "elapsed": present.elapsed(job.started_at, job.finished_at, now),
+            "live": job.status in present.LIVE_STATUSES,
+        }
+        for job in jobs
+    ]
+
+
+@router.get("/jobs")
+async def jobs_page(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    status: Annotated[str, Query(max_length=20)] = "",
+    q: Annotated[str, Query(max_length=200)] = "",
+    page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
+) -> Response:
+    """The team's jobs (every team's for an admin), newest first, filtered and searched."""
+    chosen = parse_status(status)
+    jobs, total = await reads.list_jobs(
+        session, viewer.scope, chosen, q.strip(), (page - 1) * PAGE_SIZE, PAGE_SIZE
+    )
+    pages = max(1, -(-total // PAGE_SIZE))
+    context = {
+        "viewer": viewer,
+        "rows": await table_rows(session, jobs),
+        "statuses": list(JobStatus),
+        "status": status,
+        "q": q,
+        "page": page,
+        "pages": pages,
+        "total": total,
+    }
+    return render(request, "jobs.html", context)
+
+
+@router.get("/jobs/rows")
+async def job_rows(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    ids: Annotated[str, Query(max_length=2000, pattern=r"^\d{1,10}(,\d{1,10})*$")],
+) -> Response:
+    """Fresh rows for the jobs table's live rows (the page asks every few seconds)."""
+    wanted = sorted({int(part) for part in ids.split(",")})[:MAX_ROWS]
+    jobs = await reads.jobs_by_id(session, viewer.scope, wanted)
+    return render(request, "rows.html", {"rows": await table_rows(session, jobs)})
+
+
+def allowed_actions(status: str) -> list[JobAction]:
+    """The actions that would change the job now (the store's own rules decide)."""
+    allowed = []
+    for action in JobAction:
+        try:
+            if plan_action(action, JobStatus(status)) is not None:
+                allowed.append(action)
+        except IllegalTransition:
+            continue
+    return allowed
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(
+    request: Request, job_id: JobId, session: SessionDep, viewer: ViewerDep
+) -> Response:
+    """Status, progress and ETA, live charts, events, checkpoints, spec and actions."""
+    job = await get_job(session, job_id, viewer.scope)
+    recent = await reads.recent_steps(session, job.id, RECENT_STEPS)
+    names = await reads.first_metric_names(session, job.id)
+    latest = recent[-1][2] if recent else {}
+    shown = charts.job_charts(list(dict.fromkeys([*names, *latest])))
+    now = utcnow()
+    context = {
+        "viewer": viewer,
+        "job": job,
+        "progress": present.progress(job.steps_done, job.total_steps, job.status),
+        "eta": present.eta_seconds([(s, at) for s, at, _ in recent], job.total_steps, job.status),
+        "elapsed": present.elapsed(job.started_at, job.finished_at, now),
+        "latest": latest,
+        "charts": shown,
+        "chart_config": {
+            "job_id": job.id,
+            "charts": [chart.as_json() for chart in shown],
+            "keys": charts.chart_keys(shown),
+            "next_step": recent[-1][0] + 1 if recent else 0,
+            "finished": present.is_finished(job.status),
+            "status": job.status,
+        },
+        "finished": present.is_finished(job.status),
+        "events": await reads.job_events(session, job.id, EVENTS_SHOWN),
+        "checkpoints": await reads.job_checkpoints(session, job.id, CHECKPOINTS_SHOWN),
+        "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
+        "actions": allowed_actions(job.status),
+    }
+    return render(request, "job.html", context)
+
+
+@router.post("/jobs/{job_id}/{action}")
+async def act_on_job(
+    job_id: JobId,
+    action: JobAction,
+    session: SessionDep,
+    queue: QueueDep,
+    snapshots: SnapshotsDep,
+    viewer: ViewerDep,
+    form: FormDep,
+) -> Response:
+    """Cancel, pause or resume, exactly as the API does (a resumed job is queued again)."""
+    result = await apply_action(session, job_id, action, viewer.scope)
+    if result.changed and result.job.status == JobStatus.queued and action is JobAction.resume:
+        await enqueue_job(session, queue, job_id)
+    snapshots.drop(job_id)
+    return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

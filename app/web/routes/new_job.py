@@ -1,0 +1,94 @@
+"""A new job from a YAML spec: prefilled from the tiny example or cloned from a job,
+checked by the API's rules with each error at its field, submitted once per form."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import RedirectResponse
+
+from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
+from app.queue import enqueue_job
+from app.store.jobs import create_job
+from app.store.rows import get_job
+from app.web.deps import FormDep, ViewerDep
+from app.web.spec_form import FieldError, check_spec_text
+from app.web.templating import render
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+TINY_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
+MAX_KEY_CHARS = 255
+
+
+def example_spec() -> str:
+    return TINY_EXAMPLE.read_text() if TINY_EXAMPLE.is_file() else "name: my-job\n"
+
+
+def errors_by_line(errors: list[FieldError]) -> dict[int, list[FieldError]]:
+    placed: dict[int, list[FieldError]] = {}
+    for error in errors:
+        if error.line is not None:
+            placed.setdefault(error.line, []).append(error)
+    return placed
+
+
+def form_page(
+    request: Request,
+    viewer: object,
+    text: str,
+    idempotency_key: str,
+    errors: list[FieldError],
+    status_code: int = 200,
+) -> Response:
+    context = {
+        "viewer": viewer,
+        "text": text,
+        "lines": text.splitlines(),
+        "idempotency_key": idempotency_key,
+        "errors": errors,
+        "errors_at": errors_by_line(errors),
+    }
+    return render(request, "new_job.html", context, status_code)
+
+
+@router.get("/new")
+async def new_job_page(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    clone: Annotated[int | None, Query(alias="from", ge=1, le=MAX_ID)] = None,
+) -> Response:
+    """The form, prefilled with the tiny example or with the spec of job `from`."""
+    if clone is None:
+        text = example_spec()
+    else:
+        job = await get_job(session, clone, viewer.scope)
+        text = yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True)
+    return form_page(request, viewer, text, str(uuid.uuid4()), [])
+
+
+@router.post("/new")
+async def submit_job(
+    request: Request,
+    session: SessionDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    form: FormDep,
+) -> Response:
+    """Create the job (the form's idempotency key makes a repeat, e.g. a double click,
+    return the same job) and go to its page; on errors show the form again."""
+    text = form.get("spec", "")
+    key = form.get("idempotency_key", "")[:MAX_KEY_CHARS] or str(uuid.uuid4())
+    check = check_spec_text(text, settings.data_root)
+    if check.spec is None:
+        return form_page(request, viewer, text, key, check.errors, status_code=422)
+    result = await create_job(session, viewer.team_id, check.spec, key)
+    if result.changed:
+        await enqueue_job(session, queue, result.job.id)
+    return RedirectResponse(f"/ui/jobs/{result.job.id}", status_code=303)

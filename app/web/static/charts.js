@@ -1,0 +1,64 @@
+// Chart helpers shared by the job and compare pages (uPlot, vendored).
+"use strict";
+
+const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f"];
+
+// Exponential moving average, debiased like TensorBoard's; nulls stay gaps.
+function smooth(values, weight) {
+  if (!weight) return values.slice();
+  let last = 0, count = 0;
+  return values.map((v) => {
+    if (v === null || v === undefined || !Number.isFinite(v)) return null;
+    last = last * weight + (1 - weight) * v;
+    count += 1;
+    return last / (1 - Math.pow(weight, count));
+  });
+}
+
+function chartWidth(figure) {
+  return Math.max(280, Math.floor(figure.getBoundingClientRect().width) - 8);
+}
+
+// A uPlot chart in `figure` whose series are `labels` (one colour each, gaps bridged).
+function makeChart(figure, labels, bands) {
+  const series = [{ label: "step" }];
+  labels.forEach((label, i) => {
+    const hidden = label.startsWith("±");
+    series.push({
+      label: label,
+      stroke: hidden ? "transparent" : PALETTE[i % PALETTE.length],
+      width: hidden ? 0 : 1.5,
+      spanGaps: true,
+      points: { show: false },
+      show: true,
+    });
+  });
+  const options = {
+    width: chartWidth(figure),
+    height: 220,
+    series: series,
+    bands: bands || [],
+    scales: { x: { time: false } },
+    axes: [{ label: "step" }, {}],
+    legend: { live: true },
+  };
+  const data = [[], ...labels.map(() => [])];
+  const plot = new uPlot(options, data, figure);
+  window.addEventListener("resize", () => plot.setSize({ width: chartWidth(figure), height: 220 }));
+  return plot;
+}
+
+function smoothingControl(onChange) {
+  const input = document.getElementById("smoothing");
+  const shown = document.getElementById("smoothing-value");
+  if (!input) return () => 0;
+  input.addEventListener("input", () => { shown.textContent = input.value; onChange(); });
+  return () => Number(input.value);
+}
+
+async function fetchCurves(jobId, keys, maxPoints) {
+  const query = new URLSearchParams({ keys: keys.join(","), max_points: String(maxPoints) });
+  const response = await fetch(`/v1/jobs/${jobId}/metrics?${query}`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`metrics of job ${jobId}: HTTP ${response.status}`);
+  return (await response.json()).curves;
+}

@@ -1,0 +1,26 @@
+// Compare: one metric of each chosen job on one chart.
+"use strict";
+
+const compare = JSON.parse(document.getElementById("compare-config").textContent);
+const MAX_POINTS = 1000;
+
+async function drawComparison() {
+  const curves = await Promise.all(
+    compare.jobs.map((job) => fetchCurves(job.id, [compare.metric], MAX_POINTS))
+  );
+  const labels = compare.jobs.map((job) => `#${job.id} ${job.name}`);
+  const plot = makeChart(document.getElementById("chart-compare"), labels, []);
+  const tables = curves.map((c) => {
+    const curve = c[compare.metric] || { steps: [], values: [] };
+    return [curve.steps, curve.values];
+  });
+  const aligned = uPlot.join(tables);
+  const draw = () => {
+    const weight = smoothing();
+    plot.setData([aligned[0], ...aligned.slice(1).map((ys) => smooth(ys, weight))]);
+  };
+  const smoothing = smoothingControl(draw);
+  draw();
+}
+
+drawComparison();

@@ -1,0 +1,64 @@
+// Every dashboard page: confirmations, copy buttons, live rows of the jobs table.
+"use strict";
+
+document.addEventListener("submit", (event) => {
+  const form = event.target;
+  const question = form.dataset.confirm;
+  if (question && !window.confirm(question)) {
+    event.preventDefault();
+    return;
+  }
+  if (form.id === "new-job-form") {
+    // One submission per click burst; the idempotency key makes a repeat harmless anyway.
+    form.querySelector("button[type=submit]").disabled = true;
+  }
+});
+
+function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    return navigator.clipboard.writeText(text);
+  }
+  const area = document.createElement("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.className = "offscreen";
+  document.body.appendChild(area);
+  area.select();
+  document.execCommand("copy");
+  area.remove();
+  return Promise.resolve();
+}
+
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-copy]");
+  if (!button) return;
+  copyText(button.dataset.copy).then(() => {
+    const label = button.textContent;
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = label; }, 1500);
+  });
+});
+
+const REFRESH_MS = 3000;
+
+async function refreshLiveRows(table) {
+  const live = [...table.querySelectorAll("tr[data-live]")];
+  if (!live.length) return;
+  const ids = live.map((row) => row.dataset.jobId).join(",");
+  const response = await fetch(`${table.dataset.refresh}?ids=${ids}`, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const holder = document.createElement("tbody");
+  holder.innerHTML = await response.text();  // server-rendered, escaped rows of our own
+  for (const fresh of [...holder.querySelectorAll("tr[data-job-id]")]) {
+    const old = table.querySelector(`tr[data-job-id="${fresh.dataset.jobId}"]`);
+    if (!old) continue;
+    const picked = old.querySelector("input[type=checkbox]");
+    if (picked) fresh.querySelector("input[type=checkbox]").checked = picked.checked;
+    old.replaceWith(fresh);
+  }
+}
+
+const jobsTable = document.getElementById("jobs-table");
+if (jobsTable) {
+  setInterval(() => { refreshLiveRows(jobsTable).catch(() => {}); }, REFRESH_MS);
+}

@@ -1,0 +1,136 @@
+// A job's page: charts from the API's curves, growing live from its SSE metrics stream;
+// the page reloads itself when the job's status changes (its actions change with it).
+"use strict";
+
+const config = JSON.parse(document.getElementById("chart-config").textContent);
+const MAX_POINTS = 1000;
+const STATUS_POLL_MS = 3000;
+const BAND_FILL = "rgba(37, 99, 235, 0.15)";
+
+// One chart's points: the steps and, per metric, its value at each step.
+class LiveChart {
+  constructor(def) {
+    this.def = def;
+    this.keys = def.band ? [...def.series, def.band] : def.series.slice();
+    this.steps = [];
+    this.values = Object.fromEntries(this.keys.map((k) => [k, []]));
+    const labels = def.band ? [def.series[0], "± std (upper)", "± std (lower)"] : def.series;
+    const bands = def.band ? [{ series: [2, 3], fill: BAND_FILL }] : [];
+    this.plot = makeChart(document.getElementById(`chart-${def.id}`), labels, bands);
+  }
+
+  add(step, metrics) {
+    if (!this.keys.some((k) => metrics[k] !== undefined && metrics[k] !== null)) return;
+    const last = this.steps.length ? this.steps[this.steps.length - 1] : -1;
+    if (step <= last) return;
+    this.steps.push(step);
+    for (const k of this.keys) this.values[k].push(metrics[k] ?? null);
+  }
+
+  draw(weight) {
+    let data;
+    if (this.def.band) {
+      const mean = smooth(this.values[this.def.series[0]], weight);
+      const std = smooth(this.values[this.def.band], weight);
+      const upper = mean.map((m, i) => (m === null || std[i] === null ? null : m + std[i]));
+      const lower = mean.map((m, i) => (m === null || std[i] === null ? null : m - std[i]));
+      data = [this.steps, mean, upper, lower];
+    } else {
+      data = [this.steps, ...this.def.series.map((k) => smooth(this.values[k], weight))];
+    }
+    this.plot.setData(data);
+  }
+}
+
+const charts = config.charts.map((def) => new LiveChart(def));
+let redrawQueued = false;
+const smoothing = smoothingControl(() => redraw());
+
+function redraw() {
+  if (redrawQueued) return;
+  redrawQueued = true;
+  requestAnimationFrame(() => {
+    redrawQueued = false;
+    const weight = smoothing();
+    charts.forEach((chart) => chart.draw(weight));
+  });
+}
+
+function addStep(step, metrics) {
+  charts.forEach((chart) => chart.add(step, metrics));
+}
+
+// Curves arrive per metric; charts want rows per step.
+function rowsFromCurves(curves) {
+  const rows = new Map();
+  for (const [key, curve] of Object.entries(curves)) {
+    curve.steps.forEach((step, i) => {
+      if (!rows.has(step)) rows.set(step, {});
+      rows.get(step)[key] = curve.values[i];
+    });
+  }
+  return [...rows.entries()].sort((a, b) => a[0] - b[0]);
+}
+
+const arrivals = [];
+function showProgress(stepsDone) {
+  const stepsEl = document.getElementById("job-steps");
+  const total = Number(stepsEl.dataset.total);
+  stepsEl.textContent = `${stepsDone} / ${total}`;
+  document.getElementById("job-progress").value = total ? Math.min(stepsDone / total, 1) : 0;
+  arrivals.push([stepsDone, performance.now()]);
+  if (arrivals.length > 20) arrivals.shift();
+  const etaEl = document.getElementById("job-eta");
+  if (etaEl && arrivals.length >= 2) {
+    const [firstSteps, firstAt] = arrivals[0];
+    const [lastSteps, lastAt] = arrivals[arrivals.length - 1];
+    if (lastSteps > firstSteps) {
+      const perStep = (lastAt - firstAt) / 1000 / (lastSteps - firstSteps);
+      etaEl.textContent = formatDuration((total - lastSteps) * perStep);
+    }
+  }
+}
+
+function formatDuration(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${String(s % 60).padStart(2, "0")}s`;
+  return `${Math.floor(m / 60)}h ${String(m % 60).padStart(2, "0")}m`;
+}
+
+function follow(fromStep) {
+  const stream = new EventSource(`/v1/jobs/${config.job_id}/metrics/stream?from_step=${fromStep}`);
+  stream.addEventListener("step", (event) => {
+    const data = JSON.parse(event.data);
+    addStep(data.step, data.metrics);
+    showProgress(data.step + 1);
+    const kl = data.metrics["opd/reverse_kl_mean"];
+    if (kl !== undefined && kl !== null) document.getElementById("job-kl").textContent = kl.toPrecision(4);
+    if (!charts.length) location.reload();  // the first step: the page now has charts to draw
+    redraw();
+  });
+  stream.addEventListener("end", () => stream.close());
+}
+
+async function start() {
+  let next = config.next_step;
+  const keys = charts.flatMap((chart) => chart.keys);
+  if (keys.length) {
+    const rows = rowsFromCurves(await fetchCurves(config.job_id, keys, MAX_POINTS));
+    rows.forEach(([step, metrics]) => addStep(step, metrics));
+    if (rows.length) next = Math.max(next, rows[rows.length - 1][0] + 1);
+    redraw();
+  }
+  if (!config.finished) follow(next);
+}
+
+async function watchStatus() {
+  const response = await fetch(`/v1/jobs/${config.job_id}`, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const job = await response.json();
+  if (job.status !== config.status) location.reload();
+}
+
+start();
+if (!config.finished) setInterval(() => { watchStatus().catch(() => {}); }, STATUS_POLL_MS);
