@@ -8,7 +8,7 @@ value never needs a Postgres type migration.
 import math
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import JSON, DateTime, Index, String, Text, TypeDecorator, UniqueConstraint
@@ -226,16 +226,64 @@ class StepMetric(SQLModel, table=True):
     recorded_at: datetime = timestamp()
 
 
+class MetricSummary(SQLModel, table=True):
+    """One metric over one complete block of `width` steps (app/summaries.py): what charts
+    read, so a curve costs the same whatever the job's length."""
+
+    __tablename__ = "metric_summaries"
+    __table_args__ = (
+        Index("ix_metric_summaries_job_id_width_block", "job_id", "width", "block"),
+        {"sqlite_with_rowid": False},
+    )
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    key: str = Field(sa_type=Text, primary_key=True)
+    width: int = Field(primary_key=True)
+    block: int = Field(primary_key=True)
+    points: int
+    first_step: int
+    first_value: float | None
+    last_step: int
+    last_value: float | None
+    min_step: int | None
+    min_value: float | None
+    max_step: int | None
+    max_value: float | None
+
+
 class MetricCurve(BaseModel):
     steps: list[int]
     values: list[float | None]
 
 
+class Downsampling(BaseModel):
+    """How the curves were cut down to `max_points`."""
+
+    method: Literal["none", "minmax"] = Field(
+        description="`none`: every recorded point. `minmax`: each bucket's min and max point "
+        "in step order, plus the range's first and last point."
+    )
+    first_step: int | None = Field(description="The first recorded step in the range.")
+    last_step: int | None = Field(description="The last recorded step in the range.")
+    buckets: int | None = Field(description="Buckets the range was cut into (minmax).")
+    bucket_steps: int | None = Field(
+        description="Steps per bucket, about: buckets follow stored block boundaries."
+    )
+
+
 class MetricsPublic(BaseModel):
-    """Curves by metric name, evenly downsampled; first and last points are always kept."""
+    """Curves by metric name: exact when short, else each bucket's min and max (spikes are
+    kept); the first and last points are always kept. Null values are non-finite ones."""
 
     job_id: int
     curves: dict[str, MetricCurve]
+    downsampling: Downsampling
+
+
+class JobsMetricsPublic(BaseModel):
+    """Curves of several jobs, in the order asked for."""
+
+    jobs: list[MetricsPublic]
 
 
 class Checkpoint(SQLModel, table=True):

@@ -17,7 +17,16 @@ from app.api.deps import JobSnapshot
 from app.api.errors import install_error_handlers
 from app.api.instrumentation import RequestMetricsMiddleware
 from app.api.metrics_listener import metrics_listener
-from app.api.routes import checkpoints, events, health, jobs, metrics, prometheus
+from app.api.routes import (
+    checkpoints,
+    compare,
+    events,
+    export,
+    health,
+    jobs,
+    metrics,
+    prometheus,
+)
 from app.auth import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
@@ -26,7 +35,7 @@ from app.queue import JobQueue
 from app.web.site import install_dashboard
 
 api_router = APIRouter()
-for module in (health, jobs, metrics, checkpoints, events, prometheus):
+for module in (health, jobs, metrics, export, compare, checkpoints, events, prometheus):
     api_router.include_router(module.router)
 
 DESCRIPTION = """\

@@ -1,7 +1,8 @@
 """What a run reports, appended as it happens: step metrics, saved weights, timeline events.
 
 A step's metrics are upserted on (job_id, step), so a step replayed after a crash
-overwrites its row and the table holds each step once.
+overwrites its row and the table holds each step once; the block summaries that charts
+read follow in the same transaction (store/summaries.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from app.models import (
 )
 from app.store.errors import JobNotHeld
 from app.store.rows import detach, event_row, held
+from app.store.summaries import keep_summaries, probe_step
 
 
 async def record_event(
@@ -63,8 +65,9 @@ async def record_step(
     step: int,
     metrics: dict[str, float],
 ) -> JobAction | None:
-    """Store step `step`'s metrics (a replayed step overwrites its row), advance
-    steps_done to step + 1 and beat, in one transaction. Returns the requested action."""
+    """Store step `step`'s metrics (a replayed step overwrites its row) and keep the
+    summaries, advance steps_done to step + 1 and beat, in one transaction. Returns the
+    requested action."""
     now = utcnow()
     result = await session.execute(
         update(Job)
@@ -77,8 +80,10 @@ async def record_step(
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
     clean = {name: finite_or_none(value) for name, value in metrics.items()}
+    newest, before = await probe_step(session, job_id, step)
     dialect = (await session.connection()).dialect.name
     await session.execute(upsert_metrics(dialect, job_id, step, clean, now))
+    await keep_summaries(session, job_id, step, newest, changed=before != clean)
     await session.commit()
     return None if row.requested_action is None else JobAction(row.requested_action)
 

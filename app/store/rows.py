@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -45,3 +46,16 @@ def event_row(
     now: datetime | None = None,
 ) -> Event:
     return Event(job_id=job_id, level=level, message=message, data=data, created_at=now or utcnow())
+
+
+async def get_jobs(session: AsyncSession, job_ids: Sequence[int], team_id: int | None) -> list[Job]:
+    """The jobs, in the order asked for; JobNotFound names the first one missing (or
+    another team's: `team_id` None means any team)."""
+    query = select(Job).where(Job.id.in_(job_ids)).execution_options(populate_existing=True)
+    if team_id is not None:
+        query = query.where(Job.team_id == team_id)
+    found = {job.id: detach(session, job) for job in (await session.execute(query)).scalars()}
+    for job_id in job_ids:
+        if job_id not in found:
+            raise JobNotFound(f"job {job_id} not found")
+    return [found[job_id] for job_id in job_ids]

@@ -1,4 +1,4 @@
-"""Step metrics of a job: downsampled curves, and a live stream of new steps (SSE)."""
+"""Step metrics of a job: chart curves, and a live stream of new steps (SSE)."""
 
 from __future__ import annotations
 
@@ -7,68 +7,41 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import select
 
+from app.api.caching import cache_headers, not_modified
+from app.api.curve_params import CurveQueryDep
 from app.api.deps import MAX_ID, JobDep, SessionDep, SettingsDep
-from app.api.errors import ApiError, error_responses
-from app.curves import build_curves
-from app.models import TERMINAL_STATUSES, Job, MetricsPublic, StepMetric
+from app.api.errors import error_responses
+from app.models import TERMINAL_STATUSES, Job, MetricsPublic
+from app.store.curves import read_curves, step_rows
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)
 )
 
-MAX_KEYS = 100
 STREAM_BATCH = 500
 KEEPALIVE_SECONDS = 15.0
+NOT_MODIFIED = {304: {"description": "The curves have not changed since this ETag."}}
 
 
-def parse_keys(keys: str | None) -> list[str] | None:
-    if keys is None:
-        return None
-    names = list(dict.fromkeys(name.strip() for name in keys.split(",") if name.strip()))
-    if not names:
-        raise ApiError(422, "invalid_request", "keys: give at least one metric name", "keys")
-    if len(names) > MAX_KEYS:
-        raise ApiError(422, "invalid_request", f"keys: at most {MAX_KEYS} names", "keys")
-    return names
-
-
-@router.get("/{job_id}/metrics", response_model=MetricsPublic)
+@router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=NOT_MODIFIED)
 async def read_metrics(
-    job: JobDep,
-    session: SessionDep,
-    keys: Annotated[
-        str | None,
-        Query(
-            description="Comma-separated metric names, e.g. `opd/reverse_kl_mean`; "
-            "default: every metric the job recorded."
-        ),
-    ] = None,
-    from_step: Annotated[
-        int | None, Query(ge=0, le=MAX_ID, description="First step (inclusive).")
-    ] = None,
-    to_step: Annotated[
-        int | None, Query(ge=0, le=MAX_ID, description="Last step (inclusive).")
-    ] = None,
-    max_points: Annotated[
-        int, Query(ge=2, le=10_000, description="Points per curve at most; first and last kept.")
-    ] = 1000,
-) -> MetricsPublic:
-    """One curve per metric, in step order, evenly downsampled to `max_points`."""
-    names = parse_keys(keys)
-    if from_step is not None and to_step is not None and from_step > to_step:
-        raise ApiError(422, "invalid_request", "from_step must not exceed to_step", "from_step")
-    query = select(StepMetric.step, StepMetric.metrics).where(StepMetric.job_id == job.id)
-    if from_step is not None:
-        query = query.where(StepMetric.step >= from_step)
-    if to_step is not None:
-        query = query.where(StepMetric.step <= to_step)
-    rows = (await session.execute(query.order_by(StepMetric.step))).tuples()
-    return MetricsPublic(job_id=job.id, curves=build_curves(rows, names, max_points))
+    job: JobDep, session: SessionDep, request: Request, response: Response, query: CurveQueryDep
+) -> MetricsPublic | Response:
+    """One curve per metric in step order: every point when the range has at most
+    `max_points` steps, else each bucket's min and max point (a spike is never lost) and
+    the first and last point; `downsampling` says which. Send the `ETag` back in
+    `If-None-Match` to get a 304 while nothing changed; a finished job's curves are
+    cacheable for good."""
+    headers = cache_headers([job], query)
+    if unchanged := not_modified(request, headers):
+        return unchanged
+    response.headers.update(headers)
+    return await read_curves(session, job.id, query)
 
 
 def sse(event: str, data: object, event_id: int | None = None) -> str:
@@ -90,18 +63,7 @@ async def step_events(
         async with sessions() as session:
             # Status first: a job seen finished has already written all its steps.
             status = (await session.execute(select(Job.status).where(Job.id == job_id))).scalar()
-            rows = (
-                (
-                    await session.execute(
-                        select(StepMetric.step, StepMetric.metrics)
-                        .where(StepMetric.job_id == job_id, StepMetric.step > after)
-                        .order_by(StepMetric.step)
-                        .limit(STREAM_BATCH)
-                    )
-                )
-                .tuples()
-                .all()
-            )
+            rows = await step_rows(session, job_id, after, limit=STREAM_BATCH)
         for step, metrics in rows:
             yield sse("step", {"step": step, "metrics": metrics}, step)
             after = step

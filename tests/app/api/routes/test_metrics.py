@@ -48,10 +48,66 @@ async def test_keys_step_range_and_downsampling(client, key, submit, session):
         },
         headers=auth(key),
     )
-    curves = response.json()["curves"]
+    body = response.json()
+    curves = body["curves"]
     assert set(curves) == {"opd/reverse_kl_mean", "missing/metric"}
-    assert curves["opd/reverse_kl_mean"]["steps"] == [5, 15, 25, 35, 45]
+    assert curves["opd/reverse_kl_mean"]["steps"] == [5, 45], "a rising curve: min first, max last"
     assert curves["missing/metric"] == {"steps": [], "values": []}
+    assert body["downsampling"] == {
+        "method": "minmax",
+        "first_step": 5,
+        "last_step": 45,
+        "buckets": 1,
+        "bucket_steps": 41,
+    }
+
+
+async def test_a_spike_survives_downsampling_with_first_and_last_points(
+    client, key, submit, session
+):
+    job = await submit(loop={"steps": 300})
+    await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+    for step in range(300):
+        kl = 40.0 if step == 137 else 1.0 + (step % 3) / 100
+        await record_step(session, job["id"], WORKER, step, {"opd/reverse_kl_mean": kl})
+    url = f"/v1/jobs/{job['id']}/metrics"
+    for params, first, last in [({}, 0, 299), ({"from_step": 3, "to_step": 250}, 3, 250)]:
+        body = (await client.get(url, params=params | {"max_points": 20}, headers=auth(key))).json()
+        curve = body["curves"]["opd/reverse_kl_mean"]
+        assert len(curve["steps"]) <= 20
+        assert curve["steps"][0] == first and curve["steps"][-1] == last
+        assert curve["values"][curve["steps"].index(137)] == 40.0, "the spike is kept"
+        assert body["downsampling"]["method"] == "minmax" and body["downsampling"]["buckets"] == 9
+    short = await client.get(url, params={"from_step": 130, "to_step": 139}, headers=auth(key))
+    assert short.json()["curves"]["opd/reverse_kl_mean"]["steps"] == list(range(130, 140))
+    assert short.json()["downsampling"]["method"] == "none", "a short range is exact"
+
+
+async def test_polls_are_answered_304_until_a_step_lands_and_finished_curves_are_immutable(
+    client, key, submit, session
+):
+    job = await submit(loop={"steps": 5})
+    await run_steps(session, job["id"], range(2))
+    url = f"/v1/jobs/{job['id']}/metrics?keys=opd/reverse_kl_mean"
+    first = await client.get(url, headers=auth(key))
+    tag = first.headers["etag"]
+    assert first.headers["cache-control"] == "private, no-cache"
+    again = await client.get(url, headers=auth(key) | {"If-None-Match": tag})
+    assert again.status_code == 304 and again.content == b""
+    assert again.headers["etag"] == tag
+    other_query = await client.get(
+        url + "&max_points=10", headers=auth(key) | {"If-None-Match": tag}
+    )
+    assert other_query.status_code == 200, "the ETag names the query too"
+
+    await record_step(session, job["id"], WORKER, 2, {"opd/reverse_kl_mean": 0.2})
+    fresh = await client.get(url, headers=auth(key) | {"If-None-Match": tag})
+    assert fresh.status_code == 200 and fresh.headers["etag"] != tag
+    assert fresh.json()["curves"]["opd/reverse_kl_mean"]["steps"] == [0, 1, 2]
+
+    await complete_job(session, job["id"], WORKER, "/weights/final")
+    done = await client.get(url, headers=auth(key))
+    assert done.headers["cache-control"] == "private, max-age=31536000, immutable"
 
 
 async def test_bad_metric_queries_are_422(client, key, submit):

@@ -1,0 +1,129 @@
+"""Every recorded step of a job's metrics as a file, streamed: CSV or JSON Lines."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import AsyncIterator, Sequence
+from enum import StrEnum
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.api.caching import cache_headers, not_modified
+from app.api.curve_params import FromStep, KeysParam, ToStep, check_range, parse_keys
+from app.api.deps import JobDep, SessionDep
+from app.api.errors import error_responses
+from app.store.curves import StepRow, metric_names, step_rows
+
+router = APIRouter(
+    prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)
+)
+
+PAGE = 5_000  # steps per query; each page is read in a session of its own
+
+
+class ExportFormat(StrEnum):
+    csv = "csv"
+    jsonl = "jsonl"
+
+
+MEDIA_TYPES = {ExportFormat.csv: "text/csv", ExportFormat.jsonl: "application/x-ndjson"}
+
+
+async def pages(
+    sessions: async_sessionmaker[AsyncSession],
+    job_id: int,
+    from_step: int | None,
+    to_step: int | None,
+) -> AsyncIterator[list[StepRow]]:
+    after = (from_step or 0) - 1
+    while True:
+        async with sessions() as session:
+            rows = await step_rows(session, job_id, after, to_step, PAGE)
+        if not rows:
+            return
+        yield rows
+        after = rows[-1][0]
+
+
+def chosen(rows: list[StepRow], keys: Sequence[str] | None) -> list[StepRow]:
+    """The rows with only the chosen metrics; steps with none of them are left out."""
+    if keys is None:
+        return rows
+    picked = [(step, {k: metrics[k] for k in keys if k in metrics}) for step, metrics in rows]
+    return [(step, metrics) for step, metrics in picked if metrics]
+
+
+async def csv_text(
+    columns: Sequence[str], rows: AsyncIterator[list[StepRow]]
+) -> AsyncIterator[str]:
+    """A header `step,<metric>...`, then one line per step; an absent or null value is empty."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", *columns])
+    async for page in rows:
+        writer.writerows([step, *(metrics.get(c) for c in columns)] for step, metrics in page)
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    yield buffer.getvalue()
+
+
+async def jsonl_text(rows: AsyncIterator[list[StepRow]]) -> AsyncIterator[str]:
+    """One `{"step": n, "<metric>": value, ...}` object per line, as `opd run --metrics-out`."""
+    async for page in rows:
+        yield "".join(
+            json.dumps({"step": step, **metrics}, separators=(",", ":")) + "\n"
+            for step, metrics in page
+        )
+
+
+@router.get(
+    "/{job_id}/metrics/export",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {media: {} for media in MEDIA_TYPES.values()},
+            "description": "Every recorded step in step order. CSV: a header `step,<metric>,...` "
+            "(the chosen metrics, else every metric sorted by name), empty cells where a step "
+            "lacks a metric or its value was not finite. JSONL: one object per step.",
+        },
+        304: {"description": "Nothing changed since this ETag."},
+    },
+)
+async def export_metrics(
+    job: JobDep,
+    session: SessionDep,
+    request: Request,
+    export_format: Annotated[
+        ExportFormat, Query(alias="format", description="`csv` (for pandas) or `jsonl`.")
+    ] = ExportFormat.csv,
+    keys: KeysParam = None,
+    from_step: FromStep = None,
+    to_step: ToStep = None,
+) -> Response:
+    """Every step of every (or each chosen) metric, streamed; steps that have none of the
+    chosen metrics are left out."""
+    names = parse_keys(keys)
+    check_range(from_step, to_step)
+    headers = cache_headers([job], "export", export_format, names, from_step, to_step)
+    if unchanged := not_modified(request, headers):
+        return unchanged
+    columns = names
+    if columns is None and export_format is ExportFormat.csv:
+        columns = tuple(await metric_names(session, job.id))
+    await session.close()  # hand the connection back: each page takes its own
+    rows = pages(request.app.state.sessions, job.id, from_step, to_step)
+    filtered = (chosen(page, names) async for page in rows)
+    body = (
+        csv_text(columns or (), filtered)
+        if export_format is ExportFormat.csv
+        else jsonl_text(filtered)
+    )
+    filename = f"job-{job.id}-metrics.{export_format}"
+    headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return StreamingResponse(body, media_type=MEDIA_TYPES[export_format], headers=headers)
