@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from arq.connections import ArqRedis, RedisSettings, create_pool
-from arq.jobs import Job as ArqJob
-from arq.jobs import JobStatus as ArqJobStatus
+from arq.jobs import in_progress_key_prefix, result_key_prefix
 from redis.exceptions import RedisError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,7 +23,6 @@ from app.store.dispatch import next_enqueue_count, set_queue_reason
 from app.telemetry import QUEUE_ERRORS
 
 TASK_NAME = "run_job"
-PENDING = frozenset({ArqJobStatus.deferred, ArqJobStatus.queued, ArqJobStatus.in_progress})
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,13 +82,32 @@ class JobQueue:
             "enqueue", lambda pool: pool.enqueue_job(TASK_NAME, job_id, _job_id=arq_id)
         )
 
+    async def pending(self, sends: Sequence[tuple[int, int]]) -> set[int]:
+        """The jobs among (job id, enqueue count) pairs whose message still waits in (or
+        runs from) the queue, as arq's job status tells it: one round trip for all."""
+        if not sends:
+            return set()
+        arq_ids = [self.arq_job_id(job_id, count) for job_id, count in sends]
+
+        async def statuses(pool: ArqRedis) -> list[Any]:
+            async with pool.pipeline(transaction=False) as pipe:
+                for arq_id in arq_ids:
+                    pipe.exists(result_key_prefix + arq_id)
+                    pipe.exists(in_progress_key_prefix + arq_id)
+                    pipe.zscore(self.queue_name, arq_id)
+                return await pipe.execute()
+
+        answers = iter(await self._call("status", statuses))
+        per_job = zip(sends, answers, answers, answers, strict=True)
+        return {
+            job_id
+            for (job_id, _), done, running, score in per_job
+            if not done and (running or score)
+        }
+
     async def is_pending(self, job_id: int, enqueue_count: int) -> bool:
         """Whether the job's latest message still waits in (or runs from) the queue."""
-        arq_id = self.arq_job_id(job_id, enqueue_count)
-        status = await self._call(
-            "status", lambda pool: ArqJob(arq_id, pool, _queue_name=self.queue_name).status()
-        )
-        return status in PENDING
+        return job_id in await self.pending([(job_id, enqueue_count)])
 
     async def length(self) -> int:
         """Messages waiting in the queue (not yet taken by a worker)."""
@@ -105,16 +122,29 @@ class JobQueue:
             await pool.aclose()
 
 
+async def send_counted(
+    session: AsyncSession, queue: JobQueue, sends: Sequence[tuple[int, int]]
+) -> list[int]:
+    """Push each counted (job id, enqueue count) send; returns the ids sent. Once Redis
+    fails, the rest keep waiting with the reason written on them, for the sweeper."""
+    sent: list[int] = []
+    for job_id, count in sends:
+        try:
+            await queue.push(job_id, count)
+        except QueueUnavailable as error:
+            waiting = [unsent for unsent, _ in sends[len(sent) :]]
+            log.warning("jobs %s stay queued: %s", waiting, error)
+            reason = f"{error}; it will be enqueued when Redis is back"
+            await set_queue_reason(session, waiting, reason)
+            break
+        sent.append(job_id)
+    return sent
+
+
 async def enqueue_job(session: AsyncSession, queue: JobQueue, job_id: int) -> bool:
     """Send a job (queued, or active with a dead worker) to the workers; True if sent.
     If Redis fails, the job keeps waiting with the reason on it, for the sweeper."""
     count = await next_enqueue_count(session, job_id)
     if count is None:
         return False
-    try:
-        await queue.push(job_id, count)
-    except QueueUnavailable as error:
-        log.warning("job %s stays queued: %s", job_id, error)
-        await set_queue_reason(session, job_id, f"{error}; it will be enqueued when Redis is back")
-        return False
-    return True
+    return bool(await send_counted(session, queue, [(job_id, count)]))

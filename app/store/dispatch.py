@@ -3,33 +3,78 @@ job was sent, and why a queued job still waits."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import ColumnElement, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ACTIVE_STATUSES, Job, JobStatus, utcnow
 from app.store.transitions import RUNNABLE_STATUSES
 
+RESEND_BATCH = 500  # candidates per UPDATE: well inside every database's bound-parameter limit
 
-async def orphaned_job_ids(
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job the sweeper may have to send again, as it was when listed."""
+
+    id: int
+    status: str
+    enqueue_count: int
+
+
+def stale_heartbeat(heartbeat_timeout: float) -> ColumnElement[bool]:
+    stale_before = utcnow() - timedelta(seconds=heartbeat_timeout)
+    return or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale_before)
+
+
+async def sweep_candidates(
     session: AsyncSession,
     *,
     heartbeat_timeout: float,
     queued_for: float,
-) -> list[int]:
-    """Jobs the sweeper should (re-)enqueue: active ones without a heartbeat for
-    `heartbeat_timeout` seconds, and ones queued for `queued_for` seconds or more."""
-    now = utcnow()
-    stale_before = now - timedelta(seconds=heartbeat_timeout)
-    active = Job.status.in_(ACTIVE_STATUSES) & or_(
-        Job.heartbeat_at.is_(None), Job.heartbeat_at < stale_before
-    )
+) -> list[Candidate]:
+    """Jobs the sweeper should (re-)enqueue, in one query: active ones without a heartbeat
+    for `heartbeat_timeout` seconds, and ones queued for `queued_for` seconds or more."""
+    active = Job.status.in_(ACTIVE_STATUSES) & stale_heartbeat(heartbeat_timeout)
     waiting = (Job.status == JobStatus.queued) & (
-        Job.updated_at < now - timedelta(seconds=queued_for)
+        Job.updated_at < utcnow() - timedelta(seconds=queued_for)
     )
-    rows = await session.execute(select(Job.id).where(active | waiting).order_by(Job.id))
-    return list(rows.scalars())
+    rows = await session.execute(
+        select(Job.id, Job.status, Job.enqueue_count).where(active | waiting).order_by(Job.id)
+    )
+    return [Candidate(*row) for row in rows]
+
+
+async def count_resends(
+    session: AsyncSession, candidates: Sequence[Candidate], heartbeat_timeout: float
+) -> list[tuple[int, int]]:
+    """Count one more send of each candidate that still needs one and return (job id,
+    count) pairs: a queued job nobody sent since it was listed, an active job no worker
+    took over meanwhile. One statement per RESEND_BATCH candidates."""
+    counted: list[tuple[int, int]] = []
+    for start in range(0, len(candidates), RESEND_BATCH):
+        batch = candidates[start : start + RESEND_BATCH]
+        listed = [(c.id, c.enqueue_count) for c in batch if c.status == JobStatus.queued]
+        active = [c.id for c in batch if c.status in ACTIVE_STATUSES]
+        result = await session.execute(
+            update(Job)
+            .where(
+                ((Job.status == JobStatus.queued) & tuple_(Job.id, Job.enqueue_count).in_(listed))
+                | (
+                    Job.status.in_(ACTIVE_STATUSES)
+                    & Job.id.in_(active)
+                    & stale_heartbeat(heartbeat_timeout)
+                )
+            )
+            .values(enqueue_count=Job.enqueue_count + 1, queue_reason=None)
+            .returning(Job.id, Job.enqueue_count)
+        )
+        counted.extend((job_id, count) for job_id, count in result)
+    await session.commit()
+    return sorted(counted)
 
 
 async def next_enqueue_count(session: AsyncSession, job_id: int) -> int | None:
@@ -46,11 +91,13 @@ async def next_enqueue_count(session: AsyncSession, job_id: int) -> int | None:
     return count
 
 
-async def set_queue_reason(session: AsyncSession, job_id: int, reason: str | None) -> None:
-    """Say why a queued job waits (e.g. the queue was unreachable); no-op once it left."""
+async def set_queue_reason(
+    session: AsyncSession, job_ids: Sequence[int], reason: str | None
+) -> None:
+    """Say why queued jobs wait (e.g. the queue was unreachable); no-op for those that left."""
     await session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status == JobStatus.queued)
+        .where(Job.id.in_(job_ids), Job.status == JobStatus.queued)
         .values(queue_reason=reason)
     )
     await session.commit()
