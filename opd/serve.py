@@ -178,6 +178,7 @@ def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
         )
         wait_until(lambda: api_ready(url), "the API", api)
         print(f"OPD service at {url} (docs: {url}/docs), database {settings.database_url}")
+        print(f"Dashboard: {url}/ui/  (sign in with the key below)")
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
         if demo:

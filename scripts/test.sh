@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh local,dev
+# The dashboard's browser tests drive Debian's chromium (Playwright's own download cannot run).
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
+fi
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start
 fi

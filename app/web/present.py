@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -103,3 +104,31 @@ def differing_fields(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list
         if any(value != values[0] for value in values[1:]):
             rows.append((path, [None if value is MISSING else value for value in values]))
     return rows
+
+
+KL_SHADES = (0.1, 0.5, 1.0, 2.0)
+"""Reverse-KL magnitudes where a token's shade darkens (5 shades, CSS classes kl-0..kl-4)."""
+
+
+@dataclass(frozen=True)
+class ShadedToken:
+    text: str
+    reverse_kl: float | None
+    shade: int
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A kept rollout as the job page shows it: the completion token by token, each
+    shaded by its reverse KL (the data comes with issue 8's kept samples)."""
+
+    step: int
+    prompt: str
+    tokens: list[ShadedToken]
+
+
+def shade_tokens(texts: Sequence[str], reverse_kl: Sequence[float | None]) -> list[ShadedToken]:
+    return [
+        ShadedToken(text, kl, 0 if kl is None else sum(abs(kl) >= edge for edge in KL_SHADES))
+        for text, kl in zip(texts, reverse_kl, strict=True)
+    ]

@@ -84,5 +84,6 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Demo job 1: succeeded" in done.stdout
+    assert f"Dashboard: http://127.0.0.1:{port}/ui/" in done.stdout
     assert (tmp_path / "opd.db").is_file() and (tmp_path / "api-key").is_file()
     assert Path(tmp_path, "artifacts", "job-1", "sampler", "tiny-opd").is_dir()

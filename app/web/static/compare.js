@@ -9,7 +9,8 @@ async function drawComparison() {
     compare.jobs.map((job) => fetchCurves(job.id, [compare.metric], MAX_POINTS))
   );
   const labels = compare.jobs.map((job) => `#${job.id} ${job.name}`);
-  const plot = makeChart(document.getElementById("chart-compare"), labels, []);
+  const figure = document.getElementById("chart-compare");
+  const plot = makeChart(figure, labels, []);
   const tables = curves.map((c) => {
     const curve = c[compare.metric] || { steps: [], values: [] };
     return [curve.steps, curve.values];
@@ -18,6 +19,7 @@ async function drawComparison() {
   const draw = () => {
     const weight = smoothing();
     plot.setData([aligned[0], ...aligned.slice(1).map((ys) => smooth(ys, weight))]);
+    figure.dataset.points = String(aligned[0].length);
   };
   const smoothing = smoothingControl(draw);
   draw();

@@ -16,7 +16,8 @@ class LiveChart {
     this.values = Object.fromEntries(this.keys.map((k) => [k, []]));
     const labels = def.band ? [def.series[0], "± std (upper)", "± std (lower)"] : def.series;
     const bands = def.band ? [{ series: [2, 3], fill: BAND_FILL }] : [];
-    this.plot = makeChart(document.getElementById(`chart-${def.id}`), labels, bands);
+    this.figure = document.getElementById(`chart-${def.id}`);
+    this.plot = makeChart(this.figure, labels, bands);
   }
 
   add(step, metrics) {
@@ -39,6 +40,7 @@ class LiveChart {
       data = [this.steps, ...this.def.series.map((k) => smooth(this.values[k], weight))];
     }
     this.plot.setData(data);
+    this.figure.dataset.points = String(this.steps.length);
   }
 }
 

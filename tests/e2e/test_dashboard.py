@@ -1,0 +1,226 @@
+"""The dashboard in a real browser (Debian's chromium driven by Playwright) against real
+`opd api` and `opd worker` processes. Each test saves screenshots under
+test-screenshots/<test name>/ for a person to look at."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import ROOT, TINY, Service, deployment, tiny_spec
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = ROOT / "test-screenshots"
+WAIT_MS = 60_000
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install -y chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """One API and one worker (two jobs at once) on SQLite for the module's tests."""
+    home = tmp_path_factory.mktemp("dashboard")
+    with deployment(home, f"sqlite:///{home / 'opd.db'}", worker_concurrency="2") as running:
+        running.start_worker()
+        yield running
+
+
+@pytest.fixture(scope="module")
+def other_key(service: Service) -> str:
+    return service.opd("keys", "create", "--team", "someone-else").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser profile; fails the test on a script error or anything the
+    Content-Security-Policy blocks (both show as console errors). Pages that answer an
+    HTTP error on purpose (401, 404, 422) log "Failed to load resource": those are fine."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    tab = context.new_page()
+    problems: list[str] = []
+    tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    tab.on(
+        "console",
+        lambda message: problems.append(message.text) if message.type == "error" else None,
+    )
+    tab.on("dialog", lambda dialog: dialog.accept())
+    yield tab
+    context.close()
+    unexpected = [p for p in problems if not p.startswith("Failed to load resource")]
+    assert not unexpected, unexpected
+
+
+@pytest.fixture
+def shots(request: pytest.FixtureRequest) -> Path:
+    """test-screenshots/<test name>/, for a person to look at."""
+    folder = SCREENSHOTS / request.node.name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shot(page: Any, folder: Path, name: str) -> None:
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def sign_in(page: Any, service: Service, key: str) -> None:
+    page.goto(f"{service.url}/ui/jobs")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in"))
+    page.fill("#key", key)
+    page.click("form[action='/ui/sign-in'] button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/ui/jobs$"))
+
+
+def submit_as(service: Service, key: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Submit a job with another team's key."""
+    mine = service.key
+    service.key = key
+    try:
+        return service.submit(spec)
+    finally:
+        service.key = mine
+
+
+@pytest.fixture(scope="module")
+def long_job(service: Service) -> dict[str, Any]:
+    """A job that runs long enough to watch, pause and resume (saves state every 10)."""
+    job = service.submit(tiny_spec(steps=600, save_every=10) | {"name": "watch-me"})
+    service.wait(job["id"], until=lambda j: j["status"] == "running" and j["steps_done"] > 2)
+    return job
+
+
+def test_sign_in_and_the_table_lists_only_the_teams_jobs(page, service, shots, other_key):
+    mine = service.submit(tiny_spec(steps=4) | {"name": "ours-table"})
+    theirs = submit_as(service, other_key, tiny_spec(steps=4) | {"name": "theirs-table"})
+    sign_in(page, service, service.key)
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    assert cookies["opd_session"]["httpOnly"] and cookies["opd_session"]["sameSite"] == "Strict"
+    assert cookies["opd_session"]["expires"] > 0, "an expiring cookie, not a browser session"
+    assert "opd_session" not in page.evaluate("document.cookie"), "scripts cannot read it"
+    assert service.key not in page.evaluate("JSON.stringify(localStorage)")
+    table = page.locator("#jobs-table")
+    expect(table.locator(f"tr[data-job-id='{mine['id']}']")).to_contain_text("ours-table")
+    expect(table.locator(f"tr[data-job-id='{theirs['id']}']")).to_have_count(0)
+    expect(page.locator("body")).not_to_contain_text("theirs-table")
+    shot(page, shots, "jobs-table")
+
+
+def test_a_running_jobs_chart_gains_points_without_reloading(page, service, shots, long_job):
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
+    chart = page.locator("#chart-reverse-kl")
+    expect(chart.locator("canvas")).to_have_count(1)
+    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"), timeout=WAIT_MS)
+    page.evaluate("window.stillTheSamePage = true")
+    first = int(chart.get_attribute("data-points"))
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while int(chart.get_attribute("data-points")) < first + 5:
+        assert time.monotonic() < deadline, "the chart stopped gaining points"
+        page.wait_for_timeout(250)
+    assert page.evaluate("window.stillTheSamePage === true"), "the page was not reloaded"
+    steps = page.locator("#job-steps").inner_text()
+    assert int(steps.split("/")[0]) > first
+    shot(page, shots, "live-chart")
+
+
+def test_pause_and_resume_from_the_page(page, service, shots, long_job):
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
+    page.click("button.action-pause")  # the confirmation dialog is accepted
+    expect(page.locator("#job-status")).to_have_text("paused", timeout=WAIT_MS)
+    shot(page, shots, "paused")
+    assert service.client().job(long_job["id"])["status"] == "paused"
+    page.click("button.action-resume")
+    expect(page.locator("#job-status")).to_have_text(re.compile("queued|running"))
+    service.wait(long_job["id"], until=lambda job: job["status"] == "running")
+    expect(page.locator("#job-status")).to_have_text("running", timeout=WAIT_MS)
+    expect(page.locator("button.action-pause")).to_be_visible()
+    shot(page, shots, "resumed")
+
+
+def test_compare_two_jobs(page, service, shots):
+    first = service.submit(tiny_spec(steps=6) | {"name": "compare-a"})
+    second = service.submit(tiny_spec(steps=8) | {"name": "compare-b"})
+    for job in (first, second):
+        service.wait(job["id"])
+    sign_in(page, service, service.key)
+    for job in (first, second):
+        page.check(f"tr[data-job-id='{job['id']}'] input[type=checkbox]")
+    page.click("#compare-form button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/ui/compare\?"))
+    expect(page.locator("#spec-diff tr[data-field='loop.steps']")).to_contain_text("6")
+    expect(page.locator("#spec-diff tr[data-field='name']")).to_contain_text("compare-b")
+    chart = page.locator("#chart-compare")
+    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"), timeout=WAIT_MS)
+    expect(chart.locator(".u-legend")).to_contain_text("compare-a")
+    shot(page, shots, "compare")
+
+
+def test_an_invalid_spec_shows_the_fields_error_then_a_valid_one_is_submitted(page, service, shots):
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/new")
+    text = TINY.read_text()
+    assert page.locator("#spec").input_value() == text, "prefilled from examples/tiny.yaml"
+    page.fill("#spec", text.replace("steps: 60", "steps: 0"))
+    page.click("#submit-job")
+    error = page.locator(".field-error[data-field='loop.steps']")
+    expect(error).to_contain_text("greater than or equal to 1")
+    expect(page.locator(".inline-error[data-field='loop.steps']")).to_be_visible()
+    shot(page, shots, "invalid-spec")
+    spec = yaml.safe_load(text) | {"name": "from-the-form"}
+    spec["loop"]["steps"] = 3
+    page.fill("#spec", yaml.safe_dump(spec))
+    page.click("#submit-job")
+    expect(page).to_have_url(re.compile(r"/ui/jobs/\d+$"))
+    expect(page.locator("h1")).to_contain_text("from-the-form")
+    job_id = int(page.url.rsplit("/", 1)[1])
+    assert service.client().job(job_id)["name"] == "from-the-form"
+    shot(page, shots, "submitted")
+
+
+def test_another_teams_job_is_a_404_page(page, service, shots, other_key):
+    theirs = submit_as(service, other_key, tiny_spec(steps=3) | {"name": "not-for-you"})
+    sign_in(page, service, service.key)
+    response = page.goto(f"{service.url}/ui/jobs/{theirs['id']}")
+    assert response.status == 404
+    expect(page.locator(".error-page")).to_contain_text("No such job")
+    expect(page.locator("body")).not_to_contain_text("not-for-you")
+    shot(page, shots, "other-team-404")
+
+
+def test_sign_out(page, service, shots):
+    sign_in(page, service, service.key)
+    page.click("form.sign-out button")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in"))
+    assert "opd_session" not in {c["name"] for c in page.context.cookies()}
+    page.goto(f"{service.url}/ui/jobs")
+    expect(page).to_have_url(re.compile(r"/ui/sign-in\?next="))
+    shot(page, shots, "signed-out")
