@@ -15,7 +15,7 @@ COPY worker ./worker
 COPY kernel ./kernel
 COPY migrations ./migrations
 COPY examples ./examples
-RUN pip install -e ".[local]"
+RUN pip install -e ".[local,tinker]"
 
 RUN useradd --create-home opd && mkdir -p /var/lib/opd /artifacts /data \
     && chown -R opd /var/lib/opd /artifacts /data

@@ -176,21 +176,16 @@ class LocalBackendSpec(SpecModel):
     )
 
 
-class TrioBackendSpec(SpecModel):
-    """Timeouts and retries handed to pytrio.configure before the first client is made,
-    and the worker's retries of whole calls that still fail transiently after PyTRIO's."""
+class RemoteBackendSpec(SpecModel):
+    """What every remote backend's group holds: the worker's retries of whole calls that
+    still fail transiently after the SDK's own retries."""
 
-    request_timeout_seconds: int = Field(600, ge=1, le=86_400)
-    sampling_timeout_seconds: int = Field(600, ge=1, le=86_400)
-    retry_max_attempts: int = Field(
-        5, ge=1, le=100, description="PyTRIO's tries of one HTTP request."
-    )
     call_attempts: int = Field(
         4,
         ge=1,
         le=20,
         description="Tries of a backend call that keeps failing transiently (timeouts, "
-        "429, 5xx, dropped connections) after PyTRIO's own retries; 1 = no retry.",
+        "429, 5xx, dropped connections) after the SDK's own retries; 1 = no retry.",
     )
     call_retry_delay_seconds: float = Field(
         5.0,
@@ -198,6 +193,29 @@ class TrioBackendSpec(SpecModel):
         le=MAX_RETRY_DELAY_SECONDS,
         description="Wait before the first call retry; it doubles each time (at most "
         f"{MAX_RETRY_DELAY_SECONDS:.0f} s), scaled by a random 50-100%.",
+    )
+
+
+class TrioBackendSpec(RemoteBackendSpec):
+    """Timeouts and retries handed to pytrio.configure before the first client is made."""
+
+    request_timeout_seconds: int = Field(600, ge=1, le=86_400)
+    sampling_timeout_seconds: int = Field(600, ge=1, le=86_400)
+    retry_max_attempts: int = Field(
+        5, ge=1, le=100, description="PyTRIO's tries of one HTTP request."
+    )
+
+
+class TinkerBackendSpec(RemoteBackendSpec):
+    """Tinker's SDK retries timeouts, 429 and 5xx itself and has no option for how often;
+    what still fails is retried as a whole by the worker (`call_attempts`)."""
+
+    call_timeout_seconds: int = Field(
+        3600,
+        ge=1,
+        le=86_400,
+        description="Longest wait for one call's result, time queued at Tinker included; a "
+        "call still unanswered then fails as transient.",
     )
 
 
@@ -214,7 +232,7 @@ class JobSpec(SpecModel):
     """Everything one OPD run needs; the public contract of the service."""
 
     name: Name = "opd-deepmath-qwen35-4b"
-    backend: Literal["local", "trio"] = "trio"
+    backend: Literal["local", "trio", "tinker"] = "trio"
     student: StudentSpec = Field(default_factory=StudentSpec)
     teacher: TeacherSpec = Field(default_factory=TeacherSpec)
     dataset: DatasetSpec = Field(default_factory=DeepMathDataset)
@@ -224,6 +242,7 @@ class JobSpec(SpecModel):
     swanlab: SwanLabSpec = Field(default_factory=SwanLabSpec)
     local: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
     trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)
+    tinker: TinkerBackendSpec = Field(default_factory=TinkerBackendSpec)
     metadata: Metadata = Field(default_factory=dict)
 
 

@@ -44,6 +44,11 @@ def test_defaults_are_the_reference_scripts_defaults():
         ({"loop": {"save_every": 3, "sampler_refresh_steps": 2}}, "loop"),
         ({"dataset": {"source": "inline", "prompts": []}}, "dataset.inline.prompts"),
         ({"optimizer": {}}, "optimizer"),
+        ({"backend": "tinkr"}, "backend"),
+        ({"tinker": {"timeout": 600}}, "tinker.timeout"),
+        ({"tinker": {"call_timeout_seconds": 0}}, "tinker.call_timeout_seconds"),
+        ({"tinker": {"call_attempts": 21}}, "tinker.call_attempts"),
+        ({"trio": {"call_retry_delay_seconds": 0}}, "trio.call_retry_delay_seconds"),
     ],
 )
 def test_a_bad_spec_names_its_field(data, field):

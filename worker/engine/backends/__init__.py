@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernel.retry import Backoff
-from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec
+from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.backends.resilient import Warn, resilient
 
@@ -19,14 +19,23 @@ def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
     if spec.backend == "trio":
         from worker.engine.backends.trio import connect_trio
 
-        options = spec.trio
-        backoff = Backoff(
-            initial=options.call_retry_delay_seconds,
-            cap=MAX_RETRY_DELAY_SECONDS,
-            attempts=options.call_attempts,
-        )
-        return resilient(connect_trio(options), PYTRIO_ERRORS, warn, backoff)
+        return resilient(connect_trio(spec.trio), PYTRIO_ERRORS, warn, call_backoff(spec.trio))
+    if spec.backend == "tinker":
+        from worker.engine.backends.tinker import ERRORS as TINKER_ERRORS
+        from worker.engine.backends.tinker import connect_tinker
+
+        service = connect_tinker(spec.tinker)
+        return resilient(service, TINKER_ERRORS, warn, call_backoff(spec.tinker))
     from worker.engine.backends.local import LocalServiceClient
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
     return resilient(LocalServiceClient(spec.local, artifact_dir), PYTRIO_ERRORS, warn)
+
+
+def call_backoff(options: RemoteBackendSpec) -> Backoff:
+    """How often, and how far apart, a remote backend's failing calls are tried."""
+    return Backoff(
+        initial=options.call_retry_delay_seconds,
+        cap=MAX_RETRY_DELAY_SECONDS,
+        attempts=options.call_attempts,
+    )

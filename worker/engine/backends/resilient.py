@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, NoReturn, TypeVar, cast
 
+import httpx
 from pytrio.types import APIFuture
 
 from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
@@ -49,6 +50,18 @@ class Failure:
     kind: Kind
     description: str
     hint: str = ""
+
+
+NETWORK_ERRORS = (TimeoutError, ConnectionError, httpx.TransportError)
+AUTH_STATUS_CODES = (401, 403)
+
+
+def network_failure(error: BaseException) -> Failure | None:
+    """The network beneath every SDK fails transiently: a timeout, a dropped connection."""
+    if not isinstance(error, NETWORK_ERRORS):
+        return None
+    description = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return Failure(Kind.transient, description)
 
 
 @dataclass(frozen=True)

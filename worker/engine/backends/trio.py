@@ -9,7 +9,6 @@ error types too, so it reads its errors the same way.
 
 from __future__ import annotations
 
-import httpx
 import pytrio
 from pytrio.auth.flow import is_relogin_auth_error
 from pytrio.config.config import auth_state
@@ -19,11 +18,15 @@ from pytrio.errors.base import PyTrioError
 from kernel.errors import BackendFailure, OPDError
 from kernel.spec import TrioBackendSpec
 from worker.engine.backends.contract import ServiceClient
-from worker.engine.backends.resilient import Errors, Failure, Kind
+from worker.engine.backends.resilient import (
+    AUTH_STATUS_CODES,
+    Errors,
+    Failure,
+    Kind,
+    network_failure,
+)
 
 LOGIN_HINT = "set PYTRIO_API_KEY in the worker's environment or run `trio login` on its machine"
-NETWORK_ERRORS = (TimeoutError, ConnectionError, httpx.TransportError)
-AUTH_STATUS_CODES = (401, 403)
 
 
 def classify(error: BaseException) -> Failure | None:
@@ -39,10 +42,7 @@ def classify(error: BaseException) -> Failure | None:
             or error.status_code in AUTH_STATUS_CODES
         )
         return Failure(Kind.auth if auth else Kind.rejected, description, error.hint or "")
-    if isinstance(error, NETWORK_ERRORS):
-        description = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        return Failure(Kind.transient, description)
-    return None
+    return network_failure(error)
 
 
 ERRORS = Errors(classify=classify, login_hint=LOGIN_HINT, retry_option="trio.call_attempts")
