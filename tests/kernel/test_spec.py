@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernel.spec import DEFAULT_QUESTION_SUFFIX, JobSpec, SpecError, load_spec, parse_spec
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 
 def test_defaults_are_the_reference_scripts_defaults():
@@ -66,3 +70,8 @@ def test_spec_files_are_yaml_or_json(tmp_path):
         load_spec(tmp_path / "c.yaml")
     with pytest.raises(SpecError, match="cannot read spec"):
         load_spec(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_every_example_spec_is_valid(example):
+    assert load_spec(example).name
