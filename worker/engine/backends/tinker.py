@@ -224,14 +224,15 @@ class TinkerTrainer:
         )
 
     async def save_state_async(self, name: str) -> Awaitable[SaveWeightsResponse]:
-        """Tinker refuses an existing name unless told to overwrite; a name this run saved
-        is refused here as well, before anything is sent."""
+        """A name this run saved is refused here, before anything is sent. What is sent may
+        overwrite: a save retried after its answer was lost (it had taken effect) then
+        writes the same state again instead of failing on its own name."""
         if name in self.saved:
             raise BackendRejected(
                 f"the backend rejected save_state: the state {name!r} was saved before in "
                 "this run, and a saved state is never overwritten"
             )
-        future = self.client.save_state(name, overwrite=False)
+        future = self.client.save_state(name, overwrite=True)
 
         def saved(response: tinker.types.SaveWeightsResponse) -> SaveWeightsResponse:
             self.saved.add(name)
