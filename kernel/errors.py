@@ -36,3 +36,8 @@ class BackendRejected(BackendFailure):
 
 class BackendUnavailable(BackendFailure):
     code = "backend_unavailable"
+
+
+class ResultLost(BackendUnavailable):
+    """A training call was sent and its result lost: it may have taken effect, so it must
+    not be sent again; the service resumes the job from its last saved state instead."""

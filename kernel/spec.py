@@ -23,6 +23,7 @@ MAX_GROUP_SIZE = 256
 MAX_TOKENS = 32_768
 MAX_SAMPLE_SIZE = 10_000_000
 MAX_INLINE_PROMPTS = 10_000
+MAX_EVAL_PROMPTS = 10_000
 MAX_PROMPT_CHARS = 100_000
 MAX_METADATA_KEYS = 32
 MAX_METADATA_KEY_CHARS = 64
@@ -86,6 +87,9 @@ class FileDataset(PromptOptions):
     source: Literal["file"] = "file"
     path: str = Field(min_length=1, max_length=1000)
     field: str = Field("question", min_length=1, max_length=200)
+    answer_field: str | None = Field(
+        None, min_length=1, max_length=200, description="The reference answers, for eval."
+    )
     sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
     seed: int = Field(42, ge=0, le=2**31 - 1)
 
@@ -97,6 +101,17 @@ class InlineDataset(PromptOptions):
     prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
         min_length=1, max_length=MAX_INLINE_PROMPTS
     )
+    answers: list[Annotated[str, Field(max_length=MAX_PROMPT_CHARS)]] | None = Field(
+        None, description="The reference answer of each prompt, in order, for eval."
+    )
+
+    @model_validator(mode="after")
+    def _an_answer_per_prompt(self) -> InlineDataset:
+        if self.answers is not None and len(self.answers) != len(self.prompts):
+            raise ValueError(
+                f"answers has {len(self.answers)} entries for {len(self.prompts)} prompts"
+            )
+        return self
 
 
 DatasetSpec = Annotated[
@@ -130,6 +145,32 @@ class OptimSpec(SpecModel):
     grad_clip_norm: float = Field(0.0, ge=0.0, description="0 = no clipping.")
 
 
+LossName = Literal["importance_sampling", "ppo", "cispo", "dro"]
+# Each loss's options and their defaults: Tinker's documented ones (PyTRIO follows Tinker's
+# loss definitions); DRO's beta has no documented default, so ours is the documented example.
+LOSS_OPTIONS: dict[str, dict[str, float]] = {
+    "importance_sampling": {},
+    "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
+    "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "dro": {"beta": 0.05},
+}
+
+
+class LossConfig(SpecModel):
+    """Options of the policy losses (PyTRIO's `loss_fn_config`); unset ones take the
+    defaults above, and the loop always sends them, so every backend trains alike."""
+
+    clip_low_threshold: float | None = Field(
+        None, ge=0.0, le=1.0, description="ppo and cispo: the lowest importance ratio kept."
+    )
+    clip_high_threshold: float | None = Field(
+        None, ge=1.0, le=100.0, description="ppo and cispo: the highest importance ratio kept."
+    )
+    beta: float | None = Field(
+        None, gt=0.0, le=100.0, description="dro: weight of the quadratic penalty."
+    )
+
+
 class LoopSpec(SpecModel):
     steps: int = Field(10, ge=1, le=MAX_STEPS)
     batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
@@ -138,7 +179,12 @@ class LoopSpec(SpecModel):
     kl_discount_factor: float = Field(
         0.0, ge=0.0, le=1.0, description="0 = the reference (per-token advantage only)."
     )
-    loss_fn: Literal["importance_sampling", "ppo", "cross_entropy"] = "importance_sampling"
+    loss_fn: LossName = Field(
+        "importance_sampling",
+        description="The policy losses that make sense for OPD datums (cross_entropy does "
+        "not: their prompt targets are 0 and they carry no weights).",
+    )
+    loss_fn_config: LossConfig = Field(default_factory=LossConfig)
     sampler_refresh_steps: int = Field(1, ge=1, le=MAX_STEPS)
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
     save_weights_name: Name = "opd-deepmath-qwen35-4b"
@@ -150,6 +196,61 @@ class LoopSpec(SpecModel):
                 "save_every must be a multiple of sampler_refresh_steps, so that a resumed "
                 "run samples from the same weights as an uninterrupted one"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _options_fit_the_loss(self) -> LoopSpec:
+        given = self.loss_fn_config.model_dump(exclude_none=True)
+        if unknown := sorted(given.keys() - LOSS_OPTIONS[self.loss_fn].keys()):
+            raise ValueError(
+                f"loss_fn_config has no option {', '.join(unknown)} for {self.loss_fn}"
+            )
+        options = self.loss_options() or {}
+        if options.get("clip_low_threshold", 0.0) >= options.get("clip_high_threshold", 1.0):
+            raise ValueError("loss_fn_config: clip_low_threshold must be below clip_high_threshold")
+        return self
+
+    def loss_options(self) -> dict[str, float] | None:
+        """The `loss_fn_config` every backend gets: the loss's options, defaults filled in
+        (None for importance_sampling, which has none)."""
+        defaults = LOSS_OPTIONS[self.loss_fn]
+        return defaults | self.loss_fn_config.model_dump(exclude_none=True) if defaults else None
+
+
+class EvalSpec(SpecModel):
+    """Held-out evaluation of the student, on a schedule; it never changes the training."""
+
+    every: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS,
+        description="Steps between evals; 0 = before the first step and "
+        "after the last only (both always run).",
+    )
+    holdout: int = Field(
+        0,
+        ge=0,
+        le=MAX_EVAL_PROMPTS,
+        description="Prompts drawn (seeded) from the job's dataset rows the training pool "
+        "does not use, with their reference answers.",
+    )
+    dataset: DatasetSpec | None = Field(None, description="Or a dataset of its own.")
+    samples_per_prompt: int = Field(1, ge=1, le=64, description="> 1 adds eval/pass@k.")
+    max_tokens: int | None = Field(
+        None, ge=1, le=MAX_TOKENS, description="null = sampling.max_tokens."
+    )
+    temperature: float = Field(
+        1.0, ge=0.0, le=10.0, description="1 keeps the reverse-KL estimate on-policy."
+    )
+    teacher_baseline: bool = Field(
+        False, description="Also let the teacher answer the same prompts, once."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalSpec:
+        if (self.holdout > 0) == (self.dataset is not None):
+            raise ValueError("give eval prompts as either holdout: N or a dataset, not both")
         return self
 
 
@@ -239,6 +340,7 @@ class JobSpec(SpecModel):
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     optim: OptimSpec = Field(default_factory=OptimSpec)
     loop: LoopSpec = Field(default_factory=LoopSpec)
+    eval: EvalSpec | None = Field(None, description="Held-out eval; null = none.")
     swanlab: SwanLabSpec = Field(default_factory=SwanLabSpec)
     local: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
     trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)

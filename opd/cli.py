@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import SpecError, load_spec
+from kernel.summary import summary_lines
 from opd.client import ApiError
 
 if TYPE_CHECKING:
@@ -31,12 +32,23 @@ class CommandError(Exception):
 def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     from kernel.errors import OPDError
-    from worker.engine.loop import run_job
-    from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SwanLabSink
+    from worker.engine.checkpoint_log import CheckpointLog, latest_state
+    from worker.engine.loop import SavedState, run_job
+    from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
 
     spec = load_spec(args.spec)
     artifacts = Path(args.artifacts or Path("runs") / spec.name).resolve()
-    sinks: list[Sink] = [ConsoleSink()]
+    resume = None
+    if args.resume_from is not None:
+        if args.resume_step is None:
+            raise CommandError("--resume-from needs --resume-step (the steps the state had taken)")
+        resume = SavedState(args.resume_from, args.resume_step)
+    elif args.resume:
+        resume = latest_state(artifacts)
+        if resume is None:
+            raise CommandError(f"no saved state recorded in {artifacts}: nothing to resume")
+    summary = SummarySink()
+    sinks: list[Sink] = [ConsoleSink(), CheckpointLog(artifacts), summary]
     if args.metrics_out:
         sinks.append(JsonlSink(args.metrics_out))
     if spec.swanlab.enabled:
@@ -62,7 +74,7 @@ def run_command(args: argparse.Namespace) -> int:
             FanOut(*sinks),
             artifact_dir=artifacts,
             data_root=Path(args.data_root),
-            resume_from=args.resume_from,
+            resume=resume,
             should_stop=lambda: stop_requested,
         )
 
@@ -70,10 +82,13 @@ def run_command(args: argparse.Namespace) -> int:
         result = asyncio.run(main())
     except OPDError as error:
         raise CommandError(f"[{error.code}] {error}") from error
+    for line in summary_lines(summary.summary()):
+        print(line)
     if result.stopped:
         print(
             f"Stopped after {result.steps_done} steps. Resume with:\n"
-            f"  opd run {args.spec} --resume-from {result.state_path}"
+            f"  opd run {args.spec} --resume"
+            + (f" --artifacts {args.artifacts}" if args.artifacts else "")
         )
     else:
         print(f"Saved weights: {result.final_weights_path}")
@@ -214,7 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run one job spec in the foreground")
     run.add_argument("spec", help="job spec file (YAML or JSON)")
     run.add_argument("--metrics-out", metavar="FILE.jsonl", help="append one JSON line per step")
-    run.add_argument("--resume-from", metavar="STATE_PATH", help="a saved training state")
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last state recorded in <artifacts>/checkpoints.jsonl",
+    )
+    run.add_argument("--resume-from", metavar="STATE_PATH", help="a saved training state ...")
+    run.add_argument("--resume-step", type=int, metavar="N", help="... and the steps it had taken")
     run.add_argument("--artifacts", metavar="DIR", help="where weights go (default runs/NAME)")
     run.add_argument(
         "--data-root",

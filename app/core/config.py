@@ -35,6 +35,13 @@ class Settings(BaseSettings):
     heartbeat_timeout: float = Field(
         60.0, gt=0, description="Seconds without a heartbeat after which a job is orphaned."
     )
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="Attempts a job gets; a training call whose result was lost resumes the "
+        "job from its last saved state until then.",
+    )
     sweep_interval: float = Field(
         10.0, gt=0, description="Seconds between sweeps for lost or orphaned jobs."
     )

@@ -88,10 +88,12 @@ def test_ctrl_c_saves_state_and_resume_reproduces_the_uninterrupted_run(tmp_path
     stdout, stderr = run.communicate(timeout=300)
     assert run.returncode == 0, stderr
     assert "Stopping at the next step boundary" in stderr
-    resume_line = stdout.strip().splitlines()[-1]
-    state = resume_line.split("--resume-from ")[1]
-    stopped_at = int(state.rsplit("-", 1)[1])
-    assert 2 <= stopped_at < 8
+    assert stdout.strip().splitlines()[-1].endswith(f"opd run {spec} --resume --artifacts p")
+    log = [
+        json.loads(line) for line in (tmp_path / "p" / "checkpoints.jsonl").read_text().splitlines()
+    ]
+    stopped_at = log[-1]["step"]
+    assert log[-1]["kind"] == "state" and 2 <= stopped_at < 8
 
     resumed = opd(
         "run",
@@ -100,8 +102,7 @@ def test_ctrl_c_saves_state_and_resume_reproduces_the_uninterrupted_run(tmp_path
         "part.jsonl",
         "--artifacts",
         "p",
-        "--resume-from",
-        state,
+        "--resume",
         cwd=tmp_path,
     )
     assert resumed.returncode == 0, resumed.stderr
@@ -142,3 +143,13 @@ def test_a_missing_spec_file_and_a_failed_run_are_one_line_errors(tmp_path):
     assert failed.returncode != 0
     lines = failed.stderr.strip().splitlines()
     assert lines[-1].startswith("error: [dataset_unavailable]") and "absent.jsonl" in lines[-1]
+
+
+def test_resume_needs_a_recorded_state_or_an_explicit_step(tmp_path):
+    spec = small_spec(tmp_path)
+    nothing = opd("run", str(spec), "--artifacts", "empty", "--resume", cwd=tmp_path)
+    assert nothing.returncode == 1
+    assert "no saved state recorded" in nothing.stderr
+    unstepped = opd("run", str(spec), "--resume-from", "some/state", cwd=tmp_path)
+    assert unstepped.returncode == 1
+    assert "--resume-from needs --resume-step" in unstepped.stderr

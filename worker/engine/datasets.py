@@ -4,7 +4,8 @@ DeepMath is fetched and sampled exactly as the reference scripts do (same shards
 URL, same `datasets` reader, `shuffle(seed)` then the first `sample_size` rows), so a job
 sees the reference's prompts in the reference's order. Rows whose prompt is null or blank
 are dropped before shuffling (logged), because a chat prompt needs a question; on clean
-data this changes nothing.
+data this changes nothing. Reference answers come along for eval: DeepMath's
+`final_answer`, a file's `answer_field`, or inline `answers`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import logging
 import os
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow
 from datasets import Dataset, Value, load_dataset
 from datasets.exceptions import DatasetsError
@@ -23,7 +26,13 @@ from tqdm import tqdm
 
 from kernel.datapaths import DataPathError, confine_data_path, resolve_data_path
 from kernel.errors import DatasetUnavailable, OPDError
-from kernel.spec import DEEPMATH_SHARDS, DeepMathDataset, FileDataset, InlineDataset
+from kernel.spec import (
+    DEEPMATH_SHARDS,
+    DatasetSpec,
+    DeepMathDataset,
+    FileDataset,
+    InlineDataset,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,21 +43,84 @@ DOWNLOAD_TIMEOUT_SECONDS = 60
 PARQUET_MAGIC = b"PAR1"
 FILE_LOADERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
 TEXT_TYPES = ("string", "large_string")
+DEEPMATH_ANSWERS = "final_answer"
 
 
-def load_prompts(
-    dataset: DeepMathDataset | FileDataset | InlineDataset, data_root: Path, confine: bool
-) -> list[str]:
-    """The job's prompts, in the order the loop takes them (step-wise, wrapping around)."""
+@dataclass(frozen=True)
+class Prompts:
+    """Questions in the order the loop takes them, each with its reference answer (None
+    where the source has none)."""
+
+    questions: list[str]
+    answers: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A tabular source: its rows, the prompt and answer columns, and a name for messages."""
+
+    rows: Dataset
+    field: str
+    answer_field: str | None
+    name: str
+    seed: int
+    sample_size: int | None
+
+
+def load_prompts(dataset: DatasetSpec, data_root: Path, confine: bool) -> Prompts:
+    """The job's training prompts, in the order the loop takes them (step-wise, wrapping
+    around): the reference's sampling, shuffle with the seed then the first sample_size."""
     if isinstance(dataset, InlineDataset):
-        return [dataset.prompts[i] for i in nonblank(dataset.prompts, "dataset.prompts")]
+        keep = nonblank(dataset.prompts, "dataset.prompts")
+        answers = dataset.answers or [None] * len(dataset.prompts)
+        return Prompts([dataset.prompts[i] for i in keep], [answers[i] for i in keep])
+    table = open_table(dataset, data_root, confine)
+    rows = shuffled(table)
+    if table.sample_size is not None:
+        rows = rows.select(range(min(table.sample_size, len(rows))))
+    return prompts_of(rows, table)
+
+
+def load_holdout(
+    dataset: DatasetSpec, count: int, seed: int, data_root: Path, confine: bool
+) -> Prompts:
+    """`count` prompts, drawn with `seed` from the rows the training pool does not use, so
+    an eval never sees a training prompt and never changes the training pool."""
+    if isinstance(dataset, InlineDataset):
+        raise OPDError(
+            "eval.holdout cannot draw from inline prompts (they all train): give eval a "
+            "dataset of its own",
+            code="bad_eval",
+        )
+    table = open_table(dataset, data_root, confine)
+    rows = shuffled(table)
+    rest = range(table.sample_size or len(rows), len(rows))
+    if len(rest) < count:
+        raise OPDError(
+            f"eval.holdout asks for {count} prompts but {table.name} has {len(rest)} rows "
+            "outside the training pool: lower dataset.sample_size or eval.holdout, or give "
+            "eval a dataset of its own",
+            code="bad_eval",
+        )
+    picked = np.random.default_rng(seed).choice(len(rest), size=count, replace=False)
+    return prompts_of(rows.select([rest[i] for i in sorted(picked)]), table)
+
+
+def open_table(dataset: DeepMathDataset | FileDataset, data_root: Path, confine: bool) -> Table:
     if isinstance(dataset, DeepMathDataset):
-        return load_deepmath(dataset, data_root)
+        rows = read_deepmath(dataset, data_root)
+        answers = DEEPMATH_ANSWERS if DEEPMATH_ANSWERS in rows.column_names else None
+        return Table(rows, "question", answers, "DeepMath", dataset.seed, dataset.sample_size)
     path = locate(dataset.path, data_root, confine)
-    table = read_table(
+    rows = read_table(
         FILE_LOADERS[path.suffix.lower()], [path], data_root / "datasets", dataset.path
     )
-    return sample_prompts(table, dataset.field, dataset.seed, dataset.sample_size, dataset.path)
+    return Table(
+        rows, dataset.field, dataset.answer_field, dataset.path, dataset.seed, dataset.sample_size
+    )
 
 
 def nonblank(values: list[str | None], where: str) -> list[int]:
@@ -61,33 +133,41 @@ def nonblank(values: list[str | None], where: str) -> list[int]:
     return keep
 
 
-def sample_prompts(
-    table: Dataset, field: str, seed: int, sample_size: int | None, name: str
-) -> list[str]:
-    """The reference's sampling: shuffle with the seed, then keep the first sample_size."""
-    if field not in table.column_names:
+def require_text_column(table: Table, column: str, setting: str) -> None:
+    rows = table.rows
+    if column not in rows.column_names:
         raise OPDError(
-            f"{name} has no column {field!r}; its columns are {table.column_names}. "
-            "Set dataset.field to the column that holds the prompts",
+            f"{table.name} has no column {column!r}; its columns are {rows.column_names}. "
+            f"Set {setting} to the column that holds them",
             code="bad_dataset",
         )
-    feature = table.features[field]
+    feature = rows.features[column]
     if feature != Value("null") and not (
         isinstance(feature, Value) and feature.dtype in TEXT_TYPES
     ):
         raise OPDError(
-            f"column {field!r} of {name} holds {feature}, not text; "
-            "set dataset.field to a column of prompt strings",
+            f"column {column!r} of {table.name} holds {feature}, not text; "
+            f"set {setting} to a column of strings",
             code="bad_dataset",
         )
-    values = list(table[field])
-    keep = nonblank(values, f"column {field!r} of {name}")
-    if len(keep) < len(values):
-        table = table.select(keep)
-    table = table.shuffle(seed=seed)
-    if sample_size is not None:
-        table = table.select(range(min(sample_size, len(table))))
-    return list(table[field])
+
+
+def shuffled(table: Table) -> Dataset:
+    """The rows with a usable prompt, shuffled with the seed as the reference shuffles."""
+    require_text_column(table, table.field, "dataset.field")
+    if table.answer_field is not None:
+        require_text_column(table, table.answer_field, "dataset.answer_field")
+    values = list(table.rows[table.field])
+    keep = nonblank(values, f"column {table.field!r} of {table.name}")
+    rows = table.rows if len(keep) == len(values) else table.rows.select(keep)
+    return rows.shuffle(seed=table.seed)
+
+
+def prompts_of(rows: Dataset, table: Table) -> Prompts:
+    questions = list(rows[table.field])
+    if table.answer_field is None:
+        return Prompts(questions, [None] * len(questions))
+    return Prompts(questions, list(rows[table.answer_field]))
 
 
 def locate(path: str, data_root: Path, confine: bool) -> Path:
@@ -143,7 +223,7 @@ def modelscope_file_url(repo: str, revision: str, file_path: str) -> str:
     return f"{MODELSCOPE_BASE}/api/v1/datasets/{namespace}/{name}/repo?{query}"
 
 
-def load_deepmath(dataset: DeepMathDataset, data_root: Path) -> list[str]:
+def read_deepmath(dataset: DeepMathDataset, data_root: Path) -> Dataset:
     folder = deepmath_folder(dataset, data_root)
     shards = []
     for index in range(dataset.num_shards):
@@ -152,8 +232,7 @@ def load_deepmath(dataset: DeepMathDataset, data_root: Path) -> list[str]:
             url = modelscope_file_url(dataset.repo, dataset.revision, shard_name(index))
             download(url, shard, folder)
         shards.append(shard)
-    table = read_table("parquet", shards, folder, f"DeepMath shards in {folder}")
-    return sample_prompts(table, "question", dataset.seed, dataset.sample_size, "DeepMath")
+    return read_table("parquet", shards, folder, f"DeepMath shards in {folder}")
 
 
 def download(url: str, target: Path, folder: Path) -> None:

@@ -1,38 +1,42 @@
-"""The OPD training loop (DESIGN §1), one readable function over a PyTRIO-shaped backend.
+"""The OPD training loop (DESIGN §1), one readable function over the backend contract.
 
 Per step: refresh the sampler, sample `group_size` completions for each of the step's
-prompts concurrently, let the teacher score every completion concurrently, build the
-datums, then `forward_backward` and `optim_step`. The prompt order is a function of the
-step and the backend's training state carries its RNG, so a run resumed from the state
-saved after k steps reproduces steps k..N of an uninterrupted run.
+prompts concurrently, let the teacher score every completion, build the datums, then
+`forward_backward` and `optim_step`. The prompt order is a function of the step and the
+backend's training state carries its RNG, so a run resumed from the state saved after k
+steps reproduces steps k..N of an uninterrupted run. Held-out evals (`eval/`) run at
+their boundaries from a sampler of their own, so they never change the training.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pytrio.types import AdamParams, Datum, ModelInput, SamplingParams
+from pytrio.types import AdamParams, Datum, SamplingParams
 
-from kernel.errors import BackendFailure, OPDError, TokenizerMismatch
+from kernel.errors import OPDError, TokenizerMismatch
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
-from worker.engine.datums import (
-    batch_indices,
-    build_opd_datum,
-    build_prompt,
-    completion_slice,
-    kl_advantages,
-)
+from worker.engine.datasets import Prompts
+from worker.engine.datums import batch_indices, build_prompt
+from worker.engine.eval.evaluation import Evaluation, Grade, due
+from worker.engine.rollouts import Batch, opd_datums, sample_and_score
 from worker.engine.sinks import RunInfo, Sink
 
-STATE_STEP = re.compile(r"-state-(\d+)/?$")
+
+@dataclass(frozen=True)
+class SavedState:
+    """A training state a run can resume from, and the steps it had taken."""
+
+    path: str
+    step: int
 
 
 @dataclass(frozen=True)
@@ -40,32 +44,11 @@ class RunResult:
     steps_done: int
     stopped: bool = False
     final_weights_path: str | None = None
-    state_path: str | None = None
-
-
-@dataclass
-class Rollout:
-    """What one prompt's group contributes to a step."""
-
-    datums: list[Datum] = field(default_factory=list)
-    reverse_kls: list[float] = field(default_factory=list)
-    token_counts: list[int] = field(default_factory=list)
+    state: SavedState | None = None
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
     return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
-
-
-def steps_done_of_state(path: str) -> int:
-    """The step a saved state resumes at, read from the name `state_name` gave it."""
-    match = STATE_STEP.search(path)
-    if match is None:
-        raise OPDError(
-            f"cannot tell which step the state {path!r} was saved at: resume from a path "
-            "the run recorded as a 'state' checkpoint (its name ends in -state-NNNNNN)",
-            code="bad_resume_state",
-        )
-    return int(match.group(1))
 
 
 def check_tokenizers(student: Any, teacher: Any, student_model: str, teacher_model: str) -> None:
@@ -82,59 +65,21 @@ def stop_sequences(tokenizer: Any) -> list[str]:
     return list(dict.fromkeys(x for x in (tokenizer.eos_token, "<|im_end|>") if x))
 
 
-async def teacher_logprobs(teacher: SamplingClient, prompt: list[int], completion: list[int]):
-    all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
-    return completion_slice(all_logprobs, len(prompt), len(completion))
-
-
-async def rollout(
-    sampler: SamplingClient,
-    teacher: SamplingClient,
-    prompt_ids: list[int],
-    params: SamplingParams,
-    spec: JobSpec,
-) -> Rollout:
-    """Sample one prompt's group and score every completion with the teacher."""
-    result = await sampler.sample_async(
-        prompt=ModelInput.from_ints(prompt_ids),
-        num_samples=spec.loop.group_size,
-        sampling_params=params,
-        return_text=False,
-    )
-    sequences = [seq for seq in result.sequences if seq.tokens]
-    scores = await asyncio.gather(
-        *(teacher_logprobs(teacher, prompt_ids, seq.tokens) for seq in sequences)
-    )
-    out = Rollout()
-    for seq, teacher_lps in zip(sequences, scores, strict=True):
-        student_lps = [float(v) for v in seq.logprobs]
-        if len(student_lps) != len(seq.tokens):
-            raise BackendFailure(
-                f"Student token/logprob length mismatch: {len(seq.tokens)} != {len(student_lps)}",
-                code="bad_sampler_logprobs",
-            )
-        reverse_kl, advantages = kl_advantages(
-            student_lps, teacher_lps, spec.loop.kl_penalty_coef, spec.loop.kl_discount_factor
-        )
-        out.datums.append(build_opd_datum(prompt_ids, seq.tokens, student_lps, advantages))
-        out.reverse_kls.extend(reverse_kl.tolist())
-        out.token_counts.append(len(seq.tokens))
-    return out
-
-
 def step_metrics(
-    rollouts: Sequence[Rollout],
+    batch: Batch,
     trainer_metrics: dict[str, float],
     lr: float,
     step: int,
     elapsed: float,
+    phases: dict[str, float],
 ) -> dict[str, float]:
-    """The reference's metric names (DESIGN §1), plus trainer/<name> from the backend."""
-    counts = [n for r in rollouts for n in r.token_counts]
-    kls = [v for r in rollouts for v in r.reverse_kls]
+    """The reference's metric names (DESIGN §1), `trainer/<name>` from the backend, and
+    where the step's time went (`time/<phase>`)."""
+    counts = [len(c.tokens) for c in batch.completions]
+    kls = np.concatenate([c.reverse_kl for c in batch.completions])
     total = int(sum(counts))
     metrics: dict[str, float] = {
-        "data/datums": sum(len(r.datums) for r in rollouts),
+        "data/datums": len(batch.completions),
         "data/completion_tokens_mean": float(np.mean(counts)),
         "data/completion_tokens_total": total,
         "data/completion_tokens_per_second": total / elapsed,
@@ -144,53 +89,76 @@ def step_metrics(
         "train/step": step,
         "time/step_elapsed_time": elapsed,
     }
+    metrics.update({f"time/{name}": seconds for name, seconds in phases.items()})
     metrics.update({f"trainer/{k}": float(v) for k, v in trainer_metrics.items()})
     return metrics
 
 
-async def save_state(training: TrainingClient, spec: JobSpec, steps_done: int, sink: Sink) -> str:
-    saved = await (await training.save_state_async(state_name(spec, steps_done)))
-    sink.checkpoint(steps_done, "state", saved.path)
-    return saved.path
+@dataclass
+class Run:
+    """One run's clients and settings, made once before its first step."""
 
+    spec: JobSpec
+    training: TrainingClient
+    teacher: SamplingClient
+    tokenizer: Any
+    params: SamplingParams
+    adam: AdamParams
+    sink: Sink
 
-async def run_loop(
-    spec: JobSpec,
-    service: ServiceClient,
-    prompts: Sequence[str],
-    sink: Sink,
-    *,
-    resume_from: str | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
-) -> RunResult:
-    """Run (or resume) one OPD job; stop early at a sampler-refresh boundary when asked."""
-    loop = spec.loop
-    start = steps_done_of_state(resume_from) if resume_from else 0
-    if start > loop.steps:
-        raise OPDError(
-            f"state {resume_from!r} is past the run's {loop.steps} steps", code="bad_resume_state"
+    async def train(self, datums: list[Datum]) -> dict[str, float]:
+        """One forward_backward and one optim_step, both submitted before either is awaited."""
+        loop = self.spec.loop
+        fwd_bwd = await self.training.forward_backward_async(
+            datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()
         )
+        optim = await self.training.optim_step_async(self.adam)
+        result = await fwd_bwd
+        await optim
+        return dict(result.metrics)
 
+    async def save_state(self, steps_done: int) -> SavedState:
+        saved = await (await self.training.save_state_async(state_name(self.spec, steps_done)))
+        self.sink.checkpoint(steps_done, "state", saved.path)
+        return SavedState(saved.path, steps_done)
+
+    async def save_checkpoint(self, steps_done: int) -> SavedState:
+        """A resumable state and sampler weights, as scheduled by `loop.save_every`."""
+        state = await self.save_state(steps_done)
+        name = f"{self.spec.loop.save_weights_name}-{steps_done:06d}"
+        saved = await (await self.training.save_weights_for_sampler_async(name))
+        self.sink.checkpoint(steps_done, "sampler", saved.path)
+        return state
+
+    async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
+        """The student's eval at this boundary; at step 0 the teacher's baseline too."""
+        metrics = await evaluation.student(self.training)
+        if step == 0 and evaluation.spec.teacher_baseline:
+            metrics |= await evaluation.teacher_baseline()
+        return metrics
+
+
+async def open_run(
+    spec: JobSpec, service: ServiceClient, sink: Sink, resume: SavedState | None
+) -> Run:
+    """Create the clients, restore a saved state, and check the tokenizers agree."""
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
-    if resume_from:
+    if resume is not None:
         # PyTRIO accepts load_state only before the first training operation.
-        await (await training.load_state_with_optimizer_async(resume_from))
+        await (await training.load_state_with_optimizer_async(resume.path))
         sink.event(
             "info",
-            f"Resumed from {resume_from} at step {start}",
-            {"step": start, "path": resume_from},
+            f"Resumed from {resume.path} at step {resume.step}",
+            {"step": resume.step, "path": resume.path},
         )
-    tokenizer = training.get_tokenizer()
+    tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
     teacher = await service.create_sampling_client_async(
-        base_model=spec.teacher.base_model,
-        model_path=spec.teacher.model_path,
+        base_model=spec.teacher.base_model, model_path=spec.teacher.model_path
     )
-    check_tokenizers(
-        tokenizer, teacher.get_tokenizer(), spec.student.base_model, spec.teacher.base_model
-    )
-
+    teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
+    check_tokenizers(tokenizer, teacher_tokenizer, spec.student.base_model, spec.teacher.base_model)
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
         seed=spec.student.seed,
@@ -199,66 +167,121 @@ async def run_loop(
         top_k=spec.sampling.top_k,
         stop=stop_sequences(tokenizer),
     )
-    adam = AdamParams(**spec.optim.model_dump())
-    suffix, thinking = spec.dataset.question_suffix, spec.dataset.enable_thinking
+    return Run(
+        spec, training, teacher, tokenizer, params, AdamParams(**spec.optim.model_dump()), sink
+    )
+
+
+def prompt_tokens(run: Run, question: str) -> list[int]:
+    dataset = run.spec.dataset
+    return build_prompt(run.tokenizer, question, dataset.question_suffix, dataset.enable_thinking)
+
+
+def evaluation_for(run: Run, prompts: Prompts, grade: Grade | None) -> Evaluation:
+    spec = run.spec.eval
+    assert spec is not None
+    source = spec.dataset or run.spec.dataset
+    return Evaluation(
+        spec=spec,
+        prompts=[
+            build_prompt(run.tokenizer, q, source.question_suffix, source.enable_thinking)
+            for q in prompts.questions
+        ],
+        answers=prompts.answers,
+        params=run.params.model_copy(
+            update={
+                "max_tokens": spec.max_tokens or run.spec.sampling.max_tokens,
+                "temperature": spec.temperature,
+                "seed": spec.seed,
+            }
+        ),
+        teacher=run.teacher,
+        decode=lambda tokens: run.tokenizer.decode(tokens, skip_special_tokens=True),
+        grade=grade,
+    )
+
+
+async def run_loop(
+    spec: JobSpec,
+    service: ServiceClient,
+    prompts: Prompts,
+    sink: Sink,
+    *,
+    resume: SavedState | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    eval_prompts: Prompts | None = None,
+    grade: Grade | None = None,
+) -> RunResult:
+    """Run (or resume) one OPD job; stop early at a sampler-refresh boundary when asked."""
+    loop = spec.loop
+    start = resume.step if resume else 0
+    if not 0 <= start <= loop.steps:
+        raise OPDError(
+            f"cannot resume at step {start}: the run has {loop.steps} steps",
+            code="bad_resume_state",
+        )
+    run = await open_run(spec, service, sink, resume)
+    evaluation = evaluation_for(run, eval_prompts, grade) if eval_prompts is not None else None
     sink.start(RunInfo(spec=spec, dataset_size=len(prompts), start_step=start))
 
     sampler: SamplingClient | None = None
-    # The state of the latest step boundary saved (or resumed from): a stop right there reuses
+    # The state of the latest boundary saved (or resumed from): a stop right there reuses
     # it, since a state name may be saved only once in a run.
-    latest_state = (start, resume_from) if resume_from else None
+    latest = resume
+    save_seconds = 0.0
     for step in range(start, loop.steps):
         on_refresh_boundary = step % loop.sampler_refresh_steps == 0
         if on_refresh_boundary and should_stop():
-            if latest_state is not None and latest_state[0] == step:
-                path = latest_state[1]
-            else:
-                path = await save_state(training, spec, step, sink)
-            sink.event("info", f"Stopped at step {step}; state saved", {"step": step, "path": path})
-            return RunResult(steps_done=step, stopped=True, state_path=path)
+            state = latest if latest and latest.step == step else await run.save_state(step)
+            sink.event(
+                "info", f"Stopped at step {step}; state saved", {"step": step, "path": state.path}
+            )
+            return RunResult(steps_done=step, stopped=True, state=state)
+        evaluated = {}
+        if evaluation is not None and due(evaluation.spec, step, loop.steps):
+            evaluated = await run.evaluate(evaluation, step)
 
         step_start = time.time()
+        phase = time.perf_counter()
         if sampler is None or on_refresh_boundary:
-            sampler = await training.save_weights_and_get_sampling_client_async()
+            sampler = await run.training.save_weights_and_get_sampling_client_async()
+        refresh_seconds = time.perf_counter() - phase
 
-        rows = [prompts[i] for i in batch_indices(step, loop.batch_size, len(prompts))]
-        rollouts = await asyncio.gather(
-            *(
-                rollout(
-                    sampler, teacher, build_prompt(tokenizer, row, suffix, thinking), params, spec
-                )
-                for row in rows
-            )
+        rows = [prompts.questions[i] for i in batch_indices(step, loop.batch_size, len(prompts))]
+        batch = await sample_and_score(
+            sampler,
+            run.teacher,
+            [prompt_tokens(run, row) for row in rows],
+            loop.group_size,
+            run.params,
         )
-        datums = [d for r in rollouts for d in r.datums]
+        datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor)
         if not datums:
             raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
-
-        fwd_bwd = await training.forward_backward_async(datums, loss_fn=loop.loss_fn)
-        optim = await training.optim_step_async(adam)
-        fwd_bwd_result = await fwd_bwd
-        await optim
-
+        phase = time.perf_counter()
+        trainer_metrics = await run.train(datums)
+        phases = {
+            "sampler_refresh": refresh_seconds,
+            "sample": batch.sample_seconds,
+            "teacher": batch.teacher_seconds,
+            "train": time.perf_counter() - phase,
+            "save": save_seconds,
+        }
         metrics = step_metrics(
-            rollouts,
-            fwd_bwd_result.metrics,
-            spec.optim.learning_rate,
-            step,
-            time.time() - step_start,
+            batch, trainer_metrics, spec.optim.learning_rate, step, time.time() - step_start, phases
         )
-        sink.step(step, metrics)
+        sink.step(step, metrics | evaluated)
 
         done = step + 1
+        save_seconds = 0.0
         if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
-            latest_state = (done, await save_state(training, spec, done, sink))
-            saved = await (
-                await training.save_weights_for_sampler_async(
-                    f"{loop.save_weights_name}-{done:06d}"
-                )
-            )
-            sink.checkpoint(done, "sampler", saved.path)
+            phase = time.perf_counter()
+            latest = await run.save_checkpoint(done)
+            save_seconds = time.perf_counter() - phase
 
-    final = await (await training.save_weights_for_sampler_async(loop.save_weights_name))
+    if evaluation is not None:
+        sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
+    final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
     sink.checkpoint(loop.steps, "final", final.path)
     sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
     return RunResult(steps_done=loop.steps, final_weights_path=final.path)
@@ -271,12 +294,13 @@ async def run_job(
     artifact_dir: Path,
     data_root: Path,
     confine_data: bool = False,
-    resume_from: str | None = None,
+    resume: SavedState | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
     from worker.engine.backends import connect
     from worker.engine.datasets import load_prompts
+    from worker.engine.eval.prompts import load_eval_prompts, open_grader
 
     try:
         prompts = await asyncio.to_thread(load_prompts, spec.dataset, data_root, confine_data)
@@ -285,11 +309,23 @@ async def run_job(
             f"Loaded {len(prompts)} prompts from {spec.dataset.source}",
             {"prompts": len(prompts)},
         )
+        eval_prompts = None
+        if spec.eval is not None:
+            eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
         service = await asyncio.to_thread(
             connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
         )
-        return await run_loop(
-            spec, service, prompts, sink, resume_from=resume_from, should_stop=should_stop
-        )
+        async with AsyncExitStack() as stack:
+            grade = await stack.enter_async_context(open_grader(eval_prompts))
+            return await run_loop(
+                spec,
+                service,
+                prompts,
+                sink,
+                resume=resume,
+                should_stop=should_stop,
+                eval_prompts=eval_prompts,
+                grade=grade,
+            )
     finally:
         sink.close()

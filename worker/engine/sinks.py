@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from kernel.spec import JobSpec
+from kernel.summary import SUMMARY_METRICS, FirstLast, JobSummary, summarize
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,10 @@ class Sink:
         """The run is about to take its first step (or its first step after a resume)."""
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
-        """Step `step` finished with these metrics."""
+        """Step `step` finished with these metrics (the `eval/` ones of its boundary too)."""
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        """The eval after the last step (`step` = the run's steps), which no step carries."""
 
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         """Weights were saved after `step` steps; kind is state, sampler or final."""
@@ -59,6 +63,10 @@ class FanOut(Sink):
         for sink in self.sinks:
             sink.step(step, metrics)
 
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        for sink in self.sinks:
+            sink.eval(step, metrics)
+
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         for sink in self.sinks:
             sink.checkpoint(step, kind, path)
@@ -83,6 +91,20 @@ def step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
     )
 
 
+def eval_line(step: int, metrics: dict[str, float]) -> str | None:
+    """The held-out eval of a boundary, when `metrics` holds one."""
+    shown = {
+        name.removeprefix("eval/"): value
+        for name, value in metrics.items()
+        if name.startswith("eval/")
+    }
+    if not shown:
+        return None
+    return f"eval after {step} steps | " + " | ".join(
+        f"{name} {value:.4f}" for name, value in shown.items()
+    )
+
+
 class ConsoleSink(Sink):
     """A progress bar over steps plus the reference's per-step line."""
 
@@ -104,9 +126,14 @@ class ConsoleSink(Sink):
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         tqdm.write(step_line(step, self.steps, metrics), file=self.stream)
+        self.eval(step, metrics)
         if self.bar is not None:
             self.bar.set_postfix(reverse_kl=f"{metrics['opd/reverse_kl_mean']:.4f}")
             self.bar.update(1)
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        if line := eval_line(step, metrics):
+            tqdm.write(line, file=self.stream)
 
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
         tqdm.write(f"[{level}] {message}", file=self.stream)
@@ -128,6 +155,9 @@ class JsonlSink(Sink):
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.file.write(json.dumps({"step": step, **metrics}) + "\n")
         self.file.flush()
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.step(step, metrics)
 
     def close(self) -> None:
         self.file.close()
@@ -160,6 +190,9 @@ class SwanLabSink(Sink):
         if self.run is not None:
             self.run.log(metrics, step=step)
 
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.step(step, metrics)
+
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         if self.run is not None and kind == "final":
             import swanlab
@@ -170,3 +203,22 @@ class SwanLabSink(Sink):
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+class SummarySink(Sink):
+    """Keeps the first and last value of the metrics a job summary shows (`opd run`)."""
+
+    def __init__(self) -> None:
+        self.first_last: dict[str, FirstLast] = {}
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        for name in SUMMARY_METRICS.values():
+            if name in metrics:
+                first = self.first_last.get(name, (metrics[name], None))[0]
+                self.first_last[name] = (first, metrics[name])
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.step(step, metrics)
+
+    def summary(self) -> JobSummary:
+        return summarize(self.first_last)

@@ -21,10 +21,10 @@ from app.models import Job
 from app.queue import JobQueue, enqueue_job
 from app.store.errors import JobNotHeld
 from app.store.jobs import claim_job, complete_job, fail_job, heartbeat, stop_job
-from kernel.errors import OPDError
+from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
-from worker.engine.loop import RunResult
+from worker.engine.loop import RunResult, SavedState
 from worker.engine.loop import run_job as run_engine
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, database_unreachable
@@ -63,6 +63,13 @@ class WorkerContext:
     queue: JobQueue
     worker_id: str
     running: dict[int, JobControl] = field(default_factory=dict)
+
+
+def saved_state(job: Job) -> SavedState | None:
+    """Where a claimed job resumes: its last recorded state, at the step the row says."""
+    if job.last_state_path is None or job.last_state_step is None:
+        return None
+    return SavedState(job.last_state_path, job.last_state_step)
 
 
 def failure_of(error: BaseException) -> tuple[str, str]:
@@ -125,7 +132,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
-            resume_from=job.last_state_path,
+            resume=saved_state(job),
             should_stop=control.should_stop,
         )
     )
@@ -147,6 +154,12 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
     if control.lost:
         return "taken over"
 
+    if isinstance(error, ResultLost) and job.attempts < ctx.settings.max_attempts:
+        reason = (
+            f"{error}. Resuming from the last saved state, so nothing is applied twice "
+            f"(attempt {job.attempts + 1} of at most {ctx.settings.max_attempts})"
+        )
+        return await stop(ctx, job_id, reason, None)
     if error is not None:
         code, message = failure_of(error)
         await write(ctx, f"fail job {job_id}", lambda s: fail_job(s, job_id, worker, code, message))
@@ -156,16 +169,22 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         path = result.final_weights_path or ""
         await write(ctx, f"complete job {job_id}", lambda s: complete_job(s, job_id, worker, path))
         return "succeeded"
+    return await stop(ctx, job_id, control.reason or SHUTDOWN, result.state)
+
+
+async def stop(ctx: WorkerContext, job_id: int, reason: str, state: SavedState | None) -> str:
+    """End this attempt at a step boundary: cancelled or paused if asked, else back to the
+    queue (resuming from `state`, or the last state recorded when None)."""
     stopped = await write(
         ctx,
         f"stop job {job_id}",
         lambda s: stop_job(
             s,
             job_id,
-            worker,
-            reason=control.reason or SHUTDOWN,
-            state_path=result.state_path,
-            state_step=result.steps_done,
+            ctx.worker_id,
+            reason=reason,
+            state_path=state.path if state else None,
+            state_step=state.step if state else None,
         ),
     )
     if stopped.status == "queued":

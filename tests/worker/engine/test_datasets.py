@@ -55,7 +55,9 @@ def root(tmp_path: Path) -> Path:
 def test_parquet_prompts_come_from_the_named_field(root: Path) -> None:
     write_parquet(root / "math.parquet", {"problem": QUESTIONS, "answer": ["1"] * 20})
 
-    prompts = load_prompts(FileDataset(path="math.parquet", field="problem", seed=3), root, True)
+    prompts = load_prompts(
+        FileDataset(path="math.parquet", field="problem", seed=3), root, True
+    ).questions
 
     assert prompts == reference_order(QUESTIONS, seed=3, sample_size=None)
 
@@ -63,7 +65,9 @@ def test_parquet_prompts_come_from_the_named_field(root: Path) -> None:
 def test_jsonl_prompts_come_from_the_named_field(root: Path) -> None:
     write_jsonl(root / "sub" / "math.jsonl", [{"q": q, "a": 1} for q in QUESTIONS])
 
-    prompts = load_prompts(FileDataset(path="sub/math.jsonl", field="q", seed=5), root, True)
+    prompts = load_prompts(
+        FileDataset(path="sub/math.jsonl", field="q", seed=5), root, True
+    ).questions
 
     assert prompts == reference_order(QUESTIONS, seed=5, sample_size=None)
 
@@ -73,7 +77,7 @@ def test_shuffle_is_deterministic_and_sample_size_keeps_the_first_rows(root: Pat
 
     def load(seed: int, sample_size: int | None) -> list[str]:
         dataset = FileDataset(path="math.parquet", seed=seed, sample_size=sample_size)
-        return load_prompts(dataset, root, True)
+        return load_prompts(dataset, root, True).questions
 
     assert load(42, 5) == load(42, 5) == reference_order(QUESTIONS, 42, 5)
     assert load(42, 5) == load(42, None)[:5]
@@ -100,7 +104,7 @@ def test_null_and_blank_prompts_are_dropped_before_shuffling(root: Path) -> None
     dirty = [*QUESTIONS[:10], None, "   ", *QUESTIONS[10:]]
     write_parquet(root / "dirty.parquet", {"question": dirty})
 
-    prompts = load_prompts(FileDataset(path="dirty.parquet", sample_size=8), root, True)
+    prompts = load_prompts(FileDataset(path="dirty.parquet", sample_size=8), root, True).questions
 
     assert prompts == reference_order(QUESTIONS, seed=42, sample_size=8)
 
@@ -115,7 +119,7 @@ def test_a_source_without_any_prompt_is_refused(root: Path) -> None:
 def test_inline_prompts_keep_their_order(root: Path) -> None:
     dataset = InlineDataset(prompts=["c", "a", " ", "b"])
 
-    assert load_prompts(dataset, root, True) == ["c", "a", "b"]
+    assert load_prompts(dataset, root, True).questions == ["c", "a", "b"]
 
 
 def test_missing_file_names_the_path(root: Path) -> None:
@@ -176,12 +180,16 @@ def test_paths_inside_the_root_are_accepted(root: Path) -> None:
     (root / "alias.jsonl").symlink_to(inside)
 
     for path in (str(inside), "a/math.jsonl", "a/../a/math.jsonl", "alias.jsonl"):
-        assert load_prompts(FileDataset(path=path), root, confine=True) == ["inside"]
+        assert load_prompts(FileDataset(path=path), root, confine=True).questions == ["inside"]
 
 
 def test_without_confinement_any_path_is_read(root: Path, outside: Path) -> None:
-    assert load_prompts(FileDataset(path=str(outside)), root, confine=False) == ["private"]
-    assert load_prompts(FileDataset(path="../secret/math.jsonl"), root, False) == ["private"]
+    assert load_prompts(FileDataset(path=str(outside)), root, confine=False).questions == [
+        "private"
+    ]
+    assert load_prompts(FileDataset(path="../secret/math.jsonl"), root, False).questions == [
+        "private"
+    ]
 
 
 # DeepMath: shards in the cache folder, or fetched from a server on this machine.
@@ -209,7 +217,9 @@ def test_deepmath_reuses_finished_shards_without_downloading(
     write_parquet(shard(root, 0), {"question": QUESTIONS[:10], "answer": ["x"] * 10})
     write_parquet(shard(root, 1), {"question": QUESTIONS[10:], "answer": ["y"] * 10})
 
-    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=6, seed=1), root, True)
+    prompts = load_prompts(
+        DeepMathDataset(num_shards=2, sample_size=6, seed=1), root, True
+    ).questions
 
     assert prompts == reference_order(QUESTIONS, seed=1, sample_size=6)
 
@@ -288,7 +298,7 @@ def test_deepmath_downloads_missing_shards_from_the_reference_url(
     server = serve(body)
     write_parquet(shard(root, 0), {"question": ["already here"]})
 
-    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=None), root, True)
+    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=None), root, True).questions
 
     assert sorted(prompts) == sorted([*QUESTIONS, "already here"])
     assert shard(root, 1).read_bytes() == body
@@ -312,7 +322,7 @@ def test_other_repos_and_revisions_get_their_own_folder(root: Path, tmp_path: Pa
     server = serve(body)
     write_parquet(shard(root, 0), {"question": ["master"]})
 
-    prompts = load_prompts(DeepMathDataset(revision="v1.0"), root, True)
+    prompts = load_prompts(DeepMathDataset(revision="v1.0"), root, True).questions
 
     assert prompts == ["pinned"]
     assert "Revision=v1.0" in server.paths[0]

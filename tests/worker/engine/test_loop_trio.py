@@ -10,14 +10,15 @@ from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput
 
 from kernel.errors import BackendFailure, TokenizerMismatch
-from kernel.spec import FileDataset, JobSpec, TrioBackendSpec
+from kernel.spec import FileDataset, JobSpec, SpecError, TrioBackendSpec, parse_spec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
 from tests.support import assert_close
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.trio import connect_trio
+from worker.engine.datasets import Prompts
 from worker.engine.datums import batch_indices, build_opd_datum, build_prompt
-from worker.engine.loop import run_job, run_loop
+from worker.engine.loop import SavedState, run_job, run_loop
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
 
@@ -44,8 +45,16 @@ def make_spec(**loop: Any) -> JobSpec:
 
 async def run(spec: JobSpec, fake: FakeServiceClient, **kwargs: Any) -> RecordingSink:
     sink = RecordingSink()
-    await run_loop(spec, fake, PROMPTS, sink, **kwargs)
+    await run_loop(spec, fake, Prompts(PROMPTS, [None] * len(PROMPTS)), sink, **kwargs)
     return sink
+
+
+def without_timing(metrics: dict[str, float]) -> dict[str, float]:
+    return {
+        k: v
+        for k, v in metrics.items()
+        if not k.startswith("time/") and k != "data/completion_tokens_per_second"
+    }
 
 
 def completion_part(datum: Datum, prompt_len: int) -> dict[str, list[float]]:
@@ -208,20 +217,92 @@ async def test_checkpoints_on_schedule_and_final_weights_under_save_weights_name
     ]
 
 
+async def test_a_stop_right_after_a_scheduled_save_reuses_that_state() -> None:
+    """PyTRIO refuses a state name saved twice in a run (the fake too): the stop at the
+    boundary just saved must not save it again."""
+    fake = FakeServiceClient()
+    sink = RecordingSink()
+    spec = make_spec(steps=6, save_every=2)
+
+    result = await run_loop(
+        spec, fake, Prompts(PROMPTS, [None] * 3), sink, should_stop=lambda: len(sink.steps) == 2
+    )
+
+    assert result.stopped and result.steps_done == 2
+    saves = fake.calls_named("save_state")
+    assert [call.args["name"] for call in saves] == ["opd-deepmath-qwen35-4b-state-000002"]
+    assert result.state == SavedState(saves[0].args["path"], 2)
+
+
+async def test_a_stop_at_the_step_a_run_resumed_from_saves_nothing_new() -> None:
+    fake = FakeServiceClient()
+    spec = make_spec(steps=4, save_every=2)
+    whole = await run(spec, fake)
+    state = SavedState(whole.checkpoints[0][2], 2)
+    saves_before = len(fake.calls_named("save_state"))
+
+    result = await run_loop(
+        spec,
+        fake,
+        Prompts(PROMPTS, [None] * 3),
+        RecordingSink(),
+        resume=state,
+        should_stop=lambda: True,
+    )
+
+    assert result.state == state and result.steps_done == 2
+    assert len(fake.calls_named("save_state")) == saves_before
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "config", "sent"),
+    [
+        ("importance_sampling", {}, None),
+        ("ppo", {}, {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2}),
+        (
+            "cispo",
+            {"clip_high_threshold": 2.0},
+            {"clip_low_threshold": 0.0, "clip_high_threshold": 2.0},
+        ),
+        ("dro", {"beta": 0.5}, {"beta": 0.5}),
+    ],
+)
+async def test_every_policy_loss_reaches_the_backend_with_its_options(loss_fn, config, sent):
+    fake = FakeServiceClient()
+    await run(make_spec(steps=1, loss_fn=loss_fn, loss_fn_config=config), fake)
+    [call] = fake.calls_named("forward_backward")
+    assert (call.args["loss_fn"], call.args["loss_fn_config"]) == (loss_fn, sent)
+
+
+def test_cross_entropy_is_refused_for_opd_datums() -> None:
+    with pytest.raises(SpecError, match=r"loop\.loss_fn"):
+        parse_spec({"loop": {"loss_fn": "cross_entropy"}})
+
+
+async def test_every_step_says_where_its_time_went() -> None:
+    sink = await run(make_spec(steps=3, save_every=1), FakeServiceClient())
+    phases = {"sampler_refresh", "sample", "teacher", "train", "save"}
+    for metrics in sink.steps.values():
+        assert {f"time/{p}" for p in phases} <= metrics.keys()
+        assert all(metrics[f"time/{p}"] >= 0 for p in phases)
+        assert (
+            sum(metrics[f"time/{p}"] for p in phases - {"save"})
+            <= metrics["time/step_elapsed_time"] + 1e-3
+        )
+    assert sink.steps[0]["time/save"] == 0.0, "nothing was saved before the first step"
+
+
 async def test_a_run_resumed_from_a_saved_state_repeats_the_uninterrupted_steps() -> None:
     fake = FakeServiceClient()
     spec = make_spec(steps=4, save_every=2)
     whole = await run(spec, fake)
     state = next(path for step, kind, path in whole.checkpoints if (step, kind) == (2, "state"))
 
-    resumed = await run(spec, fake, resume_from=state)
+    resumed = await run(spec, fake, resume=SavedState(state, 2))
 
     assert sorted(resumed.steps) == [2, 3]
     for step in (2, 3):
-        timing = {"time/step_elapsed_time", "data/completion_tokens_per_second"}
-        assert {k: v for k, v in resumed.steps[step].items() if k not in timing} == {
-            k: v for k, v in whole.steps[step].items() if k not in timing
-        }
+        assert without_timing(resumed.steps[step]) == without_timing(whole.steps[step])
 
 
 async def test_teacher_with_another_tokenizer_is_refused_naming_both_models() -> None:

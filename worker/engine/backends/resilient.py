@@ -26,7 +26,13 @@ from typing import Any, Generic, NoReturn, TypeVar, cast
 import httpx
 from pytrio.types import APIFuture
 
-from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
+from kernel.errors import (
+    BackendAuth,
+    BackendRejected,
+    BackendUnavailable,
+    OPDError,
+    ResultLost,
+)
 from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import Call, ServiceClient, call_spec
 
@@ -88,10 +94,9 @@ def backend_failure(
             f"submit the job again later, or allow more tries with {errors.retry_option}"
         )
     if failure.kind is Kind.transient:
-        return BackendUnavailable(
+        return ResultLost(
             f"backend call {what} failed after it was sent ({failure.description}); it may "
-            "have taken effect, so it was not repeated. Submit the job again once the "
-            "backend is healthy"
+            "have taken effect, so it was not repeated"
         )
     hint = f" {failure.hint}" if failure.hint else ""
     if failure.kind is Kind.auth:
@@ -149,9 +154,7 @@ class Calls:
         try:
             return await retry(attempt, transient=self.transient, backoff=backoff, what=what)
         except Exception as error:
-            failure = backend_failure(
-                error, what, self.errors, tries=tries, repeatable=repeatable
-            )
+            failure = backend_failure(error, what, self.errors, tries=tries, repeatable=repeatable)
             explain(error, failure)
 
     def describe(self, error: BaseException) -> str:

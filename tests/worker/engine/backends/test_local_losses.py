@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 from pytrio.errors.base import ValidationError
-from pytrio.types import AdamParams, Datum, ModelInput, TensorData
+from pytrio.types import AdamParams, Datum, ModelInput
 
-from kernel.spec import LocalBackendSpec
+from kernel.spec import LOSS_OPTIONS, LocalBackendSpec
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
-from worker.engine.backends.local.losses import cross_entropy, importance_sampling, ppo
+from worker.engine.backends.local.losses import cispo, dro, importance_sampling, ppo
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def policy_datum(rng: np.random.Generator, length: int) -> Datum:
 def test_importance_sampling_is_minus_ratio_times_advantage():
     logprobs = torch.tensor([-1.0, -2.0], requires_grad=True)
     inputs = {"logprobs": torch.tensor([-1.5, -2.0]), "advantages": torch.tensor([2.0, -3.0])}
-    loss = importance_sampling(logprobs, inputs).sum()
+    loss = importance_sampling(logprobs, inputs, {}).sum()
     loss.backward()
     ratio = torch.exp(torch.tensor([0.5, 0.0]))
     assert_close(loss, -(ratio * inputs["advantages"]).sum())
@@ -45,19 +45,30 @@ def test_importance_sampling_is_minus_ratio_times_advantage():
 def test_ppo_clips_the_ratio_only_where_that_lowers_the_objective():
     logprobs = torch.log(torch.tensor([1.5, 1.5, 0.5, 1.1])).requires_grad_()
     inputs = {"logprobs": torch.zeros(4), "advantages": torch.tensor([1.0, -1.0, 1.0, 1.0])}
-    losses = ppo(logprobs, inputs)
+    losses = ppo(logprobs, inputs, LOSS_OPTIONS["ppo"])
     losses.sum().backward()
     assert_close(losses, [-1.2, 1.5, -0.5, -1.1])
     # Clipped (ratio 1.5, A > 0) has no gradient; the others get -ratio * A.
     assert_close(logprobs.grad, [0.0, 1.5, -0.5, -1.1])
 
 
-def test_cross_entropy_weights_each_token():
-    logprobs = torch.tensor([-1.0, -2.0, -3.0])
-    assert torch.allclose(
-        cross_entropy(logprobs, {"weights": torch.tensor([1.0, 0.0, 2.0])}),
-        torch.tensor([1.0, 0.0, 6.0]),
-    )
+def test_cispo_weighs_the_logprob_gradient_by_the_clipped_ratio():
+    logprobs = torch.log(torch.tensor([6.0, 0.5])).requires_grad_()
+    inputs = {"logprobs": torch.zeros(2), "advantages": torch.tensor([1.0, -2.0])}
+    losses = cispo(logprobs, inputs, {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0})
+    losses.sum().backward()
+    # The ratio 6 is clipped to 4 but, unlike ppo, still passes a gradient: -4 * A.
+    assert_close(logprobs.grad, [-4.0, 1.0])
+    assert_close(losses, [-4.0 * np.log(6.0), np.log(0.5)])
+
+
+def test_dro_adds_a_quadratic_penalty_on_the_log_ratio():
+    logprobs = torch.tensor([-1.0, -3.0], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([-2.0, -3.0]), "advantages": torch.tensor([0.5, 1.0])}
+    losses = dro(logprobs, inputs, {"beta": 0.2})
+    losses.sum().backward()
+    assert_close(losses, [0.5 + 0.1 * 1.0, 3.0])
+    assert_close(logprobs.grad, [-0.5 + 0.2 * 1.0, -1.0])
 
 
 def reference_logprobs(trainer: LocalTrainingClient, datum: Datum) -> torch.Tensor:
@@ -78,15 +89,28 @@ async def train_once(trainer: LocalTrainingClient, data: list[Datum], loss_fn: s
     await (await trainer.optim_step_async(AdamParams(learning_rate=1e-2)))
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cross_entropy"])
-async def test_forward_backward_sums_the_loss_over_tokens_and_datums(trainer, loss_fn):
+def reference_loss(loss_fn: str, new: torch.Tensor, old: torch.Tensor, adv: torch.Tensor):
+    """PyTRIO's (Tinker's) definitions, written out in float64."""
+    options = LOSS_OPTIONS[loss_fn]
+    ratio = torch.exp(new - old)
+    if loss_fn == "importance_sampling":
+        return -(ratio * adv).sum()
+    low, high = options.get("clip_low_threshold"), options.get("clip_high_threshold")
+    if loss_fn == "ppo":
+        return -torch.minimum(ratio * adv, ratio.clamp(low, high) * adv).sum()
+    if loss_fn == "cispo":
+        return -(ratio.clamp(low, high).detach() * new * adv).sum()
+    return -(new * adv - 0.5 * options["beta"] * (new - old) ** 2).sum()
+
+
+@pytest.mark.parametrize("loss_fn", list(LOSS_OPTIONS))
+async def test_forward_backward_matches_pytrio_s_definitions_and_normalisation(trainer, loss_fn):
     rng = np.random.default_rng(0)
     data = [policy_datum(rng, n) for n in (5, 9, 3)]
-    if loss_fn == "cross_entropy":
-        data[1].loss_fn_inputs["weights"] = TensorData.from_numpy(rng.uniform(0, 2, size=9))
-    await train_once(trainer, data, loss_fn)
+    data[2].loss_fn_inputs["advantages"].data[:2] = [0.0, 0.0]
+    await train_once(trainer, data, "importance_sampling")
 
-    out = await (await trainer.forward_backward_async(data, loss_fn))
+    out = await (await trainer.forward_backward_async(data, loss_fn, LOSS_OPTIONS[loss_fn]))
     backend_grads = grads(trainer)
     for param in trainer.trainable.values():
         param.grad = None
@@ -94,23 +118,15 @@ async def test_forward_backward_sums_the_loss_over_tokens_and_datums(trainer, lo
     total = torch.zeros((), dtype=torch.float64)
     for datum, output in zip(data, out.loss_fn_outputs, strict=True):
         new = reference_logprobs(trainer, datum)
-        inputs = {
-            k: torch.tensor(v.data, dtype=torch.float64)
-            for k, v in datum.loss_fn_inputs.items()
-            if k != "target_tokens"
-        }
-        inputs.setdefault("weights", torch.ones_like(new))
-        ratio = torch.exp(new - inputs.get("logprobs", new.detach()))
-        adv = inputs.get("advantages")
-        if loss_fn == "importance_sampling":
-            loss = -(ratio * adv).sum()
-        elif loss_fn == "ppo":
-            loss = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).sum()
-        else:
-            loss = -(inputs["weights"] * new).sum()
-        total = total + loss
+        old, adv = (
+            torch.tensor(datum.loss_fn_inputs[k].data, dtype=torch.float64)
+            for k in ("logprobs", "advantages")
+        )
+        total = total + reference_loss(loss_fn, new, old, adv)
         assert_close(output["logprobs"].data, new, what="logprobs")
-    total.backward()
+    # PyTRIO's trainer divides by the batch's active tokens (advantage tokens for dro).
+    denominator = 15 if loss_fn == "dro" else 17
+    (total / denominator).backward()
 
     assert out.metrics["loss_sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
     assert out.metrics["token_count"] == 17
@@ -134,18 +150,21 @@ async def test_ignored_targets_do_not_count(trainer):
     assert out_masked.metrics["loss_sum"] == pytest.approx(out_tail.metrics["loss_sum"])
 
 
-async def test_gradients_accumulate_until_the_optimizer_step(trainer):
+async def test_the_gradients_of_calls_add_up_until_the_optimizer_step(trainer):
+    """Each call is normalised by its own batch, as PyTRIO normalises each logical batch."""
     rng = np.random.default_rng(2)
     data = [policy_datum(rng, 4), policy_datum(rng, 7)]
     await train_once(trainer, data, "importance_sampling")
-    await (await trainer.forward_backward_async(data[:1], "importance_sampling"))
-    await (await trainer.forward_backward_async(data[1:], "importance_sampling"))
-    split = grads(trainer)
-    for param in trainer.trainable.values():
-        param.grad = None
-    await (await trainer.forward_backward_async(data, "importance_sampling"))
+    alone = []
+    for part in (data[:1], data[1:]):
+        await (await trainer.forward_backward_async(part, "importance_sampling"))
+        alone.append(grads(trainer))
+        for param in trainer.trainable.values():
+            param.grad = None
+    for part in (data[:1], data[1:]):
+        await (await trainer.forward_backward_async(part, "importance_sampling"))
     for name, grad in grads(trainer).items():
-        assert_close(split[name], grad, what=name)
+        assert_close(grad, alone[0][name] + alone[1][name], what=name)
     await (await trainer.optim_step_async(AdamParams(learning_rate=1e-3)))
     assert not grads(trainer)
 
@@ -196,4 +215,6 @@ async def test_bad_datums_fail_as_pytrio_fails(trainer):
     with pytest.raises(ValidationError, match="outside the tokenizer vocabulary"):
         await trainer.forward_backward_async([out_of_vocab], "importance_sampling")
     with pytest.raises(ValidationError, match="implements the losses"):
-        await trainer.forward_backward_async([datum], "dro")
+        await trainer.forward_backward_async([datum], "cross_entropy")
+    with pytest.raises(ValidationError, match="beta do not apply to ppo"):
+        await trainer.forward_backward_async([datum], "ppo", {"beta": 0.1})

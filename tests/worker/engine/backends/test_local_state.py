@@ -15,7 +15,8 @@ from kernel.spec import JobSpec, LocalBackendSpec
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.checkpoints import CheckpointError
-from worker.engine.loop import run_loop
+from worker.engine.datasets import Prompts
+from worker.engine.loop import SavedState, run_loop
 from worker.engine.sinks import Sink
 
 PROMPTS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 9 prime?"]
@@ -54,11 +55,11 @@ def spec() -> JobSpec:
     )
 
 
-async def run(artifact_dir: Path, resume_from: str | None = None) -> Recorder:
+async def run(artifact_dir: Path, resume: SavedState | None = None) -> Recorder:
     recorder = Recorder()
     job = spec()
     service = LocalServiceClient(job.local, artifact_dir)
-    await run_loop(job, service, PROMPTS, recorder, resume_from=resume_from)
+    await run_loop(job, service, Prompts(PROMPTS, [None] * len(PROMPTS)), recorder, resume=resume)
     return recorder
 
 
@@ -72,7 +73,7 @@ def saved_tensors(folder: str) -> dict[str, torch.Tensor]:
 
 async def test_a_resumed_run_reproduces_the_uninterrupted_run(tmp_path):
     whole = await run(tmp_path / "whole")
-    resumed = await run(tmp_path / "resumed", resume_from=whole.checkpoints[2, "state"])
+    resumed = await run(tmp_path / "resumed", SavedState(whole.checkpoints[2, "state"], 2))
 
     assert sorted(resumed.metrics) == [2, 3, 4, 5]
     for step in (2, 3, 4, 5):

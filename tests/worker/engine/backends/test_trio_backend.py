@@ -16,6 +16,7 @@ from kernel.spec import JobSpec, TrioBackendSpec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
 from worker.engine.backends.trio import connect_trio
+from worker.engine.datasets import Prompts
 from worker.engine.loop import run_loop
 
 
@@ -118,7 +119,8 @@ async def test_one_tiny_step_against_the_real_service() -> None:
     )
     sink = RecordingSink()
 
-    result = await run_loop(spec, connect_trio(spec.trio), spec.dataset.prompts, sink)
+    prompts = Prompts(spec.dataset.prompts, [None])
+    result = await run_loop(spec, connect_trio(spec.trio), prompts, sink)
 
     assert sink.steps[0].keys() >= DESIGN_METRICS
     assert result.final_weights_path

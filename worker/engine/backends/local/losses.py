@@ -1,7 +1,8 @@
-"""PyTRIO's (and Tinker's) training losses as pure per-token torch functions.
+"""PyTRIO's (and Tinker's) policy losses as pure per-token torch functions.
 
-Each returns the loss of every token position; the trainer sums them over tokens and
-datums without normalising, as both services do.
+Each returns the loss of every token position from the new logprobs, the datum's inputs
+(sampling `logprobs`, `advantages`) and the loss's options (`loss_fn_config`). The trainer
+sums them and divides the gradient as PyTRIO's trainer does (`DENOMINATORS`).
 """
 
 from __future__ import annotations
@@ -11,31 +12,46 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-PPO_CLIP_LOW = 0.2
-PPO_CLIP_HIGH = 0.2
+Loss = Callable[[Tensor, dict[str, Tensor], dict[str, float]], Tensor]
 
 
-def importance_sampling(logprobs: Tensor, inputs: dict[str, Tensor]) -> Tensor:
-    """-ratio * advantage, ratio = p_new / p_sampler."""
-    ratio = torch.exp(logprobs - inputs["logprobs"])
-    return -ratio * inputs["advantages"]
+def ratio(logprobs: Tensor, inputs: dict[str, Tensor]) -> Tensor:
+    """p_new / p_sampler per token."""
+    return torch.exp(logprobs - inputs["logprobs"])
 
 
-def ppo(logprobs: Tensor, inputs: dict[str, Tensor]) -> Tensor:
-    """The clipped surrogate: -min(ratio * A, clip(ratio, 0.8, 1.2) * A)."""
-    ratio = torch.exp(logprobs - inputs["logprobs"])
+def importance_sampling(logprobs: Tensor, inputs: dict[str, Tensor], _: dict[str, float]) -> Tensor:
+    """-ratio * advantage."""
+    return -ratio(logprobs, inputs) * inputs["advantages"]
+
+
+def ppo(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]) -> Tensor:
+    """The clipped surrogate: -min(ratio * A, clip(ratio, low, high) * A)."""
+    r = ratio(logprobs, inputs)
+    clipped = torch.clamp(r, options["clip_low_threshold"], options["clip_high_threshold"])
     advantages = inputs["advantages"]
-    clipped = torch.clamp(ratio, 1 - PPO_CLIP_LOW, 1 + PPO_CLIP_HIGH)
-    return -torch.minimum(ratio * advantages, clipped * advantages)
+    return -torch.minimum(r * advantages, clipped * advantages)
 
 
-def cross_entropy(logprobs: Tensor, inputs: dict[str, Tensor]) -> Tensor:
-    """-weight * logprob of the target token (weights default to 1)."""
-    return -inputs["weights"] * logprobs
+def cispo(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]) -> Tensor:
+    """-sg(clip(ratio, low, high)) * logprob * A: the clipped ratio only weighs the gradient."""
+    r = ratio(logprobs, inputs)
+    clipped = torch.clamp(r, options["clip_low_threshold"], options["clip_high_threshold"])
+    return -clipped.detach() * logprobs * inputs["advantages"]
 
 
-LOSSES: dict[str, Callable[[Tensor, dict[str, Tensor]], Tensor]] = {
+def dro(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]) -> Tensor:
+    """-(logprob * A - beta / 2 * (logprob - sampling logprob)^2)."""
+    penalty = (logprobs - inputs["logprobs"]) ** 2
+    return -(logprobs * inputs["advantages"] - 0.5 * options["beta"] * penalty)
+
+
+LOSSES: dict[str, Loss] = {
     "importance_sampling": importance_sampling,
     "ppo": ppo,
-    "cross_entropy": cross_entropy,
+    "cispo": cispo,
+    "dro": dro,
 }
+DENOMINATORS = {"dro": "total_advantage_tokens"}
+"""Which of PyTRIO's batch totals divides a loss's gradient; the others use
+`total_active_tokens` (PyTRIO 0.2.9 sends both with every forward call)."""

@@ -15,8 +15,7 @@ from typing import Any
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from pytrio.client.training_batch import (
-    CrossEntropyTrainingSample,
-    TrainingSample,
+    PolicyTrainingSample,
     normalize_loss_fn,
     plan_training_batch,
 )
@@ -35,6 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
+from kernel.spec import LOSS_OPTIONS
 from worker.engine.backends.local.checkpoints import (
     ADAPTER_WEIGHTS,
     OPTIMIZER_STATE,
@@ -48,7 +48,7 @@ from worker.engine.backends.local.checkpoints import (
     write_manifest,
 )
 from worker.engine.backends.local.decoding import row_chunks, target_logprobs
-from worker.engine.backends.local.losses import LOSSES
+from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
@@ -103,11 +103,6 @@ class LocalTrainingClient:
         loss_fn_config: dict[str, float] | None = None,
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Check the batch now; the returned future resolves once gradients are added."""
-        if loss_fn_config:
-            raise ValidationError(
-                f"the local backend takes no loss_fn_config options; got {sorted(loss_fn_config)}",
-                code="validation.unsupported_loss_fn_config",
-            )
         plan = plan_training_batch(
             data,
             loss_fn=loss_fn,
@@ -121,6 +116,7 @@ class LocalTrainingClient:
                 f"the local backend implements the losses {', '.join(LOSSES)}, not {loss_fn!r}",
                 code="validation.unsupported_loss_fn",
             )
+        options = loss_options(name, loss_fn_config)
         samples = [sample for chunk in plan.chunks for sample in chunk.samples]
         if any(sample.model_input.has_images for sample in samples):
             raise ValidationError(
@@ -128,8 +124,14 @@ class LocalTrainingClient:
                 code="validation.image_input_unsupported",
             )
         self.started = True
+        denominator = getattr(plan.totals, DENOMINATORS.get(name, "total_active_tokens"))
         return self.runner.submit(
-            self.accumulate_gradients, name, samples, plan.totals.total_active_tokens
+            self.accumulate_gradients,
+            name,
+            options,
+            samples,
+            plan.totals.total_active_tokens,
+            max(denominator, 1),
         )
 
     async def optim_step_async(self, adam_params: AdamParams) -> asyncio.Future[OptimStepResponse]:
@@ -155,8 +157,7 @@ class LocalTrainingClient:
         does; a later run (a resumed job) may replace a folder an earlier one left."""
         if name in self.saved_states:
             raise ValidationError(
-                f"a state named {name!r} was already saved in this run; "
-                "save it under a new name",
+                f"a state named {name!r} was already saved in this run; save it under a new name",
                 code="validation.checkpoint_exists",
             )
         self.started = True
@@ -176,9 +177,15 @@ class LocalTrainingClient:
         return self.runner.submit(self.restore, Path(path))
 
     def accumulate_gradients(
-        self, loss_fn: str, samples: list[TrainingSample], token_count: int
+        self,
+        loss_fn: str,
+        options: dict[str, float],
+        samples: list[PolicyTrainingSample],
+        token_count: int,
+        denominator: int,
     ) -> ForwardBackwardOutput:
-        """Sum the loss over every token of every datum and add its gradient."""
+        """Add the gradient of the loss summed over every token of every datum and divided
+        by `denominator`, as PyTRIO's trainer normalises a logical batch."""
         outputs: list[dict[str, TensorData]] = []
         loss_sum = 0.0
         vocab_size = self.model.get_output_embeddings().weight.shape[0]
@@ -190,8 +197,8 @@ class LocalTrainingClient:
                 self.model, inputs, targets, self.tokenizer.pad_token_id, self.placement.device
             )
             loss_inputs, mask = padded_loss_inputs(rows, logprobs.shape[1], logprobs.device)
-            loss = (LOSSES[loss_fn](logprobs, loss_inputs) * mask).sum()
-            loss.backward()
+            loss = (LOSSES[loss_fn](logprobs, loss_inputs, options) * mask).sum()
+            (loss / denominator).backward()
             loss_sum += loss.item()
             kept = (logprobs.detach() * mask).cpu()
             outputs.extend(
@@ -268,8 +275,22 @@ class LocalTrainingClient:
         return {}
 
 
+def loss_options(loss_fn: str, given: dict[str, float] | None) -> dict[str, float]:
+    """The loss's options: LOSS_OPTIONS' defaults, overridden by what the call gives; an
+    option the loss does not take is refused, as the remote trainers refuse it."""
+    defaults = LOSS_OPTIONS[loss_fn]
+    unknown = sorted(set(given or {}) - defaults.keys())
+    if unknown:
+        raise ValidationError(
+            f"loss_fn_config option(s) {', '.join(unknown)} do not apply to {loss_fn}; "
+            f"it takes {', '.join(defaults) or 'none'}",
+            code="validation.invalid_loss_fn_config",
+        )
+    return defaults | (given or {})
+
+
 def padded_loss_inputs(
-    rows: list[TrainingSample], width: int, device: torch.device
+    rows: list[PolicyTrainingSample], width: int, device: torch.device
 ) -> tuple[dict[str, Tensor], Tensor]:
     """The loss inputs of each row padded to `width`, and the mask of positions that count."""
 
@@ -280,8 +301,6 @@ def padded_loss_inputs(
         return out.to(device)
 
     mask = padded([[float(t != IGNORE_TARGET) for t in s.target_tokens] for s in rows])
-    if isinstance(rows[0], CrossEntropyTrainingSample):
-        return {"weights": padded([s.weights for s in rows])}, mask
     return {
         "logprobs": padded([s.logprobs for s in rows]),
         "advantages": padded([s.advantages for s in rows]),

@@ -1,0 +1,111 @@
+"""The arq task in process, on a real SQLite database and Redis, against the PyTRIO fake:
+what the worker does when a training call's result is lost after it was sent."""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from pytrio.errors.actor import ActorAPIError
+from pytrio.types import APIFuture
+from sqlalchemy import select
+
+from app.auth import create_key
+from app.core.config import Settings
+from app.core.db import create_db_engine, migrate, session_factory
+from app.models import Event, StepMetric
+from app.queue import JobQueue
+from app.store.jobs import create_job
+from app.store.rows import get_job
+from kernel.spec import JobSpec
+from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio
+from tests.support import REDIS_URL
+from worker.service.tasks import WorkerContext, run_job
+
+SPEC = {
+    "backend": "trio",
+    "student": {"base_model": "student/model", "lora_rank": 8},
+    "teacher": {"base_model": "teacher/model"},
+    "dataset": {"source": "inline", "prompts": ["What is 1 + 1?", "Name a prime."]},
+    "sampling": {"max_tokens": 6},
+    "loop": {"steps": 5, "batch_size": 2, "group_size": 2, "save_every": 2},
+    "trio": {"call_attempts": 1},
+}
+
+
+@pytest.fixture
+async def context(tmp_path):
+    settings = Settings(home=tmp_path, redis_url=REDIS_URL, max_attempts=3)
+    migrate(settings.database_url)
+    engine = create_db_engine(settings.database_url)
+    queue = JobQueue(REDIS_URL, f"opd-test-{uuid.uuid4().hex[:8]}")
+    yield WorkerContext(settings, session_factory(engine), queue, "worker-1")
+    await queue.close()
+    await engine.dispose()
+
+
+def lose_results(monkeypatch: pytest.MonkeyPatch, at_calls: set[int]) -> list[int]:
+    """forward_backward takes effect, but the result of the listed calls (1-based) is lost."""
+    sent = FakeTrainingClient.forward_backward_async
+    calls: list[int] = []
+
+    async def sometimes_lost(self: FakeTrainingClient, *args: Any, **kwargs: Any) -> APIFuture:
+        future = await sent(self, *args, **kwargs)
+        calls.append(len(calls) + 1)
+        if len(calls) not in at_calls:
+            return future
+        lost: Future[Any] = Future()
+        lost.set_exception(ActorAPIError("Event poll failed", status_code=503))
+        return APIFuture(lost)
+
+    monkeypatch.setattr(FakeTrainingClient, "forward_backward_async", sometimes_lost)
+    return calls
+
+
+async def submit(context: WorkerContext) -> int:
+    async with context.sessions() as session:
+        team = (await create_key(session, "team")).team
+        return (await create_job(session, team.id, JobSpec.model_validate(SPEC))).job.id
+
+
+async def test_a_lost_training_result_resumes_the_job_from_its_last_state(monkeypatch, context):
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    lose_results(monkeypatch, {4})
+    job_id = await submit(context)
+
+    assert await run_job({"opd": context}, job_id) == "queued"
+    async with context.sessions() as session:
+        requeued = await get_job(session, job_id)
+        events = (
+            await session.execute(select(Event.message).where(Event.job_id == job_id))
+        ).scalars()
+        requeue = next(message for message in events if message.startswith("Requeued"))
+    assert (requeued.last_state_step, requeued.error_code) == (2, None)
+    assert "may have taken effect" in requeue and "Resuming from the last saved state" in requeue
+
+    assert await run_job({"opd": context}, job_id) == "succeeded"
+    async with context.sessions() as session:
+        done = await get_job(session, job_id)
+        steps = (
+            await session.execute(select(StepMetric.step).where(StepMetric.job_id == job_id))
+        ).scalars()
+        assert sorted(steps) == [0, 1, 2, 3, 4]
+    assert done.attempts == 2
+    loads = fake.calls_named("load_state_with_optimizer")
+    assert [call.args["path"] for call in loads] == [requeued.last_state_path]
+
+
+async def test_lost_results_fail_the_job_once_its_attempts_run_out(monkeypatch, context):
+    patch_pytrio(monkeypatch, FakeServiceClient())
+    lose_results(monkeypatch, set(range(1, 100)))
+    job_id = await submit(context)
+
+    outcomes = [await run_job({"opd": context}, job_id) for _ in range(3)]
+
+    assert outcomes == ["queued", "queued", "failed"]
+    async with context.sessions() as session:
+        failed = await get_job(session, job_id)
+    assert (failed.attempts, failed.error_code) == (3, "backend_unavailable")

@@ -1,0 +1,1 @@
+"""Held-out evaluation of the student: grading, and the eval run."""

@@ -1,0 +1,103 @@
+"""Held-out evaluation of the student, on a schedule, without touching the training run.
+
+At each scheduled boundary (weights after k optimizer steps) the student samples the
+held-out prompts from a sampler of its own (so the training sampler's draws are not
+shifted) with a fixed seed (so a resumed job reproduces the numbers), the teacher scores
+the tokens, and the answers are graded against the reference answers when there are any.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pytrio.types import SamplingParams
+
+from kernel.spec import EvalSpec
+from worker.engine.backends.contract import SamplingClient, TrainingClient
+from worker.engine.rollouts import Batch, Completion, sample_and_score
+
+Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
+"""Whether each completion's final answer matches its reference answer."""
+
+
+def due(spec: EvalSpec, step: int, total_steps: int) -> bool:
+    """Evals run before the first step, after the last, and every `spec.every` steps."""
+    return step in (0, total_steps) or (spec.every > 0 and step % spec.every == 0)
+
+
+@dataclass
+class Evaluation:
+    """Everything one job's evals share: the prompts, how to sample, and how to grade."""
+
+    spec: EvalSpec
+    prompts: Sequence[list[int]]
+    answers: Sequence[str | None]
+    params: SamplingParams
+    teacher: SamplingClient
+    decode: Callable[[list[int]], str]
+    grade: Grade | None
+
+    async def student(self, training: TrainingClient) -> dict[str, float]:
+        """The student with the training client's current weights, against the teacher."""
+        started = time.perf_counter()
+        sampler = await training.save_weights_and_get_sampling_client_async()
+        batch = await self.sample(sampler)
+        metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
+        metrics |= await self.answers_metrics(batch, "eval/")
+        return metrics | {"time/eval": time.perf_counter() - started}
+
+    async def teacher_baseline(self) -> dict[str, float]:
+        """The teacher answering the same prompts: what the student is reaching for."""
+        batch = await self.sample(self.teacher)
+        return await self.answers_metrics(batch, "eval/teacher_")
+
+    async def sample(self, sampler: SamplingClient) -> Batch:
+        return await sample_and_score(
+            sampler, self.teacher, self.prompts, self.spec.samples_per_prompt, self.params
+        )
+
+    async def answers_metrics(self, batch: Batch, prefix: str) -> dict[str, float]:
+        """Length, truncation and, where there are reference answers, accuracy."""
+        completions = batch.completions
+        metrics = {
+            f"{prefix}completion_tokens_mean": float(np.mean([len(c.tokens) for c in completions])),
+            f"{prefix}truncated_fraction": float(
+                np.mean([c.stop_reason == "length" for c in completions])
+            ),
+        }
+        graded = [
+            (c, a)
+            for c, a in zip(completions, self.answer_per_completion(batch), strict=True)
+            if a is not None
+        ]
+        if self.grade is None or not graded:
+            return metrics
+        correct = await self.grade(
+            [self.decode(c.tokens) for c, _ in graded], [a for _, a in graded]
+        )
+        metrics[f"{prefix}accuracy"] = float(np.mean(correct))
+        k = self.spec.samples_per_prompt
+        if k > 1:
+            metrics[f"{prefix}pass@{k}"] = pass_at_all(graded, correct)
+        return metrics
+
+    def answer_per_completion(self, batch: Batch) -> list[str | None]:
+        by_prompt = {tuple(p): a for p, a in zip(self.prompts, self.answers, strict=True)}
+        return [by_prompt[tuple(c.prompt)] for c in batch.completions]
+
+
+def reverse_kl_mean(completions: Sequence[Completion]) -> float:
+    return float(np.mean(np.concatenate([c.reverse_kl for c in completions])))
+
+
+def pass_at_all(graded: Sequence[tuple[Completion, str]], correct: Sequence[bool]) -> float:
+    """The fraction of prompts with at least one correct answer among all their samples:
+    pass@k with k = samples_per_prompt."""
+    solved: dict[tuple[int, ...], bool] = {}
+    for (completion, _), ok in zip(graded, correct, strict=True):
+        key = tuple(completion.prompt)
+        solved[key] = solved.get(key, False) or ok
+    return float(np.mean(list(solved.values())))

@@ -1,0 +1,123 @@
+"""Sampling a batch of prompts and scoring every completion with the teacher.
+
+All prompts of a batch are sampled concurrently and each completion is scored as soon as
+its prompt's group is back, as the async reference does. The batch also reports where its
+time went: the wall time until the last group was sampled, then until the last score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pytrio.types import Datum, ModelInput, SamplingParams
+
+from kernel.errors import BackendFailure
+from worker.engine.backends.contract import SamplingClient
+from worker.engine.datums import build_opd_datum, completion_slice, kl_advantages
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion with the student's and the teacher's view of each token."""
+
+    prompt: list[int]
+    tokens: list[int]
+    student_logprobs: list[float]
+    teacher_logprobs: list[float]
+    stop_reason: str
+
+    @property
+    def reverse_kl(self) -> np.ndarray:
+        return np.subtract(self.student_logprobs, self.teacher_logprobs)
+
+
+@dataclass
+class Batch:
+    """Every completion of a step's prompts, in prompt order, and the phases' wall times."""
+
+    completions: list[Completion] = field(default_factory=list)
+    sample_seconds: float = 0.0
+    teacher_seconds: float = 0.0
+
+
+async def teacher_logprobs(
+    teacher: SamplingClient, prompt: list[int], completion: list[int]
+) -> list[float]:
+    """The teacher's logprob of each completion token, in the prompt's context."""
+    all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
+    return completion_slice(all_logprobs, len(prompt), len(completion))
+
+
+async def sample_and_score(
+    sampler: SamplingClient,
+    teacher: SamplingClient,
+    prompts: Sequence[list[int]],
+    num_samples: int,
+    params: SamplingParams,
+) -> Batch:
+    """`num_samples` completions of each prompt, each scored by the teacher."""
+    start = time.perf_counter()
+    sampled_at: list[float] = []
+
+    async def group(prompt: list[int]) -> list[Completion]:
+        result = await sampler.sample_async(
+            prompt=ModelInput.from_ints(prompt),
+            num_samples=num_samples,
+            sampling_params=params,
+            return_text=False,
+        )
+        sampled_at.append(time.perf_counter())
+        sequences = [seq for seq in result.sequences if seq.tokens]
+        for seq in sequences:
+            if len(seq.logprobs or []) != len(seq.tokens):
+                raise BackendFailure(
+                    f"Student token/logprob length mismatch: {len(seq.tokens)} != "
+                    f"{len(seq.logprobs or [])}",
+                    code="bad_sampler_logprobs",
+                )
+        scores = await asyncio.gather(
+            *(teacher_logprobs(teacher, prompt, seq.tokens) for seq in sequences)
+        )
+        return [
+            Completion(
+                prompt,
+                list(seq.tokens),
+                [float(v) for v in seq.logprobs],
+                scored,
+                seq.stop_reason,
+            )
+            for seq, scored in zip(sequences, scores, strict=True)
+        ]
+
+    groups = await asyncio.gather(*(group(prompt) for prompt in prompts))
+    done = time.perf_counter()
+    last_sampled = max(sampled_at, default=done)
+    return Batch(
+        completions=[c for g in groups for c in g],
+        sample_seconds=last_sampled - start,
+        teacher_seconds=done - last_sampled,
+    )
+
+
+def opd_datums(
+    completions: Sequence[Completion], kl_penalty_coef: float, kl_discount_factor: float
+) -> list[Datum]:
+    """One training datum per completion, its advantage the (discounted) negative KL."""
+    datums = []
+    for completion in completions:
+        _, advantages = kl_advantages(
+            completion.student_logprobs,
+            completion.teacher_logprobs,
+            kl_penalty_coef,
+            kl_discount_factor,
+        )
+        datums.append(
+            build_opd_datum(
+                completion.prompt, completion.tokens, completion.student_logprobs, advantages
+            )
+        )
+    return datums
