@@ -47,7 +47,7 @@ import yaml
 from redis.exceptions import RedisError
 from sqlalchemy import func, make_url, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from support import free_port, fresh_database, percentile, private_queue
+from support import free_port, fresh_database, percentile, private_queue, wait_until_healthy
 
 from app.core.db import create_db_engine, session_factory
 from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus, utcnow
@@ -129,16 +129,7 @@ class Deployment:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         process = self.spawn(name, "api", "--port", str(port), "--quiet")
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).is_success:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start; see {self.home / name}.log")
-            time.sleep(0.2)
+        wait_until_healthy(url, process, STARTUP_TIMEOUT, f"{name} (see {self.home / name}.log)")
         self.api_urls.append(url)
 
     def stop(self) -> None:

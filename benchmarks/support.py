@@ -4,17 +4,20 @@ ports and percentiles. (Scripts run from this folder, so they import it as `supp
 from __future__ import annotations
 
 import math
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import httpx
 import psycopg
 from redis import Redis
 from sqlalchemy import make_url
 
 from opd.serve import free_port
 
-__all__ = ["free_port", "fresh_database", "percentile", "private_queue"]
+__all__ = ["free_port", "fresh_database", "percentile", "private_queue", "wait_until_healthy"]
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -52,3 +55,18 @@ def private_queue(redis_url: str, prefix: str) -> Iterator[str]:
             keys = list(redis.scan_iter(match=f"*{name}*", count=1000))
             if keys:
                 redis.delete(*keys)
+
+
+def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, what: str) -> None:
+    """Poll `url`/healthz until it answers; RuntimeError naming `what` if the process
+    exits or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).is_success:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.2)

@@ -12,6 +12,9 @@ LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
 TOKENS_PER_SECOND = "data/completion_tokens_per_second"
 TIME_PREFIX = "time/"
 EVAL_PREFIX = "eval/"
+MAX_POINTS = 500
+"""Buckets a chart asks the curves endpoint for: with min and max kept per bucket, up to
+twice as many points, more than a chart's width in pixels."""
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import MAX_ID, SessionDep
-from app.store.rows import get_job
+from app.store.rows import get_jobs
 from app.web import present, reads
-from app.web.charts import REVERSE_KL
+from app.web.charts import MAX_POINTS, REVERSE_KL
 from app.web.deps import ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
@@ -40,7 +40,7 @@ async def compare_page(
         recent, _ = await reads.list_jobs(session, viewer.scope, None, "", 0, PICKER_SIZE)
         context = {"viewer": viewer, "recent": recent, "chosen": chosen}
         return render(request, "compare_pick.html", context)
-    picked = [await get_job(session, job_id, viewer.scope) for job_id in chosen]
+    picked = await get_jobs(session, chosen, viewer.scope)
     names: dict[str, None] = {}
     for job in picked:
         for _step, _at, metrics in await reads.recent_steps(session, job.id, 1):
@@ -49,6 +49,7 @@ async def compare_page(
         "viewer": viewer,
         "jobs": picked,
         "jobs_json": [{"id": job.id, "name": job.name} for job in picked],
+        "max_points": MAX_POINTS,
         "metric": metric,
         "metrics": sorted(names) or [REVERSE_KL],
         "differences": present.differing_fields([job.spec for job in picked]),

@@ -131,6 +131,7 @@ async def job_page(
             "job_id": job.id,
             "charts": [chart.as_json() for chart in shown],
             "keys": charts.chart_keys(shown),
+            "max_points": charts.MAX_POINTS,
             "next_step": recent[-1][0] + 1 if recent else 0,
             "finished": present.is_finished(job.status),
             "status": job.status,

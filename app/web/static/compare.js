@@ -2,12 +2,17 @@
 "use strict";
 
 const compare = JSON.parse(document.getElementById("compare-config").textContent);
-const MAX_POINTS = 1000;
+
+// Every job's curve in one call to GET /v1/metrics?jobs=...
+async function fetchJobsCurves(ids, key, maxPoints) {
+  const query = new URLSearchParams({ jobs: ids.join(","), keys: key, max_points: String(maxPoints) });
+  const response = await fetch(`/v1/metrics?${query}`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`metrics of jobs ${ids}: HTTP ${response.status}`);
+  return (await response.json()).jobs.map((job) => job.curves);
+}
 
 async function drawComparison() {
-  const curves = await Promise.all(
-    compare.jobs.map((job) => fetchCurves(job.id, [compare.metric], MAX_POINTS))
-  );
+  const curves = await fetchJobsCurves(compare.jobs.map((job) => job.id), compare.metric, compare.max_points);
   const labels = compare.jobs.map((job) => `#${job.id} ${job.name}`);
   const figure = document.getElementById("chart-compare");
   const plot = makeChart(figure, labels, []);

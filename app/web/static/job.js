@@ -3,7 +3,6 @@
 "use strict";
 
 const config = JSON.parse(document.getElementById("chart-config").textContent);
-const MAX_POINTS = 1000;
 const STATUS_POLL_MS = 3000;
 const BAND_FILL = "rgba(37, 99, 235, 0.15)";
 
@@ -119,7 +118,7 @@ async function start() {
   let next = config.next_step;
   const keys = charts.flatMap((chart) => chart.keys);
   if (keys.length) {
-    const rows = rowsFromCurves(await fetchCurves(config.job_id, keys, MAX_POINTS));
+    const rows = rowsFromCurves(await fetchCurves(config.job_id, keys, config.max_points));
     rows.forEach(([step, metrics]) => addStep(step, metrics));
     if (rows.length) next = Math.max(next, rows[rows.length - 1][0] + 1);
     redraw();
