@@ -15,6 +15,7 @@ from sqlalchemy import JSON, DateTime, Index, String, Text, TypeDecorator, Uniqu
 from sqlmodel import Field, SQLModel
 
 from kernel.spec import JobSpec
+from kernel.summary import JobSummary, summary_of_ends
 
 T = TypeVar("T")
 
@@ -164,12 +165,19 @@ class Job(SQLModel, table=True):
     enqueue_count: int = 0
     idempotency_key: str | None = Field(default=None, sa_type=String(255))
     request_hash: str | None = Field(default=None, sa_type=String(64))
+    metric_ends: dict[str, list[float | None]] = Field(default_factory=dict, sa_type=JSON)
+    """The first and last point of the metrics a summary shows (kernel/summary.py), kept
+    as steps are recorded so a job's summary costs no metric read."""
 
     @property
     def error(self) -> dict[str, str] | None:
         if self.error_code is None:
             return None
         return {"code": self.error_code, "message": self.error_message or ""}
+
+    @property
+    def summary(self) -> JobSummary:
+        return summary_of_ends(self.metric_ends)
 
 
 class JobError(BaseModel):
@@ -201,6 +209,10 @@ class JobPublic(BaseModel):
     last_state_path: str | None = Field(description="The saved state a resume continues from.")
     last_state_step: int | None = Field(description="Steps done when that state was saved.")
     queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
+    summary: JobSummary = Field(
+        description="Reverse KL first and last; held-out eval accuracy and KL before and "
+        "after; the teacher's baseline (each present once recorded)."
+    )
 
 
 class Page(BaseModel, Generic[T]):
@@ -336,3 +348,44 @@ class EventPublic(BaseModel):
 
 class EventsPage(Page[EventPublic]):
     """Oldest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class Sample(SQLModel, table=True):
+    """One rollout a job kept: what the student wrote and how far each token was from the
+    teacher. Upserted on (job_id, step, position), so a replayed step overwrites."""
+
+    __tablename__ = "samples"
+    __table_args__ = (
+        UniqueConstraint("job_id", "step", "position", name="uq_samples_job_id_step_position"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")
+    step: int
+    position: int
+    prompt: str = Field(sa_type=Text)
+    completion: str = Field(sa_type=Text)
+    tokens: list[str] = Field(sa_type=JSON)
+    reverse_kl: list[float | None] = Field(sa_type=JSON)
+    truncated: bool = False
+    created_at: datetime = timestamp()
+
+
+class SamplePublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    step: int = Field(description="The training step that sampled it.")
+    position: int = Field(description="Its place among the step's kept rollouts.")
+    prompt: str = Field(description="The question, before the chat template.")
+    completion: str
+    tokens: list[str] = Field(description="The completion's tokens, decoded one by one.")
+    reverse_kl: list[float | None] = Field(
+        description="student - teacher logprob of each token (null: not finite)."
+    )
+    truncated: bool = Field(description="Cut to the stored length (the tokens' tail is gone).")
+    created_at: datetime
+
+
+class SamplesPage(Page[SamplePublic]):
+    """Oldest step first; pass `next_cursor` as `after` to get the next page."""

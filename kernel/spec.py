@@ -188,6 +188,13 @@ class LoopSpec(SpecModel):
     sampler_refresh_steps: int = Field(1, ge=1, le=MAX_STEPS)
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
     save_weights_name: Name = "opd-deepmath-qwen35-4b"
+    keep_samples: int = Field(
+        2,
+        ge=0,
+        le=16,
+        description="Rollouts kept per step for people to read (prompt, completion, per-token "
+        "reverse KL); long jobs keep them on evenly spread steps.",
+    )
 
     @model_validator(mode="after")
     def _saves_on_refresh_boundaries(self) -> LoopSpec:

@@ -32,6 +32,33 @@ class JobSummary(BaseModel):
     teacher_accuracy: float | None = Field(None, description="The teacher on the eval prompts.")
 
 
+Ends = dict[str, list[float | None]]
+"""Each summary metric's first and last point: {name: [first_step, first_value, last_step,
+last_value]}, kept on the job row as steps are recorded."""
+
+
+def advance_ends(
+    ends: Mapping[str, list[float | None]], step: int, metrics: Mapping[str, float | None]
+) -> Ends:
+    """`ends` after step `step` recorded `metrics`: a step at or before the first point
+    replaces it, one at or after the last replaces that (so a replayed step overwrites)."""
+    updated = {name: list(points) for name, points in ends.items()}
+    for name in SUMMARY_METRICS.values():
+        if name not in metrics:
+            continue
+        value = metrics[name]
+        points = updated.setdefault(name, [step, value, step, value])
+        if step <= points[0]:
+            points[0:2] = [step, value]
+        if step >= points[2]:
+            points[2:4] = [step, value]
+    return updated
+
+
+def summary_of_ends(ends: Mapping[str, list[float | None]]) -> JobSummary:
+    return summarize({name: (points[1], points[3]) for name, points in ends.items()})
+
+
 def summarize(first_last: Mapping[str, FirstLast]) -> JobSummary:
     """The summary from each metric's first and last recorded value (absent = not recorded)."""
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import SpecError, load_spec
-from kernel.summary import summary_lines
+from kernel.summary import JobSummary, summary_lines
 from opd.client import ApiError
+from opd.shading import sample_text
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -198,15 +199,25 @@ def jobs_command(args: argparse.Namespace) -> int:
 
 
 def status_command(args: argparse.Namespace) -> int:
-    opd = client(args)
-    job = opd.job(args.job)
+    job = client(args).job(args.job)
     print(job_line(job))
-    curve = [v for _, v in opd.curve(args.job, "opd/reverse_kl_mean") if v is not None]
-    if curve:
-        print(f"reverse KL {curve[0]:.4f} -> {curve[-1]:.4f} over {len(curve)} steps")
+    for line in summary_lines(JobSummary.model_validate(job["summary"])):
+        print(line)
     for field in ("queue_reason", "last_state_path", "final_weights_path"):
         if job[field]:
             print(f"{field}: {job[field]}")
+    return 0
+
+
+def samples_command(args: argparse.Namespace) -> int:
+    samples = client(args).samples(args.job, args.step, args.limit)
+    if not samples:
+        print(
+            f"job {args.job} kept no rollouts{'' if args.step is None else f' at step {args.step}'}"
+        )
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    for sample in samples:
+        print(sample_text(sample, color))
     return 0
 
 
@@ -294,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_argument("--status")
     jobs.add_argument("--limit", type=int, default=20)
     jobs.set_defaults(handler=jobs_command)
+
+    samples = commands.add_parser(
+        "samples", parents=[http], help="rollouts a job kept, tokens shaded by reverse KL"
+    )
+    samples.add_argument("job", type=int)
+    samples.add_argument("--step", type=int, help="only this step's rollouts")
+    samples.add_argument("--limit", type=int, default=4, help="how many (default 4)")
+    samples.set_defaults(handler=samples_command)
 
     for name, handler, text in (
         ("status", status_command, "a job's status and reverse KL"),

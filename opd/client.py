@@ -83,6 +83,12 @@ class OPDClient:
         curve = curves.get(key) or {"steps": [], "values": []}
         return list(zip(curve["steps"], curve["values"], strict=True))
 
+    def samples(
+        self, job_id: int, step: int | None = None, limit: int = 20
+    ) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit} | ({"step": step} if step is not None else {})
+        return self.request("GET", f"/v1/jobs/{job_id}/samples", params=params)["data"]
+
     def checkpoints(self, job_id: int) -> list[dict[str, Any]]:
         return self.request("GET", f"/v1/jobs/{job_id}/checkpoints")["data"]
 

@@ -26,6 +26,7 @@ from app.api.routes import (
     jobs,
     metrics,
     prometheus,
+    samples,
 )
 from app.auth import Principal
 from app.core.cache import TTLCache
@@ -35,7 +36,7 @@ from app.queue import JobQueue
 from app.web.site import install_dashboard
 
 api_router = APIRouter()
-for module in (health, jobs, metrics, export, compare, checkpoints, events, prometheus):
+for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     api_router.include_router(module.router)
 
 DESCRIPTION = """\

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,6 +21,7 @@ from app.models import (
     EventLevel,
     Job,
     JobAction,
+    Sample,
     StepMetric,
     finite_or_none,
     utcnow,
@@ -28,6 +29,8 @@ from app.models import (
 from app.store.errors import JobNotHeld
 from app.store.rows import detach, event_row, held
 from app.store.summaries import keep_summaries, probe_step
+from kernel.samples import KeptSample
+from kernel.summary import SUMMARY_METRICS, advance_ends
 
 
 async def record_event(
@@ -79,13 +82,79 @@ async def record_step(
     if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
+    await store_metrics(session, job_id, step, metrics, now)
+    await session.commit()
+    return None if row.requested_action is None else JobAction(row.requested_action)
+
+
+async def record_eval(
+    session: AsyncSession, job_id: int, worker_id: str, step: int, metrics: dict[str, float]
+) -> None:
+    """Store the held-out eval after the run's last step as the metrics of step `step`
+    (= the run's steps, which no training step has); progress is left as it is."""
+    now = utcnow()
+    result = await session.execute(
+        update(Job).where(*held(job_id, worker_id)).values(heartbeat_at=now)
+    )
+    if result.rowcount != 1:
+        await session.rollback()
+        raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
+    await store_metrics(session, job_id, step, metrics, now)
+    await session.commit()
+
+
+async def store_metrics(
+    session: AsyncSession, job_id: int, step: int, metrics: dict[str, float], now: datetime
+) -> None:
+    """Upsert step `step`'s row and keep the summaries charts read, in the caller's
+    transaction."""
     clean = {name: finite_or_none(value) for name, value in metrics.items()}
     newest, before = await probe_step(session, job_id, step)
     dialect = (await session.connection()).dialect.name
     await session.execute(upsert_metrics(dialect, job_id, step, clean, now))
     await keep_summaries(session, job_id, step, newest, changed=before != clean)
+    await keep_ends(session, job_id, step, clean)
+
+
+async def keep_ends(
+    session: AsyncSession, job_id: int, step: int, metrics: dict[str, float | None]
+) -> None:
+    """Move the job's summary points (first and last of each summary metric) to this step."""
+    if not metrics.keys() & set(SUMMARY_METRICS.values()):
+        return
+    ends = (await session.execute(select(Job.metric_ends).where(Job.id == job_id))).scalar_one()
+    updated = advance_ends(ends or {}, step, metrics)
+    if updated != ends:
+        await session.execute(update(Job).where(Job.id == job_id).values(metric_ends=updated))
+
+
+async def record_samples(
+    session: AsyncSession, job_id: int, worker_id: str, step: int, samples: list[KeptSample]
+) -> None:
+    """Keep a step's rollouts; a replayed step overwrites the ones it kept before."""
+    result = await session.execute(
+        update(Job).where(*held(job_id, worker_id)).values(heartbeat_at=utcnow())
+    )
+    if result.rowcount != 1:
+        await session.rollback()
+        raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
+    await session.execute(delete(Sample).where(Sample.job_id == job_id, Sample.step == step))
+    now = utcnow()
+    session.add_all(
+        Sample(
+            job_id=job_id,
+            step=step,
+            position=position,
+            prompt=sample.prompt,
+            completion=sample.completion,
+            tokens=sample.tokens,
+            reverse_kl=[finite_or_none(v) for v in sample.reverse_kl],
+            truncated=sample.truncated,
+            created_at=now,
+        )
+        for position, sample in enumerate(samples)
+    )
     await session.commit()
-    return None if row.requested_action is None else JobAction(row.requested_action)
 
 
 async def record_checkpoint(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.samples import KeptSample
 from worker.engine.sinks import RunInfo, Sink
 
 # The step metrics DESIGN §1 promises (people chart them), besides trainer/<name>.
@@ -23,6 +24,8 @@ class RecordingSink(Sink):
     def __init__(self) -> None:
         self.info: RunInfo | None = None
         self.steps: dict[int, dict[str, float]] = {}
+        self.evals: dict[int, dict[str, float]] = {}
+        self.kept: dict[int, list[KeptSample]] = {}
         self.checkpoints: list[tuple[int, str, str]] = []
         self.events: list[tuple[str, str, dict[str, Any] | None]] = []
         self.closed = False
@@ -32,6 +35,12 @@ class RecordingSink(Sink):
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.steps[step] = metrics
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.evals[step] = metrics
+
+    def samples(self, step: int, samples: list[KeptSample]) -> None:
+        self.kept[step] = samples
 
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         self.checkpoints.append((step, kind, path))

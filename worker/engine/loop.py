@@ -22,12 +22,13 @@ import numpy as np
 from pytrio.types import AdamParams, Datum, SamplingParams
 
 from kernel.errors import OPDError, TokenizerMismatch
+from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import batch_indices, build_prompt
 from worker.engine.eval.evaluation import Evaluation, Grade, due
-from worker.engine.rollouts import Batch, opd_datums, sample_and_score
+from worker.engine.rollouts import Batch, Completion, opd_datums, sample_and_score
 from worker.engine.sinks import RunInfo, Sink
 
 
@@ -129,6 +130,24 @@ class Run:
         saved = await (await self.training.save_weights_for_sampler_async(name))
         self.sink.checkpoint(steps_done, "sampler", saved.path)
         return state
+
+    def kept(self, completions: list[Completion], questions: list[str]) -> list[KeptSample]:
+        """Completions as people read them: the question, the text, each token's KL."""
+        by_prompt = {tuple(prompt_tokens(self, q)): q for q in questions}
+        decode = self.tokenizer.decode
+        kept = []
+        for completion in completions:
+            tokens = completion.tokens[:MAX_SAMPLE_TOKENS]
+            kept.append(
+                KeptSample(
+                    prompt=by_prompt[tuple(completion.prompt)][:MAX_PROMPT_CHARS],
+                    completion=decode(tokens, skip_special_tokens=True),
+                    tokens=[decode([token]) for token in tokens],
+                    reverse_kl=completion.reverse_kl[: len(tokens)].tolist(),
+                    truncated=len(tokens) < len(completion.tokens),
+                )
+            )
+        return kept
 
     async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """The student's eval at this boundary; at step 0 the teacher's baseline too."""
@@ -271,6 +290,8 @@ async def run_loop(
             batch, trainer_metrics, spec.optim.learning_rate, step, time.time() - step_start, phases
         )
         sink.step(step, metrics | evaluated)
+        if keeps_samples(step, loop.steps, loop.keep_samples):
+            sink.samples(step, run.kept(batch.completions[: loop.keep_samples], rows))
 
         done = step + 1
         save_seconds = 0.0

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from kernel.samples import KeptSample
 from kernel.spec import JobSpec
 from kernel.summary import SUMMARY_METRICS, FirstLast, JobSummary, summarize
 
@@ -38,6 +39,9 @@ class Sink:
 
     def eval(self, step: int, metrics: dict[str, float]) -> None:
         """The eval after the last step (`step` = the run's steps), which no step carries."""
+
+    def samples(self, step: int, samples: list[KeptSample]) -> None:
+        """A few of step `step`'s rollouts, kept for people to read."""
 
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         """Weights were saved after `step` steps; kind is state, sampler or final."""
@@ -66,6 +70,10 @@ class FanOut(Sink):
     def eval(self, step: int, metrics: dict[str, float]) -> None:
         for sink in self.sinks:
             sink.eval(step, metrics)
+
+    def samples(self, step: int, samples: list[KeptSample]) -> None:
+        for sink in self.sinks:
+            sink.samples(step, samples)
 
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         for sink in self.sinks:

@@ -18,8 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.models import JobAction
 from app.store.errors import JobNotHeld
-from app.store.records import record_checkpoint, record_event, record_step
+from app.store.records import (
+    record_checkpoint,
+    record_eval,
+    record_event,
+    record_samples,
+    record_step,
+)
 from kernel.retry import Backoff, retry
+from kernel.samples import KeptSample
 from worker.engine.sinks import Sink
 
 log = logging.getLogger(__name__)
@@ -76,6 +83,14 @@ class DatabaseSink(Sink):
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.writes.put_nowait(lambda s: record_step(s, self.job_id, self.worker_id, step, metrics))
+
+    def samples(self, step: int, samples: list[KeptSample]) -> None:
+        self.writes.put_nowait(
+            lambda s: record_samples(s, self.job_id, self.worker_id, step, samples)
+        )
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.writes.put_nowait(lambda s: record_eval(s, self.job_id, self.worker_id, step, metrics))
 
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         self.writes.put_nowait(

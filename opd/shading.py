@@ -1,0 +1,45 @@
+"""A kept rollout in a terminal: each token shaded by its reverse KL (red: the student is
+surer than the teacher; blue: less sure), or, without colour, the text and the tokens
+the teacher disagreed with most."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SATURATION_KL = 2.0  # a token this far from the teacher gets the strongest shade
+WORST_SHOWN = 8
+
+
+def shade(kl: float | None) -> str:
+    """A 24-bit background colour escape for one token's reverse KL."""
+    if kl is None:
+        return "\033[48;2;90;90;90m"
+    strength = min(1.0, abs(kl) / SATURATION_KL)
+    fade = int(255 * (1 - strength))
+    red, blue = (255, fade) if kl > 0 else (fade, 255)
+    return f"\033[48;2;{red};{fade};{blue}m\033[38;2;0;0;0m"
+
+
+def sample_text(sample: dict[str, Any], color: bool) -> str:
+    kls = [v for v in sample["reverse_kl"] if v is not None]
+    mean = sum(kls) / len(kls) if kls else float("nan")
+    cut = " (cut to the stored length)" if sample["truncated"] else ""
+    head = f"step {sample['step']} #{sample['position']}: reverse KL mean {mean:.4f}{cut}"
+    lines = [head, f"prompt: {sample['prompt']}"]
+    if color:
+        shaded = "".join(
+            f"{shade(kl)}{token}\033[0m"
+            for token, kl in zip(sample["tokens"], sample["reverse_kl"], strict=True)
+        )
+        return "\n".join([*lines, shaded, ""])
+    worst = sorted(
+        (
+            pair
+            for pair in zip(sample["tokens"], sample["reverse_kl"], strict=True)
+            if pair[1] is not None
+        ),
+        key=lambda pair: -pair[1],
+    )[:WORST_SHOWN]
+    lines.append(f"completion: {sample['completion']}")
+    lines.append("highest reverse KL: " + ", ".join(f"{token!r} {kl:.3f}" for token, kl in worst))
+    return "\n".join([*lines, ""])

@@ -1,0 +1,171 @@
+"""Held-out evals in the loop, against the PyTRIO fake: on schedule, reproducible, figures
+that match the eval's own samples, and a training run left exactly as it was."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernel.spec import JobSpec
+from tests.fakes.sinks import RecordingSink
+from tests.fakes.trio import FakeServiceClient
+from tests.support import assert_close
+from worker.engine.datasets import Prompts
+from worker.engine.loop import SavedState, run_loop
+
+PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
+EVAL_PROMPTS = ["What is 2 + 2?", "What is 3 * 3?"]
+EVAL_SEED = 77
+
+
+def make_spec(eval_group: dict[str, Any] | None = None, **loop: Any) -> JobSpec:
+    held_out = {"source": "inline", "prompts": EVAL_PROMPTS, "answers": ["4", "9"]}
+    return JobSpec.model_validate(
+        {
+            "student": {"base_model": "student/model", "lora_rank": 8},
+            "teacher": {"base_model": "teacher/model"},
+            "dataset": {"source": "inline", "prompts": PROMPTS},
+            "sampling": {"max_tokens": 6},
+            "loop": {"steps": 4, "batch_size": 2, "group_size": 2, **loop},
+            "eval": None
+            if eval_group is None
+            else {"dataset": held_out, "seed": EVAL_SEED, "max_tokens": 5, **eval_group},
+        }
+    )
+
+
+async def even_first_token(completions: list[str], references: list[str]) -> list[bool]:
+    """A grader the test can recompute: right when the answer's first character is even."""
+    return [bool(text) and ord(text[0]) % 2 == 0 for text in completions]
+
+
+async def run(spec: JobSpec, fake: FakeServiceClient, **kwargs: Any) -> RecordingSink:
+    sink = RecordingSink()
+    held_out = Prompts(EVAL_PROMPTS, ["4", "9"]) if spec.eval else None
+    await run_loop(
+        spec,
+        fake,
+        Prompts(PROMPTS, [None] * len(PROMPTS)),
+        sink,
+        eval_prompts=held_out,
+        grade=even_first_token,
+        **kwargs,
+    )
+    return sink
+
+
+def training_part(metrics: dict[str, float]) -> dict[str, float]:
+    return {
+        k: v
+        for k, v in metrics.items()
+        if not k.startswith(("time/", "eval/")) and k != "data/completion_tokens_per_second"
+    }
+
+
+def eval_part(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if k.startswith("eval/")}
+
+
+async def test_evals_run_on_schedule_and_leave_the_training_as_it_was():
+    plain_fake, eval_fake = FakeServiceClient(), FakeServiceClient()
+    plain = await run(make_spec(), plain_fake)
+    evaluated = await run(make_spec({"every": 2}), eval_fake)
+
+    assert {s: training_part(m) for s, m in evaluated.steps.items()} == {
+        s: training_part(m) for s, m in plain.steps.items()
+    }
+    train_calls = [c.args["data"] for c in plain_fake.calls_named("forward_backward")]
+    assert [c.args["data"] for c in eval_fake.calls_named("forward_backward")] == train_calls
+    assert [s for s, m in evaluated.steps.items() if eval_part(m)] == [0, 2]
+    assert list(evaluated.evals) == [4], "the eval after the last step has a row of its own"
+    names = {"eval/reverse_kl_mean", "eval/accuracy", "eval/truncated_fraction"}
+    for metrics in [evaluated.steps[0], evaluated.steps[2], evaluated.evals[4]]:
+        assert names | {"eval/completion_tokens_mean"} <= metrics.keys()
+        assert metrics["time/eval"] >= 0
+
+
+async def test_eval_figures_are_those_of_the_eval_s_own_samples():
+    fake = FakeServiceClient()
+    sink = await run(make_spec({"every": 0}, steps=2), fake)
+
+    teacher = await fake.create_sampling_client_async("teacher/model")
+    evals = [
+        c
+        for c in fake.calls_named("sample")
+        if c.args["request"].sampling_params["seed"] == EVAL_SEED
+    ]
+    assert len(evals) == 2 * len(EVAL_PROMPTS), "before the first step and after the last"
+    for calls, metrics in ((evals[:2], sink.steps[0]), (evals[2:], sink.evals[2])):
+        sequences = [
+            (call.args["request"].prompt.chunks[0].tokens, seq)
+            for call in calls
+            for seq in call.args["response"].sequences
+        ]
+        kls = np.concatenate(
+            [
+                np.subtract(
+                    seq.logprobs, teacher.prompt_logprobs(prompt + seq.tokens)[len(prompt) :]
+                )
+                for prompt, seq in sequences
+            ]
+        )
+        texts = [
+            teacher.get_tokenizer().decode(seq.tokens, skip_special_tokens=True)
+            for _, seq in sequences
+        ]
+        assert_close([metrics["eval/reverse_kl_mean"]], [kls.mean()])
+        assert metrics["eval/accuracy"] == pytest.approx(np.mean(await even_first_token(texts, [])))
+        assert metrics["eval/completion_tokens_mean"] == pytest.approx(
+            np.mean([len(seq.tokens) for _, seq in sequences])
+        )
+        assert metrics["eval/truncated_fraction"] == pytest.approx(
+            np.mean([seq.stop_reason == "length" for _, seq in sequences])
+        )
+        assert all(call.args["request"].sampling_params["max_tokens"] == 5 for call in calls)
+
+
+async def test_a_resumed_run_reproduces_its_evals():
+    spec = make_spec({"every": 2}, steps=4, save_every=2)
+    fake = FakeServiceClient()
+    whole = await run(spec, fake)
+    state = next(path for step, kind, path in whole.checkpoints if (step, kind) == (2, "state"))
+
+    resumed = await run(spec, fake, resume=SavedState(state, 2))
+
+    assert eval_part(resumed.steps[2]) == eval_part(whole.steps[2])
+    assert eval_part(resumed.evals[4]) == eval_part(whole.evals[4])
+
+
+async def test_the_teacher_baseline_and_pass_at_k():
+    sink = await run(
+        make_spec({"teacher_baseline": True, "samples_per_prompt": 3}, steps=1), FakeServiceClient()
+    )
+
+    first = sink.steps[0]
+    assert {"eval/teacher_accuracy", "eval/teacher_truncated_fraction"} <= first.keys()
+    assert "eval/teacher_accuracy" not in sink.evals[1], "the teacher answers once"
+    assert first["eval/pass@3"] >= first["eval/accuracy"]
+
+
+async def test_steps_keep_a_few_rollouts_with_their_reverse_kl():
+    fake = FakeServiceClient()
+    sink = await run(make_spec(steps=2, keep_samples=2), fake)
+
+    assert sorted(sink.kept) == [0, 1]
+    assert [len(kept) for kept in sink.kept.values()] == [2, 2]
+    first = sink.kept[0][0]
+    call = fake.calls_named("sample")[0]
+    prompt = call.args["request"].prompt.chunks[0].tokens
+    sample = call.args["response"].sequences[0]
+    teacher = await fake.create_sampling_client_async("teacher/model")
+    expected = np.subtract(
+        sample.logprobs, teacher.prompt_logprobs(prompt + sample.tokens)[len(prompt) :]
+    )
+    assert first.prompt == PROMPTS[0]
+    assert len(first.tokens) == len(sample.tokens) and not first.truncated
+    assert_close(first.reverse_kl, expected)
+    assert first.completion == teacher.get_tokenizer().decode(
+        sample.tokens, skip_special_tokens=True
+    )
