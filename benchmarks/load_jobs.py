@@ -214,8 +214,10 @@ class Traffic:
 
 
 def tiny_spec(index: int) -> dict[str, Any]:
-    """examples/tiny.yaml cut to one step of one two-token sample: seconds on a CPU."""
+    """examples/tiny.yaml cut to one step of one two-token sample, without its eval:
+    seconds on a CPU."""
     spec = yaml.safe_load(TINY.read_text())
+    del spec["eval"]
     spec["name"] = f"load-{index}"
     spec["student"]["seed"] = index
     spec["loop"] |= {"steps": 1, "batch_size": 1, "group_size": 1}

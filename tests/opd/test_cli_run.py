@@ -41,15 +41,23 @@ def test_tiny_example_runs_and_the_reverse_kl_falls(tmp_path):
     assert Path(weights, "adapter_model.safetensors").is_file()
     assert Path(weights).is_relative_to(tmp_path / "art")
     metrics = read_metrics(out)
-    steps = yaml.safe_load(TINY.read_text())["loop"]["steps"]
-    assert sorted(metrics) == list(range(steps))
+    spec = yaml.safe_load(TINY.read_text())
+    steps, every = spec["loop"]["steps"], spec["eval"]["every"]
+    assert sorted(metrics) == list(range(steps + 1)), "and the eval after the last step"
     curve = [metrics[s]["opd/reverse_kl_mean"] for s in range(steps)]
     assert np.mean(curve[-5:]) <= 0.85 * np.mean(curve[:5])
     assert "step 000/60 | datums 16 |" in done.stderr
+    evaluated = [s for s in sorted(metrics) if "eval/reverse_kl_mean" in metrics[s]]
+    assert evaluated == list(range(0, steps + 1, every))
+    held_out = [metrics[s]["eval/reverse_kl_mean"] for s in evaluated]
+    assert held_out[-1] <= 0.85 * held_out[0], "the student got closer on unseen prompts"
+    assert all(metrics[s]["eval/accuracy"] == 0.0 for s in evaluated), "tiny models never box"
+    assert f"reverse KL (held-out prompts): {held_out[0]:.4f} -> {held_out[-1]:.4f}" in done.stdout
 
 
 def small_spec(tmp_path: Path) -> Path:
     spec = yaml.safe_load(TINY.read_text())
+    del spec["eval"]
     spec["loop"] |= {"steps": 8, "batch_size": 2, "group_size": 2}
     spec["sampling"]["max_tokens"] = 8
     path = tmp_path / "small.yaml"
