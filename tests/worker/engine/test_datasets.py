@@ -18,7 +18,7 @@ import pytest
 import worker.engine.datasets
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import DeepMathDataset, FileDataset, InlineDataset
-from worker.engine.datasets import load_prompts
+from worker.engine.datasets import Prompts, load_holdout, load_prompts
 
 QUESTIONS = [f"question {i}" for i in range(20)]
 
@@ -334,3 +334,39 @@ def test_a_reply_that_is_not_parquet_is_not_kept(root: Path, serve) -> None:
     with pytest.raises(DatasetUnavailable, match="did not return a parquet file"):
         load_prompts(DeepMathDataset(), root, True)
     assert not any(shard(root, 0).parent.glob("*"))
+
+
+# Held-out prompts and reference answers.
+
+
+def test_answers_come_along_with_their_prompts(root: Path) -> None:
+    answers = [f"answer {i}" for i in range(20)]
+    write_parquet(root / "math.parquet", {"question": QUESTIONS, "solution": answers})
+    dataset = FileDataset(path="math.parquet", answer_field="solution", sample_size=5, seed=4)
+
+    prompts = load_prompts(dataset, root, True)
+
+    assert [q.replace("question", "answer") for q in prompts.questions] == prompts.answers
+    inline = InlineDataset(prompts=["a", " ", "c"], answers=["1", "2", "3"])
+    assert load_prompts(inline, root, True) == Prompts(["a", "c"], ["1", "3"])
+    assert load_prompts(InlineDataset(prompts=["a"]), root, True).answers == [None]
+
+
+def test_a_holdout_is_seeded_and_never_meets_the_training_pool(root: Path) -> None:
+    answers = [f"answer {i}" for i in range(20)]
+    write_parquet(root / "math.parquet", {"question": QUESTIONS, "final": answers})
+    dataset = FileDataset(path="math.parquet", answer_field="final", sample_size=12, seed=4)
+
+    pool = load_prompts(dataset, root, True)
+    held_out = load_holdout(dataset, 6, 9, root, True)
+
+    assert len(held_out) == 6 and not set(held_out.questions) & set(pool.questions)
+    assert set(held_out.questions) | set(pool.questions) <= set(QUESTIONS)
+    assert held_out == load_holdout(dataset, 6, 9, root, True)
+    assert held_out != load_holdout(dataset, 6, 10, root, True)
+    assert [q.replace("question", "answer") for q in held_out.questions] == held_out.answers
+    with pytest.raises(OPDError, match="has 8 rows outside the training pool") as caught:
+        load_holdout(dataset, 9, 9, root, True)
+    assert caught.value.code == "bad_eval"
+    with pytest.raises(OPDError, match="inline prompts"):
+        load_holdout(InlineDataset(prompts=["a", "b"]), 1, 0, root, True)
