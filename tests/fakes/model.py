@@ -16,6 +16,7 @@ import itertools
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,18 @@ class Sampling:
     seed: int | None
     stop: tuple[tuple[int, ...], ...]
     """Token sequences that end a completion (each kept, as the end-of-sequence token is)."""
+
+    @classmethod
+    def of(cls, params: Any) -> Sampling:
+        """What PyTRIO's or Tinker's SamplingParams ask for: the two have the same fields."""
+        return cls(
+            max_tokens=params.max_tokens,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            seed=params.seed,
+            stop=stop_sequences(params.stop),
+        )
 
 
 @dataclass(frozen=True)

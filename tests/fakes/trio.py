@@ -318,19 +318,7 @@ class FakeSamplingClient:
             return_text,
         )
         tokens = prompt.to_ints()
-        draws = model.sample(
-            self.weights,
-            tokens,
-            num_samples,
-            model.Sampling(
-                max_tokens=sampling_params.max_tokens,
-                temperature=sampling_params.temperature,
-                top_k=sampling_params.top_k,
-                top_p=sampling_params.top_p,
-                seed=sampling_params.seed,
-                stop=model.stop_sequences(sampling_params.stop),
-            ),
-        )
+        draws = model.sample(self.weights, tokens, num_samples, model.Sampling.of(sampling_params))
         tokenizer = self.get_tokenizer()
         sequences = [
             ActorSampleSequence(

@@ -8,11 +8,13 @@ converted back, and no result is waited on longer than `tinker.call_timeout_seco
 
 - Trainer metrics: Tinker names them `loss:sum`, `<name>:mean`, ...; they come back as
   `loss_sum`, `<name>_mean`, so the `trainer/loss_sum` charts read alike on every backend.
-- Save responses: Tinker reports only a checkpoint's path, so `model` is the run's base
-  model and `size` 0 (unknown).
+- Saves: Tinker reports only a checkpoint's path, so `model` is the run's base model and
+  `size` 0 (unknown). A state name is saved once per run (`save_state_async`).
 - Resuming: `load_state_with_optimizer` opens a new training run from the state with
   `create_training_client_from_state_with_optimizer`, as Tinker recommends; the run made
   just before it is left unused.
+- The contract has no close, so Tinker's session (and its heartbeat) lasts as long as the
+  process that opened it.
 """
 
 from __future__ import annotations

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 import pytrio
+import tinker
 from pytrio.errors.auth import AuthError
 from pytrio.errors.control import ControlAPIError
 from pytrio.types import AdamParams, ModelInput, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
+from tests.fakes import tinker as tinker_fake
 from tests.fakes import trio as trio_fake
 from tests.support import assert_close
 from worker.engine.backends import connect
@@ -36,6 +38,7 @@ from worker.engine.backends.local import (
     LocalServiceClient,
     LocalTrainingClient,
 )
+from worker.engine.backends.tinker import TinkerSampler, TinkerService, TinkerTrainer
 from worker.engine.datums import build_opd_datum
 
 STUDENT, TEACHER = "tiny-student", "tiny-teacher"
@@ -60,6 +63,7 @@ def spec_for(backend: str) -> JobSpec:
             "backend": backend,
             "local": {"device": "cpu"},
             "trio": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
+            "tinker": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
         }
     )
 
@@ -93,7 +97,29 @@ def trio_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Harness:
     return Harness("trio", lambda: connect(spec_for("trio"), tmp_path, lambda *_: None), fail)
 
 
-HARNESSES = {"local": local_harness, "trio": trio_harness}
+def tinker_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Harness:
+    tinker_fake.patch_tinker(monkeypatch, tinker_fake.FakeServiceClient())
+    native = {
+        "transient": lambda: tinker_fake.refused(
+            tinker.InternalServerError, "Service Unavailable", status=503
+        ),
+        "auth": lambda: tinker_fake.refused(tinker.AuthenticationError, "Invalid API key"),
+    }
+
+    def fail(kind: str, times: int) -> None:
+        """Tinker's SDK submits at once and raises where the result is awaited."""
+        errors = [native[kind]() for _ in range(times)]
+        sample = tinker_fake.FakeSamplingClient.sample
+
+        def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return tinker_fake.failed(errors.pop(0)) if errors else sample(self, *args, **kwargs)
+
+        monkeypatch.setattr(tinker_fake.FakeSamplingClient, "sample", flaky)
+
+    return Harness("tinker", lambda: connect(spec_for("tinker"), tmp_path, lambda *_: None), fail)
+
+
+HARNESSES = {"local": local_harness, "trio": trio_harness, "tinker": tinker_harness}
 IMPLEMENTATIONS = {
     "local": (LocalServiceClient, LocalTrainingClient, LocalSamplingClient),
     "trio (the PyTRIO SDK)": (pytrio.ServiceClient, pytrio.TrainingClient, pytrio.SamplingClient),
@@ -102,6 +128,7 @@ IMPLEMENTATIONS = {
         trio_fake.FakeTrainingClient,
         trio_fake.FakeSamplingClient,
     ),
+    "tinker (over the Tinker SDK)": (TinkerService, TinkerTrainer, TinkerSampler),
 }
 
 

@@ -13,11 +13,9 @@ from pytrio.errors.base import PyTrioError
 
 from kernel.errors import OPDError
 from kernel.spec import JobSpec, TrioBackendSpec
-from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
+from tests.worker.engine.backends.live import live_spec, one_tiny_step
 from worker.engine.backends.trio import connect_trio
-from worker.engine.datasets import Prompts
-from worker.engine.loop import run_loop
 
 
 def must_not_connect() -> None:
@@ -102,26 +100,6 @@ def test_session_failures_carry_a_code(monkeypatch, error: PyTrioError, code: st
 )
 @pytest.mark.timeout(1800)
 async def test_one_tiny_step_against_the_real_service() -> None:
-    spec = JobSpec.model_validate(
-        {
-            "name": "opd-live-test",
-            "student": {"lora_rank": 4},
-            "teacher": {"base_model": JobSpec().student.base_model},
-            "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
-            "sampling": {"max_tokens": 16},
-            "loop": {
-                "steps": 1,
-                "batch_size": 1,
-                "group_size": 1,
-                "save_weights_name": "opd-live-test",
-            },
-        }
-    )
-    sink = RecordingSink()
+    spec = live_spec(student={"lora_rank": 4}, teacher={"base_model": JobSpec().student.base_model})
 
-    prompts = Prompts(spec.dataset.prompts, [None])
-    result = await run_loop(spec, connect_trio(spec.trio), prompts, sink)
-
-    assert sink.steps[0].keys() >= DESIGN_METRICS
-    assert result.final_weights_path
-    assert sink.checkpoints == [(1, "final", result.final_weights_path)]
+    await one_tiny_step(spec, connect_trio(spec.trio))
