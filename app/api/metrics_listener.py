@@ -45,7 +45,8 @@ async def metrics_listener(address: str, state: Any) -> AsyncIterator[None]:
 
     app = Starlette(routes=[Route("/metrics", metrics)])
     sock = bind(address)
-    config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
+    # No logging setup of its own: the API process's logging stays as `opd api` set it.
+    config = uvicorn.Config(app, lifespan="off", log_config=None, log_level=None, access_log=False)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -70,9 +70,9 @@ class Service:
         self.processes.append(process)
         return process
 
-    def start_api(self) -> subprocess.Popen:
+    def start_api(self, *, quiet: bool = True) -> subprocess.Popen:
         port = self.url.rsplit(":", 1)[1]
-        process = self.spawn("api", "api", "--port", port, "--quiet")
+        process = self.spawn("api", "api", "--port", port, *(["--quiet"] if quiet else []))
         deadline = time.monotonic() + 60
         while True:
             try:
