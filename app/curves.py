@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import groupby
 
 from app.models import MetricCurve
-from app.summaries import WIDTHS, Summary, merge
+from app.summaries import WIDTHS, Summary
 
 
 @dataclass(frozen=True)
@@ -96,16 +95,21 @@ def exact_curve(points: Sequence[tuple[int, float | None]]) -> MetricCurve:
 
 def minmax_curve(blocks: Sequence[tuple[int, Summary]], plan: Plan) -> MetricCurve:
     """The curve from one metric's (start step, summary) blocks in step order: the first
-    and last points, and each bucket's min and max."""
+    and last points, and each bucket's min and max (ties keep the earlier step)."""
     if not blocks:
         return MetricCurve(steps=[], values=[])
     points = {blocks[0][1].first_step: blocks[0][1].first_value}
-    if plan.buckets:
-        for _, group in groupby(blocks, lambda b: (b[0] - plan.first) * plan.buckets // plan.span):
-            summary = merge(s for _, s in group)
-            if summary.min_step is not None and summary.max_step is not None:
-                points[summary.min_step] = summary.min_value
-                points[summary.max_step] = summary.max_value
+    bucket = low = high = None
+    for start, summary in blocks if plan.buckets else ():
+        if (start - plan.first) * plan.buckets // plan.span != bucket:
+            points.update((low, high) if low and high else ())
+            bucket, low, high = (start - plan.first) * plan.buckets // plan.span, None, None
+        if summary.min_step is not None and summary.max_step is not None:
+            if low is None or summary.min_value < low[1]:
+                low = (summary.min_step, summary.min_value)
+            if high is None or summary.max_value > high[1]:
+                high = (summary.max_step, summary.max_value)
+    points.update((low, high) if low and high else ())
     points[blocks[-1][1].last_step] = blocks[-1][1].last_value
     steps = sorted(points)
     return MetricCurve(steps=steps, values=[points[s] for s in steps])

@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, func, select, union_all
+from sqlalchemy import Select, Text, cast, func, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.curves import Plan, Run, exact_curve, minmax_curve, plan, tile
 from app.models import Downsampling, MetricCurve, MetricsPublic, MetricSummary, StepMetric
-from app.store.summaries import SUMMARY_COLUMNS, summary_of
+from app.store.summaries import SUMMARY_COLUMNS
 from app.summaries import WIDTHS, Summary, points_of
 
 StepRow = tuple[int, dict[str, float | None]]
@@ -50,6 +50,17 @@ async def extent(
     return row[0], row[1], row[2]
 
 
+def steps_after(
+    metrics: Any, job_id: int, after: int, to_step: int | None, limit: int | None
+) -> Select[Any]:
+    query = select(StepMetric.step, metrics).where(
+        StepMetric.job_id == job_id, StepMetric.step > after
+    )
+    if to_step is not None:
+        query = query.where(StepMetric.step <= to_step)
+    return query.order_by(StepMetric.step).limit(limit)
+
+
 async def step_rows(
     session: AsyncSession,
     job_id: int,
@@ -58,12 +69,17 @@ async def step_rows(
     limit: int | None = None,
 ) -> list[StepRow]:
     """Step rows after step `after` (up to `to_step`), in step order."""
-    query = select(StepMetric.step, StepMetric.metrics).where(
-        StepMetric.job_id == job_id, StepMetric.step > after
-    )
-    if to_step is not None:
-        query = query.where(StepMetric.step <= to_step)
-    rows = await session.execute(query.order_by(StepMetric.step).limit(limit))
+    rows = await session.execute(steps_after(StepMetric.metrics, job_id, after, to_step, limit))
+    return [(step, metrics) for step, metrics in rows]
+
+
+async def step_texts(
+    session: AsyncSession, job_id: int, after: int, to_step: int | None, limit: int
+) -> list[tuple[int, str]]:
+    """The same rows with each step's metrics as their stored JSON text, for an export to
+    copy numbers as written rather than parse and print them again."""
+    text = cast(StepMetric.metrics, Text)
+    rows = await session.execute(steps_after(text, job_id, after, to_step, limit))
     return [(step, metrics) for step, metrics in rows]
 
 
@@ -116,8 +132,8 @@ async def minmax_curves(
     for step, metrics in steps:
         for key, summary in points_of(metrics, step).items():
             blocks.setdefault(key, []).append((step, summary))
-    for row in summaries:
-        blocks.setdefault(row.key, []).append((row.block * row.width, summary_of(row)))
+    for key, width, block, *summary in summaries:
+        blocks.setdefault(key, []).append((block * width, Summary(*summary)))
     for found in blocks.values():
         found.sort(key=lambda block: block[0])
     return {key: minmax_curve(blocks.get(key, []), shape) for key in wanted(keys, blocks)}

@@ -28,7 +28,7 @@ from app.models import (
 )
 from app.store.errors import JobNotHeld
 from app.store.rows import detach, event_row, held
-from app.store.summaries import keep_summaries, probe_step
+from app.store.summaries import keep_summaries, step_probe
 from kernel.samples import KeptSample
 from kernel.summary import SUMMARY_METRICS, advance_ends
 
@@ -76,13 +76,13 @@ async def record_step(
         update(Job)
         .where(*held(job_id, worker_id))
         .values(steps_done=step + 1, heartbeat_at=now, updated_at=now)
-        .returning(Job.requested_action)
+        .returning(Job.requested_action, *step_probe(job_id, step))
     )
     row = result.one_or_none()
     if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
-    await store_metrics(session, job_id, step, metrics, now)
+    await store_metrics(session, job_id, step, metrics, now, newest=row[1], before=row[2])
     await session.commit()
     return None if row.requested_action is None else JobAction(row.requested_action)
 
@@ -94,22 +94,32 @@ async def record_eval(
     (= the run's steps, which no training step has); progress is left as it is."""
     now = utcnow()
     result = await session.execute(
-        update(Job).where(*held(job_id, worker_id)).values(heartbeat_at=now)
+        update(Job)
+        .where(*held(job_id, worker_id))
+        .values(heartbeat_at=now)
+        .returning(*step_probe(job_id, step))
     )
-    if result.rowcount != 1:
+    row = result.one_or_none()
+    if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
-    await store_metrics(session, job_id, step, metrics, now)
+    await store_metrics(session, job_id, step, metrics, now, newest=row[0], before=row[1])
     await session.commit()
 
 
 async def store_metrics(
-    session: AsyncSession, job_id: int, step: int, metrics: dict[str, float], now: datetime
+    session: AsyncSession,
+    job_id: int,
+    step: int,
+    metrics: dict[str, float],
+    now: datetime,
+    *,
+    newest: int | None,
+    before: dict[str, float | None] | None,
 ) -> None:
     """Upsert step `step`'s row and keep the summaries charts read, in the caller's
-    transaction."""
+    transaction; `newest` and `before` are what `step_probe` found before the write."""
     clean = {name: finite_or_none(value) for name, value in metrics.items()}
-    newest, before = await probe_step(session, job_id, step)
     dialect = (await session.connection()).dialect.name
     await session.execute(upsert_metrics(dialect, job_id, step, clean, now))
     await keep_summaries(session, job_id, step, newest, changed=before != clean)

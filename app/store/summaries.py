@@ -1,18 +1,19 @@
 """Keeping a job's block summaries (app/summaries.py) in step with its step rows.
 
-`record_step` calls `keep_summaries` in its transaction: a step past the newest one
-completes the blocks that held the newest step (about one block in three steps, each
-summarised from its four children); a replayed step whose values changed summarises
-the complete blocks holding it again, so the summaries always equal the step rows.
+`record_step` calls `keep_summaries` in its transaction. A step past the newest one
+completes the blocks that held the newest step (one step in four completes one or more);
+a replayed step whose values changed summarises the complete blocks holding it again, so
+the summaries always equal the step rows. Either way it costs one read of the blocks'
+children (two when wider blocks complete too) and one write, whatever the number of blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import fields
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import ScalarSelect, delete, func, or_, select, union_all
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import MetricSummary, StepMetric
@@ -27,60 +28,84 @@ from app.summaries import (
     points_of,
 )
 
-SUMMARY_COLUMNS = tuple(getattr(MetricSummary, field.name) for field in fields(Summary))
+SUMMARY_COLUMNS = tuple(getattr(MetricSummary, name) for name in Summary._fields)
+Block = tuple[int, int]  # (width, index)
 
 
 def summary_of(row: Any) -> Summary:
     return Summary(*(getattr(row, column.key) for column in SUMMARY_COLUMNS))
 
 
-async def probe_step(
-    session: AsyncSession, job_id: int, step: int
-) -> tuple[int | None, dict[str, float | None] | None]:
-    """The job's newest recorded step and step `step`'s metrics, if recorded: one query."""
+def step_probe(job_id: int, step: int) -> tuple[ScalarSelect[Any], ScalarSelect[Any]]:
+    """The job's newest recorded step and step `step`'s metrics (None if not recorded), as
+    expressions the statement that advances the job returns: no extra round trip."""
     of_job = StepMetric.job_id == job_id
     newest = select(func.max(StepMetric.step)).where(of_job).scalar_subquery()
     current = select(StepMetric.metrics).where(of_job, StepMetric.step == step).scalar_subquery()
-    row = (await session.execute(select(newest, current))).one()
-    return row[0], row[1]
+    return newest, current
 
 
-async def children(
-    session: AsyncSession, job_id: int, width: int, index: int
-) -> list[Mapping[str, Summary]]:
-    """What block (width, index) is made of: its step rows, or its FANOUT narrower blocks."""
-    if width == WIDTHS[0]:
+async def stored_parts(
+    session: AsyncSession, job_id: int, blocks: Sequence[Block]
+) -> tuple[list[Mapping[str, Summary]], dict[Block, dict[str, Summary]]]:
+    """What the blocks are made of, as stored: the step rows' points of the width-4 block
+    (blocks form a chain, finest first), and the summaries of the wider blocks' children
+    by child block. One query for each."""
+    points: list[Mapping[str, Summary]] = []
+    if blocks and blocks[0][0] == WIDTHS[0]:
+        first = blocks[0][1] * WIDTHS[0]
         rows = await session.execute(
             select(StepMetric.step, StepMetric.metrics).where(
                 StepMetric.job_id == job_id,
-                StepMetric.step.between(index * width, index * width + width - 1),
+                StepMetric.step.between(first, first + WIDTHS[0] - 1),
             )
         )
-        return [points_of(metrics, step) for step, metrics in rows]
-    narrower = width // FANOUT
-    rows = await session.execute(
-        select(MetricSummary.key, *SUMMARY_COLUMNS).where(
+        points = [points_of(metrics, step) for step, metrics in rows]
+    wider = [
+        select(MetricSummary.key, MetricSummary.width, MetricSummary.block, *SUMMARY_COLUMNS).where(
             MetricSummary.job_id == job_id,
-            MetricSummary.width == narrower,
+            MetricSummary.width == width // FANOUT,
             MetricSummary.block.between(index * FANOUT, index * FANOUT + FANOUT - 1),
         )
-    )
-    return [{row.key: summary_of(row)} for row in rows]
+        for width, index in blocks
+        if width > WIDTHS[0]
+    ]
+    stored: dict[Block, dict[str, Summary]] = {}
+    if wider:
+        for key, width, block, *summary in await session.execute(union_all(*wider)):
+            stored.setdefault((width, block), {})[key] = Summary(*summary)
+    return points, stored
 
 
-async def summarize_block(session: AsyncSession, job_id: int, width: int, index: int) -> None:
-    """(Re)write block (width, index)'s summary of every metric from its children."""
-    merged = merge_by_key(await children(session, job_id, width, index))
-    await session.execute(
-        delete(MetricSummary).where(
-            MetricSummary.job_id == job_id,
-            MetricSummary.width == width,
-            MetricSummary.block == index,
-        )
+def upsert_summaries(dialect: str, rows: list[dict[str, Any]]) -> Any:
+    """INSERT .. ON CONFLICT (job_id, key, width, block) DO UPDATE, for the session's database."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert(MetricSummary).values(rows)
+    fields = {name: getattr(statement.excluded, name) for name in Summary._fields}
+    return statement.on_conflict_do_update(
+        index_elements=["job_id", "key", "width", "block"], set_=fields
     )
-    if merged:
-        rows = [BlockSummary(key, width, index, s).row(job_id) for key, s in merged.items()]
-        await session.execute(insert(MetricSummary), rows)
+
+
+async def summarize(
+    session: AsyncSession, job_id: int, blocks: Sequence[Block]
+) -> list[BlockSummary]:
+    """The chain of blocks' summaries, finest first: each from its children as stored,
+    except the child summarised just before it (its stored version is stale or missing)."""
+    points, stored = await stored_parts(session, job_id, blocks)
+    done: dict[Block, dict[str, Summary]] = {}
+    for width, index in blocks:
+        if width == WIDTHS[0]:
+            parts: Sequence[Mapping[str, Summary]] = points
+        else:
+            kids = [(width // FANOUT, i) for i in range(index * FANOUT, (index + 1) * FANOUT)]
+            parts = [done.get(kid, stored.get(kid, {})) for kid in kids]
+        done[width, index] = merge_by_key(parts)
+    return [
+        BlockSummary(key, width, index, summary)
+        for (width, index), merged in done.items()
+        for key, summary in merged.items()
+    ]
 
 
 async def keep_summaries(
@@ -90,9 +115,21 @@ async def keep_summaries(
     its values differ from what the step held), bring the summaries up to date."""
     if newest is None:
         return
-    if step > newest:
-        blocks = closed_by(step, newest)
-    else:
+    replayed = step <= newest
+    if replayed:
         blocks = complete_holding(step, newest) if changed else []
-    for width, index in blocks:  # finest first: each is made of the one before
-        await summarize_block(session, job_id, width, index)
+    else:
+        blocks = closed_by(step, newest)
+    if not blocks:
+        return
+    summaries = await summarize(session, job_id, blocks)
+    if replayed:  # a metric may have left the replayed step: its rows go too
+        await session.execute(
+            delete(MetricSummary).where(
+                MetricSummary.job_id == job_id,
+                or_(*((MetricSummary.width == w) & (MetricSummary.block == i) for w, i in blocks)),
+            )
+        )
+    if summaries:
+        dialect = (await session.connection()).dialect.name
+        await session.execute(upsert_summaries(dialect, [s.row(job_id) for s in summaries]))

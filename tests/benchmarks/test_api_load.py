@@ -4,14 +4,12 @@ nothing behind. Timings are not asserted: they depend on the machine."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "api_load.py"
+from tests.benchmarks.scripts import run_benchmark
+
 TINY_LOAD = ("--duration", "2", "--warmup", "0.5", "--dashboards", "10", "--clients", "4")
 LATENCIES = ("p50_ms", "p99_ms", "max_ms")
 TABLE_ROWS = (
@@ -26,13 +24,7 @@ TABLE_ROWS = (
 
 
 def run_script(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        env=os.environ | {"TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_benchmark("api_load.py", *args, tmp_path=tmp_path, timeout=120)
 
 
 def test_reports_every_figure_for_both_servers(tmp_path: Path) -> None:

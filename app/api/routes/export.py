@@ -7,7 +7,7 @@ import io
 import json
 from collections.abc import AsyncIterator, Sequence
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
@@ -17,7 +17,7 @@ from app.api.caching import cache_headers, not_modified
 from app.api.curve_params import FromStep, KeysParam, ToStep, check_range, parse_keys
 from app.api.deps import JobDep, SessionDep
 from app.api.errors import error_responses
-from app.store.curves import StepRow, metric_names, step_rows
+from app.store.curves import metric_names, step_texts
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)
@@ -39,47 +39,59 @@ async def pages(
     job_id: int,
     from_step: int | None,
     to_step: int | None,
-) -> AsyncIterator[list[StepRow]]:
+) -> AsyncIterator[list[tuple[int, str]]]:
+    """(step, metrics as stored JSON text) pages in step order, each read in its own session."""
     after = (from_step or 0) - 1
     while True:
         async with sessions() as session:
-            rows = await step_rows(session, job_id, after, to_step, PAGE)
+            rows = await step_texts(session, job_id, after, to_step, PAGE)
         if not rows:
             return
         yield rows
         after = rows[-1][0]
 
 
-def chosen(rows: list[StepRow], keys: Sequence[str] | None) -> list[StepRow]:
-    """The rows with only the chosen metrics; steps with none of them are left out."""
-    if keys is None:
-        return rows
-    picked = [(step, {k: metrics[k] for k in keys if k in metrics}) for step, metrics in rows]
-    return [(step, metrics) for step, metrics in picked if metrics]
+AS_WRITTEN = json.JSONDecoder(parse_float=str, parse_int=str)  # numbers stay their stored text
+
+
+def has_any(metrics: dict[str, Any], keys: Sequence[str] | None) -> bool:
+    return keys is None or any(key in metrics for key in keys)
 
 
 async def csv_text(
-    columns: Sequence[str], rows: AsyncIterator[list[StepRow]]
+    columns: Sequence[str], keys: Sequence[str] | None, rows: AsyncIterator[list[tuple[int, str]]]
 ) -> AsyncIterator[str]:
-    """A header `step,<metric>...`, then one line per step; an absent or null value is empty."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["step", *columns])
+    """A header `step,<metric>...`, then one line per step; an absent or null value is
+    empty. Values are JSON numbers, which never need CSV quoting."""
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(["step", *columns])
+    yield header.getvalue()
     async for page in rows:
-        writer.writerows([step, *(metrics.get(c) for c in columns)] for step, metrics in page)
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
-    yield buffer.getvalue()
+        steps = ((step, AS_WRITTEN.decode(text)) for step, text in page)
+        yield "".join(
+            f"{step},{','.join(metrics.get(c) or '' for c in columns)}\n"
+            for step, metrics in steps
+            if has_any(metrics, keys)
+        )
 
 
-async def jsonl_text(rows: AsyncIterator[list[StepRow]]) -> AsyncIterator[str]:
+def jsonl_line(step: int, text: str, keys: Sequence[str] | None) -> str:
+    """`{"step": n, ...}`: the stored object with the step put first (or only the chosen
+    metrics; "" when the step has none of them)."""
+    if keys is None:
+        body = text.strip()[1:].lstrip()
+        return f'{{"step":{step}{"" if body.startswith("}") else ","}{body}\n'
+    metrics = json.loads(text)
+    picked = {key: metrics[key] for key in keys if key in metrics}
+    return json.dumps({"step": step, **picked}, separators=(",", ":")) + "\n" if picked else ""
+
+
+async def jsonl_text(
+    keys: Sequence[str] | None, rows: AsyncIterator[list[tuple[int, str]]]
+) -> AsyncIterator[str]:
     """One `{"step": n, "<metric>": value, ...}` object per line, as `opd run --metrics-out`."""
     async for page in rows:
-        yield "".join(
-            json.dumps({"step": step, **metrics}, separators=(",", ":")) + "\n"
-            for step, metrics in page
-        )
+        yield "".join(jsonl_line(step, text, keys) for step, text in page)
 
 
 @router.get(
@@ -118,12 +130,10 @@ async def export_metrics(
         columns = tuple(await metric_names(session, job.id))
     await session.close()  # hand the connection back: each page takes its own
     rows = pages(request.app.state.sessions, job.id, from_step, to_step)
-    filtered = (chosen(page, names) async for page in rows)
-    body = (
-        csv_text(columns or (), filtered)
-        if export_format is ExportFormat.csv
-        else jsonl_text(filtered)
-    )
+    if export_format is ExportFormat.csv:
+        body = csv_text(columns or (), names, rows)
+    else:
+        body = jsonl_text(names, rows)
     filename = f"job-{job.id}-metrics.{export_format}"
     headers["Content-Disposition"] = f'attachment; filename="{filename}"'
     return StreamingResponse(body, media_type=MEDIA_TYPES[export_format], headers=headers)
