@@ -50,3 +50,5 @@ async def read_form(request: Request) -> dict[str, str]:
 
 ViewerDep = Annotated[Principal, Depends(get_viewer)]
 FormDep = Annotated[dict[str, str], Depends(read_form)]
+CSRF_CHECKED = [Depends(read_form)]
+"""For a route whose form carries nothing but its CSRF token (`dependencies=CSRF_CHECKED`)."""

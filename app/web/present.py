@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from kernel.summary import Change
 
 LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
 """Rows in these statuses change by themselves, so the jobs table refreshes them."""
@@ -120,7 +121,7 @@ class ShadedToken:
 @dataclass(frozen=True)
 class Rollout:
     """A kept rollout as the job page shows it: the completion token by token, each
-    shaded by its reverse KL (the data comes with issue 8's kept samples)."""
+    shaded by its reverse KL."""
 
     step: int
     prompt: str
@@ -132,3 +133,14 @@ def shade_tokens(texts: Sequence[str], reverse_kl: Sequence[float | None]) -> li
         ShadedToken(text, kl, 0 if kl is None else sum(abs(kl) >= edge for edge in KL_SHADES))
         for text, kl in zip(texts, reverse_kl, strict=True)
     ]
+
+
+def last_value(change: Change | None) -> float | None:
+    """The latest value of a summary figure (None when the job never recorded it)."""
+    return None if change is None else change.last
+
+
+def rollout(
+    step: int, prompt: str, tokens: Sequence[str], reverse_kl: Sequence[float | None]
+) -> Rollout:
+    return Rollout(step, prompt, shade_tokens(tokens, reverse_kl))

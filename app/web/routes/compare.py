@@ -43,6 +43,7 @@ async def compare_page(
     picked = await get_jobs(session, chosen, viewer.scope)
     names: dict[str, None] = {}
     for job in picked:
+        names.update(dict.fromkeys(await reads.first_metric_names(session, job.id)))
         for _step, _at, metrics in await reads.recent_steps(session, job.id, 1):
             names.update(dict.fromkeys(metrics))
     context = {

@@ -16,7 +16,7 @@ from app.store.jobs import apply_action
 from app.store.rows import get_job
 from app.store.transitions import plan_action
 from app.web import charts, present, reads
-from app.web.deps import FormDep, ViewerDep
+from app.web.deps import CSRF_CHECKED, ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
 
@@ -28,6 +28,7 @@ MAX_ROWS = 100
 RECENT_STEPS = 20
 EVENTS_SHOWN = 200
 CHECKPOINTS_SHOWN = 100
+ROLLOUTS_SHOWN = 4
 
 
 def parse_status(status: str) -> JobStatus | None:
@@ -39,14 +40,14 @@ def parse_status(status: str) -> JobStatus | None:
         raise WebError(400, f"Unknown status {status!r}.") from error
 
 
-async def table_rows(session: SessionDep, jobs: list[Job]) -> list[dict[str, Any]]:
+def table_rows(jobs: list[Job]) -> list[dict[str, Any]]:
     """What each row of the jobs table shows."""
-    figures = await reads.latest_figures(session, jobs)
     now = utcnow()
     return [
         {
             "job": job,
-            "figures": figures.get(job.id, reads.JobFigures()),
+            "reverse_kl": present.last_value(job.summary.reverse_kl),
+            "eval_accuracy": present.last_value(job.summary.eval_accuracy),
             "progress": present.progress(job.steps_done, job.total_steps, job.status),
             "elapsed": present.elapsed(job.started_at, job.finished_at, now),
             "live": job.status in present.LIVE_STATUSES,
@@ -72,7 +73,7 @@ async def jobs_page(
     pages = max(1, -(-total // PAGE_SIZE))
     context = {
         "viewer": viewer,
-        "rows": await table_rows(session, jobs),
+        "rows": table_rows(jobs),
         "statuses": list(JobStatus),
         "status": status,
         "q": q,
@@ -93,7 +94,7 @@ async def job_rows(
     """Fresh rows for the jobs table's live rows (the page asks every few seconds)."""
     wanted = sorted({int(part) for part in ids.split(",")})[:MAX_ROWS]
     jobs = await reads.jobs_by_id(session, viewer.scope, wanted)
-    return render(request, "rows.html", {"rows": await table_rows(session, jobs)})
+    return render(request, "rows.html", {"rows": table_rows(jobs)})
 
 
 def allowed_actions(status: str) -> list[JobAction]:
@@ -125,7 +126,8 @@ async def job_page(
         "progress": present.progress(job.steps_done, job.total_steps, job.status),
         "eta": present.eta_seconds([(s, at) for s, at, _ in recent], job.total_steps, job.status),
         "elapsed": present.elapsed(job.started_at, job.finished_at, now),
-        "latest": latest,
+        "summary": job.summary,
+        "reverse_kl": present.last_value(job.summary.reverse_kl),
         "charts": shown,
         "chart_config": {
             "job_id": job.id,
@@ -140,12 +142,16 @@ async def job_page(
         "events": await reads.job_events(session, job.id, EVENTS_SHOWN),
         "checkpoints": await reads.job_checkpoints(session, job.id, CHECKPOINTS_SHOWN),
         "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
+        "rollouts": [
+            present.rollout(sample.step, sample.prompt, sample.tokens, sample.reverse_kl)
+            for sample in await reads.kept_rollouts(session, job.id, ROLLOUTS_SHOWN)
+        ],
         "actions": allowed_actions(job.status),
     }
     return render(request, "job.html", context)
 
 
-@router.post("/jobs/{job_id}/{action}")
+@router.post("/jobs/{job_id}/{action}", dependencies=CSRF_CHECKED)
 async def act_on_job(
     job_id: JobId,
     action: JobAction,
@@ -153,7 +159,6 @@ async def act_on_job(
     queue: QueueDep,
     snapshots: SnapshotsDep,
     viewer: ViewerDep,
-    form: FormDep,
 ) -> Response:
     """Cancel, pause or resume, exactly as the API does (a resumed job is queued again)."""
     result = await apply_action(session, job_id, action, viewer.scope)

@@ -9,7 +9,7 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import SessionDep
 from app.auth import authenticate, hash_key
-from app.web.deps import FormDep
+from app.web.deps import CSRF_CHECKED, FormDep
 from app.web.security import end_session, start_session
 from app.web.templating import render
 
@@ -49,8 +49,8 @@ async def sign_in(request: Request, session: SessionDep, form: FormDep) -> Respo
     return response
 
 
-@router.post("/sign-out")
-async def sign_out(request: Request, form: FormDep) -> Response:
+@router.post("/sign-out", dependencies=CSRF_CHECKED)
+async def sign_out(request: Request) -> Response:
     response = RedirectResponse("/ui/sign-in", status_code=303)
     end_session(request, response)
     return response

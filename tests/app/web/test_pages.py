@@ -12,7 +12,8 @@ from sqlalchemy import func, select
 from app.models import Job
 from app.sessions import NONCE_COOKIE, SESSION_COOKIE
 from app.store.jobs import claim_job
-from app.store.records import record_checkpoint, record_step
+from app.store.records import record_checkpoint, record_samples, record_step
+from kernel.samples import KeptSample
 from tests.app.conftest import auth, small_spec
 from tests.app.web.conftest import csrf_of, post_form
 
@@ -168,7 +169,7 @@ async def test_the_job_page_shows_progress_metrics_events_checkpoints_and_spec(
     await sign_in(key)
     page = (await client.get(f"/ui/jobs/{job['id']}")).text
     assert "4 / 10" in page
-    assert "1.2" in page, "the latest reverse KL"
+    assert re.search(r'id="job-kl">1.2<', page), "the latest reverse KL"
     assert 'data-copy="/artifacts/job/state-3"' in page
     assert "Attempt 1 started" in page or "started" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, "user strings are escaped"
@@ -178,6 +179,41 @@ async def test_the_job_page_shows_progress_metrics_events_checkpoints_and_spec(
     assert f'action="/ui/jobs/{job["id"]}/resume"' not in page, "only actions that apply"
     config = re.search(r'id="chart-config">(.*?)</script>', page).group(1)
     assert '"reverse-kl"' in config and '"next_step": 4' in config
+
+
+async def test_the_table_shows_the_latest_reverse_kl_and_eval_accuracy(
+    client, key, sign_in, submit, session
+):
+    job = await submit(loop={"steps": 10})
+    await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+    await record_step(
+        session, job["id"], WORKER, 0, {"opd/reverse_kl_mean": 1.5, "eval/accuracy": 0.25}
+    )
+    await record_step(session, job["id"], WORKER, 1, {"opd/reverse_kl_mean": 0.875})
+    await sign_in(key)
+    rows = (await client.get(f"/ui/jobs/rows?ids={job['id']}")).text
+    cells = re.findall(r'<td class="num[^"]*">([^<]*)</td>', rows)
+    assert "0.875" in cells and "0.25" in cells, cells
+    assert "2 / 10" in rows
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    assert re.search(r'id="job-kl">0.875<', page)
+    assert "Held-out accuracy</dt><dd>0.25 → 0.25" in page
+
+
+async def test_kept_rollouts_show_each_token_shaded_and_escaped(
+    client, key, sign_in, submit, session
+):
+    job = await submit(loop={"steps": 10})
+    await sign_in(key)
+    assert 'id="rollouts"' not in (await client.get(f"/ui/jobs/{job['id']}")).text
+    await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+    kept = KeptSample("What is <b>2+3</b>?", "5", ["<", "5", ">"], [0.05, 1.2, 3.0])
+    await record_samples(session, job["id"], WORKER, 0, [kept])
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    section = page[page.index('id="rollouts"') :]
+    assert "What is &lt;b&gt;2+3&lt;/b&gt;?" in section and "<b>2+3" not in section
+    shades = re.findall(r'class="tok kl-(\d)"[^>]*>([^<]*)<', section)
+    assert shades == [("0", "&lt;"), ("3", "5"), ("4", "&gt;")]
 
 
 async def test_a_failed_job_shows_its_code_and_message(client, key, sign_in, submit, session):
