@@ -91,12 +91,13 @@ async def record_eval(
     session: AsyncSession, job_id: int, worker_id: str, step: int, metrics: dict[str, float]
 ) -> None:
     """Store the held-out eval after the run's last step as the metrics of step `step`
-    (= the run's steps, which no training step has); progress is left as it is."""
+    (= the run's steps, which no training step has); progress is left as it is, but
+    `updated_at` moves: the job's curves changed (their ETag is made from it)."""
     now = utcnow()
     result = await session.execute(
         update(Job)
         .where(*held(job_id, worker_id))
-        .values(heartbeat_at=now)
+        .values(heartbeat_at=now, updated_at=now)
         .returning(*step_probe(job_id, step))
     )
     row = result.one_or_none()

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from app.store.jobs import claim_job, complete_job
-from app.store.records import record_step
+from app.store.records import record_eval, record_step
 from tests.app.conftest import auth
 
 WORKER = "worker-1"
@@ -104,6 +104,11 @@ async def test_polls_are_answered_304_until_a_step_lands_and_finished_curves_are
     fresh = await client.get(url, headers=auth(key) | {"If-None-Match": tag})
     assert fresh.status_code == 200 and fresh.headers["etag"] != tag
     assert fresh.json()["curves"]["opd/reverse_kl_mean"]["steps"] == [0, 1, 2]
+
+    tag = fresh.headers["etag"]
+    await record_eval(session, job["id"], WORKER, 5, {"opd/reverse_kl_mean": 0.1})
+    evaluated = await client.get(url, headers=auth(key) | {"If-None-Match": tag})
+    assert evaluated.status_code == 200, "the final eval is a new point"
 
     await complete_job(session, job["id"], WORKER, "/weights/final")
     done = await client.get(url, headers=auth(key))
