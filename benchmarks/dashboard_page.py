@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from api_load import POSTGRES_ADMIN_URL, sample_metrics
-from support import free_port, fresh_database, percentile, wait_until_healthy
+from api_load import sample_metrics
+from harness import postgres_database, progress
+from support import free_port, percentile, wait_until_healthy
 
 from app.auth import create_key
 from app.core.db import migrate, standalone_session
@@ -54,10 +55,6 @@ CHROMIUM_FLAGS = [
 CHECKPOINT_EVERY = 500
 STARTUP_SECONDS = 60.0
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-def progress(message: str) -> None:
-    print(f"[dashboard_page] {message}", file=sys.stderr, flush=True)
 
 
 async def fill(database_url: str, steps: int) -> tuple[str, int]:
@@ -86,7 +83,7 @@ def database(kind: str, folder: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{folder / 'opd.db'}"
     else:
-        with fresh_database(POSTGRES_ADMIN_URL, "opd_dashboard_bench") as url:
+        with postgres_database() as url:
             yield url
 
 
