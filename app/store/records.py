@@ -139,6 +139,11 @@ async def keep_ends(
         await session.execute(update(Job).where(Job.id == job_id).values(metric_ends=updated))
 
 
+def printable(text: str) -> str:
+    """What a model wrote, storable anywhere: Postgres text holds no NUL, shown as ␀."""
+    return text.replace("\x00", "\u2400")
+
+
 async def record_samples(
     session: AsyncSession, job_id: int, worker_id: str, step: int, samples: list[KeptSample]
 ) -> None:
@@ -156,9 +161,9 @@ async def record_samples(
             job_id=job_id,
             step=step,
             position=position,
-            prompt=sample.prompt,
-            completion=sample.completion,
-            tokens=sample.tokens,
+            prompt=printable(sample.prompt),
+            completion=printable(sample.completion),
+            tokens=[printable(token) for token in sample.tokens],
             reverse_kl=[finite_or_none(v) for v in sample.reverse_kl],
             truncated=sample.truncated,
             created_at=now,

@@ -41,7 +41,8 @@ def database_unreachable(error: BaseException) -> bool:
 
 
 class DatabaseSink(Sink):
-    """Writes through the job store as `worker_id`; reports API requests to `on_action`."""
+    """Writes through the job store as `worker_id`; reports API requests to `on_action`, a
+    takeover to `on_lost`, and a write the database refuses for good to `on_failed`."""
 
     def __init__(
         self,
@@ -50,6 +51,7 @@ class DatabaseSink(Sink):
         worker_id: str,
         on_action: Callable[[JobAction], None],
         on_lost: Callable[[], None],
+        on_failed: Callable[[BaseException], None],
         backoff: Backoff | None = None,
     ) -> None:
         self.sessions = sessions
@@ -57,6 +59,7 @@ class DatabaseSink(Sink):
         self.worker_id = worker_id
         self.on_action = on_action
         self.on_lost = on_lost
+        self.on_failed = on_failed
         self.backoff = backoff or Backoff()
         self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
@@ -77,6 +80,10 @@ class DatabaseSink(Sink):
             except JobNotHeld:
                 log.warning("job %s was taken over; dropping this worker's writes", self.job_id)
                 self.on_lost()
+                return
+            except Exception as error:  # a write the database refuses, not a passing outage
+                log.exception("job %s: a write failed for good", self.job_id)
+                self.on_failed(error)
                 return
             if isinstance(result, JobAction):
                 self.on_action(result)

@@ -39,6 +39,7 @@ class JobControl:
 
     reason: str | None = None
     lost: bool = False
+    failure: BaseException | None = None
     engine: asyncio.Task[RunResult] | None = field(default=None, repr=False)
 
     def request(self, reason: str) -> None:
@@ -50,6 +51,14 @@ class JobControl:
     def take_away(self) -> None:
         """Another worker holds the job now: stop at once, write nothing more."""
         self.lost = True
+        self.halt()
+
+    def fail(self, error: BaseException) -> None:
+        """The run cannot be recorded (the database refuses a write): stop at once."""
+        self.failure = error
+        self.halt()
+
+    def halt(self) -> None:
         if self.engine is not None:
             self.engine.cancel()
 
@@ -123,6 +132,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         worker,
         on_action=lambda action: control.request(str(action)),
         on_lost=control.take_away,
+        on_failed=control.fail,
     )
     heart = asyncio.create_task(beat(ctx, job_id, control))
     control.engine = asyncio.create_task(
@@ -141,18 +151,26 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
     try:
         result = await control.engine
     except asyncio.CancelledError:
-        if not control.lost:
+        if not (control.lost or control.failure):
             raise
     except Exception as failure:
         log.exception("job %s failed", job_id)
         error = failure
     finally:
-        heart.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heart
-    await db.drain()
+        # The job is held until its last writes land: beat while they drain, or a sweeper
+        # would take a job over whose writes are merely queued behind a slow database.
+        try:
+            await db.drain()
+        finally:
+            heart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heart
     if control.lost:
         return "taken over"
+    if control.failure is not None:
+        error = OPDError(
+            f"the worker could not record the run: {control.failure}", code="record_failed"
+        )
 
     if isinstance(error, ResultLost) and job.attempts < ctx.settings.max_attempts:
         reason = (
