@@ -25,6 +25,7 @@ from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from tests.fakes import tinker as tinker_fake
 from tests.fakes import trio as trio_fake
+from tests.fakes.faults import fail_first
 from tests.support import assert_close
 from worker.engine.backends import connect
 from worker.engine.backends.contract import (
@@ -68,17 +69,6 @@ def spec_for(backend: str) -> JobSpec:
     )
 
 
-def failing(monkeypatch: pytest.MonkeyPatch, cls: type, method: str, errors: list[Exception]):
-    original = getattr(cls, method)
-
-    async def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if errors:
-            raise errors.pop(0)
-        return await original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, method, flaky)
-
-
 def local_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Harness:
     return Harness("local", lambda: connect(spec_for("local"), tmp_path, lambda *_: None))
 
@@ -92,7 +82,7 @@ def trio_harness(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Harness:
 
     def fail(kind: str, times: int) -> None:
         errors = [native[kind]() for _ in range(times)]
-        failing(monkeypatch, trio_fake.FakeSamplingClient, "sample_async", errors)
+        fail_first(monkeypatch, trio_fake.FakeSamplingClient, "sample_async", *errors)
 
     return Harness("trio", lambda: connect(spec_for("trio"), tmp_path, lambda *_: None), fail)
 

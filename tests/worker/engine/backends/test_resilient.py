@@ -21,6 +21,7 @@ from pytrio.types import APIFuture
 
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
+from tests.fakes.faults import fail_first
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import (
     FakeSamplingClient,
@@ -61,22 +62,6 @@ async def run(
     sink = sink or RecordingSink()
     await run_job(spec, sink, artifact_dir=tmp_path / "artifacts", data_root=tmp_path)
     return sink
-
-
-def fail_first(
-    monkeypatch: pytest.MonkeyPatch, cls: type, method: str, *errors: Exception
-) -> list[Exception]:
-    """`cls.method` raises `errors` in turn, then works; what is left is returned."""
-    pending = list(errors)
-    original = getattr(cls, method)
-
-    async def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if pending:
-            raise pending.pop(0)
-        return await original(self, *args, **kwargs)
-
-    monkeypatch.setattr(cls, method, flaky)
-    return pending
 
 
 def warnings_of(sink: RecordingSink) -> list[str]:
