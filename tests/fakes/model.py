@@ -1,11 +1,12 @@
 """A toy language model for the fakes of remote services: deterministic, cheap and honest.
 
 Next-token logits depend on the weights' identity and the previous token only (a bigram
-table drawn from a generator seeded by the weights), with the end-of-sequence token
-given a fixed probability so completions stay short. Sampling honours max_tokens, temperature, top_k, top_p,
-stop and seed the way vLLM does, and each token's logprob is the raw log-softmax (before
-temperature and truncation), so scoring a sampled sequence with the same weights gives
-back its sampling logprobs. Training changes the weights' identity through `trained`.
+table drawn from a generator seeded by the weights), with the end-of-sequence token given
+a fixed probability so completions stay short. Sampling honours max_tokens, temperature,
+top_k, top_p, stop and seed the way vLLM does, and each token's logprob is the raw
+log-softmax (before temperature and truncation), so scoring a sampled sequence with the
+same weights gives back its sampling logprobs. Training changes the weights' identity
+through `trained`.
 """
 
 from __future__ import annotations
