@@ -10,27 +10,41 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
 from app.core.cache import TTLCache
-from app.models import ApiKey, Team, utcnow
+from app.models import ApiKey, Scope, Team, utcnow
 
 KEY_PREFIX = "opd"
 
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request acts for: one team, or every team for an admin key."""
+    """Who a request acts for: one team, or every team for an admin key; what the key may
+    do (`key_scope`), and its public prefix for the audit log."""
 
     team_id: int
-    is_admin: bool = False
+    key_scope: Scope = Scope.submit
+    key_prefix: str | None = None
+    expires_at: datetime | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.key_scope is Scope.admin
 
     @property
     def scope(self) -> int | None:
         """The team whose jobs the caller sees; None = every team."""
         return None if self.is_admin else self.team_id
+
+    def allows(self, needed: Scope) -> bool:
+        return self.key_scope.allows(needed)
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
 
 @dataclass(frozen=True)
@@ -61,11 +75,23 @@ async def get_or_create_team(session: AsyncSession, name: str) -> Team:
     return team
 
 
-async def create_key(session: AsyncSession, team_name: str, *, admin: bool = False) -> NewKey:
+async def create_key(
+    session: AsyncSession,
+    team_name: str,
+    *,
+    scope: Scope = Scope.submit,
+    expires_at: datetime | None = None,
+) -> NewKey:
     """Create a key for `team_name` (creating the team if new); commits."""
     team = await get_or_create_team(session, team_name)
     key, prefix = generate_key()
-    api_key = ApiKey(team_id=team.id, prefix=prefix, key_hash=hash_key(key), is_admin=admin)
+    api_key = ApiKey(
+        team_id=team.id,
+        prefix=prefix,
+        key_hash=hash_key(key),
+        scope=scope,
+        expires_at=expires_at,
+    )
     session.add(api_key)
     await session.commit()
     return NewKey(team=team, api_key=api_key, key=key)
@@ -96,9 +122,9 @@ async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, Team]]:
 async def authenticate(
     session: AsyncSession, key: str, cache: TTLCache[str, Principal] | None = None
 ) -> Principal | None:
-    """The principal a presented key acts for, or None for an unknown or revoked key.
-    With a cache, an accepted key is trusted for the cache's ttl (a revoked key keeps
-    working in that process for at most that long)."""
+    """The principal a presented key acts for, or None for an unknown or revoked key (an
+    expired key's principal says so: `expired`). With a cache, an accepted key is trusted
+    for the cache's ttl (a revoked key keeps working in that process for at most that long)."""
     return await authenticate_hash(session, hash_key(key), cache)
 
 
@@ -110,14 +136,14 @@ async def authenticate_hash(
         return principal
     row = (
         await session.execute(
-            select(ApiKey.team_id, ApiKey.is_admin).where(
+            select(ApiKey.team_id, ApiKey.scope, ApiKey.prefix, ApiKey.expires_at).where(
                 ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
             )
         )
     ).one_or_none()
     if row is None:
         return None
-    principal = Principal(team_id=row.team_id, is_admin=row.is_admin)
+    principal = Principal(row.team_id, Scope(row.scope), row.prefix, row.expires_at)
     if cache is not None:
         cache.put(key_hash, principal)
     return principal

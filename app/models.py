@@ -6,12 +6,21 @@ value never needs a Postgres type migration.
 """
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import JSON, DateTime, Index, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Index,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlmodel import Field, SQLModel
 
 from kernel.spec import JobSpec
@@ -108,11 +117,28 @@ def finite_or_none(value: float) -> float | None:
 
 
 class Team(SQLModel, table=True):
+    """A team; its limits override the service-wide defaults (None = the default)."""
+
     __tablename__ = "teams"
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(sa_type=String(200), unique=True)
     created_at: datetime = timestamp()
+    max_running: int | None = None
+    max_queued: int | None = None
+
+
+class Scope(StrEnum):
+    """What a key may do, each including the one before: `read` (GET only), `submit` (create
+    and act on its team's jobs and webhooks), `admin` (every team, keys, teams' limits)."""
+
+    read = "read"
+    submit = "submit"
+    admin = "admin"
+
+    def allows(self, needed: "Scope") -> bool:
+        order = list(Scope)
+        return order.index(self) >= order.index(needed)
 
 
 class ApiKey(SQLModel, table=True):
@@ -124,12 +150,30 @@ class ApiKey(SQLModel, table=True):
     team_id: int = Field(foreign_key="teams.id", index=True)
     prefix: str = Field(sa_type=String(32), unique=True)
     key_hash: str = Field(sa_type=String(64), unique=True)
-    is_admin: bool = False
+    scope: str = Field(default=Scope.submit, sa_type=String(16))
     created_at: datetime = timestamp()
     revoked_at: datetime | None = optional_timestamp()
+    expires_at: datetime | None = optional_timestamp()
 
 
 # --- jobs -----------------------------------------------------------------------------------
+
+
+class TokenUsage(BaseModel):
+    """Tokens a job used, each replayed step counted once (as its metric row is)."""
+
+    sampled_tokens: int = Field(0, description="Completion tokens the student sampled.")
+    teacher_tokens: int = Field(0, description="Prompt + completion tokens the teacher scored.")
+    trained_tokens: int = Field(0, description="Tokens of the datums trained on.")
+    eval_tokens: int = Field(0, description="Tokens the held-out evals sampled and scored.")
+
+
+class JobUsage(TokenUsage):
+    estimated_cost: float | None = Field(
+        None,
+        description="From the service's price table; null without one, or when a price this "
+        "usage needs is missing (never a guess).",
+    )
 
 
 class Job(SQLModel, table=True):
@@ -168,6 +212,13 @@ class Job(SQLModel, table=True):
     metric_ends: dict[str, list[float | None]] = Field(default_factory=dict, sa_type=JSON)
     """The first and last point of the metrics a summary shows (kernel/summary.py), kept
     as steps are recorded so a job's summary costs no metric read."""
+    priority: int = 0
+    queued_at: datetime = timestamp()
+    """When the job was submitted or resumed: fair dispatch serves the longest waiting."""
+    sampled_tokens: int = Field(default=0, sa_type=BigInteger)
+    teacher_tokens: int = Field(default=0, sa_type=BigInteger)
+    trained_tokens: int = Field(default=0, sa_type=BigInteger)
+    eval_tokens: int = Field(default=0, sa_type=BigInteger)
 
     @property
     def error(self) -> dict[str, str] | None:
@@ -178,6 +229,15 @@ class Job(SQLModel, table=True):
     @property
     def summary(self) -> JobSummary:
         return summary_of_ends(self.metric_ends)
+
+    @property
+    def usage(self) -> JobUsage:
+        return JobUsage(
+            sampled_tokens=self.sampled_tokens,
+            teacher_tokens=self.teacher_tokens,
+            trained_tokens=self.trained_tokens,
+            eval_tokens=self.eval_tokens,
+        )
 
 
 class JobError(BaseModel):
@@ -209,6 +269,8 @@ class JobPublic(BaseModel):
     last_state_path: str | None = Field(description="The saved state a resume continues from.")
     last_state_step: int | None = Field(description="Steps done when that state was saved.")
     queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
+    priority: int = Field(description="Orders the job among its own team's queued jobs only.")
+    usage: JobUsage
     summary: JobSummary = Field(
         description="Reverse KL first and last; held-out eval accuracy and KL before and "
         "after; the teacher's baseline (each present once recorded)."
@@ -389,3 +451,193 @@ class SamplePublic(BaseModel):
 
 class SamplesPage(Page[SamplePublic]):
     """Oldest step first; pass `next_cursor` as `after` to get the next page."""
+
+
+# --- sharing the service: usage, audit, webhooks ---------------------------------------------
+
+
+class UsageDay(SQLModel, table=True):
+    """One job's tokens on one UTC day: what `GET /v1/usage` adds up. A replayed step moves
+    its count (old values out, new in) on the day it is replayed."""
+
+    __tablename__ = "usage_days"
+    __table_args__ = (Index("ix_usage_days_team_id_day", "team_id", "day"),)
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    day: date = Field(primary_key=True)
+    team_id: int = Field(foreign_key="teams.id")
+    sampled_tokens: int = Field(default=0, sa_type=BigInteger)
+    teacher_tokens: int = Field(default=0, sa_type=BigInteger)
+    trained_tokens: int = Field(default=0, sa_type=BigInteger)
+    eval_tokens: int = Field(default=0, sa_type=BigInteger)
+
+
+class AuditEntry(SQLModel, table=True):
+    """One state-changing request: who (key prefix and team), what, on what, and how it went."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_team_id_id", "team_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: datetime = timestamp()
+    key_prefix: str | None = Field(default=None, sa_type=String(32))
+    team_id: int | None = Field(default=None, foreign_key="teams.id")
+    action: str = Field(sa_type=String(64))
+    target: str | None = Field(default=None, sa_type=Text)
+    status_code: int
+    detail: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+
+
+class AuditEntryPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    created_at: datetime
+    key_prefix: str | None = Field(description="The key's public prefix; null: the command line.")
+    team_id: int | None = Field(description="The key's team.")
+    action: str = Field(description="e.g. `job.submit`, `job.cancel`, `webhook.create`.")
+    target: str | None = Field(description="What it acted on, e.g. `job 12`.")
+    status_code: int = Field(description="The HTTP status the request was answered with.")
+    detail: dict[str, Any] | None
+
+
+class AuditPage(Page[AuditEntryPublic]):
+    """Newest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class WebhookEvent(StrEnum):
+    succeeded = "job.succeeded"
+    failed = "job.failed"
+    cancelled = "job.cancelled"
+    paused = "job.paused"
+    eval_completed = "job.eval_completed"
+
+
+class DeliveryStatus(StrEnum):
+    pending = "pending"
+    delivered = "delivered"
+    failed = "failed"
+
+
+class Webhook(SQLModel, table=True):
+    """A team's subscription. The secret signs deliveries, so it is kept (shown once)."""
+
+    __tablename__ = "webhooks"
+    __table_args__ = (Index("ix_webhooks_team_id", "team_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: int = Field(foreign_key="teams.id")
+    url: str = Field(sa_type=Text)
+    events: list[str] = Field(sa_type=JSON)
+    description: str | None = Field(default=None, sa_type=Text)
+    secret: str = Field(sa_type=String(100))
+    created_at: datetime = timestamp()
+    deleted_at: datetime | None = optional_timestamp()
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """The outbox: one event for one webhook, written in the transaction of the job's change
+    and sent by the workers until it is delivered or its retry window ends."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_webhook_id_id", "webhook_id", "id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    webhook_id: int = Field(foreign_key="webhooks.id", ondelete="CASCADE")
+    job_id: int | None = Field(default=None, foreign_key="jobs.id", ondelete="CASCADE")
+    event: str = Field(sa_type=String(32))
+    message_id: str = Field(sa_type=String(64), unique=True)
+    payload: dict[str, Any] = Field(sa_type=JSON)
+    status: str = Field(default=DeliveryStatus.pending, sa_type=String(16))
+    attempts: int = 0
+    created_at: datetime = timestamp()
+    next_attempt_at: datetime = timestamp()
+    retry_until: datetime = timestamp()
+    lease_until: datetime | None = optional_timestamp()
+    delivered_at: datetime | None = optional_timestamp()
+    last_status_code: int | None = None
+    last_error: str | None = Field(default=None, sa_type=Text)
+
+
+class WebhookAttempt(SQLModel, table=True):
+    """One try at sending a delivery, as it went."""
+
+    __tablename__ = "webhook_attempts"
+    __table_args__ = (Index("ix_webhook_attempts_delivery_id_id", "delivery_id", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    delivery_id: int = Field(foreign_key="webhook_deliveries.id", ondelete="CASCADE")
+    attempted_at: datetime = timestamp()
+    worker_id: str = Field(sa_type=String(200))
+    status_code: int | None = None
+    error: str | None = Field(default=None, sa_type=Text)
+    duration_ms: float
+
+
+class WebhookCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(
+        min_length=8, max_length=2000, description="http(s) URL that receives the events."
+    )
+    events: list[WebhookEvent] = Field(min_length=1, max_length=len(WebhookEvent))
+    description: str | None = Field(None, max_length=500)
+
+
+class WebhookPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    team_id: int
+    url: str
+    events: list[WebhookEvent]
+    description: str | None
+    created_at: datetime
+
+
+class WebhookCreated(WebhookPublic):
+    secret: str = Field(
+        description="The signing secret (`whsec_...`), shown only in this answer: keep it."
+    )
+
+
+class WebhooksPage(Page[WebhookPublic]):
+    """Oldest first."""
+
+
+class AttemptPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    attempted_at: datetime
+    status_code: int | None = Field(description="The receiver's answer; null: none came.")
+    error: str | None
+    duration_ms: float
+
+
+class DeliveryPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    job_id: int | None
+    event: WebhookEvent
+    message_id: str = Field(description="The `webhook-id` header: the same on every attempt.")
+    status: DeliveryStatus
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime
+    retry_until: datetime = Field(description="Failed attempts are retried until then.")
+    delivered_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+    payload: dict[str, Any]
+
+
+class DeliveriesPage(Page[DeliveryPublic]):
+    """Newest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class DeliveryDetail(DeliveryPublic):
+    attempt_log: list[AttemptPublic] = Field(description="Every attempt, oldest first.")

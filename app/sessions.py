@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from fastapi import Request
@@ -113,11 +114,14 @@ async def session_principal(
     request: Request, session: AsyncSession, now: float
 ) -> Principal | None:
     """Who the request's session cookie signs in, or None (no cookie, forged, expired, or
-    its key revoked)."""
+    its key revoked or expired)."""
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         return None
     key_hash = request.app.state.session_signer.read(token, now)
     if key_hash is None:
         return None
-    return await authenticate_hash(session, key_hash, request.app.state.principals)
+    principal = await authenticate_hash(session, key_hash, request.app.state.principals)
+    if principal is None or principal.expired(datetime.fromtimestamp(now, UTC)):
+        return None
+    return principal

@@ -34,7 +34,7 @@ from support import free_port, percentile, wait_until_healthy
 
 from app.auth import create_key
 from app.core.db import migrate, standalone_session
-from app.models import CheckpointKind
+from app.models import CheckpointKind, Scope
 from app.store.jobs import claim_job, create_job
 from app.store.records import record_checkpoint, record_step
 from kernel.spec import JobSpec
@@ -60,7 +60,7 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 async def fill(database_url: str, steps: int) -> tuple[str, int]:
     """An admin key and a running job with `steps` steps (and a checkpoint every 500)."""
     async with standalone_session(database_url) as session:
-        key = (await create_key(session, "benchmark", admin=True)).key
+        key = (await create_key(session, "benchmark", scope=Scope.admin)).key
         spec = JobSpec.model_validate(
             {"name": "long-job", "backend": "local", "loop": {"steps": steps}}
         )

@@ -13,6 +13,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ class CommandError(Exception):
 def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     from kernel.errors import OPDError
-    from worker.engine.checkpoint_log import CheckpointLog, latest_state
+    from worker.engine.checkpoint_log import CheckpointLog, latest_state, sampler_weights
     from worker.engine.loop import SavedState, run_job
     from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
 
@@ -43,7 +44,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.resume_from is not None:
         if args.resume_step is None:
             raise CommandError("--resume-from needs --resume-step (the steps the state had taken)")
-        resume = SavedState(args.resume_from, args.resume_step)
+        resume = SavedState(args.resume_from, args.resume_step, sampler_weights(artifacts))
     elif args.resume:
         resume = latest_state(artifacts)
         if resume is None:
@@ -109,15 +110,18 @@ def logging_setup() -> None:
 
 
 def api_command(args: argparse.Namespace) -> int:
+    import gc
+
     import uvicorn
 
-    uvicorn.run(
-        "app.api.main:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        log_level="warning" if args.quiet else "info",
-    )
+    from app.api.main import create_app
+
+    app = create_app()
+    # What exists now lives as long as the process: frozen, the collector never scans it
+    # again. Its full passes over it paused every request ~100 ms (benchmarks/curve_reads.py).
+    gc.collect()
+    gc.freeze()
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.quiet else "info")
     return 0
 
 
@@ -144,9 +148,20 @@ def serve_command(args: argparse.Namespace) -> int:
     return serve(settings(), args.host, args.port, args.demo)
 
 
+def duration(text: str) -> timedelta:
+    """`90d`, `12h`, `2w` or `30m` as a timedelta (for --expires, --since)."""
+    units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+    number, unit = text[:-1], text[-1:]
+    if unit not in units or not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number and a unit, e.g. 90d, 12h, 2w")
+    return timedelta(**{units[unit]: int(number)})
+
+
 def keys_command(args: argparse.Namespace) -> int:
     from app.auth import create_key, list_keys, revoke_key
     from app.core.db import migrate, standalone_session
+    from app.models import Scope, utcnow
+    from app.store.audit import record_audit
 
     url = settings().database_url
     migrate(url)
@@ -154,19 +169,84 @@ def keys_command(args: argparse.Namespace) -> int:
     async def act() -> int:
         async with standalone_session(url) as session:
             if args.keys_action == "create":
-                new = await create_key(session, args.team, admin=args.admin)
+                scope = Scope.admin if args.admin else Scope(args.scope)
+                expires = utcnow() + args.expires if args.expires else None
+                new = await create_key(session, args.team, scope=scope, expires_at=expires)
+                target = f"key {new.api_key.prefix}"
+                detail = {"team": args.team, "scope": scope.value}
+                await record_audit(session, None, "key.create", target, 201, detail)
                 print(new.key)
+                until = f", expires {expires:%Y-%m-%d %H:%M} UTC" if expires else ""
                 print(
-                    f"Key for team {args.team!r}{' (admin)' if args.admin else ''}; "
+                    f"Key for team {args.team!r} (scope {scope.value}{until}); "
                     "it is shown only this once.",
                     file=sys.stderr,
                 )
             elif args.keys_action == "list":
+                now = utcnow()
                 for key, team in await list_keys(session):
                     state = "revoked" if key.revoked_at else "active"
-                    print(f"{key.prefix}  team={team.name}  admin={key.is_admin}  {state}")
-            elif not await revoke_key(session, args.prefix):
+                    if key.expires_at is not None and not key.revoked_at:
+                        state = "expired" if key.expires_at <= now else "active"
+                        state += f" (until {key.expires_at:%Y-%m-%d %H:%M} UTC)"
+                    print(f"{key.prefix}  team={team.name}  scope={key.scope}  {state}")
+            elif await revoke_key(session, args.prefix):
+                await record_audit(session, None, "key.revoke", f"key {args.prefix}", 204)
+            else:
                 raise CommandError(f"no key with prefix {args.prefix!r}")
+        return 0
+
+    return asyncio.run(act())
+
+
+def limit_value(text: str) -> int | None:
+    """A limit for `opd teams set`: a positive number, or `default`."""
+    if text == "default":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of jobs (1 or more) or default")
+    return int(text)
+
+
+def teams_command(args: argparse.Namespace) -> int:
+    from app.core.db import migrate, standalone_session
+    from app.store.audit import record_audit
+    from app.store.limits import Limits
+    from app.store.teams import TeamNotFound, list_teams, set_limits
+
+    config = settings()
+    migrate(config.database_url)
+    limits = Limits.of(config)
+
+    def shown(own: int | None, effective: int | None) -> str:
+        value = "none" if effective is None else str(effective)
+        return value if own is not None else f"{value} (default)"
+
+    async def act() -> int:
+        async with standalone_session(config.database_url) as session:
+            if args.teams_action == "set":
+                changes = {
+                    name: getattr(args, name)
+                    for name in ("max_running", "max_queued")
+                    if getattr(args, name) is not ...
+                }
+                if not changes:
+                    raise CommandError("give --max-running and/or --max-queued")
+                try:
+                    await set_limits(session, args.name, changes, limits)
+                except TeamNotFound as error:
+                    raise CommandError(str(error)) from None
+                await record_audit(session, None, "team.limits", f"team {args.name}", 200, changes)
+            teams = await list_teams(
+                session, limits, args.name if args.teams_action == "set" else None
+            )
+        print(f"{'team':<24} {'running':>8} {'queued':>7}  {'max running':<16} max queued")
+        for team in teams:
+            print(
+                f"{team.name:<24} {team.running:>8} {team.queued:>7}  "
+                f"{shown(team.max_running, team.effective_max_running):<16} "
+                f"{shown(team.max_queued, team.effective_max_queued)}"
+            )
         return 0
 
     return asyncio.run(act())
@@ -232,6 +312,41 @@ def action_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def usage_command(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    first = (datetime.now(UTC) - args.since).date()
+    report = client(args).usage(first.isoformat(), args.group_by, args.team)
+    print(
+        f"{'team':<16} {args.group_by:<28} {'sampled':>12} {'teacher':>12} {'trained':>12} "
+        f"{'eval':>10} {'est. cost':>10}"
+    )
+    for row in [*report["rows"], {**report["total"], "team": "total"}]:
+        if args.group_by == "day":
+            what = row.get("day") or ""
+        else:
+            what = f"{row.get('job_id') or ''} {row.get('job_name') or ''}".strip()
+        cost = row.get("estimated_cost")
+        print(
+            f"{row['team']:<16} {what:<28} {row['sampled_tokens']:>12,} "
+            f"{row['teacher_tokens']:>12,} {row['trained_tokens']:>12,} {row['eval_tokens']:>10,} "
+            f"{'-' if cost is None else f'{cost:.2f}':>10}"
+        )
+    if not report["priced"]:
+        print("No price table is set (OPD_PRICES), so no cost is shown.", file=sys.stderr)
+    return 0
+
+
+def audit_command(args: argparse.Namespace) -> int:
+    for entry in client(args).audit(args.limit, args.action):
+        print(
+            f"{entry['created_at'][:19]}  {entry['key_prefix'] or 'cli':<10} "
+            f"team={entry['team_id']}  {entry['action']:<16} {entry['target'] or '':<24} "
+            f"{entry['status_code']}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opd", description="On-policy distillation jobs.")
     parser.add_argument("--traceback", action="store_true", help="show full tracebacks on errors")
@@ -285,11 +400,30 @@ def build_parser() -> argparse.ArgumentParser:
     key_actions = keys.add_subparsers(dest="keys_action", required=True, metavar="ACTION")
     create = key_actions.add_parser("create", help="make a key (printed once)")
     create.add_argument("--team", required=True)
-    create.add_argument("--admin", action="store_true", help="the key sees every team's jobs")
+    create.add_argument(
+        "--scope",
+        choices=["read", "submit", "admin"],
+        default="submit",
+        help="read: GET only; submit: also create and act on the team's jobs (default); "
+        "admin: every team, keys, teams' limits",
+    )
+    create.add_argument("--admin", action="store_true", help="the same as --scope admin")
+    create.add_argument(
+        "--expires", type=duration, metavar="90d", help="the key stops working then"
+    )
     key_actions.add_parser("list", help="list keys (prefixes only)")
     revoke = key_actions.add_parser("revoke", help="revoke a key by its prefix")
     revoke.add_argument("prefix")
     keys.set_defaults(handler=keys_command)
+
+    teams = commands.add_parser("teams", help="teams and their limits")
+    team_actions = teams.add_subparsers(dest="teams_action", required=True, metavar="ACTION")
+    team_actions.add_parser("list", help="every team: jobs running and queued, limits")
+    team_set = team_actions.add_parser("set", help="set a team's limits (default: the service's)")
+    team_set.add_argument("name")
+    for flag in ("--max-running", "--max-queued"):
+        team_set.add_argument(flag, type=limit_value, default=..., metavar="N|default")
+    teams.set_defaults(handler=teams_command)
 
     http = argparse.ArgumentParser(add_help=False)
     http.add_argument("--url", help="API address (default $OPD_URL or http://127.0.0.1:8000)")
@@ -313,6 +447,19 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--step", type=int, help="only this step's rollouts")
     samples.add_argument("--limit", type=int, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
+
+    usage = commands.add_parser("usage", parents=[http], help="tokens used, per job or per day")
+    usage.add_argument("--since", type=duration, default=timedelta(days=7), metavar="7d")
+    usage.add_argument("--team", help="admin keys: one team (default: every team)")
+    usage.add_argument("--by", dest="group_by", choices=["job", "day"], default="job")
+    usage.set_defaults(handler=usage_command)
+
+    audit = commands.add_parser(
+        "audit", parents=[http], help="state-changing requests, newest first"
+    )
+    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--action", help="only this action, e.g. job.cancel")
+    audit.set_defaults(handler=audit_command)
 
     for name, handler, text in (
         ("status", status_command, "a job's status and reverse KL"),

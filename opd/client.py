@@ -77,6 +77,14 @@ class OPDClient:
     def act(self, job_id: int, action: str) -> dict[str, Any]:
         return self.request("POST", f"/v1/jobs/{job_id}/{action}")
 
+    def usage(self, first: str, group_by: str, team: str | None = None) -> dict[str, Any]:
+        params = {"from": first, "group_by": group_by} | ({"team": team} if team else {})
+        return self.request("GET", "/v1/usage", params=params)
+
+    def audit(self, limit: int = 50, action: str | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit} | ({"action": action} if action else {})
+        return self.request("GET", "/v1/audit", params=params)["data"]
+
     def curve(self, job_id: int, key: str, from_step: int = 0) -> list[tuple[int, float | None]]:
         params = {"keys": key, "from_step": from_step, "max_points": 10_000}
         curves = self.request("GET", f"/v1/jobs/{job_id}/metrics", params=params)["curves"]

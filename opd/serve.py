@@ -24,6 +24,7 @@ import httpx
 from app.auth import create_key
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
+from app.models import Scope
 from kernel.spec import load_spec
 from opd.client import OPDClient, local_key_path
 
@@ -119,7 +120,7 @@ async def local_key(settings: Settings) -> str:
     if path.is_file():
         return path.read_text().strip()
     async with standalone_session(settings.database_url) as session:
-        new = await create_key(session, "local", admin=True)
+        new = await create_key(session, "local", scope=Scope.admin)
     path.write_text(new.key + "\n")
     path.chmod(0o600)
     return new.key

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.routing import BaseRoute
 
 from app.api.errors import ApiError
 from app.auth import Principal, authenticate
 from app.core.cache import TTLCache
 from app.core.config import Settings
-from app.models import Job
+from app.models import Job, Scope, utcnow
+from app.pricing import PriceTable
 from app.queue import JobQueue
 from app.sessions import session_principal
+from app.store.audit import record_audit
 from app.store.rows import get_job
 
 
@@ -50,17 +55,74 @@ def get_snapshots(request: Request) -> TTLCache[int, JobSnapshot]:
     return request.app.state.snapshots
 
 
+def get_prices(request: Request) -> PriceTable:
+    return request.app.state.prices
+
+
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 SnapshotsDep = Annotated[TTLCache[int, JobSnapshot], Depends(get_snapshots)]
+PricesDep = Annotated[PriceTable, Depends(get_prices)]
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})
+SCOPE_EXTENSION = "x-opd-scope"
+"""The OpenAPI extension naming the scope a route needs (routes/...: `needs(Scope.admin)`)."""
+
+
+def needs(scope: Scope) -> dict[str, Any]:
+    """`openapi_extra` of a route that needs more than its method's default scope."""
+    return {SCOPE_EXTENSION: scope.value}
+
+
+def default_scope(method: str) -> Scope:
+    """Reads need `read`; every change needs `submit` unless the route says more."""
+    return Scope.read if method in READ_METHODS else Scope.submit
+
+
+def uses_principal(dependant: Dependant) -> bool:
+    return any(
+        dependency.call is get_principal or uses_principal(dependency)
+        for dependency in dependant.dependencies
+    )
+
+
+def document_scopes(routes: Sequence[BaseRoute]) -> None:
+    """Write in the OpenAPI entry of every operation that takes a key the scope it needs
+    (its own `needs(...)`, else its method's default): the document tells clients, and
+    `required_scope` reads the same entry."""
+    for route in routes:
+        if isinstance(route, APIRoute) and uses_principal(route.dependant):
+            (method,) = route.methods
+            scope = (route.openapi_extra or {}).get(SCOPE_EXTENSION) or default_scope(method)
+            route.openapi_extra = {**(route.openapi_extra or {}), SCOPE_EXTENSION: scope}
+
+
+def required_scope(request: Request) -> Scope:
+    route = request.scope.get("route")
+    declared = getattr(route, "openapi_extra", None) or {}
+    return Scope(declared.get(SCOPE_EXTENSION) or default_scope(request.method))
 
 
 def unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+
+async def refuse(
+    request: Request, session: AsyncSession, principal: Principal, needed: Scope
+) -> ApiError:
+    """A 403 naming the scope the request needs; a refused change is audited."""
+    route = request.scope.get("route")
+    action = f"{request.method} {getattr(route, 'path', request.url.path)}"
+    if request.method not in READ_METHODS:
+        await record_audit(session, principal, action, request.url.path, 403)
+    return ApiError(
+        403,
+        "forbidden",
+        f"{action} needs a key with the {needed.value!r} scope; this key's scope is "
+        f"{principal.key_scope.value!r}",
+    )
 
 
 async def get_principal(
@@ -69,7 +131,19 @@ async def get_principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     api_key: Annotated[str | None, Depends(api_key_scheme)],
 ) -> Principal:
-    key = bearer.credentials if bearer is not None else api_key
+    """The caller, once its key is known, unexpired and allowed this route (else 401/403)."""
+    principal = await identify(request, session, bearer.credentials if bearer else api_key)
+    if principal.expired(utcnow()):
+        assert principal.expires_at is not None
+        expired = principal.expires_at.isoformat(timespec="seconds")
+        raise unauthorized(f"the API key expired at {expired}; ask an admin for a new one")
+    needed = required_scope(request)
+    if not principal.allows(needed):
+        raise await refuse(request, session, principal, needed)
+    return principal
+
+
+async def identify(request: Request, session: AsyncSession, key: str | None) -> Principal:
     if not key and request.method in READ_METHODS:
         # The dashboard's charts read these endpoints with its session cookie (reads only:
         # a cookie never authorises a change here, so no CSRF token is needed).

@@ -18,6 +18,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.store.teams import TeamNotFound
+from app.store.webhooks import WebhookNotFound
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +39,12 @@ STATUS_CODES = {
 }
 DESCRIPTIONS = {
     400: "The request body could not be parsed (it must be UTF-8 JSON).",
-    401: "Missing, unknown or revoked API key.",
+    401: "Missing, unknown, revoked or expired API key.",
+    403: "The key's scope does not allow this; the message names the scope needed.",
     404: "No such job (or it belongs to another team).",
     409: "The job's status does not allow this action; the message says why.",
     413: "The request body is larger than OPD_MAX_BODY_BYTES.",
+    429: "The team has as many queued jobs as it may; retry after `Retry-After` seconds.",
     422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
     503: "A dependency (database or Redis) is unavailable.",
 }
@@ -160,6 +164,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(JobNotFound, on_not_found)
+    app.add_exception_handler(WebhookNotFound, on_not_found)
+    app.add_exception_handler(TeamNotFound, on_not_found)
     app.add_exception_handler(IllegalTransition, on_conflict)
     app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
     app.add_exception_handler(OperationalError, on_database_down)

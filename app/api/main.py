@@ -13,30 +13,43 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app.api.body_limit import BodyLimitMiddleware
-from app.api.deps import JobSnapshot
+from app.api.deps import JobSnapshot, document_scopes
 from app.api.errors import install_error_handlers
 from app.api.instrumentation import RequestMetricsMiddleware
 from app.api.metrics_listener import metrics_listener
 from app.api.routes import (
+    audit,
     checkpoints,
+    clone,
     compare,
+    downloads,
     events,
     export,
     health,
     jobs,
+    keys,
     metrics,
+    playground,
     prometheus,
     samples,
+    teams,
+    usage,
+    webhooks,
 )
 from app.auth import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
+from app.pricing import PriceTable
 from app.queue import JobQueue
 from app.web.site import install_dashboard
 
 api_router = APIRouter()
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
+    document_scopes(module.router.routes)
+    api_router.include_router(module.router)
+for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads):
+    document_scopes(module.router.routes)
     api_router.include_router(module.router)
 
 DESCRIPTION = """\
@@ -45,6 +58,10 @@ Submit on-policy distillation jobs, follow their metrics and collect their weigh
 Authenticate with `Authorization: Bearer KEY` or `X-API-Key: KEY` (keys come from
 `opd keys create --team NAME`). Every job belongs to the key's team; other teams' jobs
 answer 404. Errors always look like `{"error": {"code", "message", "param"}}`.
+
+A key's scope decides what it may do: `read` (GET only), `submit` (also create and act on
+its team's jobs and webhooks), `admin` (every team, keys, teams' limits). Each operation
+names the scope it needs in `x-opd-scope`; a request beyond the key's scope is a 403.
 """
 
 
@@ -72,6 +89,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.principals = TTLCache[str, Principal](settings.auth_cache_seconds)
     app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
+    app.state.prices = PriceTable(settings.prices)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)

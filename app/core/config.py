@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.pricing import Price
+
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
 
@@ -93,6 +95,31 @@ class Settings(BaseSettings):
         derived = {key: value for key, value in defaults.items() if not data.get(key)}
         return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
 
+
+    team_max_running: int | None = Field(
+        None, ge=1, description="Jobs a team may run at once, unless set for it; unset = no limit."
+    )
+    team_max_queued: int | None = Field(
+        None, ge=1, description="Jobs a team may have queued, unless set for it; unset = no limit."
+    )
+    prices: list[Price] = Field(
+        default_factory=list,
+        description="Price table (JSON list of {backend, model, sampled, scored, trained, "
+        "eval} per million tokens) for estimated costs; empty = no cost is shown.",
+    )
+    webhook_allow_private: bool = Field(
+        False, description="Let webhooks reach loopback, link-local and private addresses."
+    )
+    webhook_timeout: float = Field(10.0, gt=0, le=300, description="Seconds one delivery may take.")
+    webhook_backoff_seconds: float = Field(
+        5.0, gt=0, description="Wait before the first retry; doubled after each failure."
+    )
+    webhook_backoff_max_seconds: float = Field(
+        3600.0, gt=0, description="The longest wait between two retries."
+    )
+    webhook_poll_interval: float = Field(
+        1.0, gt=0, description="Seconds between a worker's looks for deliveries to send."
+    )
 
 @lru_cache
 def get_settings() -> Settings:

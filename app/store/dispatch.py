@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ACTIVE_STATUSES, Job, JobStatus, utcnow
+from app.store.limits import Limits, limited_teams
 from app.store.transitions import RUNNABLE_STATUSES
 
 RESEND_BATCH = 500  # candidates per UPDATE: well inside every database's bound-parameter limit
@@ -35,12 +36,16 @@ async def sweep_candidates(
     *,
     heartbeat_timeout: float,
     queued_for: float,
+    limits: Limits | None = None,
 ) -> list[Candidate]:
     """Jobs the sweeper should (re-)enqueue, in one query: active ones without a heartbeat
-    for `heartbeat_timeout` seconds, and ones queued for `queued_for` seconds or more."""
+    for `heartbeat_timeout` seconds, and ones queued for `queued_for` seconds or more whose
+    team may start another job (the others wait for one of their team's to end)."""
     active = Job.status.in_(ACTIVE_STATUSES) & stale_heartbeat(heartbeat_timeout)
-    waiting = (Job.status == JobStatus.queued) & (
-        Job.updated_at < utcnow() - timedelta(seconds=queued_for)
+    waiting = (
+        (Job.status == JobStatus.queued)
+        & (Job.updated_at < utcnow() - timedelta(seconds=queued_for))
+        & Job.team_id.not_in(limited_teams(limits or Limits()))
     )
     rows = await session.execute(
         select(Job.id, Job.status, Job.enqueue_count).where(active | waiting).order_by(Job.id)

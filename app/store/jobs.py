@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,6 +24,7 @@ from app.models import (
     Job,
     JobAction,
     JobStatus,
+    Team,
     utcnow,
 )
 from app.store.errors import (
@@ -32,6 +33,16 @@ from app.store.errors import (
     JobNotFound,
     JobNotHeld,
 )
+from app.store.fairness import fair_pick
+from app.store.limits import (
+    Limits,
+    QueueFull,
+    check_queued,
+    limit_reason,
+    lock_team,
+    under_running_limit,
+)
+from app.store.outbox import stage_job_event
 from app.store.rows import detach, event_row, get_job, held
 from app.store.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
 from kernel.spec import JobSpec
@@ -61,11 +72,14 @@ async def compare_and_set(
     event_level: EventLevel = EventLevel.info,
     event_data: dict[str, Any] | None = None,
 ) -> bool:
-    """Move `job` to plan.target if nobody changed it since it was read; commit on success."""
+    """Move `job` to plan.target if nobody changed it since it was read; commit on success,
+    with the webhook deliveries the change makes (the outbox) in the same transaction."""
     now = utcnow()
     values = {"status": plan.target, "updated_at": now, **plan.values}
     if plan.target in TERMINAL_STATUSES:
         values.setdefault("finished_at", now)
+    if job.status == JobStatus.paused and plan.target is JobStatus.queued:
+        values["queued_at"] = now  # a resumed job waits from now on
     result = await session.execute(
         update(Job)
         .where(
@@ -79,6 +93,7 @@ async def compare_and_set(
         return False
     data = {"from": job.status, "to": plan.target, **(event_data or {})}
     session.add(event_row(job.id, plan.message, event_level, data, now))
+    await stage_job_event(session, job, plan.target, values, now)
     await session.commit()
     return True
 
@@ -91,18 +106,24 @@ async def create_job(
     team_id: int,
     spec: JobSpec,
     idempotency_key: str | None = None,
+    limits: Limits | None = None,
 ) -> ActionResult:
     """Store a new queued job. With an idempotency key already used by this team, return
-    that job (`changed` False) if the spec is the same, else raise IdempotencyMismatch."""
+    that job (`changed` False) if the spec is the same, else raise IdempotencyMismatch.
+    Over the team's queued limit, nothing is stored: QueueFull."""
+    limits = limits or Limits()
     digest = request_hash(spec)
+    await lock_team(session, team_id)
     now = utcnow()
     job = Job(
         team_id=team_id,
         created_at=now,
         updated_at=now,
+        queued_at=now,
         name=spec.name,
         spec=spec.model_dump(mode="json"),
         total_steps=spec.loop.steps,
+        priority=spec.priority,
         idempotency_key=idempotency_key,
         request_hash=digest if idempotency_key else None,
     )
@@ -124,9 +145,31 @@ async def create_job(
                 "with a different body; use a new key for a new job"
             ) from None
         return ActionResult(detach(session, existing), changed=False)
+    try:
+        await check_queued(session, team_id, limits)
+    except QueueFull:
+        await session.rollback()
+        raise
+    job.queue_reason = await running_limit_reason(session, team_id, limits)
     session.add(event_row(job.id, "Job created", data={"status": JobStatus.queued}, now=now))
     await session.commit()
     return ActionResult(detach(session, job), changed=True)
+
+
+async def running_limit_reason(session: AsyncSession, team_id: int, limits: Limits) -> str | None:
+    """Why a new job of this team will wait, when its running limit is what holds it."""
+    row = (
+        await session.execute(select(Team.name, Team.max_running).where(Team.id == team_id))
+    ).one()
+    limit = row.max_running or limits.max_running
+    if limit is None:
+        return None
+    running = (
+        await session.execute(
+            select(func.count()).where(Job.team_id == team_id, Job.status.in_(ACTIVE_STATUSES))
+        )
+    ).scalar_one()
+    return limit_reason(row.name, running, limit) if running >= limit else None
 
 
 async def apply_action(
@@ -156,22 +199,93 @@ async def claim_job(
     worker_id: str,
     *,
     heartbeat_timeout: float,
+    limits: Limits | None = None,
 ) -> Job | None:
-    """Take a job to run: a queued one, or an active one whose worker sent no heartbeat for
-    `heartbeat_timeout` seconds (a crash). Returns the job, now `running` with attempts + 1
-    (resume it from `last_state_path` when set), or None when there is nothing to run:
-    the job ended, is paused, or a live worker holds it."""
+    """Take a job to run: a queued one (if its team is under its running limit), or an
+    active one whose worker sent no heartbeat for `heartbeat_timeout` seconds (a crash).
+    Returns the job, now `running` with attempts + 1 (resume it from `last_state_path` when
+    set), or None when there is nothing to run: the job ended, is paused, a live worker
+    holds it, or its team runs as many jobs as it may."""
     for _ in range(CAS_ATTEMPTS):
         try:
             job = await get_job(session, job_id)
         except JobNotFound:
             return None
-        plan = plan_claim(job, worker_id, heartbeat_timeout, utcnow())
-        if plan is None:
+        outcome = await try_claim(session, job, worker_id, heartbeat_timeout, limits or Limits())
+        if outcome is not RETRY:
+            return outcome
+    return None
+
+
+async def take_over(
+    session: AsyncSession, job_id: int, worker_id: str, *, heartbeat_timeout: float
+) -> Job | None:
+    """`claim_job` for an active job only: a dead worker's job runs again here (or its
+    pending cancel or pause is carried out). A queued job is left to fair dispatch."""
+    try:
+        job = await get_job(session, job_id)
+    except JobNotFound:
+        return None
+    if JobStatus(job.status) not in ACTIVE_STATUSES:
+        return None
+    return await claim_job(session, job_id, worker_id, heartbeat_timeout=heartbeat_timeout)
+
+
+RETRY = object()
+"""`try_claim` lost a race: read the job again."""
+
+
+async def try_claim(
+    session: AsyncSession, job: Job, worker_id: str, heartbeat_timeout: float, limits: Limits
+) -> Any:
+    """One compare-and-set claim of `job` as read: the job (running), None (nothing to run)
+    or RETRY. Starting a queued job holds its team's row, and the UPDATE itself checks the
+    team is under its running limit, so racing workers never start one job too many."""
+    plan = plan_claim(job, worker_id, heartbeat_timeout, utcnow())
+    if plan is None:
+        return None
+    extra: list[ColumnElement[bool]] = []
+    if job.status == JobStatus.queued:
+        await lock_team(session, job.team_id)
+        extra.append(under_running_limit(job.team_id, limits))
+    event_data = {"worker_id": worker_id, "resume_from": job.last_state_path}
+    if await compare_and_set(session, job, plan, *extra, event_data=event_data):
+        return await get_job(session, job.id) if plan.target is JobStatus.running else None
+    if extra and not await runs_under_limit(session, job.team_id, limits):
+        return None
+    return RETRY
+
+
+async def runs_under_limit(session: AsyncSession, team_id: int, limits: Limits) -> bool:
+    under = (await session.execute(select(under_running_limit(team_id, limits)))).scalar_one()
+    await session.rollback()
+    return bool(under)
+
+
+async def claim_next(
+    session: AsyncSession,
+    worker_id: str,
+    *,
+    heartbeat_timeout: float,
+    limits: Limits | None = None,
+    attempts: int = 4 * CAS_ATTEMPTS,
+) -> Job | None:
+    """Start the queued job that fair dispatch picks (`fairness.fair_pick`), or None when no
+    team with queued jobs is under its running limit. A pick another worker took first is
+    followed by the next pick."""
+    limits = limits or Limits()
+    for _ in range(attempts):
+        picked = (await session.execute(fair_pick(limits))).scalar_one_or_none()
+        if picked is None:
+            await session.rollback()
             return None
-        event_data = {"worker_id": worker_id, "resume_from": job.last_state_path}
-        if await compare_and_set(session, job, plan, event_data=event_data):
-            return await get_job(session, job_id) if plan.target is JobStatus.running else None
+        try:
+            job = await get_job(session, picked)
+        except JobNotFound:
+            continue
+        outcome = await try_claim(session, job, worker_id, heartbeat_timeout, limits)
+        if outcome is not RETRY and outcome is not None:
+            return outcome
     return None
 
 

@@ -27,8 +27,10 @@ from app.models import (
     utcnow,
 )
 from app.store.errors import JobNotHeld
+from app.store.outbox import stage_eval
 from app.store.rows import detach, event_row, held
 from app.store.summaries import keep_summaries, step_probe
+from app.store.usage import keep_usage
 from kernel.samples import KeptSample
 from kernel.summary import SUMMARY_METRICS, advance_ends
 
@@ -92,19 +94,22 @@ async def record_eval(
 ) -> None:
     """Store the held-out eval after the run's last step as the metrics of step `step`
     (= the run's steps, which no training step has); progress is left as it is, but
-    `updated_at` moves: the job's curves changed (their ETag is made from it)."""
+    `updated_at` moves: the job's curves changed (their ETag is made from it). The first
+    time, the team's webhooks get `job.eval_completed` (same transaction)."""
     now = utcnow()
     result = await session.execute(
         update(Job)
         .where(*held(job_id, worker_id))
         .values(heartbeat_at=now, updated_at=now)
-        .returning(*step_probe(job_id, step))
+        .returning(*step_probe(job_id, step), Job.team_id)
     )
     row = result.one_or_none()
     if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
     await store_metrics(session, job_id, step, metrics, now, newest=row[0], before=row[1])
+    if row[1] is None:  # a replayed eval was announced already
+        await stage_eval(session, row[2], job_id, step, metrics, now)
     await session.commit()
 
 
@@ -125,6 +130,7 @@ async def store_metrics(
     await session.execute(upsert_metrics(dialect, job_id, step, clean, now))
     await keep_summaries(session, job_id, step, newest, changed=before != clean)
     await keep_ends(session, job_id, step, clean)
+    await keep_usage(session, job_id, clean, before, now)
 
 
 async def keep_ends(
@@ -197,3 +203,18 @@ async def record_checkpoint(
     session.add(checkpoint)
     await session.commit()
     return detach(session, checkpoint)
+
+
+async def sampler_weights(session: AsyncSession, job_id: int, steps: set[int]) -> dict[int, str]:
+    """The sampler weights the job recorded after each of `steps` (the latest of a step):
+    a job resumed with loop.max_steps_off_policy samples from them again."""
+    rows = await session.execute(
+        select(Checkpoint.step, Checkpoint.path)
+        .where(
+            Checkpoint.job_id == job_id,
+            Checkpoint.kind == CheckpointKind.sampler,
+            Checkpoint.step.in_(sorted(steps)),
+        )
+        .order_by(Checkpoint.id)
+    )
+    return dict(rows.tuples().all())

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from app.api.deps import SessionDep
 from app.auth import Principal
+from app.models import Scope
 from app.sessions import NONCE_COOKIE, session_principal
 from app.web.errors import SignInRequired, WebError
 from app.web.security import session_token, signer
@@ -48,7 +49,19 @@ async def read_form(request: Request) -> dict[str, str]:
     return fields
 
 
+async def get_submitter(viewer: Annotated[Principal, Depends(get_viewer)]) -> Principal:
+    """The viewer, if its key may act on jobs (the `submit` scope); else a 403 page."""
+    if not viewer.allows(Scope.submit):
+        raise WebError(
+            403,
+            f"This needs a key with the 'submit' scope; you signed in with a "
+            f"{viewer.key_scope.value!r} key.",
+        )
+    return viewer
+
+
 ViewerDep = Annotated[Principal, Depends(get_viewer)]
+SubmitterDep = Annotated[Principal, Depends(get_submitter)]
 FormDep = Annotated[dict[str, str], Depends(read_form)]
 CSRF_CHECKED = [Depends(read_form)]
 """For a route whose form carries nothing but its CSRF token (`dependencies=CSRF_CHECKED`)."""

@@ -22,6 +22,7 @@ from app.api.main import create_app
 from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
+from app.models import Scope
 from app.queue import JobQueue
 from tests.support import REDIS_URL, temporary_postgres_database
 
@@ -80,9 +81,12 @@ async def session(sessions: async_sessionmaker[AsyncSession]) -> AsyncIterator[A
 def make_key(sessions: async_sessionmaker[AsyncSession]) -> MakeKey:
     """Create an API key for a new team (or the named one)."""
 
-    async def make(team: str | None = None, *, admin: bool = False) -> NewKey:
+    async def make(
+        team: str | None = None, *, admin: bool = False, scope: Scope | None = None
+    ) -> NewKey:
+        scope = scope or (Scope.admin if admin else Scope.submit)
         async with sessions() as session:
-            return await create_key(session, team or f"team-{uuid.uuid4().hex[:8]}", admin=admin)
+            return await create_key(session, team or f"team-{uuid.uuid4().hex[:8]}", scope=scope)
 
     return make
 

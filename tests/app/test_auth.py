@@ -14,7 +14,7 @@ from app.auth import (
 )
 from app.core.cache import TTLCache
 from app.core.db import standalone_session
-from app.models import ApiKey
+from app.models import ApiKey, Scope
 
 
 async def test_a_key_is_stored_only_as_its_hash(session):
@@ -27,10 +27,14 @@ async def test_a_key_is_stored_only_as_its_hash(session):
 
 async def test_keys_authenticate_as_their_team(session):
     first = await create_key(session, "auth-team-b")
-    second = await create_key(session, "auth-team-b", admin=True)
+    second = await create_key(session, "auth-team-b", scope=Scope.admin)
     assert first.team.id == second.team.id, "a second key joins the existing team"
-    assert await authenticate(session, first.key) == Principal(first.team.id, is_admin=False)
-    assert await authenticate(session, second.key) == Principal(first.team.id, is_admin=True)
+    assert await authenticate(session, first.key) == Principal(
+        first.team.id, Scope.submit, first.api_key.prefix
+    )
+    assert await authenticate(session, second.key) == Principal(
+        first.team.id, Scope.admin, second.api_key.prefix
+    )
     assert (await authenticate(session, second.key)).scope is None, "admins see every team"
     assert await authenticate(session, first.key + "x") is None
 
@@ -58,4 +62,6 @@ async def test_a_command_line_can_create_a_key_on_its_own_engine(database_url):
     async with standalone_session(database_url) as session:
         new = await create_key(session, "auth-team-cli")
     async with standalone_session(database_url) as session:
-        assert await authenticate(session, new.key) == Principal(new.team.id)
+        assert await authenticate(session, new.key) == Principal(
+            new.team.id, Scope.submit, new.api_key.prefix
+        )

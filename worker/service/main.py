@@ -1,4 +1,5 @@
-"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper.
+"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper and
+the webhook sender.
 
 SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
 next step boundary with its state saved and goes back to the queue for another worker.
@@ -23,8 +24,10 @@ from redis.exceptions import RedisError
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
 from app.queue import TASK_NAME, JobQueue
+from worker.service.quick import quick_worker
 from worker.service.sweeper import sweep
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
+from worker.service.webhooks import Sender
 
 log = logging.getLogger(__name__)
 JOB_TIMEOUT = timedelta(days=30)
@@ -75,6 +78,8 @@ async def serve_worker(settings: Settings) -> None:
         queue=JobQueue(settings.redis_url, settings.queue_name),
         worker_id=f"{socket.gethostname()}:{os.getpid()}",
     )
+    sender = Sender(ctx.sessions, settings, ctx.worker_id)
+    ctx.on_transition = sender.wake
     worker = OPDWorker(
         functions=[func(run_job, name=TASK_NAME, max_tries=3)],
         queue_name=settings.queue_name,
@@ -84,6 +89,7 @@ async def serve_worker(settings: Settings) -> None:
         handle_signals=False,
         ctx={"opd": ctx},
     )
+    quick = quick_worker(settings, OPDWorker)
     loop = asyncio.get_running_loop()
     draining: list[asyncio.Task[None]] = []
 
@@ -97,12 +103,18 @@ async def serve_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     sweeper = loop.create_task(sweep_forever(ctx))
+    answering = loop.create_task(quick.async_run())
+    sending = loop.create_task(sender.run_forever())
     log.info("worker %s serving queue %s", ctx.worker_id, settings.queue_name)
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await worker.async_run()
     finally:
         sweeper.cancel()
+        answering.cancel()
+        await quick.close()
+        sending.cancel()
+        await sender.close()
         await worker.close()
         await ctx.queue.close()
         await engine.dispose()

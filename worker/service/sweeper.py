@@ -4,7 +4,8 @@ Redis only carries "run job X" messages and may lose them; a worker may die mid-
 Every sweep sends a fresh message for each queued job whose message is gone and for
 each active job whose heartbeat is older than the timeout (a live worker then takes it
 over and resumes it from its last saved state). A sweep costs one query and one Redis
-round trip however many jobs wait; only jobs to send again cost more.
+round trip however many jobs wait; only jobs to send again cost more. Queued jobs of a
+team at its running limit get no message: they start when one of the team's jobs ends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.core.config import Settings
 from app.models import JobStatus
 from app.queue import JobQueue, QueueUnavailable, send_counted
 from app.store.dispatch import count_resends, sweep_candidates
+from app.store.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +29,13 @@ async def sweep(
     """One pass: list the candidates (one query), ask Redis which queued ones still have
     their message (one round trip), count a send of the rest unless a worker or another
     sender got there first (one statement), and send them. Returns the ids sent."""
+    limits = Limits.of(settings)
     async with sessions() as session:
         candidates = await sweep_candidates(
             session,
             heartbeat_timeout=settings.heartbeat_timeout,
             queued_for=settings.sweep_interval,
+            limits=limits,
         )
     queued = [(c.id, c.enqueue_count) for c in candidates if c.status == JobStatus.queued]
     try:

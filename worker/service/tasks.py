@@ -1,4 +1,10 @@
-"""The arq task `run_job`: claim a job, run the engine, record the outcome.
+"""The arq task `run_job`: claim a job, run the engine, record the outcome; then the next.
+
+A message says a slot should run something; the database decides what. The task takes
+over the named job if its worker died, else starts the job fair dispatch picks
+(app/store/fairness.py), and when that job ends it starts the next pick, until none is
+left (or the worker drains): a freed slot goes to the fairest job at once, whatever
+order the messages are in.
 
 The database owns the job: the task claims it with a compare-and-set, beats its heart
 while the engine runs, stops at a step boundary when the API asks (cancel, pause) or the
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,12 +27,22 @@ from app.core.config import Settings
 from app.models import Job
 from app.queue import JobQueue, enqueue_job
 from app.store.errors import JobNotHeld
-from app.store.jobs import claim_job, complete_job, fail_job, heartbeat, stop_job
+from app.store.jobs import (
+    claim_next,
+    complete_job,
+    fail_job,
+    heartbeat,
+    stop_job,
+    take_over,
+)
+from app.store.limits import Limits, note_limits
+from app.store.records import sampler_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
 from worker.engine.loop import RunResult, SavedState
 from worker.engine.loop import run_job as run_engine
+from worker.engine.schedule import resume_versions
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, database_unreachable
 
@@ -72,13 +89,21 @@ class WorkerContext:
     queue: JobQueue
     worker_id: str
     running: dict[int, JobControl] = field(default_factory=dict)
+    draining: bool = False
+    on_transition: Callable[[], None] = lambda: None
+    """Called after this worker ended an attempt (a webhook may be due: send it now)."""
 
 
-def saved_state(job: Job) -> SavedState | None:
-    """Where a claimed job resumes: its last recorded state, at the step the row says."""
+async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState | None:
+    """Where a claimed job resumes: its last recorded state, at the step the row says, and
+    (with loop.max_steps_off_policy) the sampler weights its next steps sample from."""
     if job.last_state_path is None or job.last_state_step is None:
         return None
-    return SavedState(job.last_state_path, job.last_state_step)
+    samplers: dict[int, str] = {}
+    if needed := resume_versions(job.last_state_step, spec.loop):
+        async with ctx.sessions() as session:
+            samplers = await sampler_weights(session, job.id, set(needed))
+    return SavedState(job.last_state_path, job.last_state_step, samplers)
 
 
 def failure_of(error: BaseException) -> tuple[str, str]:
@@ -142,7 +167,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
-            resume=saved_state(job),
+            resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
         )
     )
@@ -211,27 +236,48 @@ async def stop(ctx: WorkerContext, job_id: int, reason: str, state: SavedState |
     return str(stopped.status)
 
 
-async def run_job(arq_ctx: dict[str, Any], job_id: int) -> str:
-    """arq entry point (task name `run_job`, as app.queue enqueues it)."""
-    ctx: WorkerContext = arq_ctx["opd"]
-    if job_id in ctx.running:  # a duplicate message: this process already runs the job
-        return "already running here"
+async def take(ctx: WorkerContext, job_id: int | None) -> Job | None:
+    """The job this slot runs next: `job_id` if its worker died (or None when it needs no
+    run), else the queued job fair dispatch picks; None when nothing may start. The queued
+    jobs' reasons are brought up to date: whose team's running limit holds them back."""
+    limits = Limits.of(ctx.settings)
+    timeout = ctx.settings.heartbeat_timeout
     async with ctx.sessions() as session:
-        job = await claim_job(
-            session, job_id, ctx.worker_id, heartbeat_timeout=ctx.settings.heartbeat_timeout
-        )
-    if job is None:
-        return "nothing to run"
-    control = ctx.running[job_id] = JobControl()
+        if job_id is not None and job_id not in ctx.running:
+            job = await take_over(session, job_id, ctx.worker_id, heartbeat_timeout=timeout)
+            if job is not None:
+                return job
+        job = await claim_next(session, ctx.worker_id, heartbeat_timeout=timeout, limits=limits)
+        await note_limits(session, limits)
+        return job
+
+
+async def run_claimed(ctx: WorkerContext, job: Job) -> str:
+    control = ctx.running[job.id] = JobControl()
     try:
         return await execute(ctx, job, control)
     except JobNotHeld:
         return "taken over"
     finally:
-        ctx.running.pop(job_id, None)
+        ctx.running.pop(job.id, None)
+        ctx.on_transition()
+
+
+async def run_job(arq_ctx: dict[str, Any], job_id: int) -> str:
+    """arq entry point (task name `run_job`, as app.queue enqueues it): run jobs in this
+    slot until none may start; returns what became of each."""
+    ctx: WorkerContext = arq_ctx["opd"]
+    outcomes = []
+    job = await take(ctx, job_id)
+    while job is not None:
+        outcomes.append(f"job {job.id}: {await run_claimed(ctx, job)}")
+        job = None if ctx.draining else await take(ctx, None)
+    return "; ".join(outcomes) or "nothing to run"
 
 
 def request_shutdown(ctx: WorkerContext) -> None:
-    """Ask every running job to stop at its next step boundary and be requeued."""
+    """Start no new job; ask every running one to stop at its next step boundary and be
+    requeued."""
+    ctx.draining = True
     for control in ctx.running.values():
         control.request(SHUTDOWN)

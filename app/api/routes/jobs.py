@@ -1,4 +1,4 @@
-"""Jobs: submit, list, read, and cancel / pause / resume."""
+"""Jobs: submit, list, read, and cancel / pause / resume. Every change is audited."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from app.api.deps import (
     Cursor,
     JobId,
     JobSnapshot,
+    PricesDep,
     PrincipalDep,
     QueueDep,
     SessionDep,
@@ -20,10 +21,14 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
+from app.continuation import InitFromRejected, continued
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
+from app.pricing import PriceTable
 from app.queue import enqueue_job
+from app.store.audit import record_audit
 from app.store.errors import JobNotFound
 from app.store.jobs import ActionResult, apply_action, create_job
+from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.spec import FileDataset, JobSpec
@@ -31,6 +36,27 @@ from kernel.spec import FileDataset, JobSpec
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
+RETRY_AFTER_SECONDS = 60
+"""What a 429 suggests: queued jobs start as slots free up, seldom within a minute."""
+
+
+def priced(body: JobPublic, prices: PriceTable) -> JobPublic:
+    """The job's body with its usage's estimated cost (None without a price for it)."""
+    spec, usage = body.spec, body.usage
+    usage.estimated_cost = prices.cost(
+        spec.backend,
+        spec.student.base_model,
+        spec.teacher.base_model,
+        sampled=usage.sampled_tokens,
+        teacher_tokens=usage.teacher_tokens,
+        trained=usage.trained_tokens,
+        eval_tokens=usage.eval_tokens,
+    )
+    return body
+
+
+def job_body(job: Job, prices: PriceTable) -> JobPublic:
+    return priced(JobPublic.model_validate(job), prices)
 
 
 def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
@@ -49,7 +75,7 @@ def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
     response_model=JobPublic,
     responses={
         200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
-        **error_responses(400, 413),
+        **error_responses(400, 403, 413, 429),
     },
 )
 async def submit_job(
@@ -58,6 +84,7 @@ async def submit_job(
     principal: PrincipalDep,
     queue: QueueDep,
     settings: SettingsDep,
+    prices: PricesDep,
     response: Response,
     idempotency_key: Annotated[
         str | None,
@@ -68,23 +95,42 @@ async def submit_job(
             description="Same key + same spec = the same job (200); a different spec = 422.",
         ),
     ] = None,
-) -> Job:
+) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root."""
+    lie under the server's data root; a `student.init_from` must name a state one of the
+    team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
+    at its running limit the job waits, its `queue_reason` says so."""
     check_dataset_path(spec, settings.data_root)
-    result = await create_job(session, principal.team_id, spec, idempotency_key)
+    try:
+        spec = await continued(session, principal.scope, spec)
+    except InitFromRejected as error:
+        raise ApiError(422, "invalid_request", str(error), error.param) from None
+    try:
+        result = await create_job(
+            session, principal.team_id, spec, idempotency_key, Limits.of(settings)
+        )
+    except QueueFull as full:
+        await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
+        raise ApiError(
+            429,
+            "too_many_requests",
+            str(full),
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        ) from None
     if not result.changed:
         response.status_code = 200
-        return result.job
+        return job_body(result.job, prices)
     await enqueue_job(session, queue, result.job.id)
-    return await get_job(session, result.job.id)
+    await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
+    return job_body(await get_job(session, result.job.id), prices)
 
 
 @router.get("", response_model=JobsPage)
 async def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
+    prices: PricesDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
     after: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
@@ -97,19 +143,26 @@ async def list_jobs(
         query = query.where(Job.status == status)
     if after is not None:
         query = query.where(Job.id < after)
-    return await paginate(session, query, limit, JobsPage)
+    page = await paginate(session, query, limit, JobsPage)
+    for body in page.data:
+        priced(body, prices)
+    return page
 
 
 @router.get("/{job_id}", response_model=JobPublic, responses=error_responses(404))
 async def read_job(
-    job_id: JobId, session: SessionDep, principal: PrincipalDep, snapshots: SnapshotsDep
+    job_id: JobId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    snapshots: SnapshotsDep,
+    prices: PricesDep,
 ) -> Response:
     """The job. Many dashboards polling one job share one database read per
     OPD_JOB_CACHE_SECONDS in each API process."""
     snapshot = snapshots.get(job_id)
     if snapshot is None:
         job = await get_job(session, job_id)
-        body = JobPublic.model_validate(job).model_dump_json().encode()
+        body = job_body(job, prices).model_dump_json().encode()
         snapshot = JobSnapshot(team_id=job.team_id, body=body)
         snapshots.put(job_id, snapshot)
     if principal.scope not in (None, snapshot.team_id):
@@ -129,25 +182,37 @@ async def act(
 ) -> ActionResult:
     result = await apply_action(session, job_id, action, principal.scope)
     snapshots.drop(job_id)
+    detail = {"status": result.job.status, "changed": result.changed}
+    await record_audit(session, principal, f"job.{action}", f"job {job_id}", 200, detail)
     return result
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, responses=ACTION_RESPONSES)
 async def cancel_job(
-    job_id: JobId, session: SessionDep, principal: PrincipalDep, snapshots: SnapshotsDep
-) -> Job:
+    job_id: JobId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    snapshots: SnapshotsDep,
+    prices: PricesDep,
+) -> JobPublic:
     """A queued or paused job is cancelled at once; a running one becomes `cancelling` until
     its worker stops at the next step boundary. Cancelling a cancelled job is a no-op."""
-    return (await act(session, principal, snapshots, job_id, JobAction.cancel)).job
+    result = await act(session, principal, snapshots, job_id, JobAction.cancel)
+    return job_body(result.job, prices)
 
 
 @router.post("/{job_id}/pause", response_model=JobPublic, responses=ACTION_RESPONSES)
 async def pause_job(
-    job_id: JobId, session: SessionDep, principal: PrincipalDep, snapshots: SnapshotsDep
-) -> Job:
+    job_id: JobId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    snapshots: SnapshotsDep,
+    prices: PricesDep,
+) -> JobPublic:
     """A queued job is paused at once; a running one becomes `pausing` until its worker saves
     its state at the next step boundary (then `paused`, ready to resume from there)."""
-    return (await act(session, principal, snapshots, job_id, JobAction.pause)).job
+    result = await act(session, principal, snapshots, job_id, JobAction.pause)
+    return job_body(result.job, prices)
 
 
 @router.post("/{job_id}/resume", response_model=JobPublic, responses=ACTION_RESPONSES)
@@ -157,12 +222,13 @@ async def resume_job(
     principal: PrincipalDep,
     snapshots: SnapshotsDep,
     queue: QueueDep,
-) -> Job:
+    prices: PricesDep,
+) -> JobPublic:
     """A paused job is queued again and continues from its last saved state; a `pausing` job
     simply keeps running. Resuming a queued or running job is a no-op."""
     result = await act(session, principal, snapshots, job_id, JobAction.resume)
     if not (result.changed and result.job.status == JobStatus.queued):
-        return result.job
+        return job_body(result.job, prices)
     await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
-    return await get_job(session, job_id)
+    return job_body(await get_job(session, job_id), prices)

@@ -18,8 +18,8 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.api.deps import PrincipalDep
-from app.api.errors import ApiError
+from app.api.deps import PrincipalDep, needs
+from app.models import Scope
 from app.queue import JobQueue, QueueUnavailable
 from app.store.stats import ServiceStats, service_stats
 from app.telemetry import REGISTRY
@@ -105,9 +105,7 @@ async def scrape(state: Any) -> bytes:
     return generate_latest(Scrape(families))  # type: ignore[arg-type]
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, openapi_extra=needs(Scope.admin))
 async def prometheus_metrics(request: Request, principal: PrincipalDep) -> Response:
     """Prometheus text format; needs an admin key."""
-    if not principal.is_admin:
-        raise ApiError(403, "forbidden", "GET /metrics needs an admin key")
     return Response(await scrape(request.app.state), media_type=CONTENT_TYPE_LATEST)

@@ -9,14 +9,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import JobId, QueueDep, SessionDep, SnapshotsDep
-from app.models import Job, JobAction, JobStatus, utcnow
+from app.models import Job, JobAction, JobStatus, Scope, utcnow
 from app.queue import enqueue_job
+from app.store.audit import record_audit
 from app.store.errors import IllegalTransition
 from app.store.jobs import apply_action
 from app.store.rows import get_job
 from app.store.transitions import plan_action
 from app.web import charts, present, reads
-from app.web.deps import CSRF_CHECKED, ViewerDep
+from app.web.deps import CSRF_CHECKED, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
 
@@ -146,7 +147,7 @@ async def job_page(
             present.rollout(sample.step, sample.prompt, sample.tokens, sample.reverse_kl)
             for sample in await reads.kept_rollouts(session, job.id, ROLLOUTS_SHOWN)
         ],
-        "actions": allowed_actions(job.status),
+        "actions": allowed_actions(job.status) if viewer.allows(Scope.submit) else [],
     }
     return render(request, "job.html", context)
 
@@ -158,11 +159,14 @@ async def act_on_job(
     session: SessionDep,
     queue: QueueDep,
     snapshots: SnapshotsDep,
-    viewer: ViewerDep,
+    viewer: SubmitterDep,
 ) -> Response:
-    """Cancel, pause or resume, exactly as the API does (a resumed job is queued again)."""
+    """Cancel, pause or resume, exactly as the API does (a resumed job is queued again);
+    needs a key with the `submit` scope, and is audited."""
     result = await apply_action(session, job_id, action, viewer.scope)
     if result.changed and result.job.status == JobStatus.queued and action is JobAction.resume:
         await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
+    detail = {"status": result.job.status, "changed": result.changed, "via": "dashboard"}
+    await record_audit(session, viewer, f"job.{action}", f"job {job_id}", 303, detail)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

@@ -12,11 +12,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
+from app.continuation import InitFromRejected, continued, editable
 from app.queue import enqueue_job
+from app.store.audit import record_audit
 from app.store.jobs import create_job
+from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
-from app.web.deps import FormDep, ViewerDep
-from app.web.spec_form import FieldError, check_spec_text
+from app.web.deps import FormDep, SubmitterDep, ViewerDep
+from app.web.errors import WebError
+from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -68,7 +72,7 @@ async def new_job_page(
         text = example_spec()
     else:
         job = await get_job(session, clone, viewer.scope)
-        text = yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True)
+        text = yaml.safe_dump(editable(job.spec), sort_keys=False, allow_unicode=True)
     return form_page(request, viewer, text, str(uuid.uuid4()), [])
 
 
@@ -78,17 +82,28 @@ async def submit_job(
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
-    viewer: ViewerDep,
+    viewer: SubmitterDep,
     form: FormDep,
 ) -> Response:
     """Create the job (the form's idempotency key makes a repeat, e.g. a double click,
-    return the same job) and go to its page; on errors show the form again."""
+    return the same job) and go to its page; on errors show the form again. Needs a key
+    with the `submit` scope; audited."""
     text = form.get("spec", "")
     key = form.get("idempotency_key", "")[:MAX_KEY_CHARS] or str(uuid.uuid4())
     check = check_spec_text(text, settings.data_root)
     if check.spec is None:
         return form_page(request, viewer, text, key, check.errors, status_code=422)
-    result = await create_job(session, viewer.team_id, check.spec, key)
+    try:
+        spec = await continued(session, viewer.scope, check.spec)
+    except InitFromRejected as error:
+        errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
+        return form_page(request, viewer, text, key, errors, status_code=422)
+    try:
+        result = await create_job(session, viewer.team_id, spec, key, Limits.of(settings))
+    except QueueFull as full:
+        raise WebError(429, f"Not submitted: {full}.") from None
     if result.changed:
         await enqueue_job(session, queue, result.job.id)
+        target = f"job {result.job.id}"
+        await record_audit(session, viewer, "job.submit", target, 303, {"via": "dashboard"})
     return RedirectResponse(f"/ui/jobs/{result.job.id}", status_code=303)

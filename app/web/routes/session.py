@@ -9,6 +9,7 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import SessionDep
 from app.auth import authenticate, hash_key
+from app.models import utcnow
 from app.web.deps import CSRF_CHECKED, FormDep
 from app.web.security import end_session, start_session
 from app.web.templating import render
@@ -41,8 +42,9 @@ async def sign_in(request: Request, session: SessionDep, form: FormDep) -> Respo
     principal = None
     if 0 < len(key) <= MAX_KEY_CHARS:
         principal = await authenticate(session, key, request.app.state.principals)
-    if principal is None:
-        context = {"next": next_path, "error": "Unknown or revoked API key."}
+    if principal is None or principal.expired(utcnow()):
+        error = "This API key has expired." if principal else "Unknown or revoked API key."
+        context = {"next": next_path, "error": error}
         return render(request, "sign_in.html", context, status_code=401)
     response = RedirectResponse(next_path, status_code=303)
     start_session(request, response, hash_key(key))

@@ -21,6 +21,8 @@ from worker.engine.rollouts import Batch, Completion, sample_and_score
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""
+EVAL_TOKENS = "usage/eval_tokens"
+"""Every token an eval sampled or scored."""
 
 
 def due(spec: EvalSpec, step: int, total_steps: int) -> bool:
@@ -47,12 +49,14 @@ class Evaluation:
         batch = await self.sample(sampler)
         metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
         metrics |= await self.answers_metrics(batch, "eval/")
+        metrics[EVAL_TOKENS] = batch.sampled_tokens + batch.scored_tokens
         return metrics | {"time/eval": time.perf_counter() - started}
 
     async def teacher_baseline(self) -> dict[str, float]:
         """The teacher answering the same prompts: what the student is reaching for."""
         batch = await self.sample(self.teacher)
-        return await self.answers_metrics(batch, "eval/teacher_")
+        metrics = await self.answers_metrics(batch, "eval/teacher_")
+        return metrics | {EVAL_TOKENS: batch.sampled_tokens + batch.scored_tokens}
 
     async def sample(self, sampler: SamplingClient) -> Batch:
         return await sample_and_score(
@@ -87,6 +91,11 @@ class Evaluation:
     def answer_per_completion(self, batch: Batch) -> list[str | None]:
         by_prompt = {tuple(p): a for p, a in zip(self.prompts, self.answers, strict=True)}
         return [by_prompt[tuple(c.prompt)] for c in batch.completions]
+
+
+def with_baseline(student: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:
+    """The student's eval figures and the teacher baseline's, their token usage added up."""
+    return student | baseline | {EVAL_TOKENS: student[EVAL_TOKENS] + baseline[EVAL_TOKENS]}
 
 
 def reverse_kl_mean(completions: Sequence[Completion]) -> float:

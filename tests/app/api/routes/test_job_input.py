@@ -73,7 +73,7 @@ async def test_a_metadata_key_is_bounded(client, key, redis, queue_name) -> None
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        (small_spec(priority=1), "priority"),
+        (small_spec(urgency=1), "urgency"),
         (small_spec(sampling={"max_tokens": 8, "beam_width": 4}), "sampling.beam_width"),
         (
             small_spec(dataset={"source": "inline", "prompts": ["x"], "shuffle": True}),

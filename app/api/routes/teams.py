@@ -1,0 +1,75 @@
+"""Teams and their limits (admin keys): how many jobs each may run and keep queued."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import PrincipalDep, SessionDep, SettingsDep, needs
+from app.api.errors import error_responses
+from app.models import Scope
+from app.store.audit import record_audit
+from app.store.limits import Limits
+from app.store.teams import list_teams, set_limits
+
+router = APIRouter(
+    prefix="/v1/teams",
+    tags=["teams"],
+    responses=error_responses(401, 403, 422, 503),
+)
+ADMIN = needs(Scope.admin)
+TeamName = Annotated[str, Path(min_length=1, max_length=200, description="The team's name.")]
+
+
+class TeamPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    max_running: int | None = Field(description="The team's own limit; null: the default.")
+    max_queued: int | None = Field(description="The team's own limit; null: the default.")
+    effective_max_running: int | None = Field(description="The limit in force; null: none.")
+    effective_max_queued: int | None = Field(description="The limit in force; null: none.")
+    running: int = Field(description="Jobs running (or stopping) now.")
+    queued: int = Field(description="Jobs queued now.")
+
+
+class TeamsList(BaseModel):
+    data: list[TeamPublic]
+
+
+class LimitsUpdate(BaseModel):
+    """Only the fields sent change; null puts a limit back to the service's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int | None = Field(None, ge=1, le=100_000)
+    max_queued: int | None = Field(None, ge=1, le=1_000_000)
+
+
+@router.get("", response_model=TeamsList, openapi_extra=ADMIN)
+async def read_teams(
+    session: SessionDep, principal: PrincipalDep, settings: SettingsDep
+) -> TeamsList:
+    """Every team with its limits and its jobs running and queued."""
+    teams = await list_teams(session, Limits.of(settings))
+    return TeamsList(data=[TeamPublic.model_validate(team) for team in teams])
+
+
+@router.patch(
+    "/{name}", response_model=TeamPublic, openapi_extra=ADMIN, responses=error_responses(404)
+)
+async def update_team(
+    name: TeamName,
+    update: LimitsUpdate,
+    session: SessionDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+) -> TeamPublic:
+    """Set a team's running and queued limits (null: back to the service's default)."""
+    changes = update.model_dump(exclude_unset=True)
+    team = await set_limits(session, name, changes, Limits.of(settings))
+    await record_audit(session, principal, "team.limits", f"team {name}", 200, changes)
+    return TeamPublic.model_validate(team)

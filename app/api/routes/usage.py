@@ -1,0 +1,81 @@
+"""Token usage of a team (or, for an admin, of any team or all), by job or by day."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from app.api.deps import PricesDep, PrincipalDep, SessionDep
+from app.api.errors import ApiError, error_responses
+from app.models import Team, utcnow
+from app.store.usage import usage_rows
+from app.usage import GroupBy, UsageReport, summarize, total_of
+
+router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=error_responses(401, 403, 422))
+
+DEFAULT_DAYS = 30
+MAX_DAYS = 3660
+
+
+@router.get("", response_model=UsageReport, responses=error_responses(404))
+async def read_usage(
+    session: SessionDep,
+    principal: PrincipalDep,
+    prices: PricesDep,
+    first: Annotated[
+        date | None, Query(alias="from", description="First UTC day; default 30 days ago.")
+    ] = None,
+    last: Annotated[
+        date | None, Query(alias="to", description="Last UTC day; default today.")
+    ] = None,
+    group_by: Annotated[GroupBy, Query(description="One row per job, or per day.")] = GroupBy.job,
+    team: Annotated[
+        str | None,
+        Query(max_length=200, description="Admin keys: one team (default: every team)."),
+    ] = None,
+) -> UsageReport:
+    """Sampled, teacher-scored, trained and eval tokens per job or per day, with an
+    estimated cost when the service has a price table. The caller's team; an admin key
+    may ask for any team, or get every team's rows (each names its team)."""
+    last = last or utcnow().date()
+    first = first or last - timedelta(days=DEFAULT_DAYS - 1)
+    if first > last:
+        raise ApiError(422, "invalid_request", "from: must not be after `to`", "from")
+    if (last - first).days >= MAX_DAYS:
+        raise ApiError(422, "invalid_request", f"from: at most {MAX_DAYS} days at once", "from")
+    team_id, team = await team_asked(session, principal, team)
+    rows = summarize(await usage_rows(session, team_id, first, last), group_by, prices)
+    return UsageReport(
+        from_=first,
+        to=last,
+        group_by=group_by,
+        team=team,
+        priced=bool(prices),
+        rows=rows,
+        total=total_of(rows),
+    )
+
+
+async def team_asked(
+    session: SessionDep, principal: PrincipalDep, name: str | None
+) -> tuple[int | None, str | None]:
+    """The id and name of the team whose usage is read: the caller's own unless an admin
+    names one ((None, None): every team, for an admin who names none)."""
+    if not principal.is_admin:
+        own = (
+            await session.execute(select(Team.name).where(Team.id == principal.team_id))
+        ).scalar_one()
+        if name not in (None, own):
+            raise ApiError(
+                403, "forbidden", "another team's usage needs a key with the 'admin' scope"
+            )
+        return principal.team_id, own
+    if name is None:
+        return None, None
+    team_id = (await session.execute(select(Team.id).where(Team.name == name))).scalar_one_or_none()
+    if team_id is None:
+        raise ApiError(404, "not_found", f"no team named {name!r}", "team")
+    return team_id, name

@@ -1,0 +1,94 @@
+"""Where webhooks may send: http(s) URLs whose every address is public, unless the settings
+allow private ones (OPD_WEBHOOK_ALLOW_PRIVATE). Loopback, link-local (cloud metadata),
+private, shared, multicast, reserved and unspecified addresses are refused, so a webhook
+cannot make the service reach its own network."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class UnsafeUrl(ValueError):
+    """A URL the service must not call; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked URL: its host, the port and the address the request must go to."""
+
+    scheme: str
+    host: str
+    port: int
+    address: str
+
+
+def split(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of an http(s) URL, or UnsafeUrl."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise UnsafeUrl("the URL must start with http:// or https://")
+    if not parts.hostname:
+        raise UnsafeUrl("the URL has no host")
+    if parts.username or parts.password:
+        raise UnsafeUrl("the URL must not carry credentials")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as error:
+        raise UnsafeUrl(f"the URL's port is not valid: {error}") from None
+    return parts.scheme, parts.hostname, port
+
+
+def forbidden(address: Address) -> str | None:
+    """Why the service must not call `address`, or None if it is public."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+        if getattr(address, f"is_{kind}"):
+            return kind.replace("_", "-")
+    if not address.is_global:
+        return "non-public"
+    return None
+
+
+def check_address(host: str, address: str, allow_private: bool) -> None:
+    reason = forbidden(ipaddress.ip_address(address))
+    if reason is not None and not allow_private:
+        raise UnsafeUrl(
+            f"{host} resolves to {address}, a {reason} address; webhooks may only call public "
+            "addresses (OPD_WEBHOOK_ALLOW_PRIVATE allows others)"
+        )
+
+
+def check_literal(url: str, allow_private: bool) -> None:
+    """What can be checked without DNS, when a webhook is registered: the URL's form, and
+    its host when that is an address or `localhost`."""
+    _, host, _ = split(url)
+    if host.lower() == "localhost" or host.lower().endswith(".localhost"):
+        check_address(host, "127.0.0.1", allow_private)
+        return
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return
+    check_address(host, host, allow_private)
+
+
+async def resolve(url: str, allow_private: bool) -> Target:
+    """The address to send to: the host's first address, after every address it resolves
+    to passed the check (a request then goes to that address, so DNS cannot change its
+    answer between the check and the connection)."""
+    scheme, host, port = split(url)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise UnsafeUrl(f"cannot resolve {host}: {error.strerror}") from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
+        check_address(host, address, allow_private)
+    return Target(scheme, host, port, addresses[0])

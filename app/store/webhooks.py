@@ -1,0 +1,251 @@
+"""Webhooks: a team's subscriptions, and the outbox's deliveries as the workers send them.
+
+Sending is at least once: a worker takes a due delivery with a lease (`lease_until`); if it
+dies mid-send, the lease runs out and another worker sends it again, with the same
+`webhook-id`, so the receiver can drop the repeat.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import (
+    DeliveryStatus,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+    utcnow,
+)
+from app.store.outbox import RETRY_FOR
+from app.store.rows import detach
+
+SECRET_BYTES = 32
+
+
+class WebhookNotFound(LookupError):
+    """No such webhook or delivery (or another team's)."""
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: `whsec_` and base64 of random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+async def create_webhook(
+    session: AsyncSession, team_id: int, url: str, events: list[str], description: str | None
+) -> Webhook:
+    webhook = Webhook(
+        team_id=team_id,
+        url=url,
+        events=events,
+        description=description,
+        secret=new_secret(),
+        created_at=utcnow(),
+    )
+    session.add(webhook)
+    await session.commit()
+    return detach(session, webhook)
+
+
+def visible(team_id: int | None) -> Any:
+    live = Webhook.deleted_at.is_(None)
+    return live if team_id is None else live & (Webhook.team_id == team_id)
+
+
+async def list_webhooks(session: AsyncSession, team_id: int | None) -> list[Webhook]:
+    rows = await session.execute(select(Webhook).where(visible(team_id)).order_by(Webhook.id))
+    return [detach(session, webhook) for webhook in rows.scalars()]
+
+
+async def get_webhook(session: AsyncSession, webhook_id: int, team_id: int | None) -> Webhook:
+    query = select(Webhook).where(Webhook.id == webhook_id, visible(team_id))
+    webhook = (await session.execute(query)).scalar_one_or_none()
+    if webhook is None:
+        raise WebhookNotFound(f"webhook {webhook_id} not found")
+    return detach(session, webhook)
+
+
+async def delete_webhook(session: AsyncSession, webhook_id: int, team_id: int | None) -> None:
+    """Stop the webhook: nothing more is sent to it, its pending deliveries are given up;
+    its deliveries stay readable."""
+    webhook = await get_webhook(session, webhook_id, team_id)
+    now = utcnow()
+    await session.execute(update(Webhook).where(Webhook.id == webhook.id).values(deleted_at=now))
+    await session.execute(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.webhook_id == webhook.id,
+            WebhookDelivery.status == DeliveryStatus.pending,
+        )
+        .values(status=DeliveryStatus.failed, last_error="the webhook was deleted")
+    )
+    await session.commit()
+
+
+def deliveries_query(webhook_id: int, after: int | None) -> Any:
+    query = (
+        select(WebhookDelivery)
+        .where(WebhookDelivery.webhook_id == webhook_id)
+        .order_by(WebhookDelivery.id.desc())
+    )
+    return query if after is None else query.where(WebhookDelivery.id < after)
+
+
+async def get_delivery(
+    session: AsyncSession, webhook_id: int, delivery_id: int
+) -> tuple[WebhookDelivery, list[WebhookAttempt]]:
+    delivery = (
+        await session.execute(
+            select(WebhookDelivery)
+            .where(WebhookDelivery.id == delivery_id, WebhookDelivery.webhook_id == webhook_id)
+            .execution_options(populate_existing=True)
+        )
+    ).scalar_one_or_none()
+    if delivery is None:
+        raise WebhookNotFound(f"delivery {delivery_id} of webhook {webhook_id} not found")
+    attempts = await session.execute(
+        select(WebhookAttempt)
+        .where(WebhookAttempt.delivery_id == delivery_id)
+        .order_by(WebhookAttempt.id)
+    )
+    return detach(session, delivery), [detach(session, a) for a in attempts.scalars()]
+
+
+async def resend(session: AsyncSession, webhook_id: int, delivery_id: int) -> None:
+    """Send a delivery again now (same `webhook-id`), with a fresh retry window."""
+    await get_delivery(session, webhook_id, delivery_id)
+    now = utcnow()
+    await session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id)
+        .values(
+            status=DeliveryStatus.pending,
+            next_attempt_at=now,
+            retry_until=now + RETRY_FOR,
+            lease_until=None,
+        )
+    )
+    await session.commit()
+
+
+# --- the workers' side ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A delivery a worker took, with what sending it needs."""
+
+    id: int
+    message_id: str
+    payload: dict[str, Any]
+    url: str
+    secret: str
+
+
+async def take_due(
+    session: AsyncSession, lease_seconds: float, limit: int, now: datetime | None = None
+) -> list[Outgoing]:
+    """Lease up to `limit` due deliveries for `lease_seconds`: pending, due, and not leased
+    by a live sender. The UPDATE re-checks the lease on each row it takes, so two workers
+    never take one delivery at once."""
+    now = now or utcnow()
+    free = or_(WebhookDelivery.lease_until.is_(None), WebhookDelivery.lease_until < now)
+    due = (WebhookDelivery.status == DeliveryStatus.pending) & (
+        WebhookDelivery.next_attempt_at <= now
+    )
+    candidates = (
+        select(WebhookDelivery.id)
+        .where(due, free)
+        .order_by(WebhookDelivery.next_attempt_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    taken = await session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id.in_(candidates), due, free)
+        .values(lease_until=now + timedelta(seconds=lease_seconds))
+        .returning(WebhookDelivery.id)
+        .execution_options(synchronize_session=False)
+    )
+    ids = list(taken.scalars())
+    await session.commit()
+    if not ids:
+        return []
+    rows = await session.execute(
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.message_id,
+            WebhookDelivery.payload,
+            Webhook.url,
+            Webhook.secret,
+        )
+        .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+        .where(WebhookDelivery.id.in_(ids))
+        .order_by(WebhookDelivery.id)
+    )
+    return [Outgoing(*row) for row in rows]
+
+
+def retry_delay(attempts: int, base: float, cap: float) -> float:
+    """Seconds before attempt `attempts + 1`: `base` doubled after each failure, at most `cap`."""
+    return min(cap, base * 2 ** (attempts - 1))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt went."""
+
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+async def record_attempt(
+    session: AsyncSession,
+    delivery_id: int,
+    worker_id: str,
+    outcome: Outcome,
+    backoff: tuple[float, float],
+) -> DeliveryStatus:
+    """Record an attempt and what follows: delivered, the next try after the backoff
+    (`backoff` = base and cap in seconds), or given up once past its retry window."""
+    now = utcnow()
+    session.add(
+        WebhookAttempt(
+            delivery_id=delivery_id,
+            attempted_at=now,
+            worker_id=worker_id,
+            status_code=outcome.status_code,
+            error=outcome.error,
+            duration_ms=outcome.duration_ms,
+        )
+    )
+    delivery = await session.get(WebhookDelivery, delivery_id, populate_existing=True)
+    assert delivery is not None
+    delivery.attempts += 1
+    delivery.last_status_code = outcome.status_code
+    delivery.last_error = outcome.error
+    delivery.lease_until = None
+    if outcome.delivered:
+        delivery.status = DeliveryStatus.delivered
+        delivery.delivered_at = now
+    elif delivery.status == DeliveryStatus.pending:
+        wait = timedelta(seconds=retry_delay(delivery.attempts, *backoff))
+        if now + wait > delivery.retry_until:
+            delivery.status = DeliveryStatus.failed
+        else:
+            delivery.next_attempt_at = now + wait
+    status = DeliveryStatus(delivery.status)
+    await session.commit()
+    return status

@@ -1,0 +1,138 @@
+"""Sending webhook deliveries from the outbox, signed per the Standard Webhooks spec.
+
+Every worker runs a sender: it leases due deliveries, POSTs each (never following a
+redirect, within OPD_WEBHOOK_TIMEOUT, only to public addresses unless
+OPD_WEBHOOK_ALLOW_PRIVATE), records the attempt and schedules the next one with
+exponential backoff. It looks every OPD_WEBHOOK_POLL_INTERVAL seconds, and at once when
+this worker has just changed a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from datetime import UTC, datetime
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from standardwebhooks import Webhook
+
+from app.core.config import Settings
+from app.outbound import UnsafeUrl, resolve
+from app.store.webhooks import Outcome, Outgoing, record_attempt, take_due
+
+log = logging.getLogger(__name__)
+BATCH = 20
+USER_AGENT = "opd-webhooks/1"
+MAX_ERROR_CHARS = 500
+
+
+def body_of(payload: dict) -> str:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def signed_headers(delivery: Outgoing, body: str, now: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers: the message id, the time and the HMAC-SHA256 signature
+    of `id.timestamp.body` under the webhook's secret."""
+    return {
+        "webhook-id": delivery.message_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(delivery.secret).sign(delivery.message_id, now, body),
+        "content-type": "application/json",
+        "user-agent": USER_AGENT,
+    }
+
+
+def address_url(url: str, address: str, port: int) -> httpx.URL:
+    """The URL with its host replaced by the checked address (the Host header and TLS's
+    server name keep the real host)."""
+    return httpx.URL(url).copy_with(host=address, port=port)
+
+
+class Sender:
+    """One worker's sender of deliveries."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        settings: Settings,
+        worker_id: str,
+    ) -> None:
+        self.sessions = sessions
+        self.settings = settings
+        self.worker_id = worker_id
+        self.woken = asyncio.Event()
+        self.http = httpx.AsyncClient(
+            follow_redirects=False, timeout=settings.webhook_timeout, trust_env=False
+        )
+
+    @property
+    def lease_seconds(self) -> float:
+        """Long enough for a whole attempt: a live sender is never overtaken."""
+        return 2 * self.settings.webhook_timeout + 5
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    async def run_forever(self) -> None:
+        while True:
+            try:
+                sent = await self.send_due()
+            except Exception as error:  # the database may be away: try again later
+                log.warning("webhook sending failed: %s", error)
+                sent = 0
+            if sent < BATCH:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.woken.wait(), self.settings.webhook_poll_interval)
+                self.woken.clear()
+
+    async def send_due(self) -> int:
+        """Lease the due deliveries and send them concurrently; returns how many."""
+        async with self.sessions() as session:
+            taken = await take_due(session, self.lease_seconds, BATCH)
+        await asyncio.gather(*(self.deliver(delivery) for delivery in taken))
+        return len(taken)
+
+    async def deliver(self, delivery: Outgoing) -> None:
+        started = time.perf_counter()
+        status_code, error = await self.attempt(delivery)
+        outcome = Outcome(status_code, error, (time.perf_counter() - started) * 1000)
+        backoff = (self.settings.webhook_backoff_seconds, self.settings.webhook_backoff_max_seconds)
+        async with self.sessions() as session:
+            status = await record_attempt(session, delivery.id, self.worker_id, outcome, backoff)
+        log.info(
+            "webhook %s (delivery %s): %s -> %s",
+            delivery.message_id,
+            delivery.id,
+            outcome.status_code or outcome.error,
+            status.value,
+        )
+
+    async def attempt(self, delivery: Outgoing) -> tuple[int | None, str | None]:
+        """One POST: the answer's status, and what went wrong if anything."""
+        try:
+            target = await resolve(delivery.url, self.settings.webhook_allow_private)
+            body = body_of(delivery.payload)
+            headers = signed_headers(delivery, body, datetime.now(UTC))
+            headers["host"] = httpx.URL(delivery.url).netloc.decode()
+            response = await self.http.post(
+                address_url(delivery.url, target.address, target.port),
+                content=body.encode(),
+                headers=headers,
+                extensions={"sni_hostname": target.host},
+            )
+        except UnsafeUrl as error:
+            return None, str(error)
+        except httpx.HTTPError as error:
+            reason = str(error) or type(error).__name__
+            return None, f"{type(error).__name__}: {reason}"[:MAX_ERROR_CHARS]
+        if response.is_redirect:
+            where = response.headers.get("location", "")
+            return response.status_code, f"redirect to {where!r} not followed"
+        return response.status_code, None if response.is_success else "the answer was not 2xx"
+
+    async def close(self) -> None:
+        await self.http.aclose()
