@@ -353,6 +353,13 @@ class JobSpec(SpecModel):
     trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)
     tinker: TinkerBackendSpec = Field(default_factory=TinkerBackendSpec)
     metadata: Metadata = Field(default_factory=dict)
+    priority: int = Field(
+        0,
+        ge=-100,
+        le=100,
+        description="The service runs a team's higher-priority queued jobs first; it never "
+        "changes the order between teams. Ignored by `opd run`.",
+    )
 
 
 class SpecError(ValueError):
@@ -400,10 +407,3 @@ def load_spec(path: str | Path) -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a spec must be a mapping of groups, got {type(data).__name__}")
     return parse_spec(data)
-    priority: int = Field(
-        0,
-        ge=-100,
-        le=100,
-        description="The service runs a team's higher-priority queued jobs first; it never "
-        "changes the order between teams. Ignored by `opd run`.",
-    )

@@ -79,23 +79,6 @@ class Settings(BaseSettings):
         "(bind it to an address only Prometheus reaches); unset = only with an admin key.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_to_home(cls, data: Any) -> Any:
-        """Home becomes absolute (every process agrees whatever its working directory);
-        unset or empty locations fall under it."""
-        if not isinstance(data, dict):
-            return data
-        home = Path(data.get("home") or DEFAULT_HOME).expanduser().resolve()
-        defaults = {
-            "database_url": f"sqlite:///{home / 'opd.db'}",
-            "artifact_root": home / "artifacts",
-            "data_root": home / "data",
-        }
-        derived = {key: value for key, value in defaults.items() if not data.get(key)}
-        return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
-
-
     team_max_running: int | None = Field(
         None, ge=1, description="Jobs a team may run at once, unless set for it; unset = no limit."
     )
@@ -120,6 +103,23 @@ class Settings(BaseSettings):
     webhook_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between a worker's looks for deliveries to send."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_to_home(cls, data: Any) -> Any:
+        """Home becomes absolute (every process agrees whatever its working directory);
+        unset or empty locations fall under it."""
+        if not isinstance(data, dict):
+            return data
+        home = Path(data.get("home") or DEFAULT_HOME).expanduser().resolve()
+        defaults = {
+            "database_url": f"sqlite:///{home / 'opd.db'}",
+            "artifact_root": home / "artifacts",
+            "data_root": home / "data",
+        }
+        derived = {key: value for key, value in defaults.items() if not data.get(key)}
+        return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
+
 
 @lru_cache
 def get_settings() -> Settings:
