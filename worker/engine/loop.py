@@ -27,7 +27,7 @@ from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import batch_indices, build_prompt
-from worker.engine.eval.evaluation import Evaluation, Grade, due
+from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
 from worker.engine.rollouts import Batch, Completion, opd_datums, sample_and_score
 from worker.engine.sinks import RunInfo, Sink
 
@@ -89,6 +89,9 @@ def step_metrics(
         "train/learning_rate": lr,
         "train/step": step,
         "time/step_elapsed_time": elapsed,
+        "usage/sampled_tokens": batch.sampled_tokens,
+        "usage/teacher_tokens": batch.scored_tokens,
+        "usage/trained_tokens": batch.datum_tokens,
     }
     metrics.update({f"time/{name}": seconds for name, seconds in phases.items()})
     metrics.update({f"trainer/{k}": float(v) for k, v in trainer_metrics.items()})
@@ -153,7 +156,7 @@ class Run:
         """The student's eval at this boundary; at step 0 the teacher's baseline too."""
         metrics = await evaluation.student(self.training)
         if step == 0 and evaluation.spec.teacher_baseline:
-            metrics |= await evaluation.teacher_baseline()
+            metrics = with_baseline(metrics, await evaluation.teacher_baseline())
         return metrics
 
 

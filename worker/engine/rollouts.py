@@ -43,6 +43,20 @@ class Batch:
     sample_seconds: float = 0.0
     teacher_seconds: float = 0.0
 
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(len(c.tokens) for c in self.completions)
+
+    @property
+    def scored_tokens(self) -> int:
+        """Prompt + completion tokens the teacher scored."""
+        return sum(len(c.prompt) + len(c.tokens) for c in self.completions)
+
+    @property
+    def datum_tokens(self) -> int:
+        """Tokens of the batch's datums: each is prompt + completion[:-1]."""
+        return sum(len(c.prompt) + len(c.tokens) - 1 for c in self.completions)
+
 
 async def teacher_logprobs(
     teacher: SamplingClient, prompt: list[int], completion: list[int]
