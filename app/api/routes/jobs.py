@@ -21,7 +21,6 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
-from app.continuation import InitFromRejected, continued
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.pricing import PriceTable
 from app.queue import enqueue_job
@@ -98,14 +97,9 @@ async def submit_job(
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root; a `student.init_from` must name a state one of the
-    team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
+    lie under the server's data root. Over the team's queued limit: 429 with Retry-After;
     at its running limit the job waits, its `queue_reason` says so."""
     check_dataset_path(spec, settings.data_root)
-    try:
-        spec = await continued(session, principal.scope, spec)
-    except InitFromRejected as error:
-        raise ApiError(422, "invalid_request", str(error), error.param) from None
     try:
         result = await create_job(
             session, principal.team_id, spec, idempotency_key, Limits.of(settings)
