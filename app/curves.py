@@ -99,11 +99,12 @@ def minmax_curve(blocks: Sequence[tuple[int, Summary]], plan: Plan) -> MetricCur
     if not blocks:
         return MetricCurve(steps=[], values=[])
     points = {blocks[0][1].first_step: blocks[0][1].first_value}
+    first, buckets, span = plan.first, plan.buckets, plan.span
     bucket = low = high = None
-    for start, summary in blocks if plan.buckets else ():
-        if (start - plan.first) * plan.buckets // plan.span != bucket:
+    for start, summary in blocks if buckets else ():
+        if (start - first) * buckets // span != bucket:
             points.update((low, high) if low and high else ())
-            bucket, low, high = (start - plan.first) * plan.buckets // plan.span, None, None
+            bucket, low, high = (start - first) * buckets // span, None, None
         if summary.min_step is not None and summary.max_step is not None:
             if low is None or summary.min_value < low[1]:
                 low = (summary.min_step, summary.min_value)

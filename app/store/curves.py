@@ -70,7 +70,7 @@ async def step_rows(
 ) -> list[StepRow]:
     """Step rows after step `after` (up to `to_step`), in step order."""
     rows = await session.execute(steps_after(StepMetric.metrics, job_id, after, to_step, limit))
-    return [(step, metrics) for step, metrics in rows]
+    return [(step, metrics) for step, metrics in rows.all()]
 
 
 async def step_texts(
@@ -80,7 +80,7 @@ async def step_texts(
     copy numbers as written rather than parse and print them again."""
     text = cast(StepMetric.metrics, Text)
     rows = await session.execute(steps_after(text, job_id, after, to_step, limit))
-    return [(step, metrics) for step, metrics in rows]
+    return [(step, metrics) for step, metrics in rows.all()]
 
 
 async def run_rows(
@@ -105,9 +105,9 @@ async def run_rows(
             MetricSummary.block.between(run.first, run.first + run.count - 1),
         )
         blocks.append(query if keys is None else query.where(MetricSummary.key.in_(keys)))
-    steps = [(s, m) for s, m in await session.execute(union_all(*raw))] if raw else []
-    summaries = list(await session.execute(union_all(*blocks))) if blocks else []
-    return steps, summaries
+    steps = [(s, m) for s, m in (await session.execute(union_all(*raw))).all()] if raw else []
+    summaries = (await session.execute(union_all(*blocks))).all() if blocks else []
+    return steps, list(summaries)
 
 
 def wanted(keys: Sequence[str] | None, found: dict[str, Any]) -> list[str]:
@@ -118,8 +118,8 @@ def wanted(keys: Sequence[str] | None, found: dict[str, Any]) -> list[str]:
 def exact_curves(rows: Sequence[StepRow], keys: Sequence[str] | None) -> dict[str, MetricCurve]:
     points: dict[str, list[tuple[int, float | None]]] = {}
     for step, metrics in rows:
-        for key, value in metrics.items():
-            points.setdefault(key, []).append((step, value))
+        for key in metrics if keys is None else (k for k in keys if k in metrics):
+            points.setdefault(key, []).append((step, metrics[key]))
     return {key: exact_curve(points.get(key, [])) for key in wanted(keys, points)}
 
 

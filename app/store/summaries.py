@@ -32,10 +32,6 @@ SUMMARY_COLUMNS = tuple(getattr(MetricSummary, name) for name in Summary._fields
 Block = tuple[int, int]  # (width, index)
 
 
-def summary_of(row: Any) -> Summary:
-    return Summary(*(getattr(row, column.key) for column in SUMMARY_COLUMNS))
-
-
 def step_probe(job_id: int, step: int) -> tuple[ScalarSelect[Any], ScalarSelect[Any]]:
     """The job's newest recorded step and step `step`'s metrics (None if not recorded), as
     expressions the statement that advances the job returns: no extra round trip."""

@@ -17,14 +17,14 @@ from app.core.db import (
     migrate,
     session_factory,
 )
-from app.models import MetricSummary, finite_or_none
+from app.models import finite_or_none
 from app.store.curves import CurveQuery, read_curves
 from app.store.jobs import claim_job, create_job
 from app.store.records import record_step
 from app.store.rows import get_job
-from app.store.summaries import summary_of
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
+from tests.app.store.test_summaries import stored as stored_summaries
 from tests.support import temporary_postgres_database
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
@@ -89,19 +89,14 @@ def stored(metrics: dict[str, float]) -> dict[str, float | None]:
     return {key: finite_or_none(value) for key, value in metrics.items()}
 
 
-async def summaries_of(session, job_id: int) -> dict:
-    rows = await session.execute(select(MetricSummary).where(MetricSummary.job_id == job_id))
-    return {(r.key, r.width, r.block): summary_of(r) for r in rows.scalars()}
-
-
 async def test_upgrade_summarises_old_rows_as_recording_them_would(old_database):
     url, (long_job, short_job, _) = old_database
     migrate(url)
     engine = create_db_engine(url)
     try:
         async with session_factory(engine)() as session:
-            migrated = await summaries_of(session, long_job)
-            assert await summaries_of(session, short_job) == {}, "3 steps: its block is open"
+            migrated = await stored_summaries(session, long_job)
+            assert await stored_summaries(session, short_job) == {}, "3 steps: its block is open"
             # the same steps recorded one by one on the upgraded schema
             team_id = (await get_job(session, long_job)).team_id
             spec = JobSpec.model_validate(small_spec(loop={"steps": 200}))
@@ -109,7 +104,7 @@ async def test_upgrade_summarises_old_rows_as_recording_them_would(old_database)
             await claim_job(session, again, "w-new", heartbeat_timeout=60)
             for step in range(STEPS[0]):
                 await record_step(session, again, "w-new", step, step_metrics(step))
-            assert migrated == await summaries_of(session, again)
+            assert migrated == await stored_summaries(session, again)
             assert ("kl", 64, 0) in migrated and ("eval", 16, 8) in migrated
 
             query = CurveQuery(("kl", "eval"), None, None, max_points=12)

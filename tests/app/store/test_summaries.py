@@ -10,13 +10,15 @@ from sqlalchemy import select
 from app.models import MetricSummary, StepMetric
 from app.store.jobs import claim_job
 from app.store.records import record_step
-from app.store.summaries import summary_of
-from app.summaries import complete_blocks
+from app.summaries import Summary, complete_blocks
 
 
 async def stored(session, job_id: int) -> dict[tuple[str, int, int], object]:
     rows = await session.execute(select(MetricSummary).where(MetricSummary.job_id == job_id))
-    return {(r.key, r.width, r.block): summary_of(r) for r in rows.scalars()}
+    return {
+        (r.key, r.width, r.block): Summary(*(getattr(r, name) for name in Summary._fields))
+        for r in rows.scalars()
+    }
 
 
 async def from_step_rows(session, job_id: int) -> dict[tuple[str, int, int], object]:
