@@ -4,21 +4,29 @@ The ETag is a digest of each job's state (status, progress, last change) and of 
 request, so it changes whenever a step is recorded or replayed, and a matching
 `If-None-Match` is answered 304 before any metric is read. A finished job's metrics never
 change: they may be cached for good. Everything is `private`: answers depend on the key.
+Dashboards that watch the same job share its answer: each process keeps recent answers
+by ETag (`answer`), so a job's curves are read once per change, not once per poll.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated
 
-from fastapi import Request, Response
+from fastapi import Depends, Request, Response
+from pydantic import BaseModel
 
+from app.core.cache import TTLCache
 from app.models import TERMINAL_STATUSES, Job
 
 FORMAT_VERSION = 1  # bump when a response's format changes, so cached copies stop matching
 FOREVER = "private, max-age=31536000, immutable"
 REVALIDATE = "private, no-cache"
 VARY = "Authorization, X-API-Key, Cookie"
+ANSWER_SECONDS = 60.0  # an answer is right as long as its ETag: this only bounds memory
+ANSWERS = 256
+ANSWER_BYTES = 256 * 1024  # larger answers are not kept
 
 
 def etag(jobs: Sequence[Job], *request: object) -> str:
@@ -46,3 +54,25 @@ def not_modified(request: Request, headers: dict[str, str]) -> Response | None:
     if "*" in tags or headers["ETag"] in tags:
         return Response(status_code=304, headers=headers)
     return None
+
+
+def get_answers(request: Request) -> TTLCache[str, bytes]:
+    return request.app.state.curve_answers
+
+
+AnswersDep = Annotated[TTLCache[str, bytes], Depends(get_answers)]
+
+
+async def answer(
+    answers: TTLCache[str, bytes],
+    headers: dict[str, str],
+    read: Callable[[], Awaitable[BaseModel]],
+) -> Response:
+    """The JSON answer for this ETag: kept from an earlier request, else read and kept.
+    A kept answer is at least as new as its ETag (the job row is read before the curves)."""
+    body = answers.get(headers["ETag"])
+    if body is None:
+        body = (await read()).model_dump_json().encode()
+        if len(body) <= ANSWER_BYTES:
+            answers.put(headers["ETag"], body)
+    return Response(body, media_type="application/json", headers=headers)

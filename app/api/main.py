@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import APIRouter, FastAPI
 
 from app.api.body_limit import BodyLimitMiddleware
+from app.api.caching import ANSWER_SECONDS, ANSWERS
 from app.api.deps import JobSnapshot, document_scopes
 from app.api.errors import install_error_handlers
 from app.api.instrumentation import RequestMetricsMiddleware
@@ -86,6 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.queue = queue
     app.state.principals = TTLCache[str, Principal](settings.auth_cache_seconds)
     app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
+    app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)

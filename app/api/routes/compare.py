@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from app.api.caching import cache_headers, not_modified
+from app.api.caching import AnswersDep, answer, cache_headers, not_modified
 from app.api.curve_params import CurveQueryDep
 from app.api.deps import MAX_ID, PrincipalDep, SessionDep
 from app.api.errors import ApiError, error_responses
@@ -46,15 +46,18 @@ async def read_jobs_metrics(
     session: SessionDep,
     principal: PrincipalDep,
     request: Request,
-    response: Response,
+    answers: AnswersDep,
     query: CurveQueryDep,
     jobs: Annotated[str, Query(description=f"Comma-separated job ids, at most {MAX_JOBS}.")],
-) -> JobsMetricsPublic | Response:
+) -> Response:
     """The curves of each job (as `GET /v1/jobs/{id}/metrics` gives them), in the order
     asked for. A job of another team is a 404, as everywhere."""
     found = await get_jobs(session, parse_job_ids(jobs), principal.scope)
     headers = cache_headers(found, query)
     if unchanged := not_modified(request, headers):
         return unchanged
-    response.headers.update(headers)
-    return JobsMetricsPublic(jobs=[await read_curves(session, job.id, query) for job in found])
+
+    async def read() -> JobsMetricsPublic:
+        return JobsMetricsPublic(jobs=[await read_curves(session, job.id, query) for job in found])
+
+    return await answer(answers, headers, read)

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import select
 
-from app.api.caching import cache_headers, not_modified
+from app.api.caching import AnswersDep, answer, cache_headers, not_modified
 from app.api.curve_params import CurveQueryDep
 from app.api.deps import MAX_ID, JobDep, SessionDep, SettingsDep
 from app.api.errors import error_responses
@@ -30,8 +30,8 @@ NOT_MODIFIED = {304: {"description": "The curves have not changed since this ETa
 
 @router.get("/{job_id}/metrics", response_model=MetricsPublic, responses=NOT_MODIFIED)
 async def read_metrics(
-    job: JobDep, session: SessionDep, request: Request, response: Response, query: CurveQueryDep
-) -> MetricsPublic | Response:
+    job: JobDep, session: SessionDep, request: Request, answers: AnswersDep, query: CurveQueryDep
+) -> Response:
     """One curve per metric in step order: every point when the range has at most
     `max_points` steps, else each bucket's min and max point (a spike is never lost) and
     the first and last point; `downsampling` says which. Send the `ETag` back in
@@ -40,8 +40,7 @@ async def read_metrics(
     headers = cache_headers([job], query)
     if unchanged := not_modified(request, headers):
         return unchanged
-    response.headers.update(headers)
-    return await read_curves(session, job.id, query)
+    return await answer(answers, headers, lambda: read_curves(session, job.id, query))
 
 
 def sse(event: str, data: object, event_id: int | None = None) -> str:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
+import httpx
+from sqlalchemy import event
+
+from app.api.main import create_app
 from app.store.jobs import claim_job, complete_job
 from app.store.records import record_eval, record_step
-from tests.app.conftest import auth
+from tests.app.conftest import auth, small_spec
 
 WORKER = "worker-1"
 
@@ -186,3 +191,34 @@ async def test_stream_follows_a_running_job(client, key, submit, sessions):
     events = parse_sse(stream.text)
     assert [e.get("id") for e in events] == ["0", "1", "2", "3", None]
     assert events[-1]["event"] == "end"
+
+
+async def test_dashboards_polling_one_job_share_one_read_per_change(settings, key, session):
+    app = create_app(settings)
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    def curve_reads() -> list[str]:
+        return [s for s in statements if "step_metrics" in s or "metric_summaries" in s]
+
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://opd") as http,
+    ):
+        body = small_spec(loop={"steps": 10})
+        job = (await http.post("/v1/jobs", json=body, headers=auth(key))).json()
+        await run_steps(session, job["id"], range(3))
+        url = f"/v1/jobs/{job['id']}/metrics?keys=opd/reverse_kl_mean"
+        event.listen(app.state.engine.sync_engine, "before_cursor_execute", count)
+        first = await http.get(url, headers=auth(key))
+        assert curve_reads(), "the first poll reads the curves"
+        statements.clear()
+        second = await http.get(url, headers=auth(key))
+        assert second.content == first.content and curve_reads() == [], "the next one does not"
+        await record_step(session, job["id"], WORKER, 3, {"opd/reverse_kl_mean": 0.3})
+        third = await http.get(url, headers=auth(key))
+        assert third.json()["curves"]["opd/reverse_kl_mean"]["steps"] == [0, 1, 2, 3]
+        assert curve_reads(), "a new step means a new read"
+        event.remove(app.state.engine.sync_engine, "before_cursor_execute", count)
