@@ -48,7 +48,7 @@ def forbidden(address: Address) -> str | None:
     """Why the service must not call `address`, or None if it is public."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
-    for kind in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+    for kind in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private"):
         if getattr(address, f"is_{kind}"):
             return kind.replace("_", "-")
     if not address.is_global:

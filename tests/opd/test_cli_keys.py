@@ -17,8 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def opd_keys(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    return run_opd("keys", *args, home=home)
+
+
+def run_opd(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`opd ARGS` on the SQLite file `home/keys.db`."""
     return subprocess.run(
-        [sys.executable, "-m", "opd.cli", "keys", *args],
+        [sys.executable, "-m", "opd.cli", *args],
         cwd=home,
         capture_output=True,
         text=True,
