@@ -21,6 +21,7 @@ MAX_STEPS = 100_000
 MAX_BATCH_SIZE = 1024
 MAX_GROUP_SIZE = 256
 MAX_TOKENS = 32_768
+MAX_STEPS_OFF_POLICY = 8
 MAX_SAMPLE_SIZE = 10_000_000
 MAX_INLINE_PROMPTS = 10_000
 MAX_EVAL_PROMPTS = 10_000
@@ -186,6 +187,14 @@ class LoopSpec(SpecModel):
     )
     loss_fn_config: LossConfig = Field(default_factory=LossConfig)
     sampler_refresh_steps: int = Field(1, ge=1, le=MAX_STEPS)
+    max_steps_off_policy: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS_OFF_POLICY,
+        description="0 = on-policy (the reference). k >= 1: step t trains on rollouts sampled "
+        "from the weights of step t - k, sampled while the steps before it train (faster, "
+        "rollouts up to k optimizer steps old).",
+    )
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
     save_weights_name: Name = "opd-deepmath-qwen35-4b"
     keep_samples: int = Field(
@@ -202,6 +211,15 @@ class LoopSpec(SpecModel):
             raise ValueError(
                 "save_every must be a multiple of sampler_refresh_steps, so that a resumed "
                 "run samples from the same weights as an uninterrupted one"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _off_policy_refreshes_every_step(self) -> LoopSpec:
+        if self.max_steps_off_policy and self.sampler_refresh_steps != 1:
+            raise ValueError(
+                "max_steps_off_policy needs sampler_refresh_steps: 1 (each step's rollouts "
+                "come from the weights exactly max_steps_off_policy steps back)"
             )
         return self
 

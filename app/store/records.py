@@ -203,3 +203,18 @@ async def record_checkpoint(
     session.add(checkpoint)
     await session.commit()
     return detach(session, checkpoint)
+
+
+async def sampler_weights(session: AsyncSession, job_id: int, steps: set[int]) -> dict[int, str]:
+    """The sampler weights the job recorded after each of `steps` (the latest of a step):
+    a job resumed with loop.max_steps_off_policy samples from them again."""
+    rows = await session.execute(
+        select(Checkpoint.step, Checkpoint.path)
+        .where(
+            Checkpoint.job_id == job_id,
+            Checkpoint.kind == CheckpointKind.sampler,
+            Checkpoint.step.in_(sorted(steps)),
+        )
+        .order_by(Checkpoint.id)
+    )
+    return dict(rows.tuples().all())

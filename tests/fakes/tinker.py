@@ -401,6 +401,14 @@ class FakeTrainingClient:
 
         return completed(snapshot)
 
+    def create_sampling_client(
+        self,
+        model_path: str,
+        retry_config: Any = None,
+        record_stability_info: bool = False,
+    ) -> tinker.APIFuture[FakeSamplingClient]:
+        return self.service.create_sampling_client(model_path=model_path)
+
 
 def policy_inputs(datum: types.Datum, index: int) -> tuple[list[int], dict[str, np.ndarray]]:
     """The model input's tokens and the loss inputs a policy loss reads, each one value per

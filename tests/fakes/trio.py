@@ -268,6 +268,20 @@ class FakeTrainingClient:
         self.service.record("refresh_sampler", optimizer_steps=self.optimizer_steps)
         return FakeSamplingClient(self.service, self.base_model, self.weights, self.optimizer_steps)
 
+    async def create_sampling_client_async(self, model_path: str) -> FakeSamplingClient:
+        """PyTRIO opens a sampling run of this training run's base model on saved weights."""
+        saved = self.service.checkpoints.get(model_path)
+        if saved is None or saved.base_model != self.base_model:
+            raise ValidationError(
+                f"no weights of {self.base_model} at {model_path}", code="validation.not_found"
+            )
+        self.service.record(
+            "create_sampling_client", base_model=self.base_model, model_path=model_path
+        )
+        return FakeSamplingClient(
+            self.service, self.base_model, saved.weights, saved.optimizer_steps
+        )
+
     async def load_state_with_optimizer_async(self, path: str) -> APIFuture[dict[str, Any]]:
         if self.started:
             raise ValidationError(

@@ -24,14 +24,26 @@ class CheckpointLog(Sink):
             log.write(json.dumps({"step": step, "kind": kind, "path": path}) + "\n")
 
 
-def latest_state(artifacts: Path) -> SavedState | None:
-    """The last `state` checkpoint the log records, or None (no log, or no state yet)."""
+def records(artifacts: Path) -> list[dict]:
     path = artifacts / CHECKPOINT_LOG
     if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def sampler_weights(artifacts: Path) -> dict[int, str]:
+    """Every step's recorded sampler weights (the latest of a step): a run with
+    loop.max_steps_off_policy resumes sampling from some of them."""
+    return {r["step"]: r["path"] for r in records(artifacts) if r["kind"] == "sampler"}
+
+
+def latest_state(artifacts: Path) -> SavedState | None:
+    """The last `state` checkpoint the log records, or None (no log, or no state yet),
+    with the sampler weights recorded before its step."""
+    states = [r for r in records(artifacts) if r["kind"] == "state"]
+    if not states:
         return None
-    states = [
-        SavedState(record["path"], record["step"])
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and (record := json.loads(line))["kind"] == "state"
-    ]
-    return states[-1] if states else None
+    step = states[-1]["step"]
+    samplers = {v: path for v, path in sampler_weights(artifacts).items() if v < step}
+    return SavedState(states[-1]["path"], step, samplers)

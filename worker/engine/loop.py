@@ -2,19 +2,22 @@
 
 Per step: refresh the sampler, sample `group_size` completions for each of the step's
 prompts concurrently, let the teacher score every completion, build the datums, then
-`forward_backward` and `optim_step`. The prompt order is a function of the step and the
-backend's training state carries its RNG, so a run resumed from the state saved after k
-steps reproduces steps k..N of an uninterrupted run. Held-out evals (`eval/`) run at
-their boundaries from a sampler of their own, so they never change the training.
+`forward_backward` and `optim_step`. With `loop.max_steps_off_policy` = k >= 1 the
+rollouts of the next k steps are sampled while this one trains (`pipeline.py`), from
+weights a fixed schedule names (`schedule.py`). The prompt order is a function of the step
+and the backend's training state carries its RNG, so a run resumed from the state saved
+after n steps (and the sampler weights the schedule still needs) reproduces steps n..N of
+an uninterrupted run. Held-out evals (`eval/`) run at their boundaries from a sampler of
+their own, so they never change the training.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +29,11 @@ from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keep
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
-from worker.engine.datums import batch_indices, build_prompt
+from worker.engine.datums import build_prompt
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
-from worker.engine.rollouts import Batch, Completion, opd_datums, sample_and_score
+from worker.engine.pipeline import Rollouts, sampler_weights_name
+from worker.engine.rollouts import Batch, Completion, opd_datums
+from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
 
 
@@ -38,6 +43,9 @@ class SavedState:
 
     path: str
     step: int
+    samplers: Mapping[int, str] = field(default_factory=dict)
+    """With max_steps_off_policy >= 1: saved sampler weights by the steps they had taken,
+    those the steps after `step` sample from (more may be given)."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +82,12 @@ def step_metrics(
     elapsed: float,
     phases: dict[str, float],
 ) -> dict[str, float]:
-    """The reference's metric names (DESIGN §1), `trainer/<name>` from the backend, and
-    where the step's time went (`time/<phase>`)."""
+    """The reference's metric names (DESIGN §1), `trainer/<name>` from the backend, how
+    many optimizer steps old the rollouts were, and where the step's time went
+    (`time/<phase>`)."""
     counts = [len(c.tokens) for c in batch.completions]
     kls = np.concatenate([c.reverse_kl for c in batch.completions])
+    staleness = [step - c.version for c in batch.completions]
     total = int(sum(counts))
     metrics: dict[str, float] = {
         "data/datums": len(batch.completions),
@@ -88,6 +98,8 @@ def step_metrics(
         "opd/reverse_kl_std": float(np.std(kls)),
         "train/learning_rate": lr,
         "train/step": step,
+        "train/staleness_mean": float(np.mean(staleness)),
+        "train/staleness_max": max(staleness),
         "time/step_elapsed_time": elapsed,
         "usage/sampled_tokens": batch.sampled_tokens,
         "usage/teacher_tokens": batch.scored_tokens,
@@ -126,13 +138,14 @@ class Run:
         self.sink.checkpoint(steps_done, "state", saved.path)
         return SavedState(saved.path, steps_done)
 
-    async def save_checkpoint(self, steps_done: int) -> SavedState:
-        """A resumable state and sampler weights, as scheduled by `loop.save_every`."""
+    async def save_checkpoint(self, steps_done: int) -> tuple[SavedState, str]:
+        """A resumable state and sampler weights (and their path), as scheduled by
+        `loop.save_every`."""
         state = await self.save_state(steps_done)
-        name = f"{self.spec.loop.save_weights_name}-{steps_done:06d}"
+        name = sampler_weights_name(self.spec, steps_done)
         saved = await (await self.training.save_weights_for_sampler_async(name))
         self.sink.checkpoint(steps_done, "sampler", saved.path)
-        return state
+        return state, saved.path
 
     def kept(self, completions: list[Completion], questions: list[str]) -> list[KeptSample]:
         """Completions as people read them: the question, the text, each token's KL."""
@@ -234,7 +247,8 @@ async def run_loop(
     eval_prompts: Prompts | None = None,
     grade: Grade | None = None,
 ) -> RunResult:
-    """Run (or resume) one OPD job; stop early at a sampler-refresh boundary when asked."""
+    """Run (or resume) one OPD job; stop early at a step boundary when asked, as soon as
+    the run can resume from there exactly (`Rollouts.resumable_at`)."""
     loop = spec.loop
     start = resume.step if resume else 0
     if not 0 <= start <= loop.steps:
@@ -242,66 +256,92 @@ async def run_loop(
             f"cannot resume at step {start}: the run has {loop.steps} steps",
             code="bad_resume_state",
         )
+    needed = resume_versions(start, loop) if resume and loop.max_steps_off_policy else set()
+    if missing := sorted(needed - resume.samplers.keys() if resume else needed):
+        raise OPDError(
+            f"cannot resume at step {start}: its next steps sample from the sampler weights "
+            f"saved after steps {missing}, which were not given",
+            code="bad_resume_state",
+        )
     run = await open_run(spec, service, sink, resume)
     evaluation = evaluation_for(run, eval_prompts, grade) if eval_prompts is not None else None
     sink.start(RunInfo(spec=spec, dataset_size=len(prompts), start_step=start))
-
-    sampler: SamplingClient | None = None
+    rollouts = Rollouts(
+        spec,
+        run.training,
+        run.teacher,
+        run.params,
+        lambda question: prompt_tokens(run, question),
+        prompts.questions,
+        sink,
+        start=start,
+        kept=resume.samplers if resume else {},
+    )
     # The state of the latest boundary saved (or resumed from): a stop right there reuses
     # it, since a state name may be saved only once in a run.
     latest = resume
     save_seconds = 0.0
-    for step in range(start, loop.steps):
-        on_refresh_boundary = step % loop.sampler_refresh_steps == 0
-        if on_refresh_boundary and should_stop():
-            state = latest if latest and latest.step == step else await run.save_state(step)
-            sink.event(
-                "info", f"Stopped at step {step}; state saved", {"step": step, "path": state.path}
-            )
-            return RunResult(steps_done=step, stopped=True, state=state)
-        evaluated = {}
-        if evaluation is not None and due(evaluation.spec, step, loop.steps):
-            evaluated = await run.evaluate(evaluation, step)
+    try:
+        for step in range(start, loop.steps):
+            if should_stop():
+                if rollouts.resumable_at(step):
+                    await rollouts.close()
+                    saved = latest if latest and latest.step == step else await run.save_state(step)
+                    state = SavedState(saved.path, step, rollouts.resume_weights(step))
+                    sink.event(
+                        "info",
+                        f"Stopped at step {step}; state saved",
+                        {"step": step, "path": state.path},
+                    )
+                    return RunResult(steps_done=step, stopped=True, state=state)
+                rollouts.keep_new_weights()
+            evaluated = {}
+            if evaluation is not None and due(evaluation.spec, step, loop.steps):
+                # On the rollouts' lane: nothing else samples or scores meanwhile.
+                evaluated = await rollouts.lane.queue(
+                    lambda step=step: run.evaluate(evaluation, step)
+                )
 
-        step_start = time.time()
-        phase = time.perf_counter()
-        if sampler is None or on_refresh_boundary:
-            sampler = await run.training.save_weights_and_get_sampling_client_async()
-        refresh_seconds = time.perf_counter() - phase
-
-        rows = [prompts.questions[i] for i in batch_indices(step, loop.batch_size, len(prompts))]
-        batch = await sample_and_score(
-            sampler,
-            run.teacher,
-            [prompt_tokens(run, row) for row in rows],
-            loop.group_size,
-            run.params,
-        )
-        datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor)
-        if not datums:
-            raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
-        phase = time.perf_counter()
-        trainer_metrics = await run.train(datums)
-        phases = {
-            "sampler_refresh": refresh_seconds,
-            "sample": batch.sample_seconds,
-            "teacher": batch.teacher_seconds,
-            "train": time.perf_counter() - phase,
-            "save": save_seconds,
-        }
-        metrics = step_metrics(
-            batch, trainer_metrics, spec.optim.learning_rate, step, time.time() - step_start, phases
-        )
-        sink.step(step, metrics | evaluated)
-        if keeps_samples(step, loop.steps, loop.keep_samples):
-            sink.samples(step, run.kept(batch.completions[: loop.keep_samples], rows))
-
-        done = step + 1
-        save_seconds = 0.0
-        if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
+            step_start = time.time()
             phase = time.perf_counter()
-            latest = await run.save_checkpoint(done)
-            save_seconds = time.perf_counter() - phase
+            await rollouts.refresh(step)
+            refresh_seconds = time.perf_counter() - phase
+            phase = time.perf_counter()
+            batch = await rollouts.batch(step)
+            wait_seconds = time.perf_counter() - phase
+            datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor)
+            if not datums:
+                raise OPDError(
+                    "No OPD datums were built: every completion was empty", code="no_datums"
+                )
+            phase = time.perf_counter()
+            trainer_metrics = await run.train(datums)
+            phases = {
+                "sampler_refresh": refresh_seconds,
+                "sample": batch.sample_seconds,
+                "teacher": batch.teacher_seconds,
+                "rollout_wait": wait_seconds,
+                "train": time.perf_counter() - phase,
+                "save": save_seconds,
+            }
+            elapsed = time.time() - step_start
+            metrics = step_metrics(
+                batch, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
+            )
+            sink.step(step, metrics | evaluated)
+            if keeps_samples(step, loop.steps, loop.keep_samples):
+                kept = batch.completions[: loop.keep_samples]
+                sink.samples(step, run.kept(kept, rollouts.questions_of(step)))
+
+            done = step + 1
+            save_seconds = 0.0
+            if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
+                phase = time.perf_counter()
+                latest, sampler_path = await run.save_checkpoint(done)
+                rollouts.saved_sampler(done, sampler_path)
+                save_seconds = time.perf_counter() - phase
+    finally:
+        await rollouts.close()
 
     if evaluation is not None:
         sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))

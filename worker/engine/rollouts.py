@@ -29,6 +29,8 @@ class Completion:
     student_logprobs: list[float]
     teacher_logprobs: list[float]
     stop_reason: str
+    version: int = 0
+    """The optimizer steps taken by the weights that sampled it."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -72,8 +74,10 @@ async def sample_and_score(
     prompts: Sequence[list[int]],
     num_samples: int,
     params: SamplingParams,
+    version: int = 0,
 ) -> Batch:
-    """`num_samples` completions of each prompt, each scored by the teacher."""
+    """`num_samples` completions of each prompt, each scored by the teacher; `version` is
+    the optimizer steps taken by the sampler's weights."""
     start = time.perf_counter()
     sampled_at: list[float] = []
 
@@ -103,6 +107,7 @@ async def sample_and_score(
                 [float(v) for v in seq.logprobs],
                 scored,
                 seq.stop_reason,
+                version,
             )
             for seq, scored in zip(sequences, scores, strict=True)
         ]

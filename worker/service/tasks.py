@@ -36,11 +36,13 @@ from app.store.jobs import (
     take_over,
 )
 from app.store.limits import Limits, note_limits
+from app.store.records import sampler_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
 from worker.engine.loop import RunResult, SavedState
 from worker.engine.loop import run_job as run_engine
+from worker.engine.schedule import resume_versions
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, database_unreachable
 
@@ -92,11 +94,16 @@ class WorkerContext:
     """Called after this worker ended an attempt (a webhook may be due: send it now)."""
 
 
-def saved_state(job: Job) -> SavedState | None:
-    """Where a claimed job resumes: its last recorded state, at the step the row says."""
+async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState | None:
+    """Where a claimed job resumes: its last recorded state, at the step the row says, and
+    (with loop.max_steps_off_policy) the sampler weights its next steps sample from."""
     if job.last_state_path is None or job.last_state_step is None:
         return None
-    return SavedState(job.last_state_path, job.last_state_step)
+    samplers: dict[int, str] = {}
+    if needed := resume_versions(job.last_state_step, spec.loop):
+        async with ctx.sessions() as session:
+            samplers = await sampler_weights(session, job.id, set(needed))
+    return SavedState(job.last_state_path, job.last_state_step, samplers)
 
 
 def failure_of(error: BaseException) -> tuple[str, str]:
@@ -160,7 +167,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
-            resume=saved_state(job),
+            resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
         )
     )

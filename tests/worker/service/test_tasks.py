@@ -20,8 +20,11 @@ from app.queue import JobQueue
 from app.store.jobs import create_job
 from app.store.rows import get_job
 from kernel.spec import JobSpec
+from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio
 from tests.support import REDIS_URL
+from worker.engine.datasets import Prompts
+from worker.engine.loop import run_loop
 from worker.service.tasks import WorkerContext, run_job
 
 SPEC = {
@@ -64,10 +67,10 @@ def lose_results(monkeypatch: pytest.MonkeyPatch, at_calls: set[int]) -> list[in
     return calls
 
 
-async def submit(context: WorkerContext) -> int:
+async def submit(context: WorkerContext, spec: dict[str, Any] = SPEC) -> int:
     async with context.sessions() as session:
         team = (await create_key(session, "team")).team
-        return (await create_job(session, team.id, JobSpec.model_validate(SPEC))).job.id
+        return (await create_job(session, team.id, JobSpec.model_validate(spec))).job.id
 
 
 async def test_a_lost_training_result_resumes_the_job_from_its_last_state(monkeypatch, context):
@@ -120,3 +123,45 @@ async def test_lost_results_fail_the_job_once_its_attempts_run_out(monkeypatch, 
     async with context.sessions() as session:
         failed = await get_job(session, job_id)
     assert (failed.attempts, failed.error_code) == (3, "backend_unavailable")
+
+
+async def test_an_off_policy_job_resumes_with_the_sampler_weights_it_recorded(monkeypatch, context):
+    """With max_steps_off_policy: 1 the state saved after step 2 needs the weights of step 1,
+    which the run recorded as sampler weights; the resumed job reads them from the database
+    and repeats the uninterrupted steps."""
+    spec = SPEC | {"loop": SPEC["loop"] | {"max_steps_off_policy": 1}}
+    uninterrupted = RecordingSink()
+    questions = SPEC["dataset"]["prompts"]
+    await run_loop(
+        JobSpec.model_validate(spec),
+        FakeServiceClient(),
+        Prompts(questions, [None] * len(questions)),
+        uninterrupted,
+    )
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    lose_results(monkeypatch, {4})
+    job_id = await submit(context, spec)
+
+    outcome = await run_job({"opd": context}, job_id)
+
+    assert outcome == f"job {job_id}: queued; job {job_id}: succeeded"
+    async with context.sessions() as session:
+        rows = (
+            await session.execute(
+                select(StepMetric.step, StepMetric.metrics).where(StepMetric.job_id == job_id)
+            )
+        ).all()
+        kept = (
+            await session.execute(
+                select(Checkpoint.path).where(
+                    Checkpoint.job_id == job_id, Checkpoint.kind == "sampler", Checkpoint.step == 1
+                )
+            )
+        ).scalar_one()
+    assert sorted(step for step, _ in rows) == [0, 1, 2, 3, 4]
+    for step, metrics in rows:
+        for key in ("opd/reverse_kl_mean", "trainer/loss_sum", "train/staleness_max"):
+            assert metrics[key] == uninterrupted.steps[step][key], (step, key)
+    loaded = [call.args["model_path"] for call in fake.calls_named("create_sampling_client")]
+    assert kept in loaded

@@ -139,6 +139,13 @@ class TrainingClient(Protocol):
         """A sampler that keeps the current weights, whatever training does later."""
         ...
 
+    @call(Call.idempotent, returns=SamplingClient)
+    async def create_sampling_client_async(self, model_path: str) -> SamplingClient:
+        """A sampler of the weights `save_weights_for_sampler` saved at `model_path` (in
+        this run or an earlier one of the same model): it samples as the sampler made from
+        the training client at that moment would."""
+        ...
+
 
 class ServiceClient(Protocol):
     @call(Call.idempotent, returns=TrainingClient)

@@ -281,6 +281,10 @@ class TinkerTrainer:
         future = self.client.save_weights_and_get_sampling_client()
         return TinkerSampler(await future.result_async(timeout=self.timeout), self.timeout)
 
+    async def create_sampling_client_async(self, model_path: str) -> TinkerSampler:
+        future = self.client.create_sampling_client(model_path)
+        return TinkerSampler(await future.result_async(timeout=self.timeout), self.timeout)
+
 
 class TinkerService:
     """Tinker's ServiceClient, following the contract."""

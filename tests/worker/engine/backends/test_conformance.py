@@ -305,6 +305,21 @@ async def test_a_saved_state_resumes_exactly(harness, training):
     assert_close((await again.compute_logprobs_async(PROBE))[1:], expected[1:], rtol=1e-6)
 
 
+async def test_saved_sampler_weights_sample_as_the_sampler_made_then(harness, training):
+    """What the pipelined loop resumes from: a sampler of saved weights, made later or by a
+    later run, draws exactly what a sampler made when they were saved draws."""
+    await one_step(training, await training.save_weights_and_get_sampling_client_async())
+    then = await training.save_weights_and_get_sampling_client_async()
+    saved = await (await training.save_weights_for_sampler_async("conformance-000001"))
+    expected = [(s.tokens, s.logprobs) for s in await draw(then, n=3, seed=5)]
+    await one_step(training, await training.save_weights_and_get_sampling_client_async())
+    later_run = await harness.connect().create_lora_training_client_async(STUDENT, rank=8, seed=3)
+
+    for trainer in (training, later_run):
+        loaded = await trainer.create_sampling_client_async(saved.path)
+        assert [(s.tokens, s.logprobs) for s in await draw(loaded, n=3, seed=5)] == expected
+
+
 async def test_a_state_name_is_saved_once_per_run(harness, training):
     await (await training.save_state_async("once"))
     with pytest.raises(OPDError) as caught:

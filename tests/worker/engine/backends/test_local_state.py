@@ -13,10 +13,11 @@ from safetensors.torch import load_file
 
 from kernel.spec import JobSpec, LocalBackendSpec
 from tests.support import assert_close
+from tests.worker.engine.reference import reference_run
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.checkpoints import CheckpointError
 from worker.engine.datasets import Prompts
-from worker.engine.loop import SavedState, run_loop
+from worker.engine.loop import RunResult, SavedState, run_loop
 from worker.engine.sinks import Sink
 
 PROMPTS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 9 prime?"]
@@ -26,6 +27,7 @@ class Recorder(Sink):
     def __init__(self) -> None:
         self.metrics: dict[int, dict[str, float]] = {}
         self.checkpoints: dict[tuple[int, str], str] = {}
+        self.result: RunResult | None = None
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.metrics[step] = metrics
@@ -55,11 +57,32 @@ def spec() -> JobSpec:
     )
 
 
-async def run(artifact_dir: Path, resume: SavedState | None = None) -> Recorder:
+def pipelined(**loop: int) -> JobSpec:
+    """spec() with other loop settings (max_steps_off_policy, steps, save_every)."""
+    fields = spec().model_dump()
+    fields["loop"] |= loop
+    return JobSpec.model_validate(fields)
+
+
+async def run(
+    artifact_dir: Path,
+    resume: SavedState | None = None,
+    *,
+    job: JobSpec | None = None,
+    stop_after: int | None = None,
+) -> Recorder:
+    """Run `job` (spec() by default); with `stop_after` n steps, a stop is asked for."""
     recorder = Recorder()
-    job = spec()
+    job = job or spec()
     service = LocalServiceClient(job.local, artifact_dir)
-    await run_loop(job, service, Prompts(PROMPTS, [None] * len(PROMPTS)), recorder, resume=resume)
+    recorder.result = await run_loop(
+        job,
+        service,
+        Prompts(PROMPTS, [None] * len(PROMPTS)),
+        recorder,
+        resume=resume,
+        should_stop=lambda: stop_after is not None and len(recorder.metrics) >= stop_after,
+    )
     return recorder
 
 
@@ -89,6 +112,54 @@ async def test_a_resumed_run_reproduces_the_uninterrupted_run(tmp_path):
         for r in (whole, resumed)
     ]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+
+
+def final_adapter(folder: str) -> dict[str, torch.Tensor]:
+    return load_file(Path(folder) / "adapter_model.safetensors")
+
+
+def assert_same_training(resumed: Recorder, whole: Recorder, steps: int) -> None:
+    """The resumed run's steps are the uninterrupted run's, to the bit, and so are its
+    final weights."""
+    for step in resumed.metrics:
+        for key in ("opd/reverse_kl_mean", "trainer/loss_sum", "data/completion_tokens_total"):
+            assert resumed.metrics[step][key] == whole.metrics[step][key], (step, key)
+    expected = final_adapter(whole.checkpoints[steps, "final"])
+    actual = final_adapter(resumed.checkpoints[steps, "final"])
+    assert expected.keys() == actual.keys()
+    assert all(torch.equal(expected[name], actual[name]) for name in expected)
+
+
+async def test_on_policy_trains_exactly_as_the_reference_loop(tmp_path):
+    whole = await run(tmp_path / "loop")
+    service = LocalServiceClient(spec().local, tmp_path / "reference")
+    training, _ = await reference_run(spec(), service, PROMPTS)
+    reference = await (await training.save_weights_for_sampler_async("reference"))
+
+    expected, actual = final_adapter(reference.path), final_adapter(whole.checkpoints[6, "final"])
+    assert expected.keys() == actual.keys()
+    assert all(torch.equal(expected[name], actual[name]) for name in expected)
+
+
+async def test_one_step_off_policy_resumes_exactly_after_a_stop_and_after_a_crash(tmp_path):
+    job = pipelined(max_steps_off_policy=1, steps=7, save_every=3)
+    whole = await run(tmp_path / "whole", job=job)
+    assert [whole.metrics[s]["train/staleness_max"] for s in range(7)] == [0, 1, 1, 1, 1, 1, 1]
+
+    # Asked at step 1, whose resume needs the initial weights (not kept for a save): the
+    # stop takes effect a step later, with the weights of step 1 kept.
+    stopped = await run(tmp_path / "stopped", job=job, stop_after=1)
+    assert stopped.result is not None and stopped.result.state is not None
+    assert (stopped.result.steps_done, set(stopped.result.state.samplers)) == (2, {1})
+    after_stop = await run(tmp_path / "stopped", stopped.result.state, job=job)
+    assert sorted(after_stop.metrics) == [2, 3, 4, 5, 6]
+    assert_same_training(after_stop, whole, 7)
+
+    kept = {step: path for (step, kind), path in whole.checkpoints.items() if kind == "sampler"}
+    crash_state = SavedState(whole.checkpoints[6, "state"], 6, kept)
+    after_crash = await run(tmp_path / "whole", crash_state, job=job)
+    assert sorted(after_crash.metrics) == [6]
+    assert_same_training(after_crash, whole, 7)
 
 
 async def test_checkpoints_are_self_describing_folders(tmp_path):

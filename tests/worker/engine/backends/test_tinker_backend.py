@@ -310,6 +310,7 @@ SDK_CALLS = {
             "save_state",
             "save_weights_for_sampler",
             "save_weights_and_get_sampling_client",
+            "create_sampling_client",
         ],
     ),
     fake.FakeSamplingClient: (

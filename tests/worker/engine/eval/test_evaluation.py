@@ -138,6 +138,32 @@ async def test_a_resumed_run_reproduces_its_evals():
     assert eval_part(resumed.evals[4]) == eval_part(whole.evals[4])
 
 
+async def test_evals_leave_a_pipelined_run_as_it_was_and_resume_exactly():
+    """With max_steps_off_policy, an eval waits for the rollouts already sampling and
+    evaluates the weights of its boundary: the training is unchanged and a resumed run
+    repeats the evals."""
+    loop = {"steps": 5, "save_every": 2, "max_steps_off_policy": 1}
+    plain_fake, eval_fake = FakeServiceClient(), FakeServiceClient()
+    await run(make_spec(**loop), plain_fake)
+    whole = await run(make_spec({"every": 2}, **loop), eval_fake)
+
+    train_calls = [c.args["data"] for c in plain_fake.calls_named("forward_backward")]
+    assert [c.args["data"] for c in eval_fake.calls_named("forward_backward")] == train_calls
+    assert [s for s, m in whole.steps.items() if eval_part(m)] == [0, 2, 4]
+    on_policy = await run(make_spec({"every": 2}, steps=1), FakeServiceClient())
+    assert eval_part(whole.steps[0]) == eval_part(on_policy.steps[0]), "the initial weights"
+
+    saved = {(step, kind): path for step, kind, path in whole.checkpoints}
+    samplers = {step: path for (step, kind), path in saved.items() if kind == "sampler"}
+    resumed = await run(
+        make_spec({"every": 2}, **loop),
+        eval_fake,
+        resume=SavedState(saved[4, "state"], 4, samplers),
+    )
+    assert eval_part(resumed.steps[4]) == eval_part(whole.steps[4])
+    assert eval_part(resumed.evals[5]) == eval_part(whole.evals[5])
+
+
 async def test_the_teacher_baseline_and_pass_at_k():
     sink = await run(
         make_spec({"teacher_baseline": True, "samples_per_prompt": 3}, steps=1), FakeServiceClient()

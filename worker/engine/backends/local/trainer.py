@@ -145,6 +145,15 @@ class LocalTrainingClient:
             self.runner, self.model, self.tokenizer, self.placement, weights, version
         )
 
+    async def create_sampling_client_async(self, model_path: str) -> LocalSamplingClient:
+        """A sampler over this model with LoRA weights `save_weights_for_sampler` saved: the
+        same tensors and the same version (the steps they had taken) as the sampler made
+        at that moment, so it draws exactly what that one would."""
+        weights, version = await self.runner.submit(self.saved_sampler, Path(model_path))
+        return LocalSamplingClient(
+            self.runner, self.model, self.tokenizer, self.placement, weights, version
+        )
+
     async def save_weights_for_sampler_async(
         self, name: str
     ) -> asyncio.Future[SaveWeightsForSamplerResponse]:
@@ -236,6 +245,34 @@ class LocalTrainingClient:
         weights = {name: p.detach().clone() for name, p in self.trainable.items()}
         return weights, self.steps
 
+    def saved_sampler(self, folder: Path) -> tuple[dict[str, Tensor], int]:
+        """Sampler weights saved by a run of this model, keyed as its trainable parameters."""
+        manifest = read_manifest(folder, SAMPLER)
+        self.check_saved_by_this_model(f"sampler weights {str(folder)!r}", manifest)
+        try:
+            adapter = load_file(folder / ADAPTER_WEIGHTS)
+            # peft saves each LoRA tensor without the adapter's name in its key.
+            infix = f".{self.model.active_adapter}."
+            weights = {
+                name: adapter[name.replace(infix, ".")].to(param.device, param.dtype)
+                for name, param in self.trainable.items()
+            }
+            if len(adapter) != len(weights):
+                raise ValueError("its adapter does not match this model's LoRA layers")
+        except (OSError, ValueError, KeyError, SafetensorError) as error:
+            message = f"cannot load sampler weights {str(folder)!r}: {error}"
+            raise CheckpointError(message) from error
+        return weights, int(manifest["step"])
+
+    def check_saved_by_this_model(self, what: str, manifest: dict) -> None:
+        saved = (manifest.get("base_model"), manifest.get("lora_rank"))
+        if saved != (self.base_model, self.rank):
+            raise CheckpointError(
+                f"{what} was saved by base model {saved[0]!r} with LoRA rank "
+                f"{saved[1]}; this run uses {self.base_model!r} with rank {self.rank}",
+                code="checkpoint_config_mismatch",
+            )
+
     def save(self, folder: Path, kind: str, response: type[Any]) -> Any:
         with atomic_dir(folder) as temporary:
             # Embeddings are never trained; False also skips peft's Hugging Face Hub lookup.
@@ -255,13 +292,7 @@ class LocalTrainingClient:
 
     def restore(self, folder: Path) -> dict:
         manifest = read_manifest(folder, STATE)
-        saved = (manifest.get("base_model"), manifest.get("lora_rank"))
-        if saved != (self.base_model, self.rank):
-            raise CheckpointError(
-                f"state {str(folder)!r} was saved by base model {saved[0]!r} with LoRA rank "
-                f"{saved[1]}; this run uses {self.base_model!r} with rank {self.rank}",
-                code="checkpoint_config_mismatch",
-            )
+        self.check_saved_by_this_model(f"state {str(folder)!r}", manifest)
         try:
             adapter = load_file(folder / ADAPTER_WEIGHTS)
             optimizer_state = torch.load(folder / OPTIMIZER_STATE, weights_only=True)

@@ -1,0 +1,187 @@
+"""The rollouts of the steps ahead, sampled in schedule order while earlier steps train.
+
+`Rollouts` makes each step's sampler from the weights `schedule.sampler_version` names and
+queues the step's sampling and scoring on a `Lane`, which runs one job at a time in the
+order queued. One at a time keeps every batch exactly what the on-policy loop makes (the
+local backend batches the requests that arrive together, and what shares a batch can
+change the last bits), and held-out evals join the same lane for the same reason.
+
+With k = `max_steps_off_policy` >= 1 each step gets a fresh sampler (a backend may seed a
+request by its ordinal within its sampler) and a seed of its own. Weights that a resume
+would sample from again are saved when they are made (`kept`): those a scheduled state
+save needs, and, once a stop was asked for, every new set, so the stop can take effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from pytrio.types import SamplingParams
+
+from kernel.errors import OPDError
+from kernel.spec import JobSpec
+from worker.engine.backends.contract import SamplingClient, TrainingClient
+from worker.engine.datums import batch_indices
+from worker.engine.rollouts import Batch, sample_and_score
+from worker.engine.schedule import (
+    kept_for_a_save,
+    last_step_sampled_by,
+    resume_versions,
+    sampler_version,
+    step_seed,
+)
+from worker.engine.sinks import Sink
+
+T = TypeVar("T")
+
+
+class Lane:
+    """Runs queued coroutines one at a time, in the order they were queued."""
+
+    def __init__(self) -> None:
+        self.last: asyncio.Task[Any] | None = None
+        self.pending: set[asyncio.Task[Any]] = set()
+
+    def queue(self, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
+        previous = self.last
+
+        async def after_previous() -> T:
+            if previous is not None:
+                await asyncio.wait([previous])
+            return await work()
+
+        task = asyncio.create_task(after_previous())
+        self.last = task
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+        return task
+
+    async def close(self) -> None:
+        """Cancel what is queued or running and wait until it has stopped."""
+        for task in self.pending:
+            task.cancel()
+        await asyncio.gather(*self.pending, return_exceptions=True)
+
+
+def sampler_weights_name(spec: JobSpec, version: int) -> str:
+    """The name sampler weights are saved under: the same as a scheduled checkpoint's."""
+    return f"{spec.loop.save_weights_name}-{version:06d}"
+
+
+class Rollouts:
+    """Every step's batch, from the sampler the schedule names, queued as soon as it can be."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        training: TrainingClient,
+        teacher: SamplingClient,
+        params: SamplingParams,
+        render: Callable[[str], list[int]],
+        questions: list[str],
+        sink: Sink,
+        *,
+        start: int,
+        kept: Mapping[int, str],
+    ) -> None:
+        self.spec, self.loop = spec, spec.loop
+        self.training, self.teacher = training, teacher
+        self.params, self.render, self.questions, self.sink = params, render, questions, sink
+        self.kept = dict(kept)
+        """Saved sampler weights by version (the optimizer steps they had taken)."""
+        self.keep_all = False
+        self.next_step = start
+        self.lane = Lane()
+        self.batches: dict[int, asyncio.Task[Batch]] = {}
+        self.shared: dict[int, SamplingClient] = {}
+        """k = 0: one sampler per refresh block, shared by its steps, as the reference does."""
+
+    def questions_of(self, step: int) -> list[str]:
+        indices = batch_indices(step, self.loop.batch_size, len(self.questions))
+        return [self.questions[i] for i in indices]
+
+    async def refresh(self, boundary: int) -> None:
+        """At a step boundary (the weights have taken `boundary` steps), make the samplers
+        of the steps that may start sampling now and queue their rollouts."""
+        for step in range(self.next_step, last_step_sampled_by(boundary, self.loop) + 1):
+            version = sampler_version(step, self.loop)
+            sampler = await self.sampler(step, version, boundary)
+            self.batches[step] = self.lane.queue(
+                lambda step=step, sampler=sampler, version=version: self.sample(
+                    step, sampler, version
+                )
+            )
+            self.next_step = step + 1
+
+    async def batch(self, step: int) -> Batch:
+        return await self.batches.pop(step)
+
+    async def sampler(self, step: int, version: int, boundary: int) -> SamplingClient:
+        if not self.loop.max_steps_off_policy:
+            if version not in self.shared:
+                self.shared = {version: await self.current_weights_sampler()}
+            return self.shared[version]
+        if version == boundary and (self.keep_all or kept_for_a_save(version, self.loop)):
+            await self.keep(version)
+        if version in self.kept:
+            return await self.training.create_sampling_client_async(self.kept[version])
+        if version == boundary:
+            return await self.current_weights_sampler()
+        raise OPDError(
+            f"cannot resume at step {boundary}: step {step} samples from the weights after "
+            f"{version} steps, and no sampler weights saved then were given",
+            code="bad_resume_state",
+        )
+
+    async def current_weights_sampler(self) -> SamplingClient:
+        return await self.training.save_weights_and_get_sampling_client_async()
+
+    async def keep(self, version: int) -> None:
+        """Save the current weights (`version` steps) for a resumed run to sample from."""
+        if version in self.kept:
+            return
+        name = sampler_weights_name(self.spec, version)
+        saved = await (await self.training.save_weights_for_sampler_async(name))
+        self.sink.checkpoint(version, "sampler", saved.path)
+        self.kept[version] = saved.path
+
+    async def sample(self, step: int, sampler: SamplingClient, version: int) -> Batch:
+        params = self.params
+        if self.loop.max_steps_off_policy:
+            params = params.model_copy(update={"seed": step_seed(params.seed, step)})
+        return await sample_and_score(
+            sampler,
+            self.teacher,
+            [self.render(question) for question in self.questions_of(step)],
+            self.loop.group_size,
+            params,
+            version,
+        )
+
+    def keep_new_weights(self) -> None:
+        """A stop was asked for: save every set of weights made from now on, so that the
+        stop can take effect as soon as a resumed run would need no others."""
+        self.keep_all = True
+
+    def resumable_at(self, boundary: int) -> bool:
+        """Whether a run stopped at `boundary` resumes exactly from its state (and the kept
+        weights): k = 0 at a sampler refresh, k >= 1 once every older weights its next
+        steps sample from are saved."""
+        if not self.loop.max_steps_off_policy:
+            return boundary % self.loop.sampler_refresh_steps == 0
+        return resume_versions(boundary, self.loop).issubset(self.kept)
+
+    def resume_weights(self, boundary: int) -> dict[int, str]:
+        """The saved sampler weights a run resumed at `boundary` samples from."""
+        return {version: self.kept[version] for version in resume_versions(boundary, self.loop)}
+
+    def saved_sampler(self, version: int, path: str) -> None:
+        """Sampler weights a scheduled checkpoint saved: no need to save them again."""
+        if self.loop.max_steps_off_policy:
+            self.kept[version] = path
+
+    async def close(self) -> None:
+        """Drop the rollouts not trained on yet (a stop, a failure)."""
+        await self.lane.close()
