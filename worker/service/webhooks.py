@@ -26,6 +26,7 @@ from app.store.webhooks import Outcome, Outgoing, record_attempt, take_due
 
 log = logging.getLogger(__name__)
 BATCH = 20
+LEASE_MARGIN_SECONDS = 5.0
 USER_AGENT = "opd-webhooks/1"
 MAX_ERROR_CHARS = 500
 
@@ -71,8 +72,9 @@ class Sender:
 
     @property
     def lease_seconds(self) -> float:
-        """Long enough for a whole attempt: a live sender is never overtaken."""
-        return 2 * self.settings.webhook_timeout + 5
+        """Longer than a whole attempt (cut at the timeout) and its record: a live sender is
+        never overtaken, a dead one's deliveries are sent again soon."""
+        return self.settings.webhook_timeout + LEASE_MARGIN_SECONDS
 
     def wake(self) -> None:
         self.woken.set()
@@ -118,14 +120,17 @@ class Sender:
             body = body_of(delivery.payload)
             headers = signed_headers(delivery, body, datetime.now(UTC))
             headers["host"] = httpx.URL(delivery.url).netloc.decode()
-            response = await self.http.post(
-                address_url(delivery.url, target.address, target.port),
-                content=body.encode(),
-                headers=headers,
-                extensions={"sni_hostname": target.host},
-            )
+            async with asyncio.timeout(self.settings.webhook_timeout):
+                response = await self.http.post(
+                    address_url(delivery.url, target.address, target.port),
+                    content=body.encode(),
+                    headers=headers,
+                    extensions={"sni_hostname": target.host},
+                )
         except UnsafeUrl as error:
             return None, str(error)
+        except TimeoutError:
+            return None, f"no answer within {self.settings.webhook_timeout:g} s"
         except httpx.HTTPError as error:
             reason = str(error) or type(error).__name__
             return None, f"{type(error).__name__}: {reason}"[:MAX_ERROR_CHARS]
