@@ -70,6 +70,10 @@ class JobQueue:
                 f"Redis at {redis_address(self.redis_url)} did not answer ({operation}): {reason}"
             ) from error
 
+    async def connection(self) -> ArqRedis:
+        """The arq connection, for callers with waits of their own (raises QueueUnavailable)."""
+        return await self._call("connect", lambda pool: asyncio.sleep(0, result=pool))
+
     def arq_job_id(self, job_id: int, enqueue_count: int) -> str:
         """arq's id for the `enqueue_count`-th send of a job: never reused, even after an
         abort, nor shared with another service's queue on the same Redis."""

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
@@ -41,10 +49,60 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def checkpoint_ref(value: Any) -> str | int:
+    """`final`, or a step number (0..MAX_STEPS)."""
+    if value == "final":
+        return "final"
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS:
+        return value
+    raise ValueError(f"should be 'final' or a step number from 0 to {MAX_STEPS}, not {value!r}")
+
+
+CheckpointRef = Annotated[
+    str | int,
+    PlainValidator(checkpoint_ref),
+    WithJsonSchema(
+        {"anyOf": [{"const": "final"}, {"type": "integer", "minimum": 0, "maximum": MAX_STEPS}]}
+    ),
+]
+"""A job's saved weights: `final` (saved when it ended) or the step they were saved after."""
+
+
+class InitFrom(SpecModel):
+    """Where a continued job's student starts: a training state another job saved."""
+
+    job: int | None = Field(
+        None, ge=1, le=2**31 - 1, description="The job whose state to start from (the service)."
+    )
+    checkpoint: CheckpointRef = Field(
+        "final", description="`final`: the state saved when that job ended; N: after step N."
+    )
+    with_optimizer: bool = Field(
+        False,
+        description="Also restore the optimizer (Adam's moments and step count); false = the "
+        "weights only, with a fresh optimizer.",
+    )
+    path: str | None = Field(
+        None,
+        max_length=1000,
+        description="The saved state to load: the service fills it from `job` and "
+        "`checkpoint` (and refuses one given); `opd run` takes it instead of `job`.",
+    )
+
+    @model_validator(mode="after")
+    def _names_a_state(self) -> InitFrom:
+        if self.job is None and self.path is None:
+            raise ValueError("init_from needs a job (submitted to the service) or a path")
+        return self
+
+
 class StudentSpec(SpecModel):
     base_model: ModelName = "Qwen/Qwen3.5-4B"
     lora_rank: int = Field(32, ge=4, le=64, description="PyTRIO accepts 4..64.")
     seed: int = Field(42, ge=0, le=2**31 - 1)
+    init_from: InitFrom | None = Field(
+        None, description="Start from another job's saved state instead of a fresh LoRA."
+    )
 
 
 class TeacherSpec(SpecModel):

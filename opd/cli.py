@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from kernel.spec import SpecError, load_spec
 from kernel.summary import JobSummary, summary_lines
 from opd.client import ApiError
+from opd.outputs import add_output_commands
 from opd.shading import sample_text
 
 if TYPE_CHECKING:
@@ -447,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--step", type=int, help="only this step's rollouts")
     samples.add_argument("--limit", type=int, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
+    add_output_commands(commands, http)
 
     usage = commands.add_parser("usage", parents=[http], help="tokens used, per job or per day")
     usage.add_argument("--since", type=duration, default=timedelta(days=7), metavar="7d")

@@ -27,19 +27,18 @@ def sample_text(sample: dict[str, Any], color: bool) -> str:
     head = f"step {sample['step']} #{sample['position']}: reverse KL mean {mean:.4f}{cut}"
     lines = [head, f"prompt: {sample['prompt']}"]
     if color:
-        shaded = "".join(
-            f"{shade(kl)}{token}\033[0m"
-            for token, kl in zip(sample["tokens"], sample["reverse_kl"], strict=True)
-        )
-        return "\n".join([*lines, shaded, ""])
-    worst = sorted(
-        (
-            pair
-            for pair in zip(sample["tokens"], sample["reverse_kl"], strict=True)
-            if pair[1] is not None
-        ),
-        key=lambda pair: -pair[1],
-    )[:WORST_SHOWN]
+        return "\n".join([*lines, shaded_tokens(sample["tokens"], sample["reverse_kl"]), ""])
     lines.append(f"completion: {sample['completion']}")
-    lines.append("highest reverse KL: " + ", ".join(f"{token!r} {kl:.3f}" for token, kl in worst))
+    lines.append(f"highest reverse KL: {worst_tokens(sample['tokens'], sample['reverse_kl'])}")
     return "\n".join([*lines, ""])
+
+
+def shaded_tokens(tokens: list[str], kls: list[float | None]) -> str:
+    return "".join(f"{shade(kl)}{token}\033[0m" for token, kl in zip(tokens, kls, strict=True))
+
+
+def worst_tokens(tokens: list[str], kls: list[float | None]) -> str:
+    """The tokens the teacher disagreed with most, with their reverse KL."""
+    scored = [(token, kl) for token, kl in zip(tokens, kls, strict=True) if kl is not None]
+    worst = sorted(scored, key=lambda pair: -pair[1])[:WORST_SHOWN]
+    return ", ".join(f"{token!r} {kl:.3f}" for token, kl in worst)

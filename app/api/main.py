@@ -21,13 +21,16 @@ from app.api.metrics_listener import metrics_listener
 from app.api.routes import (
     audit,
     checkpoints,
+    clone,
     compare,
+    downloads,
     events,
     export,
     health,
     jobs,
     keys,
     metrics,
+    playground,
     prometheus,
     samples,
     teams,
@@ -46,7 +49,7 @@ api_router = APIRouter()
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
-for module in (usage, webhooks, audit, teams, keys):
+for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
 

@@ -63,6 +63,23 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(
         2.0, gt=0, description="Seconds the API waits for Redis (and readiness probes) to answer."
     )
+    sample_timeout: float = Field(
+        60.0, gt=0, le=600, description="Seconds a playground request waits for a worker."
+    )
+    sample_concurrency: int = Field(
+        2, ge=1, le=64, description="Playground tasks one worker process runs at once."
+    )
+    sampler_cache_entries: int = Field(
+        4, ge=1, le=64, description="Sampling clients a worker keeps loaded for the playground."
+    )
+    sampler_cache_mb: float = Field(
+        4096.0, gt=0, description="MiB the models a worker keeps for the playground may hold."
+    )
+    download_timeout: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds a checkpoint download waits for a worker to fetch a remote archive.",
+    )
     session_secret: SecretStr | None = Field(
         None,
         min_length=32,

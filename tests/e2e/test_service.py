@@ -30,7 +30,14 @@ def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Se
 
     checkpoints = service.client().checkpoints(job["id"])
     kinds = [(c["step"], c["kind"]) for c in checkpoints]
-    assert kinds == [(20, "state"), (20, "sampler"), (40, "state"), (40, "sampler"), (60, "final")]
+    assert kinds == [
+        (20, "state"),
+        (20, "sampler"),
+        (40, "state"),
+        (40, "sampler"),
+        (60, "state"),
+        (60, "final"),
+    ]
     assert all(Path(c["path"]).is_dir() for c in checkpoints)
     assert done["final_weights_path"] == checkpoints[-1]["path"]
     assert Path(done["final_weights_path"], "adapter_model.safetensors").is_file()

@@ -170,6 +170,27 @@ class FakeServiceClient:
         user_metadata: dict[str, str] | None = None,
         weights_access_token: str | None = None,
     ) -> tinker.APIFuture[FakeTrainingClient]:
+        return self.from_state(path, base_model, user_metadata, weights_access_token, True)
+
+    def create_training_client_from_state(
+        self,
+        path: str,
+        base_model: str | None = None,
+        user_metadata: dict[str, str] | None = None,
+        weights_access_token: str | None = None,
+        optimizer: types.OptimizerConfig | None = None,
+    ) -> tinker.APIFuture[FakeTrainingClient]:
+        """The state's weights with a fresh optimizer (its step count 0)."""
+        return self.from_state(path, base_model, user_metadata, weights_access_token, False)
+
+    def from_state(
+        self,
+        path: str,
+        base_model: str | None,
+        user_metadata: dict[str, str] | None,
+        weights_access_token: str | None,
+        with_optimizer: bool,
+    ) -> tinker.APIFuture[FakeTrainingClient]:
         def load() -> FakeTrainingClient:
             request = types.LoadWeightsRequest(
                 session_id=self.session_id,
@@ -177,7 +198,7 @@ class FakeServiceClient:
                 base_model=base_model,
                 user_metadata=user_metadata,
                 path=path,
-                optimizer=True,
+                optimizer=with_optimizer,
                 weights_access_token=weights_access_token,
             )
             saved = self.checkpoints.get(path) if checkpoint_kind(path) == "training" else None
@@ -195,7 +216,7 @@ class FakeServiceClient:
                 saved.base_model,
                 saved.rank,
                 saved.weights,
-                saved.optimizer_steps,
+                saved.optimizer_steps if with_optimizer else 0,
             )
 
         return completed(load)

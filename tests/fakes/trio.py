@@ -6,6 +6,7 @@ returns PyTRIO's own types, and runs every request through PyTRIO's own request 
 rank check), so a request the real service would reject is rejected here too. A toy model
 (`tests/fakes/model.py`) samples and scores; training changes its weights as a function of
 the data, so a state saved and loaded continues exactly. Every accepted call is recorded.
+Its REST client (`trio_rest.py`) lists the checkpoints it saved and serves their archives.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -52,6 +54,7 @@ from pytrio.types import (
 )
 
 from tests.fakes import model
+from tests.fakes.trio_rest import FakeRestClient
 
 TRAINING_LIMITS = TrainingLimits(
     max_batch_size=64, max_tokens_per_request=16_384, max_seq_len=8_192
@@ -72,6 +75,7 @@ class Checkpoint:
     rank: int
     optimizer_steps: int
     weights: str
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def require(value: Any, kind: type, name: str) -> None:
@@ -121,6 +125,10 @@ class FakeServiceClient:
 
     def tokenizer_for(self, base_model: str) -> Any:
         return self.tokenizers.get(base_model, model.TOKENIZER)
+
+    def create_rest_client(self) -> FakeRestClient:
+        """PyTRIO's REST client: lists what this fake saved and serves its archives."""
+        return FakeRestClient(self)
 
     async def create_lora_training_client_async(
         self,
@@ -283,6 +291,13 @@ class FakeTrainingClient:
         )
 
     async def load_state_with_optimizer_async(self, path: str) -> APIFuture[dict[str, Any]]:
+        return self.load(path, with_optimizer=True)
+
+    async def load_state_async(self, path: str) -> APIFuture[dict[str, Any]]:
+        """The state's weights only: the optimizer starts fresh (its step count 0)."""
+        return self.load(path, with_optimizer=False)
+
+    def load(self, path: str, *, with_optimizer: bool) -> APIFuture[dict[str, Any]]:
         if self.started:
             raise ValidationError(
                 "load_state cannot be called after training has started. "
@@ -298,8 +313,10 @@ class FakeTrainingClient:
                 code="validation.checkpoint_config_mismatch",
             )
         self.started = True
-        self.optimizer_steps, self.weights = saved.optimizer_steps, saved.weights
-        self.service.record("load_state_with_optimizer", path=path)
+        self.weights = saved.weights
+        self.optimizer_steps = saved.optimizer_steps if with_optimizer else 0
+        name = "load_state_with_optimizer" if with_optimizer else "load_state"
+        self.service.record(name, path=path)
         return APIFuture.completed({})
 
 

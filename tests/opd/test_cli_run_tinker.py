@@ -54,6 +54,7 @@ def test_opd_run_trains_on_tinker_and_saves_there(tmp_path, monkeypatch, capsys)
         final,
         "tinker://run-0/weights/tinker-opd-state-000002",
         "tinker://run-0/sampler_weights/tinker-opd-000002",
+        "tinker://run-0/weights/tinker-opd-state-000004",
     }
     metrics = read_metrics(Path("metrics.jsonl"))
     assert sorted(metrics) == [0, 1, 2, 3]

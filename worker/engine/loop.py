@@ -26,7 +26,7 @@ from pytrio.types import AdamParams, Datum, SamplingParams
 
 from kernel.errors import OPDError, TokenizerMismatch
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
-from kernel.spec import JobSpec
+from kernel.spec import InitFrom, JobSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
@@ -35,6 +35,8 @@ from worker.engine.pipeline import Rollouts, sampler_weights_name
 from worker.engine.rollouts import Batch, Completion, opd_datums
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
+
+RENDERED_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class Run:
     params: SamplingParams
     adam: AdamParams
     sink: Sink
+    rendered: dict[str, list[int]] = field(default_factory=dict)
+    """Questions rendered recently: each step renders its own, and again for its samples."""
 
     async def train(self, datums: list[Datum]) -> dict[str, float]:
         """One forward_backward and one optim_step, both submitted before either is awaited."""
@@ -154,11 +158,12 @@ class Run:
         kept = []
         for completion in completions:
             tokens = completion.tokens[:MAX_SAMPLE_TOKENS]
+            pieces = {token: decode([token]) for token in set(tokens)}
             kept.append(
                 KeptSample(
                     prompt=by_prompt[tuple(completion.prompt)][:MAX_PROMPT_CHARS],
                     completion=decode(tokens, skip_special_tokens=True),
-                    tokens=[decode([token]) for token in tokens],
+                    tokens=[pieces[token] for token in tokens],
                     reverse_kl=completion.reverse_kl[: len(tokens)].tolist(),
                     truncated=len(tokens) < len(completion.tokens),
                 )
@@ -188,6 +193,8 @@ async def open_run(
             f"Resumed from {resume.path} at step {resume.step}",
             {"step": resume.step, "path": resume.path},
         )
+    elif spec.student.init_from is not None:
+        await start_from(training, spec.student.init_from, sink)
     tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
     teacher = await service.create_sampling_client_async(
         base_model=spec.teacher.base_model, model_path=spec.teacher.model_path
@@ -207,9 +214,34 @@ async def open_run(
     )
 
 
+async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> None:
+    """Load the saved state a continued job starts from (weights, and the optimizer if
+    asked); the job still counts its own steps from 0."""
+    if init.path is None:
+        raise OPDError(
+            f"student.init_from names job {init.job} but no state path: a job's state is "
+            "found by the service (submit the spec to it), or give init_from.path",
+            code="bad_init_from",
+        )
+    load = (
+        training.load_state_with_optimizer_async
+        if init.with_optimizer
+        else training.load_state_async
+    )
+    await (await load(init.path))
+    what = "weights and optimizer" if init.with_optimizer else "weights"
+    sink.event("info", f"Started from the {what} of {init.path}", {"path": init.path})
+
+
 def prompt_tokens(run: Run, question: str) -> list[int]:
-    dataset = run.spec.dataset
-    return build_prompt(run.tokenizer, question, dataset.question_suffix, dataset.enable_thinking)
+    if question not in run.rendered:
+        if len(run.rendered) >= RENDERED_KEPT:
+            run.rendered.clear()
+        dataset = run.spec.dataset
+        run.rendered[question] = build_prompt(
+            run.tokenizer, question, dataset.question_suffix, dataset.enable_thinking
+        )
+    return run.rendered[question]
 
 
 def evaluation_for(run: Run, prompts: Prompts, grade: Grade | None) -> Evaluation:
@@ -345,6 +377,9 @@ async def run_loop(
 
     if evaluation is not None:
         sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
+    if not (latest and latest.step == loop.steps):
+        # A final state too, so that another job can continue this one (`init_from`).
+        await run.save_state(loop.steps)
     final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
     sink.checkpoint(loop.steps, "final", final.path)
     sink.event("info", f"Saved weights: {final.path}", {"path": final.path})

@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
 from app.queue import TASK_NAME, JobQueue
+from worker.service.quick import quick_worker
 from worker.service.sweeper import sweep
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
 from worker.service.webhooks import Sender
@@ -88,6 +89,7 @@ async def serve_worker(settings: Settings) -> None:
         handle_signals=False,
         ctx={"opd": ctx},
     )
+    quick = quick_worker(settings, OPDWorker)
     loop = asyncio.get_running_loop()
     draining: list[asyncio.Task[None]] = []
 
@@ -101,6 +103,7 @@ async def serve_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     sweeper = loop.create_task(sweep_forever(ctx))
+    answering = loop.create_task(quick.async_run())
     sending = loop.create_task(sender.run_forever())
     log.info("worker %s serving queue %s", ctx.worker_id, settings.queue_name)
     try:
@@ -108,6 +111,8 @@ async def serve_worker(settings: Settings) -> None:
             await worker.async_run()
     finally:
         sweeper.cancel()
+        answering.cancel()
+        await quick.close()
         sending.cancel()
         await sender.close()
         await worker.close()

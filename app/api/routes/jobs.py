@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Response
 from sqlmodel import select
@@ -21,6 +21,7 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
+from app.continuation import InitFromRejected, continued
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.pricing import PriceTable
 from app.queue import enqueue_job
@@ -35,6 +36,15 @@ from kernel.spec import FileDataset, JobSpec
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Same key + same spec = the same job (200); a different spec = 422.",
+    ),
+]
 RETRY_AFTER_SECONDS = 60
 """What a 429 suggests: queued jobs start as slots free up, seldom within a minute."""
 
@@ -68,15 +78,13 @@ def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
         raise ApiError(422, "invalid_request", f"dataset.path: {error}", "dataset.path") from error
 
 
-@router.post(
-    "",
-    status_code=201,
-    response_model=JobPublic,
-    responses={
-        200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
-        **error_responses(400, 403, 413, 429),
-    },
-)
+SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
+    **error_responses(400, 403, 413, 429),
+}
+
+
+@router.post("", status_code=201, response_model=JobPublic, responses=SUBMIT_RESPONSES)
 async def submit_job(
     spec: JobSpec,
     session: SessionDep,
@@ -85,21 +93,18 @@ async def submit_job(
     settings: SettingsDep,
     prices: PricesDep,
     response: Response,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            min_length=1,
-            max_length=255,
-            description="Same key + same spec = the same job (200); a different spec = 422.",
-        ),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root. Over the team's queued limit: 429 with Retry-After;
+    lie under the server's data root; a `student.init_from` must name a state one of the
+    team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
     at its running limit the job waits, its `queue_reason` says so."""
     check_dataset_path(spec, settings.data_root)
+    try:
+        spec = await continued(session, principal.scope, spec)
+    except InitFromRejected as error:
+        raise ApiError(422, "invalid_request", str(error), error.param) from None
     try:
         result = await create_job(
             session, principal.team_id, spec, idempotency_key, Limits.of(settings)

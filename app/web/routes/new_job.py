@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
+from app.continuation import InitFromRejected, continued, editable
 from app.queue import enqueue_job
 from app.store.audit import record_audit
 from app.store.jobs import create_job
@@ -19,7 +20,7 @@ from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
-from app.web.spec_form import FieldError, check_spec_text
+from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -71,7 +72,7 @@ async def new_job_page(
         text = example_spec()
     else:
         job = await get_job(session, clone, viewer.scope)
-        text = yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True)
+        text = yaml.safe_dump(editable(job.spec), sort_keys=False, allow_unicode=True)
     return form_page(request, viewer, text, str(uuid.uuid4()), [])
 
 
@@ -93,7 +94,12 @@ async def submit_job(
     if check.spec is None:
         return form_page(request, viewer, text, key, check.errors, status_code=422)
     try:
-        result = await create_job(session, viewer.team_id, check.spec, key, Limits.of(settings))
+        spec = await continued(session, viewer.scope, check.spec)
+    except InitFromRejected as error:
+        errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
+        return form_page(request, viewer, text, key, errors, status_code=422)
+    try:
+        result = await create_job(session, viewer.team_id, spec, key, Limits.of(settings))
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
     if result.changed:

@@ -188,7 +188,8 @@ async def test_sampler_is_refreshed_every_sampler_refresh_steps() -> None:
     assert versions_per_step == [0, 0, 2, 2, 4]
 
 
-async def test_checkpoints_on_schedule_and_final_weights_under_save_weights_name() -> None:
+async def test_checkpoints_on_schedule_and_a_final_state_and_weights() -> None:
+    """The final state lets another job continue this one (`student.init_from`)."""
     fake = FakeServiceClient()
     spec = make_spec(steps=5, save_every=2, save_weights_name="my-run")
 
@@ -204,6 +205,7 @@ async def test_checkpoints_on_schedule_and_final_weights_under_save_weights_name
         (2, "sampler"),
         (4, "state"),
         (4, "sampler"),
+        (5, "state"),
         (5, "final"),
     ]
     assert [
@@ -213,6 +215,7 @@ async def test_checkpoints_on_schedule_and_final_weights_under_save_weights_name
         ("my-run-000002", 2),
         ("my-run-state-000004", 4),
         ("my-run-000004", 4),
+        ("my-run-state-000005", 5),
         ("my-run", 5),
     ]
 
@@ -252,6 +255,23 @@ async def test_a_stop_at_the_step_a_run_resumed_from_saves_nothing_new() -> None
 
     assert result.state == state and result.steps_done == 2
     assert len(fake.calls_named("save_state")) == saves_before
+
+
+async def test_a_run_resumed_at_its_end_keeps_that_state_as_its_final_one() -> None:
+    fake = FakeServiceClient()
+    spec = make_spec(steps=4, save_every=2)
+    whole = await run(spec, fake)
+    [final_state] = [path for step, kind, path in whole.checkpoints if (step, kind) == (4, "state")]
+    saves_before = len(fake.calls_named("save_state"))
+    sink = RecordingSink()
+
+    result = await run_loop(
+        spec, fake, Prompts(PROMPTS, [None] * 3), sink, resume=SavedState(final_state, 4)
+    )
+
+    assert result.final_weights_path is not None
+    assert len(fake.calls_named("save_state")) == saves_before
+    assert [(step, kind) for step, kind, _ in sink.checkpoints] == [(4, "final")]
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from kernel.retry import Backoff
 from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
-from worker.engine.backends.contract import ServiceClient
-from worker.engine.backends.resilient import Warn, resilient
+from worker.engine.backends.contract import SamplingClient, ServiceClient
+from worker.engine.backends.resilient import Resilient, Warn, resilient
 
 
 def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
@@ -39,3 +39,10 @@ def call_backoff(options: RemoteBackendSpec) -> Backoff:
         cap=MAX_RETRY_DELAY_SECONDS,
         attempts=options.call_attempts,
     )
+
+
+def footprint(client: SamplingClient) -> int:
+    """Bytes a sampling client holds in this process: a local model's tensors; a remote
+    backend's client holds next to nothing (its weights stay on the service)."""
+    inner = client.inner if isinstance(client, Resilient) else client
+    return int(getattr(inner, "memory_bytes", 0))

@@ -127,6 +127,12 @@ class TrainingClient(Protocol):
         """Restore a saved state; only before the first training call."""
         ...
 
+    @call(Call.state_changing)
+    async def load_state_async(self, path: str) -> Awaitable[Any]:
+        """Load only a saved state's weights (the optimizer starts fresh); only before the
+        first training call."""
+        ...
+
     @call(Call.idempotent_future)
     async def save_weights_for_sampler_async(
         self, name: str

@@ -11,8 +11,9 @@ converted back, and no result is waited on longer than `tinker.call_timeout_seco
 - Saves: Tinker reports only a checkpoint's path, so `model` is the run's base model and
   `size` 0 (unknown). A state name is saved once per run (`save_state_async`).
 - Resuming: `load_state_with_optimizer` opens a new training run from the state with
-  `create_training_client_from_state_with_optimizer`, as Tinker recommends; the run made
-  just before it is left unused.
+  `create_training_client_from_state_with_optimizer`, as Tinker recommends (`load_state`,
+  weights only, with `create_training_client_from_state`); the run made just before it is
+  left unused.
 - The contract has no close, so Tinker's session (and its heartbeat) lasts as long as the
   process that opened it.
 """
@@ -244,24 +245,31 @@ class TinkerTrainer:
 
     async def load_state_with_optimizer_async(self, path: str) -> Awaitable[None]:
         """A new Tinker run from the state, with its optimizer, in place of this one."""
+        create = self.service.client.create_training_client_from_state_with_optimizer
+        return await self.load("load_state_with_optimizer", create, path)
+
+    async def load_state_async(self, path: str) -> Awaitable[None]:
+        """A new Tinker run from the state's weights (a fresh optimizer), in place of this one."""
+        create = self.service.client.create_training_client_from_state
+        return await self.load("load_state", create, path)
+
+    async def load(
+        self, what: str, create: Callable[..., tinker.APIFuture[Any]], path: str
+    ) -> Awaitable[None]:
         if self.trained:
             raise BackendRejected(
-                "the backend rejected load_state_with_optimizer: a state is loaded only "
-                "before the first training call"
+                f"the backend rejected {what}: a state is loaded only before the first "
+                "training call"
             )
-        future = await self.service.submit(
-            self.service.client.create_training_client_from_state_with_optimizer,
-            path,
-            base_model=self.base_model,
-        )
-        return settle(future, self.timeout, lambda client: self.resume(path, client))
+        future = await self.service.submit(create, path, base_model=self.base_model)
+        return settle(future, self.timeout, lambda client: self.resume(what, path, client))
 
-    def resume(self, path: str, client: tinker.TrainingClient) -> None:
+    def resume(self, what: str, path: str, client: tinker.TrainingClient) -> None:
         rank = client.get_info().lora_rank
         if rank is not None and rank != self.rank:
             raise BackendRejected(
-                f"the backend rejected load_state_with_optimizer: the state {path} has LoRA "
-                f"rank {rank}, the job asks for {self.rank}"
+                f"the backend rejected {what}: the state {path} has LoRA rank {rank}, the "
+                f"job asks for {self.rank}"
             )
         self.client = client
 

@@ -31,10 +31,11 @@ def live_spec(**groups: Any) -> JobSpec:
 
 
 async def one_tiny_step(spec: JobSpec, service: ServiceClient) -> tuple[RunResult, RecordingSink]:
-    """Run `spec` on `service`: a step with the design's metrics, and the final weights."""
+    """Run `spec` on `service`: a step with the design's metrics, the final state and weights."""
     sink = RecordingSink()
     result = await run_loop(spec, service, Prompts(spec.dataset.prompts, [None]), sink)
     assert sink.steps[0].keys() >= DESIGN_METRICS
     assert result.final_weights_path
-    assert sink.checkpoints == [(1, "final", result.final_weights_path)]
+    assert [(step, kind) for step, kind, _ in sink.checkpoints] == [(1, "state"), (1, "final")]
+    assert sink.checkpoints[-1][2] == result.final_weights_path
     return result, sink

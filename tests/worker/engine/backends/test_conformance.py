@@ -351,3 +351,21 @@ async def test_remote_failures_get_the_service_codes(remote, kind, times, code):
     with pytest.raises(OPDError) as caught:
         await draw(sampler)
     assert caught.value.code == code
+
+
+async def test_a_state_loaded_without_its_optimizer_has_its_weights(harness, training):
+    await one_step(training, await training.save_weights_and_get_sampling_client_async())
+    state = await (await training.save_state_async("conformance-weights-000001"))
+    saved = await training.save_weights_and_get_sampling_client_async()
+
+    continued = await harness.connect().create_lora_training_client_async(STUDENT, rank=8, seed=5)
+    await (await continued.load_state_async(state.path))
+    loaded = await continued.save_weights_and_get_sampling_client_async()
+
+    expected = await saved.compute_logprobs_async(PROBE)
+    assert_close((await loaded.compute_logprobs_async(PROBE))[1:], expected[1:], rtol=1e-6)
+    fresh = await harness.connect().create_lora_training_client_async(STUDENT, rank=8, seed=5)
+    untrained = await (
+        await fresh.save_weights_and_get_sampling_client_async()
+    ).compute_logprobs_async(PROBE)
+    assert np.abs(np.subtract(untrained[1:], expected[1:])).max() > 1e-4

@@ -297,6 +297,7 @@ SDK_CALLS = {
         [
             "create_lora_training_client",
             "create_training_client_from_state_with_optimizer",
+            "create_training_client_from_state",
             "create_sampling_client",
         ],
     ),

@@ -6,6 +6,8 @@ initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is on
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
@@ -13,6 +15,9 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 TINY_STUDENT = "tiny-student"
 TINY_TEACHER = "tiny-teacher"
 PRESETS = (TINY_STUDENT, TINY_TEACHER)
+SEEDED_INIT = threading.Lock()
+"""Seeded construction draws from torch's process-wide generator, so it runs one at a time
+across threads: a worker's playground loads models while its jobs train."""
 
 # Both models share one random base drawn at a large init scale (so their next-token
 # distributions are far from uniform); the teacher adds a random low-rank change to every
@@ -96,7 +101,7 @@ def tiny_model(name: str) -> Qwen3ForCausalLM:
         raise ValueError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
     tokenizer = tiny_tokenizer()
     config = tiny_config(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    with torch.random.fork_rng(devices=[]):
+    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
         torch.manual_seed(BASE_SEED)
         model = Qwen3ForCausalLM(config)
         if name == TINY_TEACHER:

@@ -50,6 +50,12 @@ class LocalSamplingClient:
     def get_tokenizer(self) -> Any:
         return self.tokenizer
 
+    @property
+    def memory_bytes(self) -> int:
+        """What the model and its weights hold in memory (a playground's cache weighs it)."""
+        tensors = [*self.model.parameters(), *self.model.buffers(), *self.weights.values()]
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
     async def sample_async(
         self,
         prompt: ModelInput,

@@ -50,6 +50,7 @@ from worker.engine.backends.local.checkpoints import (
 from worker.engine.backends.local.decoding import row_chunks, target_logprobs
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
+from worker.engine.backends.local.presets import SEEDED_INIT
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
 
@@ -63,7 +64,7 @@ def attach_lora(model: torch.nn.Module, rank: int, seed: int) -> PeftModel:
     config = LoraConfig(
         r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear"
     )
-    with torch.random.fork_rng(devices=[]):
+    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return get_peft_model(model, config, autocast_adapter_dtype=True)
 
@@ -176,6 +177,13 @@ class LocalTrainingClient:
 
     async def load_state_with_optimizer_async(self, path: str) -> asyncio.Future[dict]:
         """Restore weights, optimizer and step count; only before the first training call."""
+        return self.load(path, with_optimizer=True)
+
+    async def load_state_async(self, path: str) -> asyncio.Future[dict]:
+        """Restore a state's weights only: the optimizer and step count start fresh."""
+        return self.load(path, with_optimizer=False)
+
+    def load(self, path: str, *, with_optimizer: bool) -> asyncio.Future[dict]:
         if self.started:
             raise ValidationError(
                 "load_state cannot be called after training has started. "
@@ -183,7 +191,7 @@ class LocalTrainingClient:
                 code="validation.already_initialized",
             )
         self.started = True
-        return self.runner.submit(self.restore, Path(path))
+        return self.runner.submit(self.restore, Path(path), with_optimizer)
 
     def accumulate_gradients(
         self,
@@ -290,17 +298,18 @@ class LocalTrainingClient:
             )
         return response(path=str(folder), model=self.base_model, size=folder_size(folder))
 
-    def restore(self, folder: Path) -> dict:
+    def restore(self, folder: Path, with_optimizer: bool) -> dict:
         manifest = read_manifest(folder, STATE)
         self.check_saved_by_this_model(f"state {str(folder)!r}", manifest)
         try:
             adapter = load_file(folder / ADAPTER_WEIGHTS)
-            optimizer_state = torch.load(folder / OPTIMIZER_STATE, weights_only=True)
             result = set_peft_model_state_dict(self.model, adapter)
             if result.unexpected_keys or len(adapter) != len(self.trainable):
                 raise ValueError("its adapter does not match this model's LoRA layers")
-            self.optimizer.load_state_dict(optimizer_state)
-            self.steps = int(manifest["step"])
+            if with_optimizer:
+                optimizer_state = torch.load(folder / OPTIMIZER_STATE, weights_only=True)
+                self.optimizer.load_state_dict(optimizer_state)
+                self.steps = int(manifest["step"])
         except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
             raise CheckpointError(f"cannot restore state {str(folder)!r}: {error}") from error
         return {}

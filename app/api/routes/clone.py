@@ -1,0 +1,67 @@
+"""Cloning a job: its spec with a JSON merge patch applied, submitted as a new job."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Response
+
+from app.api.deps import JobDep, PricesDep, PrincipalDep, QueueDep, SessionDep, SettingsDep
+from app.api.errors import ApiError, error_responses
+from app.api.routes.jobs import SUBMIT_RESPONSES, IdempotencyKey, submit_job
+from app.continuation import editable
+from app.models import JobPublic
+from kernel.merge_patch import merge_patch
+from kernel.spec import SpecError, parse_spec
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
+
+PATCH_EXAMPLES = {
+    "learning rate": {"value": {"optim": {"learning_rate": 2e-5}}},
+    "continue it": {
+        "value": {"student": {"init_from": {"job": 1}}, "loop": {"steps": 50}},
+    },
+}
+
+
+@router.post(
+    "/{job_id}/clone",
+    status_code=201,
+    response_model=JobPublic,
+    responses={**SUBMIT_RESPONSES, **error_responses(404)},
+)
+async def clone_job(
+    job: JobDep,
+    patch: Annotated[
+        dict[str, Any],
+        Body(
+            description="A JSON merge patch (RFC 7386) of the job's spec: objects merge, "
+            "`null` returns a field to its default, anything else replaces it.",
+            openapi_examples=PATCH_EXAMPLES,
+        ),
+    ],
+    session: SessionDep,
+    principal: PrincipalDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+    prices: PricesDep,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> JobPublic:
+    """A new job with the job's spec, changed by the patch, and checked and submitted as
+    `POST /v1/jobs` checks and submits (so `student.init_from` may continue a job)."""
+    try:
+        spec = parse_spec(merge_patch(editable(job.spec), patch))
+    except SpecError as error:
+        param = error.problems[0][0] if error.problems else None
+        raise ApiError(422, "invalid_request", str(error), param) from None
+    return await submit_job(
+        spec=spec,
+        session=session,
+        principal=principal,
+        queue=queue,
+        settings=settings,
+        prices=prices,
+        response=response,
+        idempotency_key=idempotency_key,
+    )

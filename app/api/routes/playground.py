@@ -1,0 +1,36 @@
+"""The playground: completions of a job's saved weights (and of its teacher and its
+untrained student) on a prompt of the caller's, sampled by a worker."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import JobDep, QueueDep, SessionDep, SettingsDep
+from app.api.errors import ApiError, error_responses
+from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
+from kernel.playground import SampleRequest
+
+router = APIRouter(prefix="/v1/jobs", tags=["playground"])
+
+
+@router.post(
+    "/{job_id}/sample",
+    response_model=PlaygroundAnswer,
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 502, 503, 504),
+)
+async def sample_job(
+    job: JobDep,
+    request: SampleRequest,
+    session: SessionDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+) -> PlaygroundAnswer:
+    """Complete the prompt with the job's `checkpoint` (`final` or a step whose sampler
+    weights it saved) and with each model in `compare`, `n` times each. Every token comes
+    with its logprob; with the teacher compared, every other model's tokens also get the
+    teacher's logprob and their reverse KL. A worker answers; past `timeout_seconds`
+    (default OPD_SAMPLE_TIMEOUT) the answer is a 504 and the request is withdrawn."""
+    try:
+        return await try_checkpoint(session, queue, settings, job, request)
+    except PlaygroundError as error:
+        raise ApiError(error.status, error.code, error.message, error.param) from None

@@ -1,0 +1,80 @@
+"""A job's saved weights found by what people call them: `final`, or the step they were
+saved after. Sampler weights (`sampler`, `final`) are what a playground loads; training
+states (`state`) are what another job continues from. A job replayed after a crash may
+record a step's checkpoint twice: the newest record wins."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import Checkpoint, CheckpointKind, Job, JobStatus
+from kernel.spec import CheckpointRef
+
+SAMPLERS = (CheckpointKind.sampler, CheckpointKind.final)
+
+
+class CheckpointUnavailable(Exception):
+    """The job has no such checkpoint; the message says which ones it has."""
+
+
+async def newest(
+    session: AsyncSession, job_id: int, kinds: Collection[str], step: int | None = None
+) -> Checkpoint | None:
+    query = select(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.kind.in_(kinds))
+    if step is not None:
+        query = query.where(Checkpoint.step == step)
+    return (await session.execute(query.order_by(Checkpoint.id.desc()).limit(1))).scalar()
+
+
+async def steps_saved(session: AsyncSession, job_id: int, kinds: Collection[str]) -> str:
+    """The steps a job saved checkpoints of these kinds after, for a message."""
+    query = select(Checkpoint.step).where(Checkpoint.job_id == job_id, Checkpoint.kind.in_(kinds))
+    steps = sorted(set((await session.execute(query)).scalars()))
+    return ", ".join(map(str, steps)) if steps else "none yet"
+
+
+async def sampler_weights(session: AsyncSession, job: Job, ref: CheckpointRef) -> Checkpoint:
+    """The sampler weights a playground loads: the final ones, or those saved after a step."""
+    if ref == "final":
+        found = await newest(session, job.id, [CheckpointKind.final])
+    else:
+        found = await newest(session, job.id, SAMPLERS, ref)
+    if found is not None:
+        return found
+    what = "final weights" if ref == "final" else f"sampler weights saved after step {ref}"
+    raise CheckpointUnavailable(
+        f"job {job.id} ({job.status}) has no {what}; it saved sampler weights after steps: "
+        f"{await steps_saved(session, job.id, SAMPLERS)}"
+    )
+
+
+async def training_state(session: AsyncSession, job: Job, ref: CheckpointRef) -> Checkpoint:
+    """The state another job continues from: the one saved when the job succeeded
+    (`final`), or the one saved after a step."""
+    final = ref == "final"
+    step = job.total_steps if final else ref
+    succeeded = job.status == JobStatus.succeeded
+    if not final or succeeded:
+        found = await newest(session, job.id, [CheckpointKind.state], step)
+        if found is not None:
+            return found
+    if final and not succeeded:
+        reason = f"has no final state: it has not succeeded (it is {job.status})"
+    elif final:
+        reason = "has no final state (it ended before jobs saved one)"
+    else:
+        reason = f"saved no training state after step {step}"
+    states = await steps_saved(session, job.id, [CheckpointKind.state])
+    raise CheckpointUnavailable(f"job {job.id} {reason}; it saved states after steps: {states}")
+
+
+async def job_checkpoint(session: AsyncSession, job_id: int, checkpoint_id: int) -> Checkpoint:
+    """Checkpoint `checkpoint_id` of job `job_id` (CheckpointUnavailable if not its)."""
+    query = select(Checkpoint).where(Checkpoint.id == checkpoint_id, Checkpoint.job_id == job_id)
+    found = (await session.execute(query)).scalar()
+    if found is None:
+        raise CheckpointUnavailable(f"job {job_id} has no checkpoint {checkpoint_id}")
+    return found

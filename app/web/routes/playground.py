@@ -1,0 +1,84 @@
+"""The job page's "Try it" panel: its form sampled by a worker, exactly as the API's
+`POST /v1/jobs/{id}/sample` does, answered with the completions as an HTML fragment the
+panel's script puts in place (each token shaded by its reverse KL against the teacher)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+
+from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep
+from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
+from app.store.rows import get_job
+from app.web import present
+from app.web.deps import FormDep, ViewerDep
+from app.web.templating import render
+from kernel.playground import Completion, SampleRequest
+from kernel.spec import format_validation_error
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+LABELS = {"checkpoint": "Checkpoint", "teacher": "Teacher", "base": "Untrained student"}
+COMPARED = ("teacher", "base")
+
+
+def sample_request(form: dict[str, str]) -> SampleRequest:
+    """The form's fields as the API's request (the same checks, the same bounds)."""
+    checkpoint = form.get("checkpoint", "final")
+    return SampleRequest.model_validate(
+        {
+            "prompt": form.get("prompt") or None,
+            "checkpoint": int(checkpoint) if checkpoint.isdigit() else checkpoint,
+            "n": form.get("n") or 1,
+            "max_tokens": form.get("max_tokens") or 128,
+            "temperature": form.get("temperature") or 1.0,
+            "top_p": form.get("top_p") or 1.0,
+            "compare": [model for model in COMPARED if form.get(f"compare_{model}")],
+        }
+    )
+
+
+def shaded(completion: Completion) -> list[dict[str, Any]]:
+    """Each token with its shade (by reverse KL, when the teacher was compared) and logprob."""
+    kls = completion.reverse_kl or [None] * len(completion.tokens)
+    return [
+        {"token": token, "logprob": logprob}
+        for token, logprob in zip(
+            present.shade_tokens(completion.tokens, kls), completion.logprobs, strict=True
+        )
+    ]
+
+
+def answer_view(answer: PlaygroundAnswer) -> list[dict[str, Any]]:
+    return [
+        {
+            "output": output,
+            "label": LABELS[output.model],
+            "completions": [shaded(completion) for completion in output.completions],
+        }
+        for output in answer.outputs
+    ]
+
+
+@router.post("/jobs/{job_id}/try")
+async def try_it(
+    request: Request,
+    job_id: JobId,
+    session: SessionDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    form: FormDep,
+) -> Response:
+    """The completions of the form's prompt, or why there are none, as a fragment."""
+    job = await get_job(session, job_id, viewer.scope)
+    try:
+        answer = await try_checkpoint(session, queue, settings, job, sample_request(form))
+    except ValidationError as error:
+        return render(request, "try_result.html", {"error": format_validation_error(error)}, 422)
+    except PlaygroundError as error:
+        return render(request, "try_result.html", {"error": error.message}, error.status)
+    context = {"error": None, "answer": answer, "outputs": answer_view(answer)}
+    return render(request, "try_result.html", context)

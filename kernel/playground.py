@@ -1,0 +1,149 @@
+"""The playground's messages: what a person asks of a checkpoint, the task the API hands a
+worker through Redis, and the worker's answer. One definition for the API, the worker and
+the `opd` client, so both sides of the queue read the same JSON."""
+
+from __future__ import annotations
+
+from typing import Generic, Literal, TypeVar
+
+from pydantic import BaseModel, Field, model_validator
+
+from kernel.spec import MAX_PROMPT_CHARS, CheckpointRef, JobSpec, SpecModel
+
+T = TypeVar("T")
+
+MAX_SAMPLES = 16
+MAX_PLAYGROUND_TOKENS = 4096
+MAX_MESSAGES = 64
+MAX_TIMEOUT_SECONDS = 600.0
+ModelRole = Literal["checkpoint", "teacher", "base"]
+
+
+class Message(SpecModel):
+    role: Literal["system", "user", "assistant"]
+    content: str = Field(max_length=MAX_PROMPT_CHARS)
+
+
+class SampleRequest(SpecModel):
+    """`POST /v1/jobs/{id}/sample`: one prompt, completed by a checkpoint (and, when asked,
+    by the teacher and by the untrained student)."""
+
+    prompt: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PROMPT_CHARS,
+        description="A question, rendered as the job rendered its training prompts (its "
+        "question_suffix and enable_thinking).",
+    )
+    messages: list[Message] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="Or a chat, rendered with the student's chat template as given; the "
+        "last message is the user's.",
+    )
+    checkpoint: CheckpointRef = Field(
+        "final", description="`final` or the step of saved sampler weights."
+    )
+    n: int = Field(1, ge=1, le=MAX_SAMPLES, description="Completions per model.")
+    max_tokens: int = Field(256, ge=1, le=MAX_PLAYGROUND_TOKENS)
+    temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    compare: list[Literal["teacher", "base"]] = Field(
+        default_factory=list,
+        max_length=2,
+        description="Also complete the prompt with the teacher and/or the untrained student; "
+        "with the teacher, every completion gets its per-token reverse KL.",
+    )
+    timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="How long to wait for a worker; default OPD_SAMPLE_TIMEOUT (60 s).",
+    )
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> SampleRequest:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give either prompt or messages")
+        if self.messages is not None and self.messages[-1].role != "user":
+            raise ValueError("messages: the last message must be the user's")
+        if len(set(self.compare)) != len(self.compare):
+            raise ValueError("compare: each model at most once")
+        return self
+
+
+class SampleTask(BaseModel):
+    """What a worker needs to answer a SampleRequest: the job's spec (its backend, models
+    and prompt rendering), the weights to load, and the deadline (Unix time)."""
+
+    request: SampleRequest
+    spec: JobSpec
+    weights_path: str
+    deadline: float
+
+
+class Completion(BaseModel):
+    text: str
+    tokens: list[str] = Field(description="The completion's tokens, decoded one by one.")
+    token_ids: list[int]
+    logprobs: list[float | None] = Field(
+        description="Each token's logprob under the model that sampled it (null: not finite)."
+    )
+    stop_reason: str
+    teacher_logprobs: list[float | None] | None = Field(
+        None, description="The teacher's logprob of each token (when the teacher is compared)."
+    )
+    reverse_kl: list[float | None] | None = Field(
+        None, description="logprobs - teacher_logprobs per token (when the teacher is compared)."
+    )
+
+
+class ModelOutput(BaseModel):
+    model: ModelRole = Field(
+        description="`checkpoint`: the weights asked for; `teacher`; `base`: the student "
+        "before training."
+    )
+    base_model: str
+    weights: str | None = Field(description="The saved weights loaded on the base model.")
+    cached: bool = Field(description="The worker had this model loaded already.")
+    completions: list[Completion]
+    reverse_kl_mean: float | None = Field(
+        None, description="Over every token of the completions (when the teacher is compared)."
+    )
+
+
+class SampleAnswer(BaseModel):
+    prompt: str = Field(description="The prompt as the models read it (chat template applied).")
+    prompt_tokens: int
+    outputs: list[ModelOutput]
+    seconds: float = Field(description="The worker's time on the request.")
+
+
+class TaskFailure(BaseModel):
+    """Why a worker could not do a task: a code (the engine's) and what to do about it."""
+
+    code: str
+    message: str
+
+
+class Outcome(BaseModel, Generic[T]):
+    """A short task's result as it travels back through Redis: a value or a failure."""
+
+    value: T | None = None
+    failure: TaskFailure | None = None
+
+
+class ArchiveTask(BaseModel):
+    """Fetch a remote backend's archive of a checkpoint into `destination` (a file under
+    the shared artifact folder), with the job's backend options."""
+
+    spec: JobSpec
+    path: str
+    destination: str
+
+
+class Archive(BaseModel):
+    path: str
+    sha256: str
+    size: int

@@ -1,0 +1,284 @@
+"""The commands that use what a job produced: `opd sample` (try a checkpoint, beside the
+teacher and the untrained student), `opd clone` (a new job from a job's spec, changed) and
+`opd export` (a checkpoint's weights as a folder, or merged into a plain Hugging Face
+model). They talk to the API; only `export --merge` loads a model, here, on the CPU."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from kernel.merge_patch import dotted_patch
+from opd.client import ApiError, OPDClient
+from opd.shading import shaded_tokens, worst_tokens
+
+SHA256_HEADER = "X-Checkpoint-SHA256"
+CHUNK = 1 << 20
+
+
+def command_error(message: str) -> Exception:
+    from opd.cli import CommandError
+
+    return CommandError(message)
+
+
+def connect(args: argparse.Namespace) -> OPDClient:
+    from opd.cli import client
+
+    return client(args)
+
+
+def checkpoint_ref(text: str) -> str | int:
+    """`final` or a step number, as the API names saved weights."""
+    if text == "final":
+        return text
+    if text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is neither 'final' nor a step number")
+
+
+def assignment(text: str) -> tuple[str, Any]:
+    """`optim.learning_rate=2e-5` as (path, value); the value is read as JSON, then YAML,
+    else kept as a string (`null` returns a field to its default)."""
+    path, sep, raw = text.partition("=")
+    if not sep or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIELD=VALUE")
+    try:
+        return path, json.loads(raw)
+    except ValueError:
+        pass
+    try:
+        return path, yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return path, raw
+
+
+def completion_text(completion: dict[str, Any], color: bool) -> str:
+    kls = completion["reverse_kl"]
+    if kls is None:
+        return completion["text"]
+    if color:
+        return shaded_tokens(completion["tokens"], kls)
+    worst = worst_tokens(completion["tokens"], kls)
+    return f"{completion['text']}\nhighest reverse KL: {worst}"
+
+
+def answer_lines(answer: dict[str, Any], color: bool) -> list[str]:
+    checkpoint = answer["checkpoint"]
+    lines = [
+        f"job {answer['job_id']}: {checkpoint['kind']} weights after step {checkpoint['step']}; "
+        f"prompt {answer['prompt_tokens']} tokens; {answer['seconds']:.2f} s on the worker"
+    ]
+    for output in answer["outputs"]:
+        kl = output["reverse_kl_mean"]
+        cached = "cached" if output["cached"] else "loaded"
+        lines.append(
+            f"--- {output['model']} ({output['base_model']}, {cached})"
+            + ("" if kl is None else f": reverse KL mean {kl:.4f}")
+        )
+        for index, completion in enumerate(output["completions"], start=1):
+            lines.append(
+                f"[{index}] ({completion['stop_reason']}) {completion_text(completion, color)}"
+            )
+    return lines
+
+
+def sample_command(args: argparse.Namespace) -> int:
+    body = {
+        "prompt": args.prompt,
+        "checkpoint": args.checkpoint,
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "compare": args.compare,
+        "timeout_seconds": args.timeout,
+    }
+    api = connect(args)
+    api.http.timeout = args.timeout + 30  # the API answers (a 504 at worst) by then
+    answer = api.request("POST", f"/v1/jobs/{args.job}/sample", json=body)
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    print("\n".join(answer_lines(answer, color)))
+    return 0
+
+
+def clone_command(args: argparse.Namespace) -> int:
+    try:
+        patch = dotted_patch(dict(args.set))
+    except ValueError as error:
+        raise command_error(str(error)) from None
+    if args.init_from is not None:
+        init = {
+            "job": args.job,
+            "checkpoint": args.init_from,
+            "with_optimizer": args.with_optimizer,
+        }
+        patch.setdefault("student", {})["init_from"] = init
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    job = connect(args).request("POST", f"/v1/jobs/{args.job}/clone", json=patch, headers=headers)
+    print(
+        job["id"] if args.quiet else f"Cloned job {args.job} as job {job['id']} ({job['status']})"
+    )
+    return 0
+
+
+def find_weights(api: OPDClient, job_id: int, ref: str | int) -> dict[str, Any]:
+    """The job's sampler weights: its final ones, or those saved after a step."""
+    saved = api.request("GET", f"/v1/jobs/{job_id}/checkpoints", params={"limit": 1000})["data"]
+    kinds = ("final",) if ref == "final" else ("sampler", "final")
+    found = [c for c in saved if c["kind"] in kinds and (ref == "final" or c["step"] == ref)]
+    if not found:
+        steps = sorted({c["step"] for c in saved if c["kind"] in ("sampler", "final")})
+        raise command_error(
+            f"job {job_id} has no {'final' if ref == 'final' else f'step {ref}'} sampler "
+            f"weights; it has them after steps: {', '.join(map(str, steps)) or 'none yet'}"
+        )
+    return found[-1]
+
+
+def refused(response: httpx.Response) -> ApiError:
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text[:200]
+    return ApiError(f"HTTP {response.status_code}: {message}")
+
+
+def download(api: OPDClient, job_id: int, checkpoint_id: int, destination: Path) -> str:
+    """Stream the checkpoint's archive to `destination`; its SHA-256 must be the API's."""
+    digest = hashlib.sha256()
+    url = f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}/download"
+    with api.http.stream("GET", url, timeout=None) as response, destination.open("wb") as out:
+        if not response.is_success:
+            response.read()
+            raise refused(response)
+        for chunk in response.iter_bytes(CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+        expected = response.headers.get(SHA256_HEADER, "")
+    if digest.hexdigest() != expected:
+        raise command_error(
+            f"the archive's SHA-256 is {digest.hexdigest()}, the API said {expected!r}: "
+            "the download is corrupt, try again"
+        )
+    return expected
+
+
+def unpack(archive: Path, into: Path) -> Path:
+    """The folder the archive holds (its one top-level entry, or `into` itself)."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    entries = list(into.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
+
+
+def export_command(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise command_error(f"{out} exists and is not an empty folder")
+    api = connect(args)
+    weights = find_weights(api, args.job, args.checkpoint)
+    with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
+        archive = Path(work, "checkpoint.tar.gz")
+        sha256 = download(api, args.job, weights["id"], archive)
+        folder = unpack(archive, Path(work, "unpacked"))
+        what = f"job {args.job}'s {weights['kind']} weights (step {weights['step']})"
+        if not args.merge:
+            if out.exists():
+                out.rmdir()
+            shutil.move(folder, out)
+            print(f"Wrote {what} to {out} (archive SHA-256 {sha256})")
+            return 0
+        merged = merge(folder, out, args.base_model, args.dtype)
+    print(
+        f"Wrote a Hugging Face model to {out}: {merged.base_model} with the LoRA of {what} "
+        f"merged in. Its logprobs match the adapter model's on a probe prompt (relative "
+        f"difference {merged.relative_error:.2g}, at most {merged.rtol:g})."
+    )
+    return 0
+
+
+def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
+    """The merge, with the local backend's model code (torch, transformers, peft)."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from kernel.errors import OPDError
+    from worker.engine.backends.local.export import merge_adapter
+
+    hf_logging.disable_progress_bar()
+    try:
+        return merge_adapter(folder, out, base_model, getattr(torch, dtype))
+    except OPDError as error:
+        raise command_error(f"[{error.code}] {error}") from error
+
+
+def add_output_commands(commands: Any, http: argparse.ArgumentParser) -> None:
+    sample = commands.add_parser(
+        "sample", parents=[http], help="complete a prompt with a job's checkpoint (a worker does)"
+    )
+    sample.add_argument("job", type=int)
+    sample.add_argument("prompt", help="a question, rendered as the job rendered its prompts")
+    sample.add_argument("--checkpoint", type=checkpoint_ref, default="final", help="final or N")
+    sample.add_argument(
+        "--compare",
+        action="append",
+        choices=["teacher", "base"],
+        default=[],
+        help="also the teacher / the untrained student (repeatable)",
+    )
+    sample.add_argument("-n", type=int, default=1, help="completions per model (default 1)")
+    sample.add_argument("--max-tokens", type=int, default=256)
+    sample.add_argument("--temperature", type=float, default=1.0)
+    sample.add_argument("--top-p", type=float, default=1.0)
+    sample.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    sample.set_defaults(handler=sample_command)
+
+    clone = commands.add_parser("clone", parents=[http], help="a new job from a job's spec")
+    clone.add_argument("job", type=int)
+    clone.add_argument(
+        "--set",
+        type=assignment,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a spec field, e.g. optim.learning_rate=2e-5 (null: back to its default)",
+    )
+    clone.add_argument(
+        "--init-from",
+        type=checkpoint_ref,
+        metavar="final|N",
+        help="continue training from this job's state saved then",
+    )
+    clone.add_argument("--with-optimizer", action="store_true", help="restore Adam's state too")
+    clone.add_argument("--idempotency-key", help="cloning again with the same key is safe")
+    clone.add_argument("--quiet", action="store_true", help="print the new job's id only")
+    clone.set_defaults(handler=clone_command)
+
+    export = commands.add_parser(
+        "export", parents=[http], help="a checkpoint's weights in a folder (--merge: a HF model)"
+    )
+    export.add_argument("job", type=int)
+    export.add_argument("out", metavar="OUT_DIR")
+    export.add_argument("--checkpoint", type=checkpoint_ref, default="final", help="final or N")
+    export.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge the LoRA into the base model: a plain Hugging Face model (needs torch)",
+    )
+    export.add_argument(
+        "--base-model", help="the base model to merge into (default: the saved one's)"
+    )
+    export.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    export.set_defaults(handler=export_command)

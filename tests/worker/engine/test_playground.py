@@ -1,0 +1,110 @@
+"""The playground's engine half on the local backend's tiny models: a trained checkpoint,
+the teacher and the untrained student complete one prompt; every logprob is the model's
+own, every reverse KL is the checkpoint's logprob minus the teacher's, as in training."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pytrio.types import ModelInput
+
+from kernel.playground import SampleRequest, SampleTask
+from tests.support import assert_close
+from tests.worker.engine.conftest import Trained
+from worker.engine.backends import connect
+from worker.engine.datums import build_prompt
+from worker.engine.playground import answer
+from worker.engine.sampler_cache import SamplerCache
+
+QUESTION = "What is 2 + 3?"
+
+
+def cache_for(artifacts: Path) -> SamplerCache:
+    return SamplerCache(lambda spec: connect(spec, artifacts, lambda *_: None), 4, 2**30)
+
+
+def task(trained: Trained, **request: object) -> SampleTask:
+    settings = {"prompt": QUESTION, "max_tokens": 12} | request
+    return SampleTask(
+        request=SampleRequest.model_validate(settings),
+        spec=trained.spec,
+        weights_path=trained.final,
+        deadline=time.time() + 60,
+    )
+
+
+async def scores(trained, weights: str | None, base_model: str, prompt, tokens) -> list[float]:
+    """Each token's logprob under a sampler of its own (not the playground's)."""
+    service = connect(trained.spec, trained.artifacts, lambda *_: None)
+    sampler = await service.create_sampling_client_async(base_model, model_path=weights)
+    logprobs = await sampler.compute_logprobs_async(ModelInput.from_ints(prompt + tokens))
+    return logprobs[len(prompt) :]
+
+
+async def test_each_model_completes_the_prompt_with_its_own_logprobs_and_the_kl(trained):
+    spec, weights, artifacts = trained.spec, trained.final, trained.artifacts
+    got = await answer(task(trained, n=2, compare=["teacher", "base"]), cache_for(artifacts))
+
+    tokenizer = (
+        await connect(spec, artifacts, lambda *_: None).create_sampling_client_async(
+            spec.student.base_model
+        )
+    ).get_tokenizer()
+    prompt = build_prompt(tokenizer, QUESTION, spec.dataset.question_suffix, False)
+    assert got.prompt_tokens == len(prompt) and got.prompt == tokenizer.decode(prompt)
+    assert [output.model for output in got.outputs] == ["checkpoint", "teacher", "base"]
+    models = {
+        "checkpoint": (weights, spec.student.base_model),
+        "teacher": (None, spec.teacher.base_model),
+        "base": (None, spec.student.base_model),
+    }
+    for output in got.outputs:
+        assert len(output.completions) == 2 and not output.cached
+        for completion in output.completions:
+            tokens = completion.token_ids
+            assert tokens and len(completion.tokens) == len(tokens) == len(completion.logprobs)
+            own = await scores(trained, *models[output.model], prompt, tokens)
+            assert_close(completion.logprobs, own, what=f"{output.model}'s own logprobs")
+            if output.model == "teacher":
+                assert completion.reverse_kl is None and completion.teacher_logprobs is None
+                continue
+            teacher = await scores(trained, None, spec.teacher.base_model, prompt, tokens)
+            assert_close(completion.teacher_logprobs, teacher, what="the teacher's logprobs")
+            assert_close(
+                completion.reverse_kl,
+                [a - b for a, b in zip(own, teacher, strict=True)],
+                what="reverse KL = model - teacher",
+            )
+        if output.model != "teacher":
+            every = [kl for c in output.completions for kl in c.reverse_kl]
+            assert output.reverse_kl_mean == pytest.approx(sum(every) / len(every))
+    # The checkpoint is the trained student, not its base: the two score its tokens apart.
+    completion = got.outputs[0].completions[0]
+    untrained = await scores(trained, None, spec.student.base_model, prompt, completion.token_ids)
+    assert max(abs(a - b) for a, b in zip(untrained, completion.logprobs, strict=True)) > 1e-3
+
+
+async def test_a_second_request_finds_the_models_loaded(trained):
+    samplers = cache_for(trained.artifacts)
+    first = await answer(task(trained, compare=["base"]), samplers)
+    second = await answer(task(trained, compare=["base"]), samplers)
+
+    assert [o.cached for o in first.outputs] == [False, False]
+    assert [o.cached for o in second.outputs] == [True, True]
+    assert len(samplers.entries) == 2
+    assert first.outputs[0].completions[0].reverse_kl is None  # no teacher, no KL
+
+
+async def test_a_chat_is_rendered_with_the_chat_template_as_given(trained):
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": QUESTION},
+    ]
+    got = await answer(task(trained, prompt=None, messages=messages), cache_for(trained.artifacts))
+
+    assert got.prompt == (
+        "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?"
+        "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )

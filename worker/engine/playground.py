@@ -1,0 +1,151 @@
+"""The playground: one prompt completed by a job's checkpoint and, when asked, by its
+teacher and by the untrained student, each token with its logprob and (when the teacher
+is asked) its reverse KL against the teacher, as the training loop measures it.
+
+The prompt is rendered as the job rendered its training prompts (a question with its
+`question_suffix`), or a chat as given; every model completes the same prompt tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pytrio.types import ModelInput, SamplingParams
+
+from kernel.errors import OPDError
+from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, SampleTask
+from worker.engine.backends.contract import SamplingClient
+from worker.engine.datums import build_prompt
+from worker.engine.loop import check_tokenizers, stop_sequences
+from worker.engine.rollouts import teacher_logprobs
+from worker.engine.sampler_cache import Loaded, SamplerCache
+
+
+def finite(value: float | None) -> float | None:
+    """JSON has no infinity: a non-finite logprob or KL travels as null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def render(task: SampleTask, tokenizer: Any) -> list[int]:
+    """The prompt tokens every model completes."""
+    request, dataset = task.request, task.spec.dataset
+    try:
+        if request.prompt is not None:
+            return build_prompt(
+                tokenizer, request.prompt, dataset.question_suffix, dataset.enable_thinking
+            )
+        assert request.messages is not None
+        text = tokenizer.apply_chat_template(
+            [message.model_dump() for message in request.messages],
+            tokenize=False,
+            add_generation_prompt=True,
+            enable_thinking=dataset.enable_thinking,
+        )
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except ValueError as error:
+        raise OPDError(f"cannot render the prompt: {error}", code="invalid_prompt") from error
+
+
+def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
+    """(base model, saved weights) of each model a request may ask for."""
+    spec = task.spec
+    if role == "teacher":
+        return spec.teacher.base_model, spec.teacher.model_path
+    return spec.student.base_model, task.weights_path if role == "checkpoint" else None
+
+
+async def complete(
+    role: ModelRole,
+    task: SampleTask,
+    loaded: Loaded,
+    prompt: list[int],
+    params: SamplingParams,
+    teacher: SamplingClient | None,
+    tokenizer: Any,
+) -> ModelOutput:
+    """`n` completions by one model; each scored by the teacher when it is given."""
+    response = await loaded.client.sample_async(
+        ModelInput.from_ints(prompt), task.request.n, params, return_text=False
+    )
+    sequences = response.sequences
+    scores: Sequence[list[float] | None] = [None] * len(sequences)
+    if teacher is not None:
+        scores = await asyncio.gather(
+            *(teacher_logprobs(teacher, prompt, list(seq.tokens)) for seq in sequences)
+        )
+    completions = []
+    for seq, scored in zip(sequences, scores, strict=True):
+        logprobs = [float(value) for value in seq.logprobs or []]
+        kl = None if scored is None else [a - b for a, b in zip(logprobs, scored, strict=True)]
+        completions.append(
+            Completion(
+                text=tokenizer.decode(seq.tokens, skip_special_tokens=True),
+                tokens=[tokenizer.decode([token]) for token in seq.tokens],
+                token_ids=list(seq.tokens),
+                logprobs=[finite(value) for value in logprobs],
+                stop_reason=seq.stop_reason,
+                teacher_logprobs=None if scored is None else [finite(v) for v in scored],
+                reverse_kl=None if kl is None else [finite(v) for v in kl],
+            )
+        )
+    every_kl = [v for c in completions for v in c.reverse_kl or [] if v is not None]
+    base_model, weights = weights_of(task, role)
+    return ModelOutput(
+        model=role,
+        base_model=base_model,
+        weights=weights,
+        cached=loaded.cached,
+        completions=completions,
+        reverse_kl_mean=sum(every_kl) / len(every_kl) if every_kl else None,
+    )
+
+
+async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
+    """Complete the task's prompt with each model it asks for."""
+    start = time.perf_counter()
+    roles: list[ModelRole] = ["checkpoint", *task.request.compare]
+    clients = await asyncio.gather(
+        *(samplers.get(task.spec, *weights_of(task, role)) for role in roles)
+    )
+    loaded = dict(zip(roles, clients, strict=True))
+    tokenizer = await asyncio.to_thread(loaded["checkpoint"].client.get_tokenizer)
+    teacher = loaded["teacher"].client if "teacher" in loaded else None
+    if teacher is not None:
+        check_tokenizers(
+            tokenizer,
+            await asyncio.to_thread(teacher.get_tokenizer),
+            task.spec.student.base_model,
+            task.spec.teacher.base_model,
+        )
+    prompt = render(task, tokenizer)
+    request = task.request
+    params = SamplingParams(
+        max_tokens=request.max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        stop=stop_sequences(tokenizer),
+    )
+    outputs = await asyncio.gather(
+        *(
+            complete(
+                role,
+                task,
+                loaded[role],
+                prompt,
+                params,
+                None if role == "teacher" else teacher,
+                tokenizer,
+            )
+            for role in roles
+        )
+    )
+    return SampleAnswer(
+        prompt=tokenizer.decode(prompt),
+        prompt_tokens=len(prompt),
+        outputs=list(outputs),
+        seconds=time.perf_counter() - start,
+    )
