@@ -69,10 +69,12 @@ async def list_teams(
 async def set_limits(
     session: AsyncSession, name: str, changes: dict[str, int | None], limits: Limits
 ) -> TeamView:
-    """Set the named limits (`max_running`, `max_queued`; None = the service's default)."""
-    result = await session.execute(update(Team).where(Team.name == name).values(**changes))
-    if result.rowcount != 1:
-        await session.rollback()
+    """Set the named limits (`max_running`, `max_queued`; None = the service's default);
+    no change reads the team as it is."""
+    if changes:
+        await session.execute(update(Team).where(Team.name == name).values(**changes))
+        await session.commit()
+    teams = await list_teams(session, limits, name)
+    if not teams:
         raise TeamNotFound(f"no team named {name!r}")
-    await session.commit()
-    return (await list_teams(session, limits, name))[0]
+    return teams[0]

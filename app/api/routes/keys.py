@@ -14,7 +14,9 @@ from app.auth import create_key, list_keys, revoke_key
 from app.models import Scope, utcnow
 from app.store.audit import record_audit
 
-router = APIRouter(prefix="/v1/keys", tags=["keys"], responses=error_responses(401, 403, 422, 503))
+router = APIRouter(
+    prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 422, 503)
+)
 ADMIN = needs(Scope.admin)
 MAX_DAYS = 3660
 

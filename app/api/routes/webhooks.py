@@ -26,7 +26,9 @@ from app.store import webhooks as store
 from app.store.audit import record_audit
 
 router = APIRouter(
-    prefix="/v1/webhooks", tags=["webhooks"], responses=error_responses(401, 403, 422, 503)
+    prefix="/v1/webhooks",
+    tags=["webhooks"],
+    responses=error_responses(400, 401, 403, 413, 422, 503),
 )
 WebhookId = Annotated[int, Path(ge=1, le=MAX_ID, description="The webhook's id.")]
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id.")]
