@@ -595,6 +595,7 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         if args.compare_mlflow:
             url, store = stack.enter_context(mlflow_server(home, processes))
             result["mlflow"] = mlflow_reads(url, store, args.long_steps, args.repeats)
+    result["settings"]["load_average_at_end"] = os.getloadavg()[0]
     return result
 
 
@@ -615,7 +616,7 @@ def ratio(writes: dict[str, Any], name: str) -> str:
 
 def table(result: dict[str, Any], names: Sequence[str]) -> list[str]:
     """One column per database: dashboard load, the long job, writes and a sweep."""
-    columns = "{:<44}" + "{:>18}" * len(names)
+    columns = "{:<44}" + "{:>22}" * len(names)
     figures = [result[name] for name in names]
 
     def row(label: str, values: Sequence[str]) -> str:
@@ -730,8 +731,9 @@ def report(result: dict[str, Any]) -> str:
     names = [name for name in s["databases"] if name in result]
     return "\n".join(
         [
-            f"Curves on {', '.join(names)}: {s['cpus']} CPUs, "
-            f"load {s['load_average_at_start']:.1f} at start",
+            f"Curves on {', '.join(names)}: {s['cpus']} CPUs, load average "
+            f"{s['load_average_at_start']:.1f} at start, {s['load_average_at_end']:.1f} at the end "
+            "(other processes share the CPUs: rerun when the machine is quiet)",
             f"Dashboard load: {s['dashboards']} dashboards, each GETs the job and its chart "
             f"(/metrics?{CHART}) every 2 s;",
             f"{s['duration_s']:g} s measured after {s['warmup_s']:g} s, while a writer records "
