@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ACTIVE_STATUSES, Job, JobStatus, StepMetric, utcnow
+from app.store.limits import LIMIT_REASON
 
 STEP_TIME = "time/step_elapsed_time"
 WINDOW_STEPS = 5_000
@@ -37,7 +38,9 @@ async def service_stats(
     waiting = (
         await session.execute(
             select(func.count()).where(
-                Job.status == JobStatus.queued, Job.queue_reason.is_not(None)
+                Job.status == JobStatus.queued,
+                Job.queue_reason.is_not(None),
+                ~Job.queue_reason.startswith(LIMIT_REASON),  # those wait for their team
             )
         )
     ).scalar_one()

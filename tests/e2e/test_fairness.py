@@ -124,3 +124,12 @@ def test_a_small_team_gets_the_next_free_slot_and_limits_hold(service: Service):
         if event["message"].startswith("Attempt")
     ]
     assert len(starts) == len(ran), "every job that ran started once"
+
+    client_args = ("--url", service.url, "--key", key_b)
+    usage = service.opd("usage", *client_args)
+    rows = [line.split() for line in usage.stdout.splitlines() if line.startswith("b ")]
+    assert sorted(int(row[1]) for row in rows) == [b_first["id"], b_second["id"]]
+    assert all(int(row[4].replace(",", "")) > 0 for row in rows), "sampled tokens counted"
+    assert "No price table" in usage.stderr
+    audit = service.opd("audit", *client_args).stdout
+    assert audit.count("job.submit") == 2 and f"job {b_first['id']}" in audit

@@ -17,6 +17,7 @@ from app.models import ACTIVE_STATUSES, Job, JobStatus
 from app.store.jobs import claim_job, claim_next, complete_job, create_job
 from app.store.limits import LIMIT_REASON, Limits, QueueFull, note_limits
 from app.store.rows import get_job
+from app.store.stats import service_stats
 from app.store.teams import list_teams, set_limits
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
@@ -99,6 +100,9 @@ async def test_a_team_at_its_running_limit_waits_with_a_reason(sessions):
     assert waiting.queue_reason.startswith(LIMIT_REASON)
     assert "team 'a' runs 1 of at most 1 jobs at once" in waiting.queue_reason
     assert (view.running, view.queued, view.effective_max_running) == (1, 1, 1)
+    async with sessions() as session:
+        stats = await service_stats(session, heartbeat_timeout=60, window_seconds=60)
+    assert stats.jobs_waiting_for_queue == 0, "it waits for its team, not for Redis"
 
     await finish(sessions, first)
     assert await start_next(sessions) == second
