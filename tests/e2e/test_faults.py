@@ -91,6 +91,8 @@ def test_kill_9_mid_job_resumes_from_the_last_state_on_a_live_worker(service, un
     assert_same_as_uninterrupted(service, job["id"], uninterrupted)
     timeline = events(service, job["id"])
     assert "stopped sending heartbeats" in timeline and "Resumed from" in timeline
+    for name in ("sampled_tokens", "teacher_tokens", "trained_tokens"):  # replays count once
+        assert done["usage"][name] == sum(row[f"usage/{name}"] for row in uninterrupted.values())
 
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
