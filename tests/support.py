@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,3 +55,33 @@ def to_numbers(value: Any) -> Any:
     if hasattr(value, "detach"):
         return value.detach().double().cpu().numpy()
     return value
+
+
+WITHOUT_PEFT = """
+import json, sys
+sys.modules["peft"] = None  # `import peft` fails, and transformers finds no peft
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+folder, text = sys.argv[1], sys.argv[2]
+tokenizer = AutoTokenizer.from_pretrained(folder)
+model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+ids = tokenizer.encode(text, add_special_tokens=False)
+with torch.inference_mode():
+    logprobs = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+scores = [logprobs[i, ids[i + 1]].item() for i in range(len(ids) - 1)]
+print(json.dumps({"ids": ids, "scores": scores}))
+"""
+
+
+def score_without_peft(folder: Path, text: str) -> tuple[list[int], list[float]]:
+    """Load a Hugging Face model folder in a Python where peft cannot be imported, and
+    score `text` with it: (its token ids, each token's logprob after the first)."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PEFT, str(folder), text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    answer = json.loads(loaded.stdout.strip().splitlines()[-1])
+    return answer["ids"], answer["scores"]

@@ -224,3 +224,22 @@ def test_sign_out(page, service, shots):
     page.goto(f"{service.url}/ui/jobs")
     expect(page).to_have_url(re.compile(r"/ui/sign-in\?next="))
     shot(page, shots, "signed-out")
+
+
+def test_try_a_checkpoint_from_the_jobs_page(page, service, shots):
+    job = service.submit(tiny_spec(steps=4) | {"name": "try-me"})
+    assert service.wait(job["id"])["status"] == "succeeded"
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{job['id']}")
+
+    page.fill("#try-form textarea[name=prompt]", "What is 2 + 3?")
+    page.check("#try-form input[name=compare_base]")
+    page.click("#try-form button[type=submit]")
+
+    outputs = page.locator("#try-result .try-output")
+    expect(outputs).to_have_count(3, timeout=WAIT_MS)
+    expect(outputs.nth(0).locator("header")).to_contain_text("reverse KL mean")
+    expect(outputs.nth(1).locator("header")).to_contain_text("Teacher")
+    expect(outputs.nth(2).locator("header")).to_contain_text("Untrained student")
+    assert outputs.nth(0).locator(".tok").count() > 0
+    shot(page, shots, "try-it")

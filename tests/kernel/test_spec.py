@@ -53,6 +53,13 @@ def test_defaults_are_the_reference_scripts_defaults():
         ({"tinker": {"call_timeout_seconds": 0}}, "tinker.call_timeout_seconds"),
         ({"tinker": {"call_attempts": 21}}, "tinker.call_attempts"),
         ({"trio": {"call_retry_delay_seconds": 0}}, "trio.call_retry_delay_seconds"),
+        ({"student": {"init_from": {}}}, "student.init_from"),
+        (
+            {"student": {"init_from": {"job": 1, "checkpoint": "last"}}},
+            "student.init_from.checkpoint",
+        ),
+        ({"student": {"init_from": {"job": 1, "checkpoint": -1}}}, "student.init_from.checkpoint"),
+        ({"student": {"init_from": {"job": 0}}}, "student.init_from.job"),
     ],
 )
 def test_a_bad_spec_names_its_field(data, field):

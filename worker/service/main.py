@@ -1,5 +1,6 @@
-"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper and
-the webhook sender.
+"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper,
+the webhook sender, and a second arq worker for the short tasks a request waits for (the
+playground, archive fetches: `quick.py`), which keeps answering while jobs drain.
 
 SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
 next step boundary with its state saved and goes back to the queue for another worker.

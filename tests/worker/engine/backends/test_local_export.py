@@ -5,32 +5,16 @@ adapter model does."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pytrio.types import ModelInput
 
-from tests.support import assert_close
+from tests.support import assert_close, score_without_peft
 from worker.engine.backends import connect
 from worker.engine.backends.local.export import ExportError, merge_adapter
 
 TEXT = "<|im_start|>user\nWhat is 7 * 8?<|im_end|>\n<|im_start|>assistant\nIt is 56."
-WITHOUT_PEFT = """
-import json, sys
-sys.modules["peft"] = None  # `import peft` fails, and transformers finds no peft
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-folder = sys.argv[1]
-tokenizer = AutoTokenizer.from_pretrained(folder)
-model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-ids = tokenizer.encode(sys.argv[2], add_special_tokens=False)
-with torch.inference_mode():
-    logprobs = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
-scores = [logprobs[i, ids[i + 1]].item() for i in range(len(ids) - 1)]
-print(json.dumps({"ids": ids, "scores": scores}))
-"""
 
 
 async def test_the_merged_model_loads_without_peft_and_scores_as_the_adapter(trained, tmp_path):
@@ -42,21 +26,14 @@ async def test_the_merged_model_loads_without_peft_and_scores_as_the_adapter(tra
     assert merged.base_model == "tiny-student" and merged.relative_error <= merged.rtol
     assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
     assert json.loads((out / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
-    loaded = subprocess.run(
-        [sys.executable, "-c", WITHOUT_PEFT, str(out), TEXT],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    plain = json.loads(loaded.stdout.strip().splitlines()[-1])
+    ids, scores = score_without_peft(out, TEXT)
     service = connect(spec, tmp_path, lambda *_: None)
     with_adapter = await service.create_sampling_client_async("tiny-student", str(adapter))
-    expected = await with_adapter.compute_logprobs_async(ModelInput.from_ints(plain["ids"]))
-    assert_close(plain["scores"], expected[1:], what="merged (no peft) vs the adapter model")
+    expected = await with_adapter.compute_logprobs_async(ModelInput.from_ints(ids))
+    assert_close(scores, expected[1:], what="merged (no peft) vs the adapter model")
     base = await service.create_sampling_client_async("tiny-student")
-    untrained = await base.compute_logprobs_async(ModelInput.from_ints(plain["ids"]))
-    assert max(abs(a - b) for a, b in zip(plain["scores"], untrained[1:], strict=True)) > 1e-3
+    untrained = await base.compute_logprobs_async(ModelInput.from_ints(ids))
+    assert max(abs(a - b) for a, b in zip(scores, untrained[1:], strict=True)) > 1e-3
 
 
 def test_a_folder_without_an_adapter_is_refused(tmp_path):

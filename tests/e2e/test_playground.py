@@ -1,0 +1,176 @@
+"""Using what a job produced, against real `opd api` and `opd worker` processes on the tiny
+models: the playground (its cache, its deadline, a worker restart), `opd sample`, the
+dashboard's Try it form, continuing a job with `opd clone --init-from`, and `opd export`
+(the merged model loads without peft and scores as the adapter does). One deployment."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pytrio.types import ModelInput
+
+from kernel.spec import JobSpec
+from opd.cli import main
+from tests.e2e.conftest import Service, deployment, tiny_spec
+from tests.support import assert_close, score_without_peft
+from worker.engine.backends import connect
+
+PROMPT = "What is 2 + 3?"
+SCORED = "<|im_start|>user\nCompute 7 * 8.<|im_end|>\n<|im_start|>assistant\nIt is 56."
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    home = tmp_path_factory.mktemp("playground")
+    with deployment(home, f"sqlite:///{home / 'opd.db'}") as running:
+        running.start_worker()
+        yield running
+
+
+@pytest.fixture(scope="module")
+def trained(service: Service) -> dict[str, Any]:
+    """A tiny job run to its end; it saved sampler weights and a state after step 5."""
+    job = service.submit(tiny_spec(steps=10, save_every=5) | {"name": "trained"})
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded", done
+    return done
+
+
+def sample(service: Service, job_id: int, **body: Any) -> httpx.Response:
+    return httpx.post(
+        f"{service.url}/v1/jobs/{job_id}/sample",
+        json={"prompt": PROMPT, "max_tokens": 16} | body,
+        headers={"Authorization": f"Bearer {service.key}"},
+        timeout=120,
+    )
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(service: Service, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`opd ARGS` against the deployment (in this process: no interpreter to start)."""
+
+    def run(*args: str) -> Ran:
+        code = main([*args, "--url", service.url, "--key", service.key])
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+def test_a_worker_samples_the_checkpoint_beside_the_teacher_and_the_base(service, trained):
+    first = sample(service, trained["id"], n=2, compare=["teacher", "base"])
+    again = sample(service, trained["id"], compare=["teacher"])
+    step = sample(service, trained["id"], checkpoint=5)
+
+    assert first.status_code == 200, first.text
+    answer = first.json()
+    assert answer["checkpoint"]["kind"] == "final"
+    assert answer["checkpoint"]["path"] == trained["final_weights_path"]
+    assert [o["model"] for o in answer["outputs"]] == ["checkpoint", "teacher", "base"]
+    for output in answer["outputs"]:
+        assert len(output["completions"]) == 2
+        for completion in output["completions"]:
+            assert len(completion["tokens"]) == len(completion["logprobs"]) > 0
+            if output["model"] != "teacher":
+                assert len(completion["reverse_kl"]) == len(completion["tokens"])
+    assert [o["cached"] for o in again.json()["outputs"]] == [True, True]
+    assert step.status_code == 200 and step.json()["checkpoint"]["step"] == 5
+    assert step.json()["outputs"][0]["weights"] != trained["final_weights_path"]
+
+
+def test_opd_sample_prints_each_models_completions(cli, trained):
+    shown = cli("sample", str(trained["id"]), PROMPT, "--compare", "teacher", "-n", "2")
+
+    assert shown.returncode == 0, shown.stderr
+    assert f"job {trained['id']}: final weights after step 10" in shown.stdout
+    assert re.search(r"--- checkpoint \(tiny-student, cached\): reverse KL mean -?\d", shown.stdout)
+    assert "--- teacher (tiny-teacher, cached)" in shown.stdout
+    assert "[2] (" in shown.stdout and "highest reverse KL:" in shown.stdout
+
+
+def test_try_it_on_the_job_page(service, trained):
+    with httpx.Client(base_url=service.url, timeout=120) as browser:
+        sign_in = browser.get("/ui/sign-in")
+        token = re.search(r'name="csrf_token" value="([^"]+)"', sign_in.text).group(1)
+        browser.post("/ui/sign-in", data={"csrf_token": token, "key": service.key})
+        page = browser.get(f"/ui/jobs/{trained['id']}")
+        assert 'id="try-form"' in page.text and "/ui/static/try_it.js" in page.text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
+        form = {"csrf_token": token, "prompt": PROMPT, "checkpoint": "5", "compare_teacher": "1"}
+        fragment = browser.post(f"/ui/jobs/{trained['id']}/try", data=form)
+
+    assert fragment.status_code == 200, fragment.text
+    assert "sampler weights after step 5" in fragment.text
+    assert fragment.text.count('class="rollout try-output"') == 2
+    assert re.search(r'class="tok kl-\d" title="logprob [^"]+ · reverse KL', fragment.text)
+
+
+def test_past_its_deadline_a_request_is_a_504_and_a_restarted_worker_answers(service, trained):
+    [worker] = [p for p in service.processes if "worker" in str(p.args) and p.poll() is None]
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(30)
+
+    late = sample(service, trained["id"], timeout_seconds=1)
+    assert late.status_code == 504, late.text
+    assert "no worker answered within 1 s" in late.json()["error"]["message"]
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(sample, service, trained["id"], timeout_seconds=90)
+        service.start_worker()  # the request waits in Redis for the new worker
+        answered = waiting.result(timeout=120)
+    assert answered.status_code == 200, answered.text
+    assert [o["cached"] for o in answered.json()["outputs"]] == [False]  # a fresh process
+
+
+def test_opd_clone_continues_the_job_from_its_final_state(cli, service, trained):
+    cloned = cli("clone", str(trained["id"]), "--init-from", "final", "--set", "loop.steps=3")
+    assert cloned.returncode == 0, cloned.stderr
+    clone = service.wait(int(re.search(r"as job (\d+)", cloned.stdout).group(1)))
+
+    assert clone["status"] == "succeeded", clone
+    init_from = clone["spec"]["student"]["init_from"]
+    assert init_from["job"] == trained["id"] and init_from["path"].endswith("-state-000010")
+    events = service.client().request("GET", f"/v1/jobs/{clone['id']}/events")["data"]
+    assert any(e["message"] == f"Started from the weights of {init_from['path']}" for e in events)
+    source_kl = service.client().curve(trained["id"], "opd/reverse_kl_mean")
+    clone_kl = service.client().curve(clone["id"], "opd/reverse_kl_mean")
+    assert clone_kl[0][1] < source_kl[0][1]  # it starts where the source ended, not afresh
+
+
+def test_opd_export_merges_a_model_that_loads_without_peft(cli, trained, tmp_path):
+    merged, adapter = tmp_path / "merged", tmp_path / "adapter"
+    exported = cli("export", str(trained["id"]), str(merged), "--merge")
+    plain = cli("export", str(trained["id"]), str(adapter), "--checkpoint", "5")
+
+    assert exported.returncode == 0, exported.stderr
+    assert "Its logprobs match the adapter model's" in exported.stdout
+    assert plain.returncode == 0, plain.stderr
+    assert {"adapter_model.safetensors", "manifest.json"} <= {p.name for p in adapter.iterdir()}
+    ids, scores = score_without_peft(merged, SCORED)
+    expected = asyncio.run(adapter_scores(trained, ids, tmp_path))
+    assert_close(scores, expected, what="the merged model (no peft) vs the adapter model")
+
+
+async def adapter_scores(trained: dict[str, Any], ids: list[int], scratch: Path) -> list[float]:
+    spec = JobSpec.model_validate(trained["spec"]).model_copy(update={"local": {"device": "cpu"}})
+    service = connect(JobSpec.model_validate(spec.model_dump()), scratch, lambda *_: None)
+    sampler = await service.create_sampling_client_async(
+        "tiny-student", model_path=trained["final_weights_path"]
+    )
+    return (await sampler.compute_logprobs_async(ModelInput.from_ints(ids)))[1:]
