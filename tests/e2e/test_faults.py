@@ -24,14 +24,21 @@ from tests.e2e.conftest import ROOT, Service, deployment, tiny_spec
 from tests.e2e.servers import PostgresServer, RedisServer
 
 SPEC = tiny_spec(steps=30, save_every=5)
+OFF_POLICY_SPEC = tiny_spec(steps=30, save_every=5, max_steps_off_policy=1)
 COMPARED = ("opd/reverse_kl_mean", "trainer/loss_sum", "data/completion_tokens_total")
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, dict[str, float]]:
     """SPEC run once in the foreground with `opd run`: what every faulted run must equal."""
+    return foreground_run(tmp_path_factory, SPEC)
+
+
+def foreground_run(
+    tmp_path_factory: pytest.TempPathFactory, spec: dict[str, Any]
+) -> dict[int, dict[str, float]]:
     folder = tmp_path_factory.mktemp("reference")
-    (folder / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    (folder / "spec.yaml").write_text(yaml.safe_dump(spec))
     subprocess.run(
         [sys.executable, "-m", "opd.cli", "run", "spec.yaml", "--metrics-out", "m.jsonl"],
         cwd=folder,
@@ -139,6 +146,32 @@ def test_pause_keeps_the_state_and_resume_continues_exactly(service, uninterrupt
     )
     assert conflict.status_code == 409
     assert "succeeded" in conflict.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_one_step_off_policy_resumes_exactly_after_pause_and_kill_9(service, tmp_path_factory):
+    """max_steps_off_policy: 1 samples each step from the weights one step back: after a
+    pause and after kill -9 the resumed job samples from the saved weights and repeats an
+    uninterrupted run's steps."""
+    expected = foreground_run(tmp_path_factory, OFF_POLICY_SPEC)
+    first = service.start_worker()
+    client = service.client()
+    job = service.submit(OFF_POLICY_SPEC)
+    service.wait(job["id"], at_step(3))
+
+    client.act(job["id"], "pause")
+    paused = service.wait(job["id"], lambda j: j["status"] == "paused")
+    assert paused["last_state_step"] == paused["steps_done"]
+    client.act(job["id"], "resume")
+    service.wait(job["id"], at_step(paused["steps_done"] + 8))  # past a scheduled save
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    service.start_worker()
+    done = service.wait(job["id"])
+
+    assert done["status"] == "succeeded" and done["attempts"] == 3
+    assert_same_as_uninterrupted(service, job["id"], expected)
+    assert events(service, job["id"]).count("Resumed from") == 2
 
 
 @pytest.fixture

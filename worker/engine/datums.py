@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from pytrio.types import Datum, ModelInput
+from pytrio.types import Datum, ModelInput, TensorData
 
 from kernel.errors import BackendFailure
 
@@ -85,12 +85,13 @@ def build_opd_datum(
     padded_advantages = [0.0] * pad + [float(v) for v in advantages]
     if not len(input_ids) == len(target_ids) == len(padded_logprobs) == len(padded_advantages):
         raise ValueError("OPD datum fields must have the same length")
+    # TensorData made here is checked once; an array given to Datum is checked twice.
     return Datum(
         model_input=ModelInput.from_ints(input_ids),
         loss_fn_inputs={
-            "target_tokens": np.asarray(target_ids, dtype=np.int64),
-            "logprobs": np.asarray(padded_logprobs, dtype=np.float32),
-            "advantages": np.asarray(padded_advantages, dtype=np.float32),
+            "target_tokens": TensorData.from_numpy(np.asarray(target_ids, dtype=np.int64)),
+            "logprobs": TensorData.from_numpy(np.asarray(padded_logprobs, dtype=np.float32)),
+            "advantages": TensorData.from_numpy(np.asarray(padded_advantages, dtype=np.float32)),
         },
     )
 

@@ -329,10 +329,9 @@ async def run_loop(
                 rollouts.keep_new_weights()
             evaluated = {}
             if evaluation is not None and due(evaluation.spec, step, loop.steps):
-                # On the rollouts' lane: nothing else samples or scores meanwhile.
-                evaluated = await rollouts.lane.queue(
-                    lambda step=step: run.evaluate(evaluation, step)
-                )
+                # The eval's scoring must not share the teacher's batches with a step's.
+                async with rollouts.scoring:
+                    evaluated = await run.evaluate(evaluation, step)
 
             step_start = time.time()
             phase = time.perf_counter()

@@ -1,10 +1,10 @@
 """The rollouts of the steps ahead, sampled in schedule order while earlier steps train.
 
 `Rollouts` makes each step's sampler from the weights `schedule.sampler_version` names and
-queues the step's sampling and scoring on a `Lane`, which runs one job at a time in the
-order queued. One at a time keeps every batch exactly what the on-policy loop makes (the
+starts the step's sampling and scoring as soon as those weights exist. Steps in flight
+sample concurrently but take turns at the teacher (`scoring`, with held-out evals): the
 local backend batches the requests that arrive together, and what shares a batch can
-change the last bits), and held-out evals join the same lane for the same reason.
+change the last bits, so each batch is scored exactly as the on-policy loop scores it.
 
 With k = `max_steps_off_policy` >= 1 each step gets a fresh sampler (a backend may seed a
 request by its ordinal within its sampler) and a seed of its own. Weights that a resume
@@ -15,8 +15,7 @@ save needs, and, once a stop was asked for, every new set, so the stop can take 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
 
 from pytrio.types import SamplingParams
 
@@ -33,36 +32,6 @@ from worker.engine.schedule import (
     step_seed,
 )
 from worker.engine.sinks import Sink
-
-T = TypeVar("T")
-
-
-class Lane:
-    """Runs queued coroutines one at a time, in the order they were queued."""
-
-    def __init__(self) -> None:
-        self.last: asyncio.Task[Any] | None = None
-        self.pending: set[asyncio.Task[Any]] = set()
-
-    def queue(self, work: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
-        previous = self.last
-
-        async def after_previous() -> T:
-            if previous is not None:
-                await asyncio.wait([previous])
-            return await work()
-
-        task = asyncio.create_task(after_previous())
-        self.last = task
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
-        return task
-
-    async def close(self) -> None:
-        """Cancel what is queued or running and wait until it has stopped."""
-        for task in self.pending:
-            task.cancel()
-        await asyncio.gather(*self.pending, return_exceptions=True)
 
 
 def sampler_weights_name(spec: JobSpec, version: int) -> str:
@@ -93,7 +62,8 @@ class Rollouts:
         """Saved sampler weights by version (the optimizer steps they had taken)."""
         self.keep_all = False
         self.next_step = start
-        self.lane = Lane()
+        self.scoring = asyncio.Lock()
+        """Held by one batch's scoring (or one eval) at a time."""
         self.batches: dict[int, asyncio.Task[Batch]] = {}
         self.shared: dict[int, SamplingClient] = {}
         """k = 0: one sampler per refresh block, shared by its steps, as the reference does."""
@@ -104,15 +74,11 @@ class Rollouts:
 
     async def refresh(self, boundary: int) -> None:
         """At a step boundary (the weights have taken `boundary` steps), make the samplers
-        of the steps that may start sampling now and queue their rollouts."""
+        of the steps that may start sampling now and start their rollouts."""
         for step in range(self.next_step, last_step_sampled_by(boundary, self.loop) + 1):
             version = sampler_version(step, self.loop)
             sampler = await self.sampler(step, version, boundary)
-            self.batches[step] = self.lane.queue(
-                lambda step=step, sampler=sampler, version=version: self.sample(
-                    step, sampler, version
-                )
-            )
+            self.batches[step] = asyncio.create_task(self.sample(step, sampler, version))
             self.next_step = step + 1
 
     async def batch(self, step: int) -> Batch:
@@ -158,6 +124,7 @@ class Rollouts:
             self.loop.group_size,
             params,
             version,
+            self.scoring,
         )
 
     def keep_new_weights(self) -> None:
@@ -184,4 +151,7 @@ class Rollouts:
 
     async def close(self) -> None:
         """Drop the rollouts not trained on yet (a stop, a failure)."""
-        await self.lane.close()
+        for task in self.batches.values():
+            task.cancel()
+        await asyncio.gather(*self.batches.values(), return_exceptions=True)
+        self.batches.clear()

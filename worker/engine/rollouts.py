@@ -1,7 +1,8 @@
 """Sampling a batch of prompts and scoring every completion with the teacher.
 
 All prompts of a batch are sampled concurrently and each completion is scored as soon as
-its prompt's group is back, as the async reference does. The batch also reports where its
+its prompt's group is back, as the async reference does; batches sampled at the same time
+(the pipelined loop) take turns at the teacher. The batch also reports where its
 time went: the wall time until the last group was sampled, then until the last score.
 """
 
@@ -68,6 +69,33 @@ async def teacher_logprobs(
     return completion_slice(all_logprobs, len(prompt), len(completion))
 
 
+class ScoringTurn:
+    """A batch's turn at the teacher when batches sampled at the same time share `lock`:
+    taken when its first group is ready to be scored, held until its last score. Groups
+    ready together all wait for the same taking, so they send their requests together, as
+    when nothing else is scoring (the local backend batches the requests that arrive
+    together, and what shares a batch can change the last bits)."""
+
+    def __init__(self, lock: asyncio.Lock | None) -> None:
+        self.lock = lock
+        self.taken: asyncio.Task[bool] | None = None
+
+    async def wait(self) -> None:
+        if self.lock is None:
+            return
+        if self.taken is None:
+            self.taken = asyncio.create_task(self.lock.acquire())
+        await asyncio.shield(self.taken)
+
+    def end(self) -> None:
+        if self.lock is None or self.taken is None:
+            return
+        if self.taken.done() and not self.taken.cancelled():
+            self.lock.release()
+        else:
+            self.taken.cancel()
+
+
 async def sample_and_score(
     sampler: SamplingClient,
     teacher: SamplingClient,
@@ -75,11 +103,14 @@ async def sample_and_score(
     num_samples: int,
     params: SamplingParams,
     version: int = 0,
+    scoring: asyncio.Lock | None = None,
 ) -> Batch:
     """`num_samples` completions of each prompt, each scored by the teacher; `version` is
-    the optimizer steps taken by the sampler's weights."""
+    the optimizer steps taken by the sampler's weights. Batches sampled at the same time
+    pass the same `scoring` lock: their scoring never interleaves (`ScoringTurn`)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
+    turn = ScoringTurn(scoring)
 
     async def group(prompt: list[int]) -> list[Completion]:
         result = await sampler.sample_async(
@@ -97,6 +128,7 @@ async def sample_and_score(
                     f"{len(seq.logprobs or [])}",
                     code="bad_sampler_logprobs",
                 )
+        await turn.wait()
         scores = await asyncio.gather(
             *(teacher_logprobs(teacher, prompt, seq.tokens) for seq in sequences)
         )
@@ -112,7 +144,10 @@ async def sample_and_score(
             for seq, scored in zip(sequences, scores, strict=True)
         ]
 
-    groups = await asyncio.gather(*(group(prompt) for prompt in prompts))
+    try:
+        groups = await asyncio.gather(*(group(prompt) for prompt in prompts))
+    finally:
+        turn.end()
     done = time.perf_counter()
     last_sampled = max(sampled_at, default=done)
     return Batch(

@@ -1,14 +1,17 @@
-"""The pipeline's schedule (pure) and its lane: which weights sample which step, what a
-resume needs, and batches that never overlap."""
+"""The pipeline's schedule (pure): which weights sample which step, what a resume needs;
+and the teacher's turns: batches in flight at once never interleave their scoring."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
+from pytrio.types import ModelInput, SamplingParams
 
 from kernel.spec import LoopSpec, SpecError, parse_spec
-from worker.engine.pipeline import Lane
+from tests.fakes.trio import FakeServiceClient
+from worker.engine.rollouts import sample_and_score
 from worker.engine.schedule import (
     kept_for_a_save,
     last_step_sampled_by,
@@ -77,40 +80,51 @@ def test_off_policy_needs_a_refresh_every_step():
     assert parse_spec({}).loop.max_steps_off_policy == 0
 
 
-async def test_the_lane_runs_one_job_at_a_time_in_queue_order():
-    lane = Lane()
-    log: list[str] = []
+def batch_of(tokens: tuple[int, ...]) -> str:
+    """The batch of `score_two_batches_at_once` a sequence belongs to, by its prompt."""
+    return "first" if tokens[0] in (1, 4) else "second"
 
-    async def job(name: str) -> str:
-        log.append(f"{name} starts")
+
+class SlowTeacher:
+    """The fake teacher, each call taking a moment: calls of batches in flight at once
+    could overlap."""
+
+    def __init__(self, teacher: Any) -> None:
+        self.teacher = teacher
+        self.in_progress: list[tuple[int, ...]] = []
+        self.overlaps = 0
+        self.scored: list[tuple[int, ...]] = []
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        tokens = tuple(prompt.to_ints())
+        self.overlaps += any(batch_of(other) != batch_of(tokens) for other in self.in_progress)
+        self.in_progress.append(tokens)
         await asyncio.sleep(0)
-        log.append(f"{name} ends")
-        return name
-
-    tasks = [lane.queue(lambda name=name: job(name)) for name in "abc"]
-    assert await tasks[2] == "c"
-    assert log == ["a starts", "a ends", "b starts", "b ends", "c starts", "c ends"]
+        self.in_progress.remove(tokens)
+        self.scored.append(tokens)
+        return await self.teacher.compute_logprobs_async(prompt)
 
 
-async def test_a_failed_job_does_not_stop_the_lane_and_close_drops_what_is_queued():
-    lane = Lane()
-    started: list[int] = []
-    running = asyncio.Event()
+async def score_two_batches_at_once(scoring: asyncio.Lock | None) -> SlowTeacher:
+    fake = FakeServiceClient()
+    training = await fake.create_lora_training_client_async("student/model", rank=8)
+    teacher = SlowTeacher(await fake.create_sampling_client_async("teacher/model"))
+    params = SamplingParams(max_tokens=4, seed=1)
+    batches = [[[1, 2, 3], [4, 5, 6]], [[7, 8, 9], [10, 11, 12]]]
+    samplers = [await training.save_weights_and_get_sampling_client_async() for _ in batches]
+    await asyncio.gather(
+        *(
+            sample_and_score(sampler, teacher, batch, 2, params, scoring=scoring)  # type: ignore[arg-type]
+            for sampler, batch in zip(samplers, batches, strict=True)
+        )
+    )
+    return teacher
 
-    async def fail() -> None:
-        raise RuntimeError("boom")
 
-    async def wait(n: int) -> None:
-        started.append(n)
-        running.set()
-        await asyncio.Event().wait()
-
-    failed = lane.queue(fail)
-    blocked = lane.queue(lambda: wait(1))
-    queued = lane.queue(lambda: wait(2))
-    with pytest.raises(RuntimeError, match="boom"):
-        await failed
-    await running.wait()
-    await lane.close()
-    assert started == [1] and blocked.cancelled() and queued.cancelled()
-    assert not lane.pending
+async def test_batches_in_flight_take_turns_at_the_teacher():
+    """Each batch's completions are scored together, and no other batch's meanwhile."""
+    taking_turns = await score_two_batches_at_once(asyncio.Lock())
+    assert len(taking_turns.scored) == 8 and taking_turns.overlaps == 0
+    prompts = [tokens[:3] for tokens in taking_turns.scored]
+    assert prompts[:4] in ([(1, 2, 3)] * 2 + [(4, 5, 6)] * 2, [(7, 8, 9)] * 2 + [(10, 11, 12)] * 2)
+    assert (await score_two_batches_at_once(None)).overlaps > 0, "what the turns prevent"
