@@ -13,7 +13,7 @@ from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep
 from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
 from app.store.rows import get_job
 from app.web import present
-from app.web.deps import FormDep, ViewerDep
+from app.web.deps import FormDep, SubmitterDep
 from app.web.templating import render
 from kernel.playground import Completion, SampleRequest
 from kernel.spec import format_validation_error
@@ -69,10 +69,11 @@ async def try_it(
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
-    viewer: ViewerDep,
+    viewer: SubmitterDep,
     form: FormDep,
 ) -> Response:
-    """The completions of the form's prompt, or why there are none, as a fragment."""
+    """The completions of the form's prompt, or why there are none, as a fragment. Needs
+    the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does."""
     job = await get_job(session, job_id, viewer.scope)
     try:
         answer = await try_checkpoint(session, queue, settings, job, sample_request(form))

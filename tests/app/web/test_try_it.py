@@ -1,0 +1,60 @@
+"""The job page's Try it panel over HTTP, with no worker running: it shows for keys that
+may sample, its form is checked as the API checks a request, and a request no worker
+takes says so. (With a worker: tests/e2e/test_playground.py and test_dashboard.py.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.models import Scope
+from app.store.jobs import claim_job
+from app.store.records import record_checkpoint
+from tests.app.conftest import serve
+from tests.app.web.conftest import csrf_of, post_form
+
+
+@pytest.fixture
+async def browser(settings) -> AsyncIterator[httpx.AsyncClient]:
+    """A browser on an API whose playground waits 0.3 s for a worker."""
+    async with serve(settings.model_copy(update={"sample_timeout": 0.3})) as client:
+        yield client
+
+
+async def signed_in_job_page(browser, session, submit, key) -> tuple[dict, httpx.Response]:
+    job = await submit(loop={"steps": 4})
+    await claim_job(session, job["id"], "w", heartbeat_timeout=60)
+    await record_checkpoint(session, job["id"], "w", 2, "sampler", "/w/2")
+    sign_in = await browser.get("/ui/sign-in")
+    await post_form(browser, "/ui/sign-in", sign_in, key=key.key)
+    return job, await browser.get(f"/ui/jobs/{job['id']}")
+
+
+async def test_the_panel_samples_through_a_worker_and_says_when_none_answers(
+    browser, session, submit, key
+):
+    job, page = await signed_in_job_page(browser, session, submit, key)
+    assert 'id="try-form"' in page.text and '<option value="2">step 2</option>' in page.text
+    url = f"/ui/jobs/{job['id']}/try"
+
+    waited = await post_form(browser, url, page, prompt="What is 2 + 3?", checkpoint="2")
+    bad = await post_form(browser, url, page, prompt="What is 2 + 3?", checkpoint="2", n="0")
+    missing = await post_form(browser, url, page, prompt="What is 2 + 3?", checkpoint="final")
+    forged = await browser.post(url, data={"csrf_token": "forged", "prompt": "x"})
+
+    assert waited.status_code == 504 and "no worker answered within 0.3 s" in waited.text
+    assert bad.status_code == 422 and "n: Input should be greater than or equal to 1" in bad.text
+    assert missing.status_code == 422 and "has no final weights" in missing.text
+    assert forged.status_code == 403
+
+
+async def test_a_read_key_sees_no_panel_and_cannot_sample(browser, session, submit, key, make_key):
+    reader = await make_key(key.team.name, scope=Scope.read)
+    job, page = await signed_in_job_page(browser, session, submit, reader)
+    assert page.status_code == 200 and 'id="try-form"' not in page.text
+    refused = await browser.post(
+        f"/ui/jobs/{job['id']}/try", data={"csrf_token": csrf_of(page), "prompt": "x"}
+    )
+    assert refused.status_code == 403 and "submit&#39; scope" in refused.text
