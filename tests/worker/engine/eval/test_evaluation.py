@@ -60,7 +60,8 @@ def training_part(metrics: dict[str, float]) -> dict[str, float]:
     return {
         k: v
         for k, v in metrics.items()
-        if not k.startswith(("time/", "eval/")) and k != "data/completion_tokens_per_second"
+        if not k.startswith(("time/", "eval/"))
+        and k not in ("data/completion_tokens_per_second", "usage/eval_tokens")
     }
 
 
