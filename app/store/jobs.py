@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,7 +24,6 @@ from app.models import (
     Job,
     JobAction,
     JobStatus,
-    Team,
     utcnow,
 )
 from app.store.errors import (
@@ -38,8 +37,8 @@ from app.store.limits import (
     Limits,
     QueueFull,
     check_queued,
-    limit_reason,
     lock_team,
+    running_limit_reason,
     under_running_limit,
 )
 from app.store.outbox import stage_job_event
@@ -154,22 +153,6 @@ async def create_job(
     session.add(event_row(job.id, "Job created", data={"status": JobStatus.queued}, now=now))
     await session.commit()
     return ActionResult(detach(session, job), changed=True)
-
-
-async def running_limit_reason(session: AsyncSession, team_id: int, limits: Limits) -> str | None:
-    """Why a new job of this team will wait, when its running limit is what holds it."""
-    row = (
-        await session.execute(select(Team.name, Team.max_running).where(Team.id == team_id))
-    ).one()
-    limit = row.max_running or limits.max_running
-    if limit is None:
-        return None
-    running = (
-        await session.execute(
-            select(func.count()).where(Job.team_id == team_id, Job.status.in_(ACTIVE_STATUSES))
-        )
-    ).scalar_one()
-    return limit_reason(row.name, running, limit) if running >= limit else None
 
 
 async def apply_action(

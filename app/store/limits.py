@@ -101,6 +101,18 @@ async def check_queued(session: AsyncSession, team_id: int, defaults: Limits) ->
         raise QueueFull(queued - 1, limit)
 
 
+async def running_limit_reason(session: AsyncSession, team_id: int, limits: Limits) -> str | None:
+    """Why a new job of this team will wait, when its running limit is what holds it."""
+    name, limit, running = (
+        await session.execute(
+            select(Team.name, running_limit(limits), count_of(team_id, ACTIVE_STATUSES)).where(
+                Team.id == team_id
+            )
+        )
+    ).one()
+    return limit_reason(name, running, limit) if running >= limit else None
+
+
 def limit_reason(team: str, running: int, limit: int) -> str:
     return (
         f"{LIMIT_REASON}: team {team!r} runs {running} of at most {limit} jobs at once; "
