@@ -1,6 +1,6 @@
 """The playground's messages: what a person asks of a checkpoint, the task the API hands a
-worker through Redis, and the worker's answer. One definition for the API, the worker and
-the `opd` client, so both sides of the queue read the same JSON."""
+worker through Redis, and the worker's answer (and the archive-fetching task's). One
+definition for the API and the worker, so both sides of the queue read the same JSON."""
 
 from __future__ import annotations
 

@@ -189,6 +189,7 @@ def export_command(args: argparse.Namespace) -> int:
         raise command_error(f"{out} exists and is not an empty folder")
     api = connect(args)
     weights = find_weights(api, args.job, args.checkpoint)
+    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
         archive = Path(work, "checkpoint.tar.gz")
         sha256 = download(api, args.job, weights["id"], archive)
