@@ -23,7 +23,7 @@ from tests.e2e.conftest import Service, tiny_spec
 
 SLOTS = 4
 A_JOBS = 40
-SPEC = tiny_spec(steps=2, batch_size=2, group_size=2)
+SPEC = tiny_spec(steps=2, batch_size=1, group_size=2) | {"sampling": {"max_tokens": 8}}
 
 
 def post(service: Service, key: str, spec: dict) -> dict:
