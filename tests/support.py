@@ -35,6 +35,22 @@ def temporary_postgres_database() -> Iterator[str]:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def migrated_database(kind: str, folder: Path) -> Iterator[str]:
+    """A fresh database of `kind` (`sqlite`: a file in `folder`; `postgres`: a temporary
+    database), migrated to the latest schema, for tests that look at every row there is."""
+    from app.core.db import migrate
+
+    if kind == "sqlite":
+        url = f"sqlite:///{folder / 'opd.db'}"
+        migrate(url)
+        yield url
+        return
+    with temporary_postgres_database() as url:
+        migrate(url)
+        yield url
+
+
 def assert_close(actual: Any, expected: Any, *, rtol: float = 1e-5, what: str = "") -> None:
     """`actual` equals `expected` up to float rounding, judged on the whole tensor:
     ||actual - expected|| <= rtol * ||expected||. Element-wise tolerances fail on tiny

@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import func, select
 
 from app.auth import create_key
-from app.core.db import migrate
 from app.models import ACTIVE_STATUSES, Job, JobStatus
 from app.store.jobs import claim_job, claim_next, complete_job, create_job
 from app.store.limits import LIMIT_REASON, Limits, QueueFull, note_limits
@@ -21,18 +20,12 @@ from app.store.stats import service_stats
 from app.store.teams import list_teams, set_limits
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
-from tests.support import temporary_postgres_database
+from tests.support import migrated_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'opd.db'}"
-        migrate(url)
-        yield url
-        return
-    with temporary_postgres_database() as url:
-        migrate(url)
+    with migrated_database(request.param, tmp_path) as url:
         yield url
 
 

@@ -5,7 +5,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.core.db import migrate
 from tests.app.conftest import (  # noqa: F401 (fixtures)
     key,
     make_key,
@@ -16,16 +15,10 @@ from tests.app.conftest import (  # noqa: F401 (fixtures)
     sessions,
     settings,
 )
-from tests.support import temporary_postgres_database
+from tests.support import migrated_database
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'opd.db'}"
-        migrate(url)
-        yield url
-        return
-    with temporary_postgres_database() as url:
-        migrate(url)
+    with migrated_database(request.param, tmp_path) as url:
         yield url
