@@ -42,9 +42,7 @@ async def test_totals_count_each_step_once_across_a_replay(session, job):
         "eval_tokens": 50 + 40,
         "estimated_cost": None,
     }
-    (day,) = (
-        await session.execute(select(UsageDay).where(UsageDay.job_id == job.id))
-    ).scalars()
+    (day,) = (await session.execute(select(UsageDay).where(UsageDay.job_id == job.id))).scalars()
     assert (day.day, day.team_id) == (utcnow().date(), job.team_id)
     assert (day.sampled_tokens, day.teacher_tokens, day.trained_tokens, day.eval_tokens) == (
         30,
