@@ -19,4 +19,5 @@ for _ in $(seq 30); do
 done
 .venv/bin/ruff check .
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest -q "$@"
+# Two workers; tests that start processes of their own share one (tests/conftest.py).
+exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"

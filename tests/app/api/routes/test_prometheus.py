@@ -75,7 +75,9 @@ async def test_the_exposition_parses_and_counts_jobs_steps_and_requests(
     route = "/v1/jobs/{job_id}"
     assert grew("opd_http_requests_total", method="GET", route=route, status="200") == 2
     latency = [
-        s for s in families["opd_http_request_duration_seconds_count"] if s.labels["route"] == route
+        s
+        for s in families["opd_http_request_duration_seconds_count"]
+        if s.labels["route"] == route and s.labels["status"] == "200"
     ]
     assert latency and latency[0].value >= 2
 
