@@ -8,7 +8,7 @@ read follow in the same transaction (store/summaries.py).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -30,9 +30,9 @@ from app.store.errors import JobNotHeld
 from app.store.outbox import stage_eval
 from app.store.rows import detach, event_row, held
 from app.store.summaries import keep_summaries, step_probe
-from app.store.usage import keep_usage
+from app.store.usage import add_usage_day, counter_increments, usage_change
 from kernel.samples import KeptSample
-from kernel.summary import SUMMARY_METRICS, advance_ends
+from kernel.summary import advance_ends
 
 
 async def record_event(
@@ -63,6 +63,20 @@ def upsert_metrics(
     )
 
 
+class Found(NamedTuple):
+    """What the statement that advances the job found before a step's metrics are written."""
+
+    newest: int | None  # the job's newest recorded step
+    metrics: dict[str, float | None] | None  # what this step held (None: not recorded)
+    ends: dict[str, list[float | None]] | None  # the job's summary points
+    team_id: int
+
+
+def found_before(job_id: int, step: int) -> tuple[Any, ...]:
+    """The RETURNING columns that make a `Found`: no extra round trip to read them."""
+    return (*step_probe(job_id, step), Job.metric_ends, Job.team_id)
+
+
 async def record_step(
     session: AsyncSession,
     job_id: int,
@@ -78,13 +92,13 @@ async def record_step(
         update(Job)
         .where(*held(job_id, worker_id))
         .values(steps_done=step + 1, heartbeat_at=now, updated_at=now)
-        .returning(Job.requested_action, *step_probe(job_id, step))
+        .returning(Job.requested_action, *found_before(job_id, step))
     )
     row = result.one_or_none()
     if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
-    await store_metrics(session, job_id, step, metrics, now, newest=row[1], before=row[2])
+    await store_metrics(session, job_id, step, metrics, now, Found(*row[1:]))
     await session.commit()
     return None if row.requested_action is None else JobAction(row.requested_action)
 
@@ -101,15 +115,16 @@ async def record_eval(
         update(Job)
         .where(*held(job_id, worker_id))
         .values(heartbeat_at=now, updated_at=now)
-        .returning(*step_probe(job_id, step), Job.team_id)
+        .returning(*found_before(job_id, step))
     )
     row = result.one_or_none()
     if row is None:
         await session.rollback()
         raise JobNotHeld(f"job {job_id} is no longer held by {worker_id}")
-    await store_metrics(session, job_id, step, metrics, now, newest=row[0], before=row[1])
-    if row[1] is None:  # a replayed eval was announced already
-        await stage_eval(session, row[2], job_id, step, metrics, now)
+    found = Found(*row)
+    await store_metrics(session, job_id, step, metrics, now, found)
+    if found.metrics is None:  # a replayed eval was announced already
+        await stage_eval(session, found.team_id, job_id, step, metrics, now)
     await session.commit()
 
 
@@ -119,30 +134,24 @@ async def store_metrics(
     step: int,
     metrics: dict[str, float],
     now: datetime,
-    *,
-    newest: int | None,
-    before: dict[str, float | None] | None,
+    found: Found,
 ) -> None:
-    """Upsert step `step`'s row and keep the summaries charts read, in the caller's
-    transaction; `newest` and `before` are what `step_probe` found before the write."""
+    """Upsert step `step`'s row and keep what is derived from it (the summaries charts
+    read, the job's summary points and usage totals, today's usage), in the caller's
+    transaction: one more write to the job row, whatever changed on it."""
     clean = {name: finite_or_none(value) for name, value in metrics.items()}
     dialect = (await session.connection()).dialect.name
     await session.execute(upsert_metrics(dialect, job_id, step, clean, now))
-    await keep_summaries(session, job_id, step, newest, changed=before != clean)
-    await keep_ends(session, job_id, step, clean)
-    await keep_usage(session, job_id, clean, before, now)
-
-
-async def keep_ends(
-    session: AsyncSession, job_id: int, step: int, metrics: dict[str, float | None]
-) -> None:
-    """Move the job's summary points (first and last of each summary metric) to this step."""
-    if not metrics.keys() & set(SUMMARY_METRICS.values()):
-        return
-    ends = (await session.execute(select(Job.metric_ends).where(Job.id == job_id))).scalar_one()
-    updated = advance_ends(ends or {}, step, metrics)
-    if updated != ends:
-        await session.execute(update(Job).where(Job.id == job_id).values(metric_ends=updated))
+    await keep_summaries(session, job_id, step, found.newest, changed=found.metrics != clean)
+    change = usage_change(clean, found.metrics)
+    values = counter_increments(change)
+    ends = advance_ends(found.ends or {}, step, clean)
+    if ends != (found.ends or {}):
+        values["metric_ends"] = ends
+    if values:
+        await session.execute(update(Job).where(Job.id == job_id).values(values))
+    if change:
+        await add_usage_day(session, job_id, found.team_id, change, now)
 
 
 def printable(text: str) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -43,27 +43,18 @@ def usage_change(
     return {column: delta for column, delta in change.items() if delta}
 
 
-async def keep_usage(
-    session: AsyncSession,
-    job_id: int,
-    metrics: Mapping[str, float | None],
-    before: Mapping[str, float | None] | None,
-    now: datetime,
+def counter_increments(change: Mapping[str, int]) -> dict[str, Any]:
+    """The job row's usage totals plus `change`, as values for the UPDATE that records a step."""
+    return {column: getattr(Job, column) + delta for column, delta in change.items()}
+
+
+async def add_usage_day(
+    session: AsyncSession, job_id: int, team_id: int, change: Mapping[str, int], now: datetime
 ) -> None:
-    """Add a recorded step's usage to the job's totals and today's row, in the caller's
-    transaction (nothing to write when the step used nothing new)."""
-    change = usage_change(metrics, before)
-    if not change:
-        return
-    await session.execute(
-        update(Job)
-        .where(Job.id == job_id)
-        .values({column: getattr(Job, column) + delta for column, delta in change.items()})
-    )
+    """Add a recorded step's usage to the job's row for today, in the caller's transaction."""
     dialect = (await session.connection()).dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    team = select(Job.team_id).where(Job.id == job_id).scalar_subquery()
-    statement = insert(UsageDay).values(job_id=job_id, day=now.date(), team_id=team, **change)
+    statement = insert(UsageDay).values(job_id=job_id, day=now.date(), team_id=team_id, **change)
     await session.execute(
         statement.on_conflict_do_update(
             index_elements=["job_id", "day"],
