@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import (
@@ -28,7 +27,7 @@ from app.models import (
 )
 from app.store.errors import JobNotHeld
 from app.store.outbox import stage_eval
-from app.store.rows import detach, event_row, held
+from app.store.rows import detach, event_row, held, insert_for
 from app.store.summaries import keep_summaries, step_probe
 from app.store.usage import add_usage_day, counter_increments, usage_change
 from kernel.samples import KeptSample
@@ -53,8 +52,7 @@ def upsert_metrics(
     dialect: str, job_id: int, step: int, metrics: dict[str, Any], now: datetime
 ) -> Any:
     """INSERT .. ON CONFLICT (job_id, step) DO UPDATE, spelled for the session's database."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(StepMetric).values(
+    statement = insert_for(dialect)(StepMetric).values(
         job_id=job_id, step=step, metrics=metrics, recorded_at=now
     )
     return statement.on_conflict_do_update(
@@ -151,7 +149,7 @@ async def store_metrics(
     if values:
         await session.execute(update(Job).where(Job.id == job_id).values(values))
     if change:
-        await add_usage_day(session, job_id, found.team_id, change, now)
+        await add_usage_day(session, dialect, job_id, found.team_id, change, now)
 
 
 def printable(text: str) -> str:

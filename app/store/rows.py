@@ -7,12 +7,18 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ACTIVE_STATUSES, Event, EventLevel, Job, utcnow
 from app.store.errors import JobNotFound
 
 T = TypeVar("T")
+
+
+def insert_for(dialect: str) -> Any:
+    """The INSERT construct that can say ON CONFLICT on the database (Postgres or SQLite)."""
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
 
 
 def detach(session: AsyncSession, obj: T) -> T:

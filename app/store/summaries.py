@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ScalarSelect, delete, func, or_, select, union_all
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import MetricSummary, StepMetric
+from app.store.rows import insert_for
 from app.summaries import (
     FANOUT,
     WIDTHS,
@@ -75,8 +75,7 @@ async def stored_parts(
 
 def upsert_summaries(dialect: str, rows: list[dict[str, Any]]) -> Any:
     """INSERT .. ON CONFLICT (job_id, key, width, block) DO UPDATE, for the session's database."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(MetricSummary).values(rows)
+    statement = insert_for(dialect)(MetricSummary).values(rows)
     fields = {name: getattr(statement.excluded, name) for name in Summary._fields}
     return statement.on_conflict_do_update(
         index_elements=["job_id", "key", "width", "block"], set_=fields

@@ -13,10 +13,10 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Job, Team, UsageDay
+from app.store.rows import insert_for
 
 USAGE_METRICS = {
     "usage/sampled_tokens": "sampled_tokens",
@@ -49,12 +49,17 @@ def counter_increments(change: Mapping[str, int]) -> dict[str, Any]:
 
 
 async def add_usage_day(
-    session: AsyncSession, job_id: int, team_id: int, change: Mapping[str, int], now: datetime
+    session: AsyncSession,
+    dialect: str,
+    job_id: int,
+    team_id: int,
+    change: Mapping[str, int],
+    now: datetime,
 ) -> None:
     """Add a recorded step's usage to the job's row for today, in the caller's transaction."""
-    dialect = (await session.connection()).dialect.name
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert(UsageDay).values(job_id=job_id, day=now.date(), team_id=team_id, **change)
+    statement = insert_for(dialect)(UsageDay).values(
+        job_id=job_id, day=now.date(), team_id=team_id, **change
+    )
     await session.execute(
         statement.on_conflict_do_update(
             index_elements=["job_id", "day"],
