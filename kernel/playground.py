@@ -4,7 +4,7 @@ definition for the API and the worker, so both sides of the queue read the same 
 
 from __future__ import annotations
 
-from typing import Generic, Literal, TypeVar
+from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -16,6 +16,9 @@ MAX_SAMPLES = 16
 MAX_PLAYGROUND_TOKENS = 4096
 MAX_MESSAGES = 64
 MAX_TIMEOUT_SECONDS = 600.0
+MAX_STOPS = 4
+MAX_STOP_CHARS = 256
+MAX_SEED = 2**63 - 1
 ModelRole = Literal["checkpoint", "teacher", "base"]
 
 
@@ -45,10 +48,28 @@ class SampleRequest(SpecModel):
     checkpoint: CheckpointRef = Field(
         "final", description="`final` or the step of saved sampler weights."
     )
+    model: ModelRole = Field(
+        "checkpoint",
+        description="The model that completes the prompt: the `checkpoint`, the `teacher`, "
+        "or the untrained student (`base`); `compare` adds others.",
+    )
     n: int = Field(1, ge=1, le=MAX_SAMPLES, description="Completions per model.")
     max_tokens: int = Field(256, ge=1, le=MAX_PLAYGROUND_TOKENS)
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_STOPS,
+        description="Strings that end a completion: its text ends before the first one "
+        "(its tokens end with the token that completed it).",
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_SEED,
+        description="The sampler's seed, passed to the backend (the local backend mixes it "
+        "with the sampler's request count: a cached sampler answers a repeated seed anew).",
+    )
     compare: list[Literal["teacher", "base"]] = Field(
         default_factory=list,
         max_length=2,
@@ -70,6 +91,8 @@ class SampleRequest(SpecModel):
             raise ValueError("messages: the last message must be the user's")
         if len(set(self.compare)) != len(self.compare):
             raise ValueError("compare: each model at most once")
+        if self.model in self.compare:
+            raise ValueError(f"compare: {self.model!r} is the model asked for already")
         return self
 
 
@@ -84,7 +107,7 @@ class SampleTask(BaseModel):
 
 
 class Completion(BaseModel):
-    text: str
+    text: str = Field(description="The completion's text, up to the first stop string.")
     tokens: list[str] = Field(description="The completion's tokens, decoded one by one.")
     token_ids: list[int]
     logprobs: list[float | None] = Field(

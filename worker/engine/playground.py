@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from pytrio.types import ModelInput, SamplingParams
+from pytrio.types import ModelInput, SampleSequence, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, SampleTask
@@ -50,6 +50,33 @@ def render(task: SampleTask, tokenizer: Any) -> list[int]:
         raise OPDError(f"cannot render the prompt: {error}", code="invalid_prompt") from error
 
 
+def stopped(seq: SampleSequence, stops: Sequence[str], tokenizer: Any) -> SampleSequence:
+    """The sequence with its text, cut at the first stop string the request gave: its
+    tokens end with the one that completed it (the fewest whose text holds a stop)."""
+    text = tokenizer.decode(seq.tokens, skip_special_tokens=True)
+
+    def stop_in(decoded: str) -> int | None:
+        found = [decoded.find(stop) for stop in stops if stop in decoded]
+        return min(found) if found else None
+
+    if stop_in(text) is None:
+        return seq.model_copy(update={"text": text})
+    low, high = 1, len(seq.tokens)
+    while low < high:
+        middle = (low + high) // 2
+        if stop_in(tokenizer.decode(seq.tokens[:middle], skip_special_tokens=True)) is None:
+            low = middle + 1
+        else:
+            high = middle
+    kept = tokenizer.decode(seq.tokens[:low], skip_special_tokens=True)
+    return SampleSequence(
+        stop_reason="stop",
+        tokens=seq.tokens[:low],
+        logprobs=(seq.logprobs or [])[:low],
+        text=kept[: stop_in(kept)],
+    )
+
+
 def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
     """(base model, saved weights) of each model a request may ask for."""
     spec = task.spec
@@ -71,7 +98,7 @@ async def complete(
     response = await loaded.client.sample_async(
         ModelInput.from_ints(prompt), task.request.n, params, return_text=False
     )
-    sequences = response.sequences
+    sequences = [stopped(seq, task.request.stop, tokenizer) for seq in response.sequences]
     scores: Sequence[list[float] | None] = [None] * len(sequences)
     if teacher is not None:
         scores = await asyncio.gather(
@@ -83,7 +110,7 @@ async def complete(
         kl = None if scored is None else [a - b for a, b in zip(logprobs, scored, strict=True)]
         completions.append(
             Completion(
-                text=tokenizer.decode(seq.tokens, skip_special_tokens=True),
+                text=seq.text,
                 tokens=[tokenizer.decode([token]) for token in seq.tokens],
                 token_ids=list(seq.tokens),
                 logprobs=[finite(value) for value in logprobs],
@@ -107,16 +134,17 @@ async def complete(
 async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     """Complete the task's prompt with each model it asks for."""
     start = time.perf_counter()
-    roles: list[ModelRole] = ["checkpoint", *task.request.compare]
+    roles: list[ModelRole] = [task.request.model, *task.request.compare]
     clients = await asyncio.gather(
         *(samplers.get(task.spec, *weights_of(task, role)) for role in roles)
     )
     loaded = dict(zip(roles, clients, strict=True))
-    tokenizer = await asyncio.to_thread(loaded["checkpoint"].client.get_tokenizer)
+    tokenizer = await asyncio.to_thread(loaded[roles[0]].client.get_tokenizer)
     teacher = loaded["teacher"].client if "teacher" in loaded else None
-    if teacher is not None:
+    if teacher is not None and roles != ["teacher"]:
+        student = next(loaded[role].client for role in roles if role != "teacher")
         check_tokenizers(
-            tokenizer,
+            await asyncio.to_thread(student.get_tokenizer),
             await asyncio.to_thread(teacher.get_tokenizer),
             task.spec.student.base_model,
             task.spec.teacher.base_model,
@@ -125,6 +153,7 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     request = task.request
     params = SamplingParams(
         max_tokens=request.max_tokens,
+        seed=request.seed,
         temperature=request.temperature,
         top_p=request.top_p,
         stop=stop_sequences(tokenizer),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pytrio.types import ModelInput
@@ -43,15 +44,18 @@ async def scores(trained, weights: str | None, base_model: str, prompt, tokens) 
     return logprobs[len(prompt) :]
 
 
+async def tokenizer_of(trained: Trained) -> Any:
+    service = connect(trained.spec, trained.artifacts, lambda *_: None)
+    return (
+        await service.create_sampling_client_async(trained.spec.student.base_model)
+    ).get_tokenizer()
+
+
 async def test_each_model_completes_the_prompt_with_its_own_logprobs_and_the_kl(trained):
     spec, weights, artifacts = trained.spec, trained.final, trained.artifacts
     got = await answer(task(trained, n=2, compare=["teacher", "base"]), cache_for(artifacts))
 
-    tokenizer = (
-        await connect(spec, artifacts, lambda *_: None).create_sampling_client_async(
-            spec.student.base_model
-        )
-    ).get_tokenizer()
+    tokenizer = await tokenizer_of(trained)
     prompt = build_prompt(tokenizer, QUESTION, spec.dataset.question_suffix, False)
     assert got.prompt_tokens == len(prompt) and got.prompt == tokenizer.decode(prompt)
     assert [output.model for output in got.outputs] == ["checkpoint", "teacher", "base"]
@@ -108,3 +112,47 @@ async def test_a_chat_is_rendered_with_the_chat_template_as_given(trained):
         "<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?"
         "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
+
+
+async def test_the_teacher_alone_completes_the_prompt_when_it_is_the_model_asked_for(trained):
+    got = await answer(task(trained, model="teacher", n=2), cache_for(trained.artifacts))
+
+    [output] = got.outputs
+    assert output.model == "teacher" and output.base_model == trained.spec.teacher.base_model
+    assert output.weights is None and output.reverse_kl_mean is None
+    prompt = build_prompt(
+        await tokenizer_of(trained), QUESTION, trained.spec.dataset.question_suffix, False
+    )
+    for completion in output.completions:
+        own = await scores(
+            trained, None, trained.spec.teacher.base_model, prompt, completion.token_ids
+        )
+        assert_close(completion.logprobs, own, what="the teacher's own logprobs")
+
+
+async def test_a_stop_string_ends_the_text_before_it_and_the_tokens_with_it(trained):
+    samplers = cache_for(trained.artifacts)
+    whole = (await answer(task(trained, temperature=0, max_tokens=24), samplers)).outputs[0]
+    text = whole.completions[0].text
+    assert len(text) > 8, text
+    stop = text[5:7]  # greedy decoding: the same completion again, until the stop
+    cut = await answer(task(trained, temperature=0, max_tokens=24, stop=[stop]), samplers)
+    [completion] = cut.outputs[0].completions
+
+    assert completion.text == text[: text.find(stop)] and completion.stop_reason == "stop"
+    kept = len(completion.token_ids)
+    assert completion.token_ids == whole.completions[0].token_ids[:kept]
+    tokenizer = await tokenizer_of(trained)
+    assert stop in tokenizer.decode(completion.token_ids)
+    assert stop not in tokenizer.decode(completion.token_ids[:-1])
+    assert len(completion.logprobs) == kept
+
+
+async def test_a_seed_is_the_samplers_seed(trained):
+    """Two fresh samplers given one seed sample the same completions; another seed differs."""
+    runs = [
+        await answer(task(trained, seed=seed, max_tokens=24), cache_for(trained.artifacts))
+        for seed in (7, 7, 8)
+    ]
+    ids = [run.outputs[0].completions[0].token_ids for run in runs]
+    assert ids[0] == ids[1] != ids[2]
