@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from kernel.errors import OPDError
 from kernel.retry import Backoff
 from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
 from worker.engine.backends.contract import SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Resilient, Warn, resilient
+
+EXTRAS = {
+    "tinker": ("tinker", {"tinker"}),
+    "local": ("local", {"torch", "transformers", "peft", "safetensors"}),
+}
+"""backend: (the package extra it needs, the top-level modules that extra installs)."""
+
+
+@contextmanager
+def extra_installed(backend: str) -> Iterator[None]:
+    """A backend whose extra is missing is an error that says what to install, not a
+    bare "No module named ..." (other missing modules stay the bugs they are)."""
+    try:
+        yield
+    except ModuleNotFoundError as error:
+        extra, modules = EXTRAS[backend]
+        if (error.name or "").split(".")[0] not in modules:
+            raise
+        raise OPDError(
+            f"backend: {backend} needs the {extra!r} extra, which this worker lacks "
+            f"({error}): install it with pip install 'opd-service[{extra}]'",
+            code="backend_not_installed",
+        ) from error
 
 
 def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
@@ -21,12 +47,14 @@ def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
 
         return resilient(connect_trio(spec.trio), PYTRIO_ERRORS, warn, call_backoff(spec.trio))
     if spec.backend == "tinker":
-        from worker.engine.backends.tinker import ERRORS as TINKER_ERRORS
-        from worker.engine.backends.tinker import connect_tinker
+        with extra_installed("tinker"):
+            from worker.engine.backends.tinker import ERRORS as TINKER_ERRORS
+            from worker.engine.backends.tinker import connect_tinker
 
         service = connect_tinker(spec.tinker)
         return resilient(service, TINKER_ERRORS, warn, call_backoff(spec.tinker))
-    from worker.engine.backends.local import LocalServiceClient
+    with extra_installed("local"):
+        from worker.engine.backends.local import LocalServiceClient
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
     return resilient(LocalServiceClient(spec.local, artifact_dir), PYTRIO_ERRORS, warn)
