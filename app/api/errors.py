@@ -114,12 +114,17 @@ def describe(error: dict[str, Any]) -> str:
     return f"{path}: {error['msg']}" if path else error["msg"]
 
 
-async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+def explain(exc: RequestValidationError) -> tuple[str, str | None]:
+    """What is wrong with a request, and the field to blame first (None: the JSON itself)."""
     errors = list(exc.errors())
     first = errors[0] if errors else {}
     param = None if first.get("type") == "json_invalid" else field_path(first.get("loc", ()))
-    message = "; ".join(describe(error) for error in errors) or "invalid request"
+    return "; ".join(describe(error) for error in errors) or "invalid request", param
+
+
+async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    message, param = explain(exc)
     return error_response(422, "invalid_request", message, param)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.models import Checkpoint, CheckpointKind, Job, JobStatus
+from app.models import Checkpoint, CheckpointKind, Job, JobStatus, Team
 from kernel.spec import CheckpointRef
 
 SAMPLERS = (CheckpointKind.sampler, CheckpointKind.final)
@@ -78,3 +78,27 @@ async def job_checkpoint(session: AsyncSession, job_id: int, checkpoint_id: int)
     if found is None:
         raise CheckpointUnavailable(f"job {job_id} has no checkpoint {checkpoint_id}")
     return found
+
+
+async def saved_samplers(
+    session: AsyncSession, team_id: int | None, jobs: int
+) -> list[tuple[Checkpoint, str]]:
+    """The sampler weights the `jobs` newest jobs of a team (None: of every team) saved,
+    with the name of each one's team, newest job first."""
+    scoped = select(Checkpoint.job_id).join(Job, Job.id == Checkpoint.job_id)
+    if team_id is not None:
+        scoped = scoped.where(Job.team_id == team_id)
+    newest_jobs = (
+        scoped.where(Checkpoint.kind.in_(SAMPLERS))
+        .group_by(Checkpoint.job_id)
+        .order_by(Checkpoint.job_id.desc())
+        .limit(jobs)
+    )
+    query = (
+        select(Checkpoint, Team.name)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .join(Team, Team.id == Job.team_id)
+        .where(Checkpoint.job_id.in_(newest_jobs), Checkpoint.kind.in_(SAMPLERS))
+        .order_by(Checkpoint.job_id.desc(), Checkpoint.id)
+    )
+    return [(checkpoint, team) for checkpoint, team in (await session.execute(query)).all()]

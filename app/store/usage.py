@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Job, Team, UsageDay
@@ -107,3 +107,16 @@ async def usage_rows(
         query = query.where(UsageDay.team_id == team_id)
     rows: list[Any] = list(await session.execute(query))
     return [UsageRow(*row[:7], counts=dict(zip(COUNTERS, row[7:], strict=True))) for row in rows]
+
+
+async def add_usage(
+    session: AsyncSession, job_id: int, team_id: int, change: Mapping[str, int], now: datetime
+) -> None:
+    """Add usage that no step recorded (a completion the service served from the job's
+    weights) to the job's totals and today's row; commits."""
+    if not change:
+        return
+    dialect = (await session.connection()).dialect.name
+    await session.execute(update(Job).where(Job.id == job_id).values(counter_increments(change)))
+    await add_usage_day(session, dialect, job_id, team_id, change, now)
+    await session.commit()

@@ -1,0 +1,127 @@
+"""OpenAI-compatible completions of a job's models (app/openai_compat/names.py says what
+they are called), sampled through the playground's path: a worker answers within a
+deadline, on the key's team's jobs only. Errors come in OpenAI's shape."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep
+from app.api.errors import ApiError
+from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
+from app.auth import Principal
+from app.models import Job, Team, utcnow
+from app.openai_compat.names import ModelName, names_of, parse_model
+from app.openai_compat.wire import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    Model,
+    ModelList,
+    chat_completion,
+    served_usage,
+    stream_events,
+)
+from app.playground import PlaygroundError, try_checkpoint
+from app.store.errors import JobNotFound
+from app.store.rows import get_job
+from app.store.saved import CheckpointUnavailable, sampler_weights, saved_samplers
+from app.store.usage import add_usage
+
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
+LISTED_JOBS = 100
+"""`GET /v1/models` lists the models of this many of the newest jobs with saved weights
+(any job's models can be named, listed or not)."""
+
+
+async def model_job(
+    session: AsyncSession, principal: Principal, model: str
+) -> tuple[ModelName, Job]:
+    """The model a name means and its job, if the caller's team owns that job (else the
+    same 404 as for a model that does not exist)."""
+    name = parse_model(model)
+    if name is None:
+        raise model_not_found(model)
+    try:
+        return name, await get_job(session, name.job_id, principal.scope)
+    except JobNotFound:
+        raise model_not_found(model) from None
+
+
+@router.post(
+    "/chat/completions",
+    response_model=ChatCompletion,
+    responses=openai_error_responses(400, 401, 403, 404, 409, 502, 503, 504),
+)
+async def create_chat_completion(
+    body: ChatCompletionRequest,
+    principal: PrincipalDep,
+    session: SessionDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+) -> Response | ChatCompletion:
+    """Complete the chat with the model named, `n` times, each token with its logprob
+    when `logprobs` is true. A worker samples, as for the playground: past
+    `timeout_seconds` (default OPD_SAMPLE_TIMEOUT) the answer is a 504. The usage is
+    counted in the job's (and so its team's) usage. With `stream`, the SSE chunks are sent
+    once the whole completion is ready."""
+    name, job = await model_job(session, principal, body.model)
+    try:
+        request = body.playground_request(name)
+    except ValidationError as error:
+        raise RequestValidationError(error.errors()) from None
+    try:
+        answer = await try_checkpoint(session, queue, settings, job, request)
+    except PlaygroundError as error:
+        if error.param == "checkpoint":  # no such saved weights: no such model
+            raise ApiError(404, "model_not_found", error.message, "model") from None
+        raise ApiError(error.status, error.code, error.message, error.param) from None
+    completion = chat_completion(body.model, answer, bool(body.logprobs))
+    change = served_usage(name.role, completion.usage)
+    await add_usage(session, job.id, job.team_id, change, utcnow())
+    if body.stream:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        events = stream_events(completion, include_usage)
+        return StreamingResponse(events, media_type="text/event-stream")
+    return completion
+
+
+@router.get("/models", response_model=ModelList, responses=openai_error_responses(401, 403))
+async def list_models(principal: PrincipalDep, session: SessionDep) -> ModelList:
+    """The models of the team's newest jobs with saved weights (at most LISTED_JOBS jobs):
+    each job's final weights, teacher and base once it has final weights, and each step
+    it saved sampler weights after."""
+    saved = await saved_samplers(session, principal.scope, LISTED_JOBS)
+    teams = {checkpoint.job_id: team for checkpoint, team in saved}
+    jobs = {job_id: [c for c, _ in saved if c.job_id == job_id] for job_id in teams}
+    return ModelList(
+        data=[
+            Model(id=str(name), created=int(checkpoint.created_at.timestamp()), owned_by=team)
+            for job_id, team in teams.items()
+            for name, checkpoint in names_of(job_id, jobs[job_id])
+        ]
+    )
+
+
+@router.get(
+    "/models/{model}", response_model=Model, responses=openai_error_responses(401, 403, 404)
+)
+async def retrieve_model(
+    model: Annotated[str, Path(max_length=64, description="A model's name, e.g. job-12.")],
+    principal: PrincipalDep,
+    session: SessionDep,
+) -> Model:
+    """One model, if its job is the team's and has the weights it needs."""
+    name, job = await model_job(session, principal, model)
+    try:
+        checkpoint = await sampler_weights(session, job, name.checkpoint)
+    except CheckpointUnavailable as error:
+        raise ApiError(404, "model_not_found", str(error), "model") from None
+    team = await session.get(Team, job.team_id)
+    assert team is not None  # a job's team is never deleted
+    return Model(id=model, created=int(checkpoint.created_at.timestamp()), owned_by=team.name)

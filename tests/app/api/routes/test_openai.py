@@ -1,0 +1,258 @@
+"""The OpenAI-compatible routes with no worker running: model names, how a request maps
+onto the playground's, the models a team sees, and every error in OpenAI's shape (other
+routes keep the service's). With real processes and the `openai` package as the client:
+tests/e2e/test_openai.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.models import Checkpoint, CheckpointKind
+from app.openai_compat.names import ModelName, names_of, parse_model
+from app.openai_compat.wire import ChatCompletionRequest
+from app.store.jobs import claim_job
+from app.store.records import record_checkpoint
+from app.worker_tasks import quick_queue
+from tests.app.conftest import auth
+
+CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("job-12", ModelName(12)),
+        ("job-12@step-300", ModelName(12, 300)),
+        ("job-12@step-0", ModelName(12, 0)),
+        ("job-12:teacher", ModelName(12, role="teacher")),
+        ("job-12:base", ModelName(12, role="base")),
+    ],
+)
+def test_a_models_name_says_its_job_weights_and_role_and_reads_back_the_same(name, meant):
+    assert parse_model(name) == meant and str(meant) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt-4o",
+        "job-0",
+        "job-012",
+        "job-12@step-",
+        "job-12@final",
+        "job-12@step-3:teacher",
+        "job-12:judge",
+        " job-12",
+        "job-99999999999",
+        "job-1@step-1000000",
+    ],
+)
+def test_a_name_no_model_can_have_means_none(name):
+    assert parse_model(name) is None
+
+
+def test_a_jobs_models_are_its_final_weights_teacher_base_and_each_saved_step():
+    saved = [
+        Checkpoint(id=1, job_id=7, step=5, kind=CheckpointKind.sampler, path="/a/5"),
+        Checkpoint(id=2, job_id=7, step=5, kind=CheckpointKind.sampler, path="/b/5"),  # replayed
+        Checkpoint(id=3, job_id=7, step=10, kind=CheckpointKind.final, path="/a/10"),
+    ]
+    named = {str(name): checkpoint.path for name, checkpoint in names_of(7, saved)}
+    assert named == {
+        "job-7": "/a/10",
+        "job-7:teacher": "/a/10",
+        "job-7:base": "/a/10",
+        "job-7@step-5": "/b/5",
+        "job-7@step-10": "/a/10",
+    }
+    assert [str(name) for name, _ in names_of(7, saved[:2])] == ["job-7@step-5"]
+
+
+def test_a_chat_request_maps_onto_the_playgrounds():
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "job-3@step-2",
+            "messages": [
+                {"role": "developer", "content": "Be brief."},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+            ],
+            "max_completion_tokens": 9,
+            "temperature": 0,
+            "top_p": 0.5,
+            "n": 3,
+            "stop": "\n",
+            "seed": 11,
+            "logprobs": True,
+            "top_logprobs": 0,
+            "user": "eval-harness",
+        }
+    )
+    request = body.playground_request(parse_model(body.model))
+
+    assert [m.model_dump() for m in request.messages] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "a\nb"},
+    ]
+    assert (request.checkpoint, request.model, request.compare) == (2, "checkpoint", [])
+    assert (request.max_tokens, request.temperature, request.top_p, request.n) == (9, 0, 0.5, 3)
+    assert (request.stop, request.seed, request.timeout_seconds) == (["\n"], 11, None)
+    teacher = ChatCompletionRequest(model="job-3:teacher", messages=CHAT)
+    asked = teacher.playground_request(parse_model(teacher.model))
+    assert (asked.checkpoint, asked.model, asked.max_tokens, asked.n) == (
+        "final",
+        "teacher",
+        256,
+        1,
+    )
+
+
+@pytest.fixture
+def saved_job(session, submit):
+    """A running job of the caller's team that saved sampler weights after step 2."""
+
+    async def make(**as_key: Any) -> dict[str, Any]:
+        job = await submit(loop={"steps": 4}, **as_key)
+        await claim_job(session, job["id"], "w", heartbeat_timeout=60)
+        await record_checkpoint(session, job["id"], "w", 2, "sampler", "/w/2")
+        return job
+
+    return make
+
+
+def assert_openai_error(response, status: int, kind: str, code: str, param: str | None = None):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert (error["type"], error["code"], error["param"]) == (kind, code, param), error
+    return error["message"]
+
+
+def chat(model: str, **body: Any) -> dict[str, Any]:
+    return {"model": model, "messages": CHAT, "max_tokens": 4} | body
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"top_logprobs": 5}, "top_logprobs", "only 0 is supported"),
+        ({"presence_penalty": 0.5}, "presence_penalty", "only 0 is supported"),
+        ({"tools": []}, "tools", "Extra inputs are not permitted"),
+        ({"n": 100}, "n", "less than or equal to 16"),
+        ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
+        ({"messages": [{"role": "assistant", "content": "a"}]}, None, "the user's"),
+        ({"messages": [{"role": "tool", "content": "a"}]}, "messages.0.role", "'system'"),
+        ({"messages": []}, "messages", "at least 1"),
+    ],
+)
+async def test_a_bad_request_is_a_400_in_openais_shape_naming_the_param(
+    client, key, saved_job, body, param, words
+):
+    job = await saved_job()
+    response = await client.post(
+        "/v1/chat/completions", json=chat(f"job-{job['id']}@step-2", **body), headers=auth(key)
+    )
+    assert words in assert_openai_error(
+        response, 400, "invalid_request_error", "invalid_request", param
+    )
+
+
+async def test_json_that_does_not_parse_is_a_400(client, key):
+    response = await client.post(
+        "/v1/chat/completions",
+        content=b"{not json",
+        headers=auth(key) | {"Content-Type": "application/json"},
+    )
+    assert "not valid JSON" in assert_openai_error(
+        response, 400, "invalid_request_error", "invalid_request"
+    )
+
+
+async def test_a_missing_key_is_an_authentication_error(client):
+    response = await client.post("/v1/chat/completions", json=chat("job-1"))
+    assert "missing API key" in assert_openai_error(
+        response, 401, "authentication_error", "unauthorized"
+    )
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_another_teams_job_and_a_job_that_is_not_there_are_the_same_404(
+    client, key, make_key, saved_job
+):
+    theirs = await saved_job(as_key=await make_key())
+    missing = theirs["id"] + 1000
+    answers = [
+        await client.post(
+            "/v1/chat/completions", json=chat(f"job-{job_id}@step-2"), headers=auth(key)
+        )
+        for job_id in (theirs["id"], missing)
+    ]
+    answers.append(await client.get(f"/v1/models/job-{theirs['id']}@step-2", headers=auth(key)))
+
+    messages = [
+        assert_openai_error(r, 404, "invalid_request_error", "model_not_found", "model")
+        for r in answers
+    ]
+    assert (
+        messages[0]
+        == f"The model `job-{theirs['id']}@step-2` does not exist or you do not have access to it."
+    )
+    assert messages[1] == messages[0].replace(str(theirs["id"]), str(missing))
+    assert messages[2] == messages[0]
+
+
+async def test_weights_the_job_did_not_save_are_a_404_that_says_which_it_has(
+    client, key, saved_job
+):
+    job = await saved_job()
+    for model in (f"job-{job['id']}@step-3", f"job-{job['id']}", f"job-{job['id']}:teacher"):
+        response = await client.post("/v1/chat/completions", json=chat(model), headers=auth(key))
+        message = assert_openai_error(
+            response, 404, "invalid_request_error", "model_not_found", "model"
+        )
+        assert "it saved sampler weights after steps: 2" in message
+
+
+async def test_a_request_no_worker_takes_is_a_504_server_error_and_is_withdrawn(
+    client, key, saved_job, redis, queue_name
+):
+    job = await saved_job()
+    body = chat(f"job-{job['id']}@step-2", timeout_seconds=0.3)
+    response = await client.post("/v1/chat/completions", json=body, headers=auth(key))
+
+    message = assert_openai_error(response, 504, "server_error", "worker_timeout")
+    assert "no worker answered within 0.3 s" in message
+    assert await redis.zcard(quick_queue(queue_name)) == 0
+
+
+async def test_other_routes_keep_the_services_error_shape(client, key):
+    response = await client.get("/v1/jobs/999999", headers=auth(key))
+    assert response.status_code == 404
+    assert set(response.json()["error"]) == {"code", "message", "param"}
+
+
+async def test_the_models_listed_are_the_teams_saved_weights(
+    client, key, make_key, saved_job, session
+):
+    ours, theirs = await saved_job(), await saved_job(as_key=await make_key())
+    await record_checkpoint(session, ours["id"], "w", 4, "final", "/w/4")
+    listed = await client.get("/v1/models", headers=auth(key))
+    one = await client.get(f"/v1/models/job-{ours['id']}:teacher", headers=auth(key))
+
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["object"] == "list"
+    models = listed.json()["data"]
+    ids = [model["id"] for model in models]
+    assert ids == [
+        f"job-{ours['id']}{suffix}" for suffix in ("", ":teacher", ":base", "@step-2", "@step-4")
+    ]
+    assert all(
+        model["object"] == "model" and model["owned_by"] == key.team.name for model in models
+    )
+    assert not any(str(theirs["id"]) in model_id for model_id in ids)
+    assert one.status_code == 200 and one.json()["id"] == f"job-{ours['id']}:teacher"
