@@ -1,0 +1,175 @@
+"""The OpenAI-compatible routes with the official `openai` package as the client, against
+real `opd api` and `opd worker` processes on a finished tiny job: a chat completion with
+logprobs (the playground's own answer, its usage counted), the models listed, streaming,
+another team's job a 404, and a missing worker a timeout, all in OpenAI's shapes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.conftest import ROOT, Service, deployment, tiny_spec
+from tests.support import assert_close
+
+MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    home = tmp_path_factory.mktemp("openai")
+    with deployment(home, f"sqlite:///{home / 'opd.db'}") as running:
+        running.start_worker()
+        yield running
+
+
+@pytest.fixture(scope="module")
+def finished(service: Service) -> dict[str, Any]:
+    """A tiny job run to its end; it saved sampler weights after step 2."""
+    job = service.submit(tiny_spec(steps=4, save_every=2) | {"name": "served"})
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded", done
+    return done
+
+
+def client_of(service: Service, key: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{service.url}/v1", api_key=key or service.key, max_retries=0, timeout=120
+    )
+
+
+def greedy_playground_answer(service: Service, job_id: int) -> dict[str, Any]:
+    response = httpx.post(
+        f"{service.url}/v1/jobs/{job_id}/sample",
+        json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0},
+        headers={"Authorization": f"Bearer {service.key}"},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["outputs"][0]["completions"][0]
+
+
+def test_a_chat_completion_with_logprobs_is_the_playgrounds_answer_and_counts_as_usage(
+    service, finished
+):
+    model = f"job-{finished['id']}"
+    before = service.client().job(finished["id"])["usage"]["sampled_tokens"]
+    completion = client_of(service).chat.completions.create(
+        model=model,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        n=2,
+        logprobs=True,
+        top_logprobs=0,
+    )
+    after = service.client().job(finished["id"])["usage"]["sampled_tokens"]
+    expected = greedy_playground_answer(service, finished["id"])
+
+    assert completion.object == "chat.completion" and completion.model == model
+    assert [choice.index for choice in completion.choices] == [0, 1]
+    for choice in completion.choices:  # greedy: both are the playground's completion
+        assert choice.message.role == "assistant"
+        assert choice.message.content == expected["text"]
+        assert choice.finish_reason in {"stop", "length"}
+        tokens = choice.logprobs.content
+        assert [t.token for t in tokens] == expected["tokens"]
+        assert_close([t.logprob for t in tokens], expected["logprobs"], what="the logprobs")
+        assert all(t.top_logprobs == [] for t in tokens)
+    usage = completion.usage
+    assert usage.completion_tokens == 2 * len(expected["tokens"])
+    assert usage.prompt_tokens > 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert after - before == usage.completion_tokens
+
+
+def test_the_team_sees_the_jobs_models_and_each_can_be_sampled(service, finished):
+    client = client_of(service)
+    job = finished["id"]
+    listed = [model.id for model in client.models.list()]
+    assert listed == [f"job-{job}", f"job-{job}:teacher", f"job-{job}:base"] + [
+        f"job-{job}@step-{step}" for step in (2, 4)
+    ]
+    assert client.models.retrieve(f"job-{job}@step-2").owned_by == "e2e"
+    for model in (f"job-{job}@step-2", f"job-{job}:teacher", f"job-{job}:base"):
+        answer = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4)
+        assert answer.model == model and answer.usage.completion_tokens > 0, answer
+
+
+def test_the_example_eval_loop_runs_over_a_jobs_models(service, finished):
+    models = [f"job-{finished['id']}", f"job-{finished['id']}:teacher"]
+    options = ["--base-url", f"{service.url}/v1", "--max-tokens", "8"]
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "openai_eval.py"), *models, *options],
+        env=service.env | {"OPD_API_KEY": service.key},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [models[0]] * 4 + [models[1]] * 4
+    assert all(
+        re.search(r"'What is 2 \+ 3\?' +\d+ tokens, mean logprob +-?\d", line)
+        for line in lines[::4]
+    )
+
+
+def test_stream_true_streams_the_completion_as_chunks(service, finished):
+    stream = client_of(service).chat.completions.create(
+        model=f"job-{finished['id']}",
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=0,
+        logprobs=True,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    expected = greedy_playground_answer(service, finished["id"])
+
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected["text"]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [t.token for t in chunks[0].choices[0].logprobs.content] == expected["tokens"]
+    assert chunks[-2].choices[0].finish_reason in {"stop", "length"}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(
+        expected["tokens"]
+    )
+    assert len({chunk.id for chunk in chunks}) == 1
+
+
+def test_another_teams_job_is_a_404_in_openais_shape(service, finished):
+    other = service.opd("keys", "create", "--team", "other").stdout.strip()
+    with pytest.raises(openai.NotFoundError) as raised:
+        client_of(service, other).chat.completions.create(
+            model=f"job-{finished['id']}", messages=MESSAGES, max_tokens=4
+        )
+    error = raised.value
+    assert error.code == "model_not_found" and error.param == "model"
+    assert error.type == "invalid_request_error"
+    assert f"job-{finished['id']}` does not exist or you do not have access" in error.message
+    assert [model.id for model in client_of(service, other).models.list()] == []
+
+
+def test_without_a_worker_a_completion_times_out_in_openais_shape(service, finished):
+    for worker in [p for p in service.processes if "worker" in str(p.args)]:
+        worker.kill()
+        worker.wait(30)
+    with pytest.raises(openai.InternalServerError) as raised:
+        client_of(service).chat.completions.create(
+            model=f"job-{finished['id']}",
+            messages=MESSAGES,
+            max_tokens=4,
+            extra_body={"timeout_seconds": 1},
+        )
+    error = raised.value
+    assert error.status_code == 504 and error.code == "worker_timeout"
+    assert error.type == "server_error" and "no worker answered within 1 s" in error.message
