@@ -24,6 +24,12 @@ log = logging.getLogger(__name__)
 TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 """OpenAI's error type by status: other 4xx are `invalid_request_error`, 5xx `server_error`."""
 
+DESCRIPTIONS = {
+    400: "Invalid request (`invalid_request_error`); `param` names the field.",
+    404: "No such model, or its job is another team's (`model_not_found`).",
+    504: "No worker answered within the deadline (`worker_timeout`).",
+}
+
 
 class OpenAIErrorDetail(BaseModel):
     message: str
@@ -62,9 +68,15 @@ def model_not_found(model: str) -> ApiError:
 
 
 def openai_error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for these statuses and, as `4XX`, for any other refusal (which
+    also keeps FastAPI from documenting a 422 these routes never send)."""
+    described: dict[int | str, str] = {
+        code: DESCRIPTIONS.get(code) or describe_status(code) for code in status_codes
+    }
+    described["4XX"] = "The request was refused; `error.message` says why."
     return {
-        code: {"model": OpenAIErrorResponse, "description": describe_status(code)}
-        for code in status_codes
+        code: {"model": OpenAIErrorResponse, "description": description}
+        for code, description in described.items()
     }
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep
-from app.api.errors import ApiError
+from app.api.errors import ApiError, error_responses
 from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.auth import Principal
 from app.models import Job, Team, utcnow
@@ -56,7 +56,8 @@ async def model_job(
 @router.post(
     "/chat/completions",
     response_model=ChatCompletion,
-    responses=openai_error_responses(400, 401, 403, 404, 409, 502, 503, 504),
+    responses=openai_error_responses(400, 401, 403, 404, 409, 502, 503, 504)
+    | error_responses(413),  # the body limit answers before any route, in the service's shape
 )
 async def create_chat_completion(
     body: ChatCompletionRequest,
@@ -109,7 +110,7 @@ async def list_models(principal: PrincipalDep, session: SessionDep) -> ModelList
 
 
 @router.get(
-    "/models/{model}", response_model=Model, responses=openai_error_responses(401, 403, 404)
+    "/models/{model}", response_model=Model, responses=openai_error_responses(400, 401, 403, 404)
 )
 async def retrieve_model(
     model: Annotated[str, Path(max_length=64, description="A model's name, e.g. job-12.")],
