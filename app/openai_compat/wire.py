@@ -146,7 +146,6 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[Choice]
     usage: Usage
-    system_fingerprint: str | None = None
 
 
 class Delta(BaseModel):

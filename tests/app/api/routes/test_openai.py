@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from app.models import Checkpoint, CheckpointKind
+from app.models import Checkpoint, CheckpointKind, Scope
 from app.openai_compat.names import ModelName, names_of, parse_model
 from app.openai_compat.wire import ChatCompletionRequest
 from app.store.jobs import claim_job
@@ -228,6 +228,19 @@ async def test_a_request_no_worker_takes_is_a_504_server_error_and_is_withdrawn(
     message = assert_openai_error(response, 504, "server_error", "worker_timeout")
     assert "no worker answered within 0.3 s" in message
     assert await redis.zcard(quick_queue(queue_name)) == 0
+
+
+async def test_a_read_key_lists_models_and_may_not_sample_them(client, key, make_key, saved_job):
+    job = await saved_job()
+    reader = await make_key(key.team.name, scope=Scope.read)
+    listed = await client.get("/v1/models", headers=auth(reader))
+    refused = await client.post(
+        "/v1/chat/completions", json=chat(f"job-{job['id']}@step-2"), headers=auth(reader)
+    )
+
+    assert listed.status_code == 200 and listed.json()["data"][0]["id"] == f"job-{job['id']}@step-2"
+    message = assert_openai_error(refused, 403, "permission_error", "forbidden")
+    assert "needs a key with the 'submit' scope" in message
 
 
 async def test_other_routes_keep_the_services_error_shape(client, key):
