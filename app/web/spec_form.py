@@ -29,6 +29,8 @@ class FieldError:
 class SpecCheck:
     spec: JobSpec | None
     errors: list[FieldError]
+    data: Any = None
+    """The document as written (parsed), when it is a spec."""
 
 
 def check_spec_text(text: str, data_root: Path) -> SpecCheck:
@@ -59,7 +61,7 @@ def check_spec_text(text: str, data_root: Path) -> SpecCheck:
             confine_data_path(spec.dataset.path, data_root)
         except DataPathError as error:
             return failed("dataset.path", line_of(yaml.compose(text), "dataset.path"), str(error))
-    return SpecCheck(spec, [])
+    return SpecCheck(spec, [], data)
 
 
 def failed(field: str, line: int | None, message: str) -> SpecCheck:

@@ -15,7 +15,7 @@ from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.continuation import InitFromRejected, continued, editable
 from app.queue import enqueue_job
 from app.store.audit import record_audit
-from app.store.jobs import create_job
+from app.store.jobs import Idempotency, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
@@ -99,7 +99,8 @@ async def submit_job(
         errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
         return form_page(request, viewer, text, key, errors, status_code=422)
     try:
-        result = await create_job(session, viewer.team_id, spec, key, Limits.of(settings))
+        idempotency = Idempotency(key, "POST /ui/new", check.data)
+        result = await create_job(session, viewer.team_id, spec, idempotency, Limits.of(settings))
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
     if result.changed:
