@@ -128,6 +128,8 @@ class Sender:
                     extensions={"sni_hostname": target.host},
                 )
         except UnsafeUrl as error:
+            refused = (delivery.message_id, delivery.id, error.detail)
+            log.warning("webhook %s (delivery %s) refused: %s", *refused)
             return None, str(error)
         except TimeoutError:
             return None, f"no answer within {self.settings.webhook_timeout:g} s"
