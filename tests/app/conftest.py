@@ -23,6 +23,7 @@ from app.api.main import create_app
 from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
+from app.core.encryption import SecretBox, secret_box
 from app.models import Scope
 from app.queue import JobQueue
 from kernel.spec import JobSpec, LoopSpec
@@ -133,6 +134,13 @@ def settings(tmp_path: Any, database_url: str, queue_name: str, redis: Redis) ->
         job_cache_seconds=0,
         stream_poll_interval=0.05,
     )
+
+
+@pytest.fixture
+def box(settings: Settings) -> SecretBox:
+    """The secret box of the installation `settings` describe (its key made in its home),
+    the one its API and workers use."""
+    return secret_box(settings)
 
 
 @asynccontextmanager
