@@ -34,8 +34,9 @@ from app.store.errors import JobNotFound
 from app.store.jobs import ActionResult, Idempotency, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
+from app.weight_paths import WeightsRefused, checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec
+from kernel.spec import JobSpec, dataset_files
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -72,14 +73,13 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
     return priced(JobPublic.model_validate(job), prices)
 
 
-def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
+def check_dataset_paths(spec: JobSpec, data_root: Path) -> None:
     """A 422 for a dataset file outside the data root, before the job is stored."""
-    if not isinstance(spec.dataset, FileDataset):
-        return
-    try:
-        confine_data_path(spec.dataset.path, data_root)
-    except DataPathError as error:
-        raise ApiError(422, "invalid_request", f"dataset.path: {error}", "dataset.path") from error
+    for field, path in dataset_files(spec):
+        try:
+            confine_data_path(path, data_root)
+        except DataPathError as error:
+            raise ApiError(422, "invalid_request", f"{field}: {error}", field) from error
 
 
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -104,10 +104,11 @@ class Submitter:
     ) -> JobPublic:
         """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
         session, principal, settings = self.session, self.principal, self.settings
-        check_dataset_path(spec, settings.data_root)
+        check_dataset_paths(spec, settings.data_root)
         try:
             spec = await continued(session, principal.scope, spec)
-        except InitFromRejected as error:
+            await checked_weights(session, principal.team_id, spec, settings)
+        except (InitFromRejected, WeightsRefused) as error:
             raise ApiError(422, "invalid_request", str(error), error.param) from None
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         try:
@@ -153,9 +154,10 @@ async def submit_job(
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root; a `student.init_from` must name a state one of the
-    team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
-    at its running limit the job waits, its `queue_reason` says so."""
+    lie under the server's data root; a `student.init_from` / `teacher.init_from` must name
+    weights one of the team's jobs saved (their path is filled in); a `teacher.model_path`
+    must not name another team's (app/weight_paths.py). Over the team's queued limit: 429
+    with Retry-After; at its running limit the job waits, its `queue_reason` says so."""
     body = await request.json() if idempotency_key is not None else None
     return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)
 

@@ -22,6 +22,7 @@ from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
+from app.weight_paths import WeightsRefused, checked_weights
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -95,7 +96,8 @@ async def submit_job(
         return form_page(request, viewer, text, key, check.errors, status_code=422)
     try:
         spec = await continued(session, viewer.scope, check.spec)
-    except InitFromRejected as error:
+        await checked_weights(session, viewer.team_id, spec, settings)
+    except (InitFromRejected, WeightsRefused) as error:
         errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
         return form_page(request, viewer, text, key, errors, status_code=422)
     try:
