@@ -29,7 +29,9 @@ Matches = list[tuple[str, Any, Callable[[JobSpec], Any]]]
 
 
 @dataclass
-class InitFromRejected(Exception):
+class SpecRefused(Exception):
+    """A field of a submitted spec the service refuses (a 422 naming it)."""
+
     param: str
     message: str
 
@@ -80,27 +82,25 @@ async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
     ref = use.ref
     assert ref is not None
     if ref.path is not None:
-        raise InitFromRejected(
-            f"{use.field}.path", "is filled by the service from job and checkpoint"
-        )
+        raise SpecRefused(f"{use.field}.path", "is filled by the service from job and checkpoint")
     if ref.job is None:
-        raise InitFromRejected(f"{use.field}.job", "name the job whose weights to use")
+        raise SpecRefused(f"{use.field}.job", "name the job whose weights to use")
     try:
         source = await get_job(session, ref.job, scope)
     except JobNotFound:
-        raise InitFromRejected(
+        raise SpecRefused(
             f"{use.field}.job", f"job {ref.job} is not one of your team's jobs"
         ) from None
     trained = JobSpec.model_validate(source.spec)
     for param, ours, theirs_of in use.matches:
         if (theirs := theirs_of(trained)) != ours:
-            raise InitFromRejected(
+            raise SpecRefused(
                 param, f"job {source.id} trained with {theirs!r}; {use.purpose} needs the same"
             )
     try:
         return (await use.find(session, source, ref.checkpoint)).path
     except CheckpointUnavailable as error:
-        raise InitFromRejected(f"{use.field}.checkpoint", str(error)) from None
+        raise SpecRefused(f"{use.field}.checkpoint", str(error)) from None
 
 
 async def continued(session: AsyncSession, scope: int | None, spec: JobSpec) -> JobSpec:

@@ -15,13 +15,13 @@ files or what the workers' disks hold.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.continuation import SpecRefused
 from app.core.config import Settings
 from app.models import Checkpoint, Job
 from kernel.datapaths import DataPathError, confine_data_path
@@ -38,15 +38,6 @@ BASE_MODEL_RULE = (
 )
 
 
-@dataclass
-class WeightsRefused(Exception):
-    param: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.param}: {self.message}"
-
-
 def is_path(model: str) -> bool:
     """A base_model the local backend would read as a folder rather than a name."""
     return model.startswith(("/", ".", "~"))
@@ -54,13 +45,13 @@ def is_path(model: str) -> bool:
 
 def local_folder(param: str, path: str, settings: Settings, rule: str) -> Path:
     """Where `path` really is, if it is under the data root and not under the artifact
-    root; else WeightsRefused with `rule`."""
+    root; else SpecRefused with `rule`."""
     try:
         resolved = confine_data_path(path, settings.data_root)
     except DataPathError:
-        raise WeightsRefused(param, rule) from None
+        raise SpecRefused(param, rule) from None
     if resolved.is_relative_to(settings.artifact_root.resolve()):
-        raise WeightsRefused(param, rule)
+        raise SpecRefused(param, rule)
     return resolved
 
 
@@ -71,12 +62,9 @@ def uri_and_parents(uri: str) -> list[str]:
     if not parts.scheme or not parts.netloc:
         return [uri]
     root = f"{parts.scheme}://{parts.netloc}"
-    path = posixpath.normpath("/" + parts.path)
-    found = [uri, root + path.rstrip("/")]
-    while path != "/":
-        path = posixpath.dirname(path)
-        found.append(root + path.rstrip("/"))
-    return found
+    segments = [s for s in posixpath.normpath("/" + parts.path.lstrip("/")).split("/") if s]
+    above = ["".join(f"/{s}" for s in segments[:n]) for n in range(len(segments), -1, -1)]
+    return [uri, *(root + path for path in above)]
 
 
 async def recorded_for_others(session: AsyncSession, team_id: int, paths: list[str]) -> bool:
@@ -103,14 +91,14 @@ async def checked_weights(
     session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
 ) -> JobSpec:
     """`spec` with a local teacher.model_path replaced by where it really is (what the
-    backend loads); WeightsRefused naming the field when a path breaks a rule above."""
+    backend loads); SpecRefused naming the field when a path breaks a rule above."""
     if spec.backend == "local":
         for param, model in (
             ("student.base_model", spec.student.base_model),
             ("teacher.base_model", spec.teacher.base_model),
         ):
             if is_path(model) and not model.startswith("/"):
-                raise WeightsRefused(param, BASE_MODEL_RULE)
+                raise SpecRefused(param, BASE_MODEL_RULE)
             if is_path(model):
                 local_folder(param, model, settings, BASE_MODEL_RULE)
     path = spec.teacher.model_path
@@ -122,7 +110,7 @@ async def checked_weights(
     else:
         loaded, candidates = path, uri_and_parents(path)
     if await recorded_for_others(session, team_id, candidates):
-        raise WeightsRefused("teacher.model_path", MODEL_PATH_RULE)
+        raise SpecRefused("teacher.model_path", MODEL_PATH_RULE)
     return spec.model_copy(
         update={"teacher": spec.teacher.model_copy(update={"model_path": loaded})}
     )

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.continuation import SpecRefused
 from app.core.config import Settings
 from app.models import Job
 from app.queue import JobQueue, enqueue_job
@@ -37,7 +38,7 @@ from app.store.jobs import (
 )
 from app.store.limits import Limits, note_limits
 from app.store.records import sampler_weights
-from app.weight_paths import WeightsRefused, checked_weights
+from app.weight_paths import checked_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
@@ -163,7 +164,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
     job_id, worker = job.id, ctx.worker_id
     try:
         spec = await loadable(ctx, job)
-    except WeightsRefused as refused:
+    except SpecRefused as refused:
         message = str(refused)
         await write(
             ctx,

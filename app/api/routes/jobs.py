@@ -24,7 +24,7 @@ from app.api.deps import (
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
 from app.auth import Principal
-from app.continuation import InitFromRejected, continued
+from app.continuation import SpecRefused, continued
 from app.core.config import Settings
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.pricing import PriceTable
@@ -34,7 +34,7 @@ from app.store.errors import JobNotFound
 from app.store.jobs import ActionResult, Idempotency, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
-from app.weight_paths import WeightsRefused, checked_weights
+from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.spec import JobSpec, dataset_files
 
@@ -108,7 +108,7 @@ class Submitter:
         try:
             spec = await continued(session, principal.scope, spec)
             await checked_weights(session, principal.team_id, spec, settings)
-        except (InitFromRejected, WeightsRefused) as error:
+        except SpecRefused as error:
             raise ApiError(422, "invalid_request", str(error), error.param) from None
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         try:

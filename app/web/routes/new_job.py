@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
-from app.continuation import InitFromRejected, continued, editable
+from app.continuation import SpecRefused, continued, editable
 from app.queue import enqueue_job
 from app.store.audit import record_audit
 from app.store.jobs import Idempotency, create_job
@@ -22,7 +22,7 @@ from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
-from app.weight_paths import WeightsRefused, checked_weights
+from app.weight_paths import checked_weights
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -97,7 +97,7 @@ async def submit_job(
     try:
         spec = await continued(session, viewer.scope, check.spec)
         await checked_weights(session, viewer.team_id, spec, settings)
-    except (InitFromRejected, WeightsRefused) as error:
+    except SpecRefused as error:
         errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
         return form_page(request, viewer, text, key, errors, status_code=422)
     try:
