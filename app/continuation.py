@@ -1,28 +1,37 @@
-"""Continuing a job: a spec's `student.init_from` checked against the job it names and
-completed with the path of the saved state the new job starts from.
+"""Weights a job saved, used by another: `student.init_from` (continue training from a
+training state) and `teacher.init_from` (distil from sampler weights a job trained), each
+checked against the job it names and completed with the path of what it names.
 
 The job must be the caller's team's (any team's for an admin key), trained on the same
-backend, base model and LoRA rank, and have the state asked for (`final` is the state a
-job saves when it succeeds). Every refusal names the field to change. The path is always
-the service's to fill: a path in a submitted spec could point anywhere on the workers'
-file system, so one given is refused.
+backend and base model (and, to continue it, LoRA rank), and have the checkpoint asked for
+(`final` is what a job saves when it succeeds). Every refusal names the field to change.
+The path is always the service's to fill: a path in a submitted spec could point anywhere
+on the workers' file system, so one given is refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.models import Checkpoint, Job
 from app.store.errors import JobNotFound
 from app.store.rows import get_job
-from app.store.saved import CheckpointUnavailable, training_state
-from kernel.spec import JobSpec
+from app.store.saved import CheckpointUnavailable, sampler_weights, training_state
+from kernel.spec import CheckpointRef, JobSpec, SavedWeights
+
+Find = Callable[[AsyncSession, Job, CheckpointRef], Awaitable[Checkpoint]]
+Matches = list[tuple[str, Any, Callable[[JobSpec], Any]]]
+"""(field, its value in the new spec, the same thing in the spec of the job named)."""
 
 
 @dataclass
-class InitFromRejected(Exception):
+class SpecRefused(Exception):
+    """A field of a submitted spec the service refuses (a 422 naming it)."""
+
     param: str
     message: str
 
@@ -30,48 +39,88 @@ class InitFromRejected(Exception):
         return f"{self.param}: {self.message}"
 
 
-async def continued(session: AsyncSession, scope: int | None, spec: JobSpec) -> JobSpec:
-    """`spec` with init_from's state path filled in (unchanged without init_from)."""
-    init = spec.student.init_from
-    if init is None:
-        return spec
-    if init.path is not None:
-        raise InitFromRejected(
-            "student.init_from.path", "is filled by the service from job and checkpoint"
-        )
-    if init.job is None:
-        raise InitFromRejected("student.init_from.job", "name the job to continue")
+@dataclass(frozen=True)
+class Use:
+    """One way a spec uses saved weights: which field, what must match, what to find."""
+
+    field: str
+    ref: SavedWeights | None
+    purpose: str
+    matches: Matches
+    find: Find
+
+
+def uses(spec: JobSpec) -> list[Use]:
+    same_backend = ("backend", spec.backend, lambda trained: trained.backend)
+    return [
+        Use(
+            "student.init_from",
+            spec.student.init_from,
+            "continuing it",
+            [
+                same_backend,
+                ("student.base_model", spec.student.base_model, lambda t: t.student.base_model),
+                ("student.lora_rank", spec.student.lora_rank, lambda t: t.student.lora_rank),
+            ],
+            training_state,
+        ),
+        Use(
+            "teacher.init_from",
+            spec.teacher.init_from,
+            "a teacher of its weights",
+            [
+                same_backend,
+                ("teacher.base_model", spec.teacher.base_model, lambda t: t.student.base_model),
+            ],
+            sampler_weights,
+        ),
+    ]
+
+
+async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
+    """The path of the checkpoint `use.ref` names, once it passed every check."""
+    ref = use.ref
+    assert ref is not None
+    if ref.path is not None:
+        raise SpecRefused(f"{use.field}.path", "is filled by the service from job and checkpoint")
+    if ref.job is None:
+        raise SpecRefused(f"{use.field}.job", "name the job whose weights to use")
     try:
-        source = await get_job(session, init.job, scope)
+        source = await get_job(session, ref.job, scope)
     except JobNotFound:
-        raise InitFromRejected(
-            "student.init_from.job", f"job {init.job} is not one of your team's jobs"
+        raise SpecRefused(
+            f"{use.field}.job", f"job {ref.job} is not one of your team's jobs"
         ) from None
     trained = JobSpec.model_validate(source.spec)
-    for param, theirs, ours in (
-        ("backend", trained.backend, spec.backend),
-        ("student.base_model", trained.student.base_model, spec.student.base_model),
-        ("student.lora_rank", trained.student.lora_rank, spec.student.lora_rank),
-    ):
-        if theirs != ours:
-            raise InitFromRejected(
-                param, f"job {source.id} trained with {theirs!r}; continuing it needs the same"
+    for param, ours, theirs_of in use.matches:
+        if (theirs := theirs_of(trained)) != ours:
+            raise SpecRefused(
+                param, f"job {source.id} trained with {theirs!r}; {use.purpose} needs the same"
             )
     try:
-        state = await training_state(session, source, init.checkpoint)
+        return (await use.find(session, source, ref.checkpoint)).path
     except CheckpointUnavailable as error:
-        raise InitFromRejected("student.init_from.checkpoint", str(error)) from None
-    filled = init.model_copy(update={"path": state.path})
-    return spec.model_copy(
-        update={"student": spec.student.model_copy(update={"init_from": filled})}
-    )
+        raise SpecRefused(f"{use.field}.checkpoint", str(error)) from None
+
+
+async def continued(session: AsyncSession, scope: int | None, spec: JobSpec) -> JobSpec:
+    """`spec` with the path of each `init_from` filled in (unchanged without one)."""
+    for use in uses(spec):
+        if use.ref is None:
+            continue
+        filled = use.ref.model_copy(update={"path": await saved_path(session, scope, use)})
+        group, name = use.field.split(".")
+        part = getattr(spec, group).model_copy(update={name: filled})
+        spec = spec.model_copy(update={group: part})
+    return spec
 
 
 def editable(spec: dict[str, Any]) -> dict[str, Any]:
     """A stored spec as the start of a new one (a clone, the dashboard's form): without the
-    state path the service filled, which it fills again for the new job."""
-    init = (spec.get("student") or {}).get("init_from")
-    if not isinstance(init, dict) or "path" not in init:
-        return spec
-    student = {**spec["student"], "init_from": {k: v for k, v in init.items() if k != "path"}}
-    return {**spec, "student": student}
+    paths the service filled, which it fills again for the new job."""
+    for group in ("student", "teacher"):
+        init = (spec.get(group) or {}).get("init_from")
+        if isinstance(init, dict) and "path" in init:
+            bare = {k: v for k, v in init.items() if k != "path"}
+            spec = {**spec, group: {**spec[group], "init_from": bare}}
+    return spec

@@ -520,7 +520,8 @@ class DeliveryStatus(StrEnum):
 
 
 class Webhook(SQLModel, table=True):
-    """A team's subscription. The secret signs deliveries, so it is kept (shown once)."""
+    """A team's subscription. The secret signs deliveries, so it is kept (shown once),
+    encrypted (app/core/encryption.py)."""
 
     __tablename__ = "webhooks"
     __table_args__ = (Index("ix_webhooks_team_id", "team_id"),)
@@ -530,7 +531,7 @@ class Webhook(SQLModel, table=True):
     url: str = Field(sa_type=Text)
     events: list[str] = Field(sa_type=JSON)
     description: str | None = Field(default=None, sa_type=Text)
-    secret: str = Field(sa_type=String(100))
+    secret: str = Field(sa_type=Text)
     created_at: datetime = timestamp()
     deleted_at: datetime | None = optional_timestamp()
 

@@ -15,7 +15,12 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class UnsafeUrl(ValueError):
-    """A URL the service must not call; the message says why."""
+    """A URL the service must not call; the message says why, for the team. `detail` says
+    more, for the operator's log only: the address a name resolved to."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 @dataclass(frozen=True)
@@ -90,5 +95,13 @@ async def resolve(url: str, allow_private: bool) -> Target:
         raise UnsafeUrl(f"cannot resolve {host}: {error.strerror}") from None
     addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     for address in addresses:
-        check_address(host, address, allow_private)
+        try:
+            check_address(host, address, allow_private)
+        except UnsafeUrl as error:
+            # What a name resolves to inside the service's network is not the team's to see.
+            raise UnsafeUrl(
+                f"the destination was refused: {host} resolves to an address webhooks may not "
+                "call (only public ones, unless OPD_WEBHOOK_ALLOW_PRIVATE)",
+                detail=str(error),
+            ) from None
     return Target(scheme, host, port, addresses[0])

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from pydantic import Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.continuation import SpecRefused
 from app.core.config import Settings
 from app.models import CheckpointPublic, Job
 from app.queue import JobQueue, QueueUnavailable
 from app.store.saved import CheckpointUnavailable, sampler_weights
+from app.weight_paths import checked_weights
 from app.worker_tasks import SAMPLE_TASK, TaskUnanswered, call_worker
 from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
 from kernel.spec import JobSpec
@@ -56,10 +58,16 @@ async def try_checkpoint(
         checkpoint = await sampler_weights(session, job, request.checkpoint)
     except CheckpointUnavailable as error:
         raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
+    try:
+        spec = await checked_weights(
+            session, job.team_id, JobSpec.model_validate(job.spec), settings
+        )
+    except SpecRefused as error:
+        raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
     timeout = request.timeout_seconds or settings.sample_timeout
     task = SampleTask(
         request=request,
-        spec=JobSpec.model_validate(job.spec),
+        spec=spec,
         weights_path=checkpoint.path,
         deadline=time.time() + timeout,
     )

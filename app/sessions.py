@@ -15,17 +15,16 @@ import binascii
 import hashlib
 import hmac
 import json
-import os
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import Principal, authenticate_hash
 from app.core.config import Settings
+from app.core.home_secrets import home_secret
 
 SESSION_COOKIE = "opd_session"
 NONCE_COOKIE = "opd_nonce"
@@ -88,26 +87,7 @@ def load_secret(settings: Settings) -> bytes:
     processes sharing the home (and restarts) accept each other's sessions."""
     if settings.session_secret is not None:
         return settings.session_secret.get_secret_value().encode()
-    path = settings.home / SECRET_FILE
-    if not path.is_file():
-        write_once(path, secrets.token_urlsafe(48))
-    return path.read_text().strip().encode()
-
-
-def write_once(path: Path, text: str) -> None:
-    """Create `path` holding `text`, readable by its owner only, unless it already exists:
-    the file appears whole (a hard link of a finished temporary file) or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text + "\n")
-    try:
-        os.link(temporary, path)
-    except FileExistsError:
-        pass
-    finally:
-        temporary.unlink()
+    return home_secret(settings.home / SECRET_FILE, lambda: secrets.token_urlsafe(48)).encode()
 
 
 async def session_principal(

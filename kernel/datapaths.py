@@ -19,8 +19,10 @@ def resolve_data_path(path: str, data_root: Path) -> Path:
     every symlink and `..` followed."""
     try:
         return (data_root.resolve() / path).resolve()
-    except (OSError, RuntimeError, ValueError) as error:  # NUL bytes, symlink loops
+    except ValueError as error:  # a NUL byte
         raise DataPathError(f"dataset path {path!r} cannot be used: {error}") from error
+    except (OSError, RuntimeError):  # symlink loops: their message names where they lead
+        raise DataPathError(f"dataset path {path!r} cannot be used") from None
 
 
 def confine_data_path(path: str, data_root: Path) -> Path:

@@ -68,32 +68,38 @@ CheckpointRef = Annotated[
 """A job's saved weights: `final` (saved when it ended) or the step they were saved after."""
 
 
-class InitFrom(SpecModel):
-    """Where a continued job's student starts: a training state another job saved."""
+class SavedWeights(SpecModel):
+    """Weights a job of the service saved, named by the job and the checkpoint: the API
+    checks the job is the caller's team's and fills in where they are."""
 
     job: int | None = Field(
-        None, ge=1, le=2**31 - 1, description="The job whose state to start from (the service)."
+        None, ge=1, le=2**31 - 1, description="The job that saved them (the service)."
     )
     checkpoint: CheckpointRef = Field(
-        "final", description="`final`: the state saved when that job ended; N: after step N."
+        "final", description="`final`: saved when that job ended; N: saved after step N."
     )
+    path: str | None = Field(
+        None,
+        max_length=1000,
+        description="Where they are: the service fills it from `job` and `checkpoint` (and "
+        "refuses one given); `opd run` takes it instead of `job`.",
+    )
+
+    @model_validator(mode="after")
+    def _names_a_state(self) -> SavedWeights:
+        if self.job is None and self.path is None:
+            raise ValueError("init_from needs a job (submitted to the service) or a path")
+        return self
+
+
+class InitFrom(SavedWeights):
+    """Where a continued job's student starts: a training state another job saved."""
+
     with_optimizer: bool = Field(
         False,
         description="Also restore the optimizer (Adam's moments and step count); false = the "
         "weights only, with a fresh optimizer.",
     )
-    path: str | None = Field(
-        None,
-        max_length=1000,
-        description="The saved state to load: the service fills it from `job` and "
-        "`checkpoint` (and refuses one given); `opd run` takes it instead of `job`.",
-    )
-
-    @model_validator(mode="after")
-    def _names_a_state(self) -> InitFrom:
-        if self.job is None and self.path is None:
-            raise ValueError("init_from needs a job (submitted to the service) or a path")
-        return self
 
 
 class StudentSpec(SpecModel):
@@ -108,8 +114,26 @@ class StudentSpec(SpecModel):
 class TeacherSpec(SpecModel):
     base_model: ModelName = "Qwen/Qwen3.6-27B"
     model_path: str | None = Field(
-        None, max_length=1000, description="Saved weights to load on top of base_model."
+        None,
+        max_length=1000,
+        description="Weights to load on top of base_model that this service did not save: "
+        "a folder under the server's data root (local backend) or the backend's URI.",
     )
+    init_from: SavedWeights | None = Field(
+        None,
+        description="Or the sampler weights a job of the team saved (distil from a teacher "
+        "trained here); base_model must be that job's student.base_model.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source_of_weights(self) -> TeacherSpec:
+        if self.model_path is not None and self.init_from is not None:
+            raise ValueError("give teacher.model_path or teacher.init_from, not both")
+        return self
+
+    def weights(self) -> str | None:
+        """The weights loaded on top of base_model, if any."""
+        return self.init_from.path if self.init_from is not None else self.model_path
 
 
 def require_source(schema: dict[str, Any]) -> None:
@@ -436,6 +460,12 @@ class JobSpec(SpecModel):
         description="The service runs a team's higher-priority queued jobs first; it never "
         "changes the order between teams. Ignored by `opd run`.",
     )
+
+
+def dataset_files(spec: JobSpec) -> list[tuple[str, str]]:
+    """(field, path) of each dataset file the spec reads: the service confines them all."""
+    datasets = [("dataset", spec.dataset), ("eval.dataset", spec.eval and spec.eval.dataset)]
+    return [(f"{field}.path", d.path) for field, d in datasets if isinstance(d, FileDataset)]
 
 
 class SpecError(ValueError):

@@ -143,6 +143,26 @@ def migrate_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def rotate_secrets_command(args: argparse.Namespace) -> int:
+    from app.core.db import migrate, standalone_session
+    from app.core.encryption import SecretUnreadable, secret_box
+    from app.store.webhooks import reseal_secrets
+
+    config = settings()
+    migrate(config.database_url, settings=config)
+
+    async def reseal() -> int:
+        async with standalone_session(config.database_url) as session:
+            return await reseal_secrets(session, secret_box(config))
+
+    try:
+        count = asyncio.run(reseal())
+    except SecretUnreadable as error:
+        raise CommandError(f"{error}: add the key it was encrypted under") from None
+    print(f"Re-encrypted {count} secret(s) under the first key of OPD_SECRET_KEY")
+    return 0
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from opd.serve import serve
 
@@ -396,6 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="bring the database to the latest schema").set_defaults(
         handler=migrate_command
     )
+
+    commands.add_parser(
+        "rotate-secrets",
+        help="re-encrypt stored secrets under OPD_SECRET_KEY's first key (then drop old keys)",
+    ).set_defaults(handler=rotate_secrets_command)
 
     keys = commands.add_parser("keys", help="API keys of teams")
     key_actions = keys.add_subparsers(dest="keys_action", required=True, metavar="ACTION")

@@ -63,8 +63,10 @@ class OPDClient:
         raise ApiError(f"HTTP {response.status_code}: {message}")
 
     def submit(self, spec: JobSpec, idempotency_key: str | None = None) -> dict[str, Any]:
+        """POST the spec as written (its unset fields left to the service's defaults), so
+        that a retry with the same key is the same request after either side upgrades."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        body = spec.model_dump(mode="json")
+        body = spec.model_dump(mode="json", exclude_unset=True)
         return self.request("POST", "/v1/jobs", json=body, headers=headers)
 
     def jobs(self, status: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

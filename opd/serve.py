@@ -154,7 +154,7 @@ def run_demo(client: OPDClient) -> int:
 def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     (settings.home / "logs").mkdir(exist_ok=True)
-    migrate(settings.database_url)
+    migrate(settings.database_url, settings=settings)
     key = asyncio.run(local_key(settings))
     url = f"http://{host}:{port}"
     opd = [sys.executable, "-m", "opd.cli"]

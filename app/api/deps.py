@@ -18,6 +18,7 @@ from app.api.errors import ApiError
 from app.auth import Principal, authenticate
 from app.core.cache import TTLCache
 from app.core.config import Settings
+from app.core.encryption import SecretBox
 from app.models import Job, Scope, utcnow
 from app.pricing import PriceTable
 from app.queue import JobQueue
@@ -59,11 +60,16 @@ def get_prices(request: Request) -> PriceTable:
     return request.app.state.prices
 
 
+def get_secret_box(request: Request) -> SecretBox:
+    return request.app.state.secret_box
+
+
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 SnapshotsDep = Annotated[TTLCache[int, JobSnapshot], Depends(get_snapshots)]
 PricesDep = Annotated[PriceTable, Depends(get_prices)]
+SecretBoxDep = Annotated[SecretBox, Depends(get_secret_box)]
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})

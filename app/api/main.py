@@ -42,6 +42,7 @@ from app.auth import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
+from app.core.encryption import secret_box
 from app.pricing import PriceTable
 from app.queue import JobQueue
 from app.web.site import install_dashboard
@@ -77,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(running: FastAPI) -> AsyncIterator[None]:
         if settings.migrate_on_start:
-            await asyncio.to_thread(migrate, settings.database_url)
+            await asyncio.to_thread(migrate, settings.database_url, settings=settings)
         async with AsyncExitStack() as stack:
             if settings.metrics_listen:
                 listener = metrics_listener(settings.metrics_listen, running.state)
@@ -95,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
     app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
+    app.state.secret_box = secret_box(settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)

@@ -10,7 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, model_validator
+from cryptography.fernet import Fernet
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.pricing import Price
@@ -86,6 +87,13 @@ class Settings(BaseSettings):
         description="Signs dashboard sessions; unset = a random one kept in <home>/session-secret"
         " (set it when API processes on several machines share one dashboard).",
     )
+    secret_key: SecretStr | None = Field(
+        None,
+        description="Fernet keys that encrypt secrets at rest (webhook signing secrets), "
+        "comma-separated: the first encrypts, every one decrypts (rotation); unset = one "
+        "generated into <home>/secret-key (set it when processes on several machines share "
+        "one database).",
+    )
     session_hours: float = Field(
         12.0, gt=0, le=24 * 30, description="How long a dashboard sign-in lasts."
     )
@@ -121,6 +129,25 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Seconds between a worker's looks for deliveries to send."
     )
 
+    @field_validator("secret_key")
+    @classmethod
+    def _fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        keys = split_keys(value)
+        for key in keys:
+            try:
+                Fernet(key)
+            except ValueError:
+                raise ValueError(
+                    "each key must be 32 url-safe base64-encoded bytes; make one with: "
+                    "python -c 'from cryptography.fernet import Fernet; "
+                    "print(Fernet.generate_key().decode())'"
+                ) from None
+        if not keys:
+            raise ValueError("give at least one key, or leave it unset")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _default_to_home(cls, data: Any) -> Any:
@@ -136,6 +163,11 @@ class Settings(BaseSettings):
         }
         derived = {key: value for key, value in defaults.items() if not data.get(key)}
         return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
+
+
+def split_keys(value: SecretStr) -> list[str]:
+    """OPD_SECRET_KEY's keys in order (the first encrypts)."""
+    return [key.strip() for key in value.get_secret_value().split(",") if key.strip()]
 
 
 @lru_cache

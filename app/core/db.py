@@ -10,7 +10,7 @@ import fcntl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -21,6 +21,9 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -120,20 +123,23 @@ async def standalone_session(database_url: str) -> AsyncIterator[AsyncSession]:
         await engine.dispose()
 
 
-def alembic_config(database_url: str) -> Config:
-    """Alembic's configuration for this project's migrations against `database_url`."""
+def alembic_config(database_url: str, settings: Settings | None = None) -> Config:
+    """Alembic's configuration for this project's migrations against `database_url`; the
+    settings are those of the service (a migration that encrypts reads its keys there),
+    by default the process's own."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["database_url"] = database_url
+    config.attributes["settings"] = settings
     return config
 
 
-def migrate(database_url: str, revision: str = "head") -> None:
+def migrate(database_url: str, revision: str = "head", settings: Settings | None = None) -> None:
     """Upgrade the database to `revision` (blocking). Safe to run again, and from several
     processes at once: Postgres serializes them with an advisory lock (migrations/env.py),
     SQLite with a lock file beside the database."""
     url = sync_url(database_url)
-    config = alembic_config(database_url)
+    config = alembic_config(database_url, settings)
     if not _is_sqlite_file(url):
         command.upgrade(config, revision)
         return

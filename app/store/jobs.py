@@ -57,10 +57,27 @@ class ActionResult:
     changed: bool
 
 
-def request_hash(spec: JobSpec) -> str:
-    """A digest of the validated spec: equal specs (however formatted) hash alike."""
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+@dataclass(frozen=True)
+class Idempotency:
+    """An Idempotency-Key and the request it came with, as its client sent it (the route
+    and its parsed JSON body, not the spec made of it): a retry is the same request
+    whatever defaults the spec gained since."""
+
+    key: str
+    route: str
+    body: Any
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the request, keys sorted: however it was formatted, it hashes alike."""
+        canonical = json.dumps(
+            [self.route, self.body],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            default=str,  # a YAML form's dates
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 async def compare_and_set(
@@ -104,14 +121,13 @@ async def create_job(
     session: AsyncSession,
     team_id: int,
     spec: JobSpec,
-    idempotency_key: str | None = None,
+    idempotency: Idempotency | None = None,
     limits: Limits | None = None,
 ) -> ActionResult:
     """Store a new queued job. With an idempotency key already used by this team, return
-    that job (`changed` False) if the spec is the same, else raise IdempotencyMismatch.
+    that job (`changed` False) if the request is the same, else raise IdempotencyMismatch.
     Over the team's queued limit, nothing is stored: QueueFull."""
     limits = limits or Limits()
-    digest = request_hash(spec)
     await lock_team(session, team_id)
     now = utcnow()
     job = Job(
@@ -123,24 +139,26 @@ async def create_job(
         spec=spec.model_dump(mode="json"),
         total_steps=spec.loop.steps,
         priority=spec.priority,
-        idempotency_key=idempotency_key,
-        request_hash=digest if idempotency_key else None,
+        idempotency_key=idempotency.key if idempotency else None,
+        request_hash=idempotency.fingerprint if idempotency else None,
     )
     session.add(job)
     try:
         await session.flush()
     except IntegrityError:
         await session.rollback()
+        if idempotency is None:
+            raise
         existing = (
             await session.execute(
-                select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency_key)
+                select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency.key)
             )
         ).scalar_one_or_none()
         if existing is None:
             raise
-        if existing.request_hash != digest:
+        if existing.request_hash != idempotency.fingerprint:
             raise IdempotencyMismatch(
-                f"Idempotency-Key {idempotency_key!r} was already used for job {existing.id} "
+                f"Idempotency-Key {idempotency.key!r} was already used for job {existing.id} "
                 "with a different body; use a new key for a new job"
             ) from None
         return ActionResult(detach(session, existing), changed=False)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.encryption import SecretBox, SecretUnreadable
 from app.models import (
     DeliveryStatus,
     Webhook,
@@ -39,19 +40,44 @@ def new_secret() -> str:
 
 
 async def create_webhook(
-    session: AsyncSession, team_id: int, url: str, events: list[str], description: str | None
+    session: AsyncSession,
+    box: SecretBox,
+    team_id: int,
+    url: str,
+    events: list[str],
+    description: str | None,
 ) -> Webhook:
+    """The new webhook; its signing secret is kept encrypted (`box.open` it to show it)."""
     webhook = Webhook(
         team_id=team_id,
         url=url,
         events=events,
         description=description,
-        secret=new_secret(),
+        secret=box.seal(new_secret()),
         created_at=utcnow(),
     )
     session.add(webhook)
     await session.commit()
     return detach(session, webhook)
+
+
+async def reseal_secrets(session: AsyncSession, box: SecretBox) -> int:
+    """Encrypt every stored signing secret under the box's first key (after a new key was
+    put first in OPD_SECRET_KEY, so that the old one can be dropped); returns how many."""
+    rows = (await session.execute(select(Webhook.id, Webhook.secret))).all()
+    for webhook_id, sealed in rows:
+        try:
+            resealed = box.reseal(sealed)
+        except SecretUnreadable:
+            await session.rollback()
+            raise SecretUnreadable(
+                f"webhook {webhook_id}'s secret opens under none of the keys; nothing was changed"
+            ) from None
+        await session.execute(
+            update(Webhook).where(Webhook.id == webhook_id).values(secret=resealed)
+        )
+    await session.commit()
+    return len(rows)
 
 
 def visible(team_id: int | None) -> Any:
@@ -140,13 +166,14 @@ async def resend(session: AsyncSession, webhook_id: int, delivery_id: int) -> No
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A delivery a worker took, with what sending it needs."""
+    """A delivery a worker took, with what sending it needs (the webhook's signing secret
+    still encrypted: `SecretBox.open` it to sign)."""
 
     id: int
     message_id: str
     payload: dict[str, Any]
     url: str
-    secret: str
+    sealed_secret: str
 
 
 async def take_due(

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec, SpecError, parse_spec
+from kernel.spec import JobSpec, SpecError, dataset_files, parse_spec
 
 MAX_SPEC_CHARS = 200_000
 
@@ -29,6 +29,8 @@ class FieldError:
 class SpecCheck:
     spec: JobSpec | None
     errors: list[FieldError]
+    data: Any = None
+    """The document as written (parsed), when it is a spec."""
 
 
 def check_spec_text(text: str, data_root: Path) -> SpecCheck:
@@ -54,12 +56,12 @@ def check_spec_text(text: str, data_root: Path) -> SpecCheck:
             None,
             [FieldError(path, line_of(root, path), message) for path, message in error.problems],
         )
-    if isinstance(spec.dataset, FileDataset):
+    for field, path in dataset_files(spec):
         try:
-            confine_data_path(spec.dataset.path, data_root)
+            confine_data_path(path, data_root)
         except DataPathError as error:
-            return failed("dataset.path", line_of(yaml.compose(text), "dataset.path"), str(error))
-    return SpecCheck(spec, [])
+            return failed(field, line_of(yaml.compose(text), field), str(error))
+    return SpecCheck(spec, [], data)
 
 
 def failed(field: str, line: int | None, message: str) -> SpecCheck:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
 import pytest
+from pydantic.fields import FieldInfo
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -22,8 +23,10 @@ from app.api.main import create_app
 from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
+from app.core.encryption import SecretBox, secret_box
 from app.models import Scope
 from app.queue import JobQueue
+from kernel.spec import JobSpec, LoopSpec
 from tests.support import REDIS_URL, temporary_postgres_database
 
 CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
@@ -133,6 +136,13 @@ def settings(tmp_path: Any, database_url: str, queue_name: str, redis: Redis) ->
     )
 
 
+@pytest.fixture
+def box(settings: Settings) -> SecretBox:
+    """The secret box of the installation `settings` describe (its key made in its home),
+    the one its API and workers use."""
+    return secret_box(settings)
+
+
 @asynccontextmanager
 async def serve(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client on a freshly created app, run through its lifespan."""
@@ -162,3 +172,17 @@ def submit(client: httpx.AsyncClient, key: NewKey) -> Callable[..., Awaitable[di
         return response.json()
 
     return post
+
+
+@contextmanager
+def upgraded_spec() -> Iterator[None]:
+    """The spec of a later version of the service: `loop` gained a field with a default."""
+    LoopSpec.model_fields["added_later"] = FieldInfo(annotation=int, default=7)
+    try:
+        for model in (LoopSpec, JobSpec):
+            model.model_rebuild(force=True)
+        yield
+    finally:
+        del LoopSpec.model_fields["added_later"]
+        for model in (LoopSpec, JobSpec):
+            model.model_rebuild(force=True)

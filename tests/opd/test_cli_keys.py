@@ -20,8 +20,8 @@ def opd_keys(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     return run_opd("keys", *args, home=home)
 
 
-def run_opd(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    """`opd ARGS` on the SQLite file `home/keys.db`."""
+def run_opd(*args: str, home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`opd ARGS` on the SQLite file `home/keys.db` (with more OPD_* settings in `env`)."""
     return subprocess.run(
         [sys.executable, "-m", "opd.cli", *args],
         cwd=home,
@@ -32,7 +32,8 @@ def run_opd(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
             "PYTHONPATH": str(ROOT),
             "OPD_HOME": str(home),
             "OPD_DATABASE_URL": f"sqlite:///{home / 'keys.db'}",
-        },
+        }
+        | env,
         timeout=120,
     )
 

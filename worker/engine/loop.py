@@ -26,7 +26,7 @@ from pytrio.types import AdamParams, Datum, SamplingParams
 
 from kernel.errors import OPDError, TokenizerMismatch
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
-from kernel.spec import InitFrom, JobSpec
+from kernel.spec import InitFrom, JobSpec, SavedWeights
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
@@ -196,8 +196,10 @@ async def open_run(
     elif spec.student.init_from is not None:
         await start_from(training, spec.student.init_from, sink)
     tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
+    if spec.teacher.init_from is not None:
+        service_filled(spec.teacher.init_from, "teacher.init_from")
     teacher = await service.create_sampling_client_async(
-        base_model=spec.teacher.base_model, model_path=spec.teacher.model_path
+        base_model=spec.teacher.base_model, model_path=spec.teacher.weights()
     )
     teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
     check_tokenizers(tokenizer, teacher_tokenizer, spec.student.base_model, spec.teacher.base_model)
@@ -217,20 +219,26 @@ async def open_run(
 async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> None:
     """Load the saved state a continued job starts from (weights, and the optimizer if
     asked); the job still counts its own steps from 0."""
-    if init.path is None:
-        raise OPDError(
-            f"student.init_from names job {init.job} but no state path: a job's state is "
-            "found by the service (submit the spec to it), or give init_from.path",
-            code="bad_init_from",
-        )
+    path = service_filled(init, "student.init_from")
     load = (
         training.load_state_with_optimizer_async
         if init.with_optimizer
         else training.load_state_async
     )
-    await (await load(init.path))
+    await (await load(path))
     what = "weights and optimizer" if init.with_optimizer else "weights"
-    sink.event("info", f"Started from the {what} of {init.path}", {"path": init.path})
+    sink.event("info", f"Started from the {what} of {path}", {"path": path})
+
+
+def service_filled(ref: SavedWeights, field: str) -> str:
+    """The path of saved weights a spec names: filled by the service, or given to `opd run`."""
+    if ref.path is None:
+        raise OPDError(
+            f"{field} names job {ref.job} but no path: a job's weights are found by the "
+            f"service (submit the spec to it), or give {field}.path",
+            code="bad_init_from",
+        )
+    return ref.path
 
 
 def prompt_tokens(run: Run, question: str) -> list[int]:

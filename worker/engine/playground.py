@@ -81,7 +81,7 @@ def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
     """(base model, saved weights) of each model a request may ask for."""
     spec = task.spec
     if role == "teacher":
-        return spec.teacher.base_model, spec.teacher.model_path
+        return spec.teacher.base_model, spec.teacher.weights()
     return spec.student.base_model, task.weights_path if role == "checkpoint" else None
 
 

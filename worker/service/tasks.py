@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.continuation import SpecRefused
 from app.core.config import Settings
 from app.models import Job
 from app.queue import JobQueue, enqueue_job
@@ -37,6 +38,7 @@ from app.store.jobs import (
 )
 from app.store.limits import Limits, note_limits
 from app.store.records import sampler_weights
+from app.weight_paths import checked_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
@@ -106,6 +108,17 @@ async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState
     return SavedState(job.last_state_path, job.last_state_step, samplers)
 
 
+async def loadable(ctx: WorkerContext, job: Job) -> JobSpec:
+    """The job's spec, its weights paths checked against its team once more before anything
+    is loaded (the files may have changed since it was submitted, or the rules)."""
+    spec = JobSpec.model_validate(job.spec)
+    return await write(
+        ctx,
+        f"check the weights of job {job.id}",
+        lambda s: checked_weights(s, job.team_id, spec, ctx.settings),
+    )
+
+
 def failure_of(error: BaseException) -> tuple[str, str]:
     """(code, message) for a job that failed with `error`: what a person can act on."""
     if isinstance(error, OPDError):
@@ -149,7 +162,16 @@ async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
 async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
     """Run a claimed job to its end and record that end; returns the outcome's name."""
     job_id, worker = job.id, ctx.worker_id
-    spec = JobSpec.model_validate(job.spec)
+    try:
+        spec = await loadable(ctx, job)
+    except SpecRefused as refused:
+        message = str(refused)
+        await write(
+            ctx,
+            f"fail job {job_id}",
+            lambda s: fail_job(s, job_id, worker, "bad_model_path", message),
+        )
+        return "failed"
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     db = DatabaseSink(
         ctx.sessions,

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from standardwebhooks import Webhook
 
 from app.core.config import Settings
+from app.core.encryption import SecretUnreadable, secret_box
 from app.outbound import UnsafeUrl, resolve
 from app.store.webhooks import Outcome, Outgoing, record_attempt, take_due
 
@@ -35,13 +36,13 @@ def body_of(payload: dict) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
-def signed_headers(delivery: Outgoing, body: str, now: datetime) -> dict[str, str]:
+def signed_headers(delivery: Outgoing, secret: str, body: str, now: datetime) -> dict[str, str]:
     """The Standard Webhooks headers: the message id, the time and the HMAC-SHA256 signature
     of `id.timestamp.body` under the webhook's secret."""
     return {
         "webhook-id": delivery.message_id,
         "webhook-timestamp": str(int(now.timestamp())),
-        "webhook-signature": Webhook(delivery.secret).sign(delivery.message_id, now, body),
+        "webhook-signature": Webhook(secret).sign(delivery.message_id, now, body),
         "content-type": "application/json",
         "user-agent": USER_AGENT,
     }
@@ -65,6 +66,7 @@ class Sender:
         self.sessions = sessions
         self.settings = settings
         self.worker_id = worker_id
+        self.box = secret_box(settings)
         self.woken = asyncio.Event()
         self.http = httpx.AsyncClient(
             follow_redirects=False, timeout=settings.webhook_timeout, trust_env=False
@@ -116,9 +118,10 @@ class Sender:
     async def attempt(self, delivery: Outgoing) -> tuple[int | None, str | None]:
         """One POST: the answer's status, and what went wrong if anything."""
         try:
+            secret = self.box.open(delivery.sealed_secret)
             target = await resolve(delivery.url, self.settings.webhook_allow_private)
             body = body_of(delivery.payload)
-            headers = signed_headers(delivery, body, datetime.now(UTC))
+            headers = signed_headers(delivery, secret, body, datetime.now(UTC))
             headers["host"] = httpx.URL(delivery.url).netloc.decode()
             async with asyncio.timeout(self.settings.webhook_timeout):
                 response = await self.http.post(
@@ -127,7 +130,12 @@ class Sender:
                     headers=headers,
                     extensions={"sni_hostname": target.host},
                 )
+        except SecretUnreadable as error:
+            log.error("webhook %s (delivery %s): %s", delivery.message_id, delivery.id, error)
+            return None, "the service cannot sign this delivery (its operator is told why)"
         except UnsafeUrl as error:
+            refused = (delivery.message_id, delivery.id, error.detail)
+            log.warning("webhook %s (delivery %s) refused: %s", *refused)
             return None, str(error)
         except TimeoutError:
             return None, f"no answer within {self.settings.webhook_timeout:g} s"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body
 
-from app.api.deps import JobDep, PricesDep, PrincipalDep, QueueDep, SessionDep, SettingsDep
+from app.api.deps import JobDep
 from app.api.errors import ApiError, error_responses
-from app.api.routes.jobs import SUBMIT_RESPONSES, IdempotencyKey, submit_job
+from app.api.routes.jobs import SUBMIT_RESPONSES, IdempotencyKey, SubmitterDep
 from app.continuation import editable
 from app.models import JobPublic
 from kernel.merge_patch import merge_patch
@@ -40,12 +40,7 @@ async def clone_job(
             openapi_examples=PATCH_EXAMPLES,
         ),
     ],
-    session: SessionDep,
-    principal: PrincipalDep,
-    queue: QueueDep,
-    settings: SettingsDep,
-    prices: PricesDep,
-    response: Response,
+    submitter: SubmitterDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """A new job with the job's spec, changed by the patch, and checked and submitted as
@@ -55,13 +50,5 @@ async def clone_job(
     except SpecError as error:
         param = error.problems[0][0] if error.problems else None
         raise ApiError(422, "invalid_request", str(error), param) from None
-    return await submit_job(
-        spec=spec,
-        session=session,
-        principal=principal,
-        queue=queue,
-        settings=settings,
-        prices=prices,
-        response=response,
-        idempotency_key=idempotency_key,
-    )
+    route = f"POST /v1/jobs/{job.id}/clone"
+    return await submitter.submit(spec, idempotency_key, route, patch)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
 from app.api.deps import (
@@ -21,17 +23,20 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
-from app.continuation import InitFromRejected, continued
+from app.auth import Principal
+from app.continuation import SpecRefused, continued
+from app.core.config import Settings
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.pricing import PriceTable
-from app.queue import enqueue_job
+from app.queue import JobQueue, enqueue_job
 from app.store.audit import record_audit
 from app.store.errors import JobNotFound
-from app.store.jobs import ActionResult, apply_action, create_job
+from app.store.jobs import ActionResult, Idempotency, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
+from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec
+from kernel.spec import JobSpec, dataset_files
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -42,7 +47,7 @@ IdempotencyKey = Annotated[
         alias="Idempotency-Key",
         min_length=1,
         max_length=255,
-        description="Same key + same spec = the same job (200); a different spec = 422.",
+        description="Same key + same body = the same job (200); a different body = 422.",
     ),
 ]
 RETRY_AFTER_SECONDS = 60
@@ -68,14 +73,13 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
     return priced(JobPublic.model_validate(job), prices)
 
 
-def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
+def check_dataset_paths(spec: JobSpec, data_root: Path) -> None:
     """A 422 for a dataset file outside the data root, before the job is stored."""
-    if not isinstance(spec.dataset, FileDataset):
-        return
-    try:
-        confine_data_path(spec.dataset.path, data_root)
-    except DataPathError as error:
-        raise ApiError(422, "invalid_request", f"dataset.path: {error}", "dataset.path") from error
+    for field, path in dataset_files(spec):
+        try:
+            confine_data_path(path, data_root)
+        except DataPathError as error:
+            raise ApiError(422, "invalid_request", f"{field}: {error}", field) from error
 
 
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -84,45 +88,78 @@ SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("", status_code=201, response_model=JobPublic, responses=SUBMIT_RESPONSES)
-async def submit_job(
-    spec: JobSpec,
+@dataclass
+class Submitter:
+    """What submitting a spec needs, for each route that submits one."""
+
+    session: AsyncSession
+    principal: Principal
+    queue: JobQueue
+    settings: Settings
+    prices: PriceTable
+    response: Response
+
+    async def submit(
+        self, spec: JobSpec, idempotency_key: str | None, route: str, body: Any
+    ) -> JobPublic:
+        """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
+        session, principal, settings = self.session, self.principal, self.settings
+        check_dataset_paths(spec, settings.data_root)
+        try:
+            spec = await continued(session, principal.scope, spec)
+            await checked_weights(session, principal.team_id, spec, settings)
+        except SpecRefused as error:
+            raise ApiError(422, "invalid_request", str(error), error.param) from None
+        idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
+        try:
+            result = await create_job(
+                session, principal.team_id, spec, idempotency, Limits.of(settings)
+            )
+        except QueueFull as full:
+            await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
+            raise ApiError(
+                429,
+                "too_many_requests",
+                str(full),
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            ) from None
+        if not result.changed:
+            self.response.status_code = 200
+            return job_body(result.job, self.prices)
+        await enqueue_job(session, self.queue, result.job.id)
+        await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
+        return job_body(await get_job(session, result.job.id), self.prices)
+
+
+def get_submitter(
     session: SessionDep,
     principal: PrincipalDep,
     queue: QueueDep,
     settings: SettingsDep,
     prices: PricesDep,
     response: Response,
+) -> Submitter:
+    return Submitter(session, principal, queue, settings, prices, response)
+
+
+SubmitterDep = Annotated[Submitter, Depends(get_submitter)]
+
+
+@router.post("", status_code=201, response_model=JobPublic, responses=SUBMIT_RESPONSES)
+async def submit_job(
+    spec: JobSpec,
+    request: Request,
+    submitter: SubmitterDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root; a `student.init_from` must name a state one of the
-    team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
-    at its running limit the job waits, its `queue_reason` says so."""
-    check_dataset_path(spec, settings.data_root)
-    try:
-        spec = await continued(session, principal.scope, spec)
-    except InitFromRejected as error:
-        raise ApiError(422, "invalid_request", str(error), error.param) from None
-    try:
-        result = await create_job(
-            session, principal.team_id, spec, idempotency_key, Limits.of(settings)
-        )
-    except QueueFull as full:
-        await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
-        raise ApiError(
-            429,
-            "too_many_requests",
-            str(full),
-            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        ) from None
-    if not result.changed:
-        response.status_code = 200
-        return job_body(result.job, prices)
-    await enqueue_job(session, queue, result.job.id)
-    await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
-    return job_body(await get_job(session, result.job.id), prices)
+    lie under the server's data root; a `student.init_from` / `teacher.init_from` must name
+    weights one of the team's jobs saved (their path is filled in); a `teacher.model_path`
+    must not name another team's (app/weight_paths.py). Over the team's queued limit: 429
+    with Retry-After; at its running limit the job waits, its `queue_reason` says so."""
+    body = await request.json() if idempotency_key is not None else None
+    return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)
 
 
 @router.get("", response_model=JobsPage)

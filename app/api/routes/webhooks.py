@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from app.api.deps import MAX_ID, Cursor, PrincipalDep, SessionDep, SettingsDep
+from app.api.deps import MAX_ID, Cursor, PrincipalDep, SecretBoxDep, SessionDep, SettingsDep
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
 from app.models import (
@@ -38,7 +38,11 @@ MAX_PAGE = 100
 
 @router.post("", status_code=201, response_model=WebhookCreated)
 async def create_webhook(
-    body: WebhookCreate, session: SessionDep, principal: PrincipalDep, settings: SettingsDep
+    body: WebhookCreate,
+    session: SessionDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    box: SecretBoxDep,
 ) -> WebhookCreated:
     """Subscribe a URL to events of the team's jobs. Deliveries are signed per the
     Standard Webhooks spec with the returned secret (shown only here)."""
@@ -48,11 +52,12 @@ async def create_webhook(
         raise ApiError(422, "invalid_request", f"url: {error}", "url") from None
     events = [event.value for event in dict.fromkeys(body.events)]
     webhook = await store.create_webhook(
-        session, principal.team_id, body.url, events, body.description
+        session, box, principal.team_id, body.url, events, body.description
     )
     detail = {"url": body.url, "events": events}
     await record_audit(session, principal, "webhook.create", f"webhook {webhook.id}", 201, detail)
-    return WebhookCreated.model_validate(webhook)
+    public = WebhookPublic.model_validate(webhook).model_dump()
+    return WebhookCreated(**public, secret=box.open(webhook.secret))
 
 
 @router.get("", response_model=WebhooksPage)

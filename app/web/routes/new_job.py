@@ -12,16 +12,17 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
-from app.continuation import InitFromRejected, continued, editable
+from app.continuation import SpecRefused, continued, editable
 from app.queue import enqueue_job
 from app.store.audit import record_audit
-from app.store.jobs import create_job
+from app.store.jobs import Idempotency, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
+from app.weight_paths import checked_weights
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -95,11 +96,13 @@ async def submit_job(
         return form_page(request, viewer, text, key, check.errors, status_code=422)
     try:
         spec = await continued(session, viewer.scope, check.spec)
-    except InitFromRejected as error:
+        await checked_weights(session, viewer.team_id, spec, settings)
+    except SpecRefused as error:
         errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
         return form_page(request, viewer, text, key, errors, status_code=422)
     try:
-        result = await create_job(session, viewer.team_id, spec, key, Limits.of(settings))
+        idempotency = Idempotency(key, "POST /ui/new", check.data)
+        result = await create_job(session, viewer.team_id, spec, idempotency, Limits.of(settings))
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
     if result.changed:

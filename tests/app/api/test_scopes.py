@@ -15,6 +15,7 @@ import httpx
 from sqlalchemy import func, select
 
 from app.auth import NewKey, create_key
+from app.core.encryption import SecretBox
 from app.models import AuditEntry, JobAction, Scope, WebhookDelivery, utcnow
 from app.store.jobs import apply_action, create_job
 from app.store.webhooks import create_webhook
@@ -48,6 +49,7 @@ class World:
     so every allowed change succeeds)."""
 
     sessions: Any
+    box: SecretBox
     team: str
     keys: dict[Scope, NewKey] = field(default_factory=dict)
 
@@ -63,9 +65,9 @@ class World:
 
     async def webhook(self) -> int:
         async with self.sessions() as session:
-            hook = await create_webhook(
-                session, self.keys[Scope.read].team.id, "https://hooks.example.com/x", EVENTS, None
-            )
+            team_id = self.keys[Scope.read].team.id
+            url = "https://hooks.example.com/x"
+            hook = await create_webhook(session, self.box, team_id, url, EVENTS, None)
         return hook.id
 
     async def delivery(self, webhook_id: int) -> int:
@@ -136,9 +138,9 @@ async def audit_count(sessions, prefix: str) -> int:
         return (await session.execute(query)).scalar_one()
 
 
-async def test_every_route_answers_each_scope_as_the_rule_says(client, sessions, make_key):
+async def test_every_route_answers_each_scope_as_the_rule_says(client, sessions, make_key, box):
     team = f"scopes-{uuid.uuid4().hex[:8]}"
-    world = World(sessions, team)
+    world = World(sessions, box, team)
     for scope in Scope:
         world.keys[scope] = await make_key(team, scope=scope)
     document = (await client.get("/openapi.json")).json()

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from app.models import Event, JobAction, JobStatus
 from app.store.errors import IdempotencyMismatch, JobNotHeld
 from app.store.jobs import (
+    Idempotency,
     apply_action,
     claim_job,
     complete_job,
@@ -36,11 +37,13 @@ async def test_create_writes_a_queued_job_and_an_event(session, job):
 
 async def test_idempotency_mismatch_is_refused(session, key):
     spec = JobSpec.model_validate(small_spec())
-    first = await create_job(session, key.team.id, spec, "key-1")
-    repeat = await create_job(session, key.team.id, spec, "key-1")
+    sent = Idempotency("key-1", "POST /v1/jobs", small_spec())
+    first = await create_job(session, key.team.id, spec, sent)
+    repeat = await create_job(session, key.team.id, spec, sent)
     assert (repeat.job.id, repeat.changed) == (first.job.id, False)
+    other = Idempotency("key-1", "POST /v1/jobs", small_spec(name="other"))
     with pytest.raises(IdempotencyMismatch, match="different body"):
-        await create_job(session, key.team.id, spec.model_copy(update={"name": "other"}), "key-1")
+        await create_job(session, key.team.id, spec.model_copy(update={"name": "other"}), other)
 
 
 async def test_claim_starts_a_queued_job_once(session, sessions, job):

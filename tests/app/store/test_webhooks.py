@@ -34,13 +34,13 @@ async def deliveries(session, job_id: int) -> list[WebhookDelivery]:
     return list(rows.scalars())
 
 
-async def test_a_transition_writes_one_delivery_per_subscribed_webhook(session, job, make_key):
-    everything = await create_webhook(session, job.team_id, "https://a.example/h", ALL, None)
-    await create_webhook(session, job.team_id, "https://b.example/h", ["job.failed"], None)
-    gone = await create_webhook(session, job.team_id, "https://c.example/h", ALL, None)
+async def test_a_transition_writes_one_delivery_per_subscribed_webhook(session, job, make_key, box):
+    everything = await create_webhook(session, box, job.team_id, "https://a.example/h", ALL, None)
+    await create_webhook(session, box, job.team_id, "https://b.example/h", ["job.failed"], None)
+    gone = await create_webhook(session, box, job.team_id, "https://c.example/h", ALL, None)
     await delete_webhook(session, gone.id, job.team_id)
     other = await make_key()
-    await create_webhook(session, other.team.id, "https://d.example/h", ALL, None)
+    await create_webhook(session, box, other.team.id, "https://d.example/h", ALL, None)
 
     await apply_action(session, job.id, JobAction.cancel)
 
@@ -59,8 +59,8 @@ async def test_a_transition_writes_one_delivery_per_subscribed_webhook(session, 
     assert delivery.retry_until - delivery.created_at == timedelta(hours=24)
 
 
-async def test_success_and_the_final_eval_are_announced_once(session, job):
-    await create_webhook(session, job.team_id, "https://a.example/h", ALL, None)
+async def test_success_and_the_final_eval_are_announced_once(session, job, box):
+    await create_webhook(session, box, job.team_id, "https://a.example/h", ALL, None)
     await claim_job(session, job.id, "w1", heartbeat_timeout=60)
     await record_eval(session, job.id, "w1", 3, {"eval/accuracy": 0.5, "time/eval": 1.0})
     await record_eval(session, job.id, "w1", 3, {"eval/accuracy": 0.5})  # replayed
@@ -73,8 +73,8 @@ async def test_success_and_the_final_eval_are_announced_once(session, job):
     assert events[1][1]["final_weights_path"] == "/weights/final"
 
 
-async def test_racing_senders_never_take_the_same_delivery(sessions, session, job):
-    await create_webhook(session, job.team_id, "https://a.example/h", ALL, None)
+async def test_racing_senders_never_take_the_same_delivery(sessions, session, job, box):
+    await create_webhook(session, box, job.team_id, "https://a.example/h", ALL, None)
     await apply_action(session, job.id, JobAction.cancel)
     (mine,) = await deliveries(session, job.id)
 
@@ -89,8 +89,8 @@ async def test_racing_senders_never_take_the_same_delivery(sessions, session, jo
     assert mine.id in [d.id for d in await take_due(session, 30, 1000, now=later)]
 
 
-async def test_failures_back_off_exponentially_then_give_up(session, job):
-    await create_webhook(session, job.team_id, "https://a.example/h", ALL, None)
+async def test_failures_back_off_exponentially_then_give_up(session, job, box):
+    await create_webhook(session, box, job.team_id, "https://a.example/h", ALL, None)
     await apply_action(session, job.id, JobAction.cancel)
     (delivery,) = await deliveries(session, job.id)
     backoff = (5.0, 60.0)

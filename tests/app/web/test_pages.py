@@ -14,7 +14,7 @@ from app.sessions import NONCE_COOKIE, SESSION_COOKIE
 from app.store.jobs import claim_job
 from app.store.records import record_checkpoint, record_samples, record_step
 from kernel.samples import KeptSample
-from tests.app.conftest import auth, small_spec
+from tests.app.conftest import auth, small_spec, upgraded_spec
 from tests.app.web.conftest import csrf_of, post_form
 
 WORKER = "worker-web"
@@ -288,6 +288,17 @@ async def test_new_job_idempotency_key_makes_one_job_of_a_double_submit(
         client, "/ui/new", page, spec=text.replace("hi", "ho"), idempotency_key=idem(page.text)
     )
     assert changed.status_code == 409, "the same form key with another spec is refused"
+
+
+async def test_new_job_resubmitted_after_an_upgrade_is_the_same_job(client, key, sign_in):
+    await sign_in(key)
+    page = await client.get("/ui/new")
+    text = "name: upgraded\nbackend: local\ndataset: {source: inline, prompts: [hi]}\n"
+    first = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
+    with upgraded_spec():
+        again = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
+    assert first.status_code == again.status_code == 303, again.text
+    assert first.headers["location"] == again.headers["location"]
 
 
 async def test_new_job_refuses_a_dataset_outside_the_data_root(client, key, sign_in):

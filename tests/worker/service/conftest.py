@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.app.conftest import (  # noqa: F401 (fixtures)
+    box,
     key,
     make_key,
     queue,

@@ -13,6 +13,7 @@ from pytrio.types import APIFuture
 from sqlalchemy import select
 
 from app.auth import create_key
+from app.continuation import continued
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.models import Checkpoint, Event, StepMetric
@@ -67,10 +68,12 @@ def lose_results(monkeypatch: pytest.MonkeyPatch, at_calls: set[int]) -> list[in
     return calls
 
 
-async def submit(context: WorkerContext, spec: dict[str, Any] = SPEC) -> int:
+async def submit(context: WorkerContext, spec: dict[str, Any] = SPEC, team: str = "team") -> int:
+    """Store a job as the API would (its init_from paths filled), past the API's checks."""
     async with context.sessions() as session:
-        team = (await create_key(session, "team")).team
-        return (await create_job(session, team.id, JobSpec.model_validate(spec))).job.id
+        team_id = (await create_key(session, team)).team.id
+        filled = await continued(session, team_id, JobSpec.model_validate(spec))
+        return (await create_job(session, team_id, filled)).job.id
 
 
 async def test_a_lost_training_result_resumes_the_job_from_its_last_state(monkeypatch, context):
@@ -165,3 +168,47 @@ async def test_an_off_policy_job_resumes_with_the_sampler_weights_it_recorded(mo
             assert metrics[key] == uninterrupted.steps[step][key], (step, key)
     loaded = [call.args["model_path"] for call in fake.calls_named("create_sampling_client")]
     assert kept in loaded
+
+
+def distilling(**weights: Any) -> dict[str, Any]:
+    """SPEC with, as its teacher, sampler weights trained on the student's base model."""
+    return SPEC | {"teacher": {"base_model": "student/model", **weights}}
+
+
+async def test_a_teacher_the_team_trained_is_loaded_through_its_init_from(monkeypatch, context):
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    trained = await submit(context)
+    assert await run_job({"opd": context}, trained) == f"job {trained}: succeeded"
+    job_id = await submit(context, distilling(init_from={"job": trained}))
+
+    assert await run_job({"opd": context}, job_id) == f"job {job_id}: succeeded"
+    async with context.sessions() as session:
+        final = (await get_job(session, trained)).final_weights_path
+    teachers = [
+        call.args["model_path"]
+        for call in fake.calls_named("create_sampling_client")
+        if call.args["base_model"] == "student/model" and call.args["model_path"] is not None
+    ]
+    assert final is not None and teachers == [final]
+
+
+async def test_the_worker_refuses_another_teams_weights_before_loading_anything(
+    monkeypatch, context
+):
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    trained = await submit(context)
+    await run_job({"opd": context}, trained)
+    async with context.sessions() as session:
+        final = (await get_job(session, trained)).final_weights_path
+    # Stored past the API's check (as a job submitted before the check existed would be).
+    job_id = await submit(context, distilling(model_path=final), team="another")
+    calls = len(fake.calls)
+
+    assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+    async with context.sessions() as session:
+        failed = await get_job(session, job_id)
+    assert failed.error_code == "bad_model_path"
+    assert "teacher.model_path" in failed.error_message and final not in failed.error_message
+    assert fake.calls[calls:] == [], "nothing was loaded"

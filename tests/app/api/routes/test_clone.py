@@ -10,7 +10,7 @@ import pytest
 
 from app.store.jobs import claim_job, complete_job
 from app.store.records import record_checkpoint
-from tests.app.conftest import auth, small_spec
+from tests.app.conftest import auth, small_spec, upgraded_spec
 
 STATES = [(2, "state", "/a/state-2"), (2, "sampler", "/a/sampler-2"), (4, "state", "/a/state-4")]
 
@@ -167,4 +167,15 @@ async def test_the_same_idempotency_key_clones_once(client, key, submit):
     first = await client.post(url, json={"name": "again"}, headers=headers)
     second = await client.post(url, json={"name": "again"}, headers=headers)
     assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["id"] == second.json()["id"]
+
+
+async def test_a_clone_retried_after_an_upgrade_is_the_same_request(client, key, submit):
+    job = await submit()
+    headers = auth(key) | {"Idempotency-Key": "clone-across-an-upgrade"}
+    url = f"/v1/jobs/{job['id']}/clone"
+    first = await client.post(url, json={"name": "again"}, headers=headers)
+    with upgraded_spec():
+        second = await client.post(url, json={"name": "again"}, headers=headers)
+    assert (first.status_code, second.status_code) == (201, 200), second.text
     assert first.json()["id"] == second.json()["id"]

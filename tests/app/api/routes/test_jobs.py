@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth import NewKey
 from app.models import JobStatus
 from app.store.jobs import claim_job, stop_job
-from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec
+from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec, upgraded_spec
 
 
 async def test_submit_stores_and_queues_the_job(client, key, redis: Redis, queue_name):
@@ -75,8 +75,9 @@ async def test_redis_down_still_creates_the_job_with_a_reason(settings, key):
 async def test_idempotency_key_returns_the_first_job(client, key, redis: Redis, queue_name):
     headers = auth(key) | {"Idempotency-Key": "abc-1"}
     first = await client.post("/v1/jobs", json=small_spec(), headers=headers)
-    # The same spec written differently (a default spelled out) is the same request.
-    again = await client.post("/v1/jobs", json=small_spec(name="test-job"), headers=headers)
+    # The same body written differently (its keys in another order) is the same request.
+    reordered = dict(reversed(small_spec().items()))
+    again = await client.post("/v1/jobs", json=reordered, headers=headers)
     assert first.status_code == 201
     assert again.status_code == 200
     assert again.json()["id"] == first.json()["id"]
@@ -86,6 +87,18 @@ async def test_idempotency_key_returns_the_first_job(client, key, redis: Redis, 
     assert different.status_code == 422
     assert different.json()["error"]["code"] == "idempotency_key_reused"
     assert different.json()["error"]["param"] == "Idempotency-Key"
+
+
+async def test_a_retry_after_an_upgrade_is_still_the_same_request(settings, key):
+    headers = auth(key) | {"Idempotency-Key": "before-the-upgrade"}
+    async with serve(settings) as client:
+        first = await client.post("/v1/jobs", json=small_spec(), headers=headers)
+    with upgraded_spec():
+        async with serve(settings) as client:
+            again = await client.post("/v1/jobs", json=small_spec(), headers=headers)
+    assert first.status_code == 201, first.text
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == first.json()["id"]
 
 
 async def test_idempotency_keys_are_per_team(client, key, make_key):

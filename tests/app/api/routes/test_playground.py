@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from app.store.jobs import claim_job
+from app.store.jobs import claim_job, create_job
 from app.store.records import record_checkpoint
 from app.worker_tasks import quick_queue
-from tests.app.conftest import CLOSED_REDIS_URL, auth, serve
+from kernel.spec import JobSpec
+from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec
 
 
 @pytest.fixture
@@ -51,6 +52,23 @@ async def test_a_bad_request_is_a_422_that_says_what_is_wrong(
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["param"] == param and words in error["message"], error
+
+
+async def test_a_stored_teacher_path_to_another_teams_weights_is_refused(
+    client, key, make_key, session, submit
+):
+    theirs = await submit(await make_key())
+    await claim_job(session, theirs["id"], "w", heartbeat_timeout=60)
+    await record_checkpoint(session, theirs["id"], "w", 2, "sampler", "trio://x/run/2")
+    # Stored past the submission check, as a job submitted before it existed may be.
+    spec = small_spec(backend="trio", teacher={"model_path": "trio://x/run/2"})
+    ours = (await create_job(session, key.team.id, JobSpec.model_validate(spec))).job
+    await claim_job(session, ours.id, "w", heartbeat_timeout=60)
+    await record_checkpoint(session, ours.id, "w", 2, "sampler", "trio://x/ours/2")
+    body = {"prompt": "a", "checkpoint": 2, "compare": ["teacher"]}
+    response = await client.post(f"/v1/jobs/{ours.id}/sample", json=body, headers=auth(key))
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["param"] == "teacher.model_path"
 
 
 async def test_another_teams_job_is_a_404(client, make_key, sampled):

@@ -4,8 +4,10 @@ attempts, re-sending, and URLs the service must not call refused at the door."""
 from __future__ import annotations
 
 import pytest
-from standardwebhooks import Webhook
+from sqlalchemy import select
+from standardwebhooks import Webhook as Signer
 
+from app.models import Webhook
 from app.store.webhooks import Outcome, record_attempt
 from tests.app.conftest import auth
 
@@ -25,12 +27,20 @@ async def test_the_secret_is_shown_once_and_signs(client, key):
     created = await make_hook(client, key, description="ci")
 
     assert created["secret"].startswith("whsec_")
-    Webhook(created["secret"])  # a valid Standard Webhooks secret
+    Signer(created["secret"])  # a valid Standard Webhooks secret
     listed = (await client.get("/v1/webhooks", headers=auth(key))).json()["data"]
     read = (await client.get(f"/v1/webhooks/{created['id']}", headers=auth(key))).json()
     assert [hook["id"] for hook in listed] == [created["id"]]
     assert "secret" not in listed[0] and "secret" not in read
     assert read["events"] == EVENTS and read["description"] == "ci"
+
+
+async def test_the_secret_is_stored_encrypted(client, key, session, box):
+    created = await make_hook(client, key)
+    stored = await session.execute(select(Webhook.secret).where(Webhook.id == created["id"]))
+    sealed = stored.scalar_one()
+    assert created["secret"] not in sealed and not sealed.startswith("whsec_")
+    assert box.open(sealed) == created["secret"]
 
 
 async def test_a_cancel_makes_a_delivery_that_can_be_read_and_resent(client, key, submit, sessions):

@@ -1,0 +1,116 @@
+"""Which weights a job may load, checked against its team when it is submitted and again by
+the worker (and the playground) right before anything is loaded.
+
+- Weights this service saved are reached through `student.init_from` / `teacher.init_from`
+  (app/continuation.py), whose paths the service fills; never through a path a team writes.
+- A raw `teacher.model_path` that equals or lies under a path the service recorded for
+  another team's job (a checkpoint, final weights, a saved state) is refused.
+- A path on the local backend (`teacher.model_path`, a `base_model` folder) must lie under
+  the data root once every `..` and symlink is followed, and not under the artifact root.
+
+A refusal reads the same whatever lies at the path, so it says nothing about other teams'
+files or what the workers' disks hold.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sqlalchemy import or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.continuation import SpecRefused
+from app.core.config import Settings
+from app.models import Checkpoint, Job
+from kernel.datapaths import DataPathError, confine_data_path
+from kernel.spec import JobSpec
+
+MODEL_PATH_RULE = (
+    "not weights this team may load by path: give a folder under the server's data root "
+    "(local backend) or the backend's URI of weights saved elsewhere; weights a job of your "
+    "team saved here are named with teacher.init_from: {job, checkpoint}"
+)
+BASE_MODEL_RULE = (
+    "a model folder must be an absolute path under the server's data root; or give a "
+    "built-in preset or a hub id in the workers' cache"
+)
+
+
+def is_path(model: str) -> bool:
+    """A base_model the local backend would read as a folder rather than a name."""
+    return model.startswith(("/", ".", "~"))
+
+
+def local_folder(param: str, path: str, settings: Settings, rule: str) -> Path:
+    """Where `path` really is, if it is under the data root and not under the artifact
+    root; else SpecRefused with `rule`."""
+    try:
+        resolved = confine_data_path(path, settings.data_root)
+    except DataPathError:
+        raise SpecRefused(param, rule) from None
+    if resolved.is_relative_to(settings.artifact_root.resolve()):
+        raise SpecRefused(param, rule)
+    return resolved
+
+
+def uri_and_parents(uri: str) -> list[str]:
+    """A backend URI as given, normalised (no `.`, `..` or doubled slashes), and each
+    folder above it: what it would lie under."""
+    parts = urlsplit(uri)
+    if not parts.scheme or not parts.netloc:
+        return [uri]
+    root = f"{parts.scheme}://{parts.netloc}"
+    segments = [s for s in posixpath.normpath("/" + parts.path.lstrip("/")).split("/") if s]
+    above = ["".join(f"/{s}" for s in segments[:n]) for n in range(len(segments), -1, -1)]
+    return [uri, *(root + path for path in above)]
+
+
+async def recorded_for_others(session: AsyncSession, team_id: int, paths: list[str]) -> bool:
+    """Whether any of `paths` is recorded as saved by a job of another team."""
+    others = Job.team_id != team_id
+    saved = (
+        select(Checkpoint.id)
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(others, Checkpoint.path.in_(paths))
+        .limit(1)
+    )
+    ended = (
+        select(Job.id)
+        .where(others, or_(Job.final_weights_path.in_(paths), Job.last_state_path.in_(paths)))
+        .limit(1)
+    )
+    for query in (saved, ended):
+        if (await session.execute(query)).first() is not None:
+            return True
+    return False
+
+
+async def checked_weights(
+    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
+) -> JobSpec:
+    """`spec` with a local teacher.model_path replaced by where it really is (what the
+    backend loads); SpecRefused naming the field when a path breaks a rule above."""
+    if spec.backend == "local":
+        for param, model in (
+            ("student.base_model", spec.student.base_model),
+            ("teacher.base_model", spec.teacher.base_model),
+        ):
+            if is_path(model) and not model.startswith("/"):
+                raise SpecRefused(param, BASE_MODEL_RULE)
+            if is_path(model):
+                local_folder(param, model, settings, BASE_MODEL_RULE)
+    path = spec.teacher.model_path
+    if path is None:
+        return spec
+    if spec.backend == "local":
+        folder = local_folder("teacher.model_path", path, settings, MODEL_PATH_RULE)
+        loaded, candidates = str(folder), [str(folder), *map(str, folder.parents)]
+    else:
+        loaded, candidates = path, uri_and_parents(path)
+    if await recorded_for_others(session, team_id, candidates):
+        raise SpecRefused("teacher.model_path", MODEL_PATH_RULE)
+    return spec.model_copy(
+        update={"teacher": spec.teacher.model_copy(update={"model_path": loaded})}
+    )
