@@ -172,7 +172,9 @@ def keys_command(args: argparse.Namespace) -> int:
             if args.keys_action == "create":
                 scope = Scope.admin if args.admin else Scope(args.scope)
                 expires = utcnow() + args.expires if args.expires else None
-                new = await create_key(session, args.team, scope=scope, expires_at=expires)
+                new = await create_key(
+                    session, args.team, scope=scope, expires_at=expires, commit=False
+                )
                 target = f"key {new.api_key.prefix}"
                 detail = {"team": args.team, "scope": scope.value}
                 await record_audit(session, None, "key.create", target, 201, detail)
@@ -191,7 +193,7 @@ def keys_command(args: argparse.Namespace) -> int:
                         state = "expired" if key.expires_at <= now else "active"
                         state += f" (until {key.expires_at:%Y-%m-%d %H:%M} UTC)"
                     print(f"{key.prefix}  team={team.name}  scope={key.scope}  {state}")
-            elif await revoke_key(session, args.prefix):
+            elif await revoke_key(session, args.prefix, commit=False):
                 await record_audit(session, None, "key.revoke", f"key {args.prefix}", 204)
             else:
                 raise CommandError(f"no key with prefix {args.prefix!r}")
@@ -234,7 +236,7 @@ def teams_command(args: argparse.Namespace) -> int:
                 if not changes:
                     raise CommandError("give --max-running and/or --max-queued")
                 try:
-                    await set_limits(session, args.name, changes, limits)
+                    await set_limits(session, args.name, changes, limits, commit=False)
                 except TeamNotFound as error:
                     raise CommandError(str(error)) from None
                 await record_audit(session, None, "team.limits", f"team {args.name}", 200, changes)

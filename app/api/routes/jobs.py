@@ -107,7 +107,7 @@ async def submit_job(
         raise ApiError(422, "invalid_request", str(error), error.param) from None
     try:
         result = await create_job(
-            session, principal.team_id, spec, idempotency_key, Limits.of(settings)
+            session, principal.team_id, spec, idempotency_key, Limits.of(settings), commit=False
         )
     except QueueFull as full:
         await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
@@ -120,8 +120,8 @@ async def submit_job(
     if not result.changed:
         response.status_code = 200
         return job_body(result.job, prices)
-    await enqueue_job(session, queue, result.job.id)
     await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
+    await enqueue_job(session, queue, result.job.id)
     return job_body(await get_job(session, result.job.id), prices)
 
 
@@ -179,10 +179,10 @@ async def act(
     job_id: int,
     action: JobAction,
 ) -> ActionResult:
-    result = await apply_action(session, job_id, action, principal.scope)
-    snapshots.drop(job_id)
+    result = await apply_action(session, job_id, action, principal.scope, commit=False)
     detail = {"status": result.job.status, "changed": result.changed}
     await record_audit(session, principal, f"job.{action}", f"job {job_id}", 200, detail)
+    snapshots.drop(job_id)
     return result
 
 
