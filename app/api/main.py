@@ -43,6 +43,7 @@ from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.pricing import PriceTable
 from app.queue import JobQueue
+from app.waits import Waits
 from app.web.site import install_dashboard
 
 api_router = APIRouter()
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.snapshots = TTLCache[int, JobSnapshot](settings.job_cache_seconds)
     app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
+    app.state.waits = Waits(settings.team_max_waiting)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)

@@ -80,6 +80,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Seconds a checkpoint download waits for a worker to fetch a remote archive.",
     )
+    team_max_waiting: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Requests of one team that may wait at once in each API process (playground"
+        " samples, checkpoint downloads); one more is a 429 with Retry-After.",
+    )
     session_secret: SecretStr | None = Field(
         None,
         min_length=32,
