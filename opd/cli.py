@@ -36,7 +36,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     from kernel.errors import OPDError
     from worker.engine.checkpoint_log import CheckpointLog, latest_state, sampler_weights
-    from worker.engine.loop import SavedState, run_job
+    from worker.engine.loop import SavedState, Stop, run_job
     from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
 
     spec = load_spec(args.spec)
@@ -78,7 +78,7 @@ def run_command(args: argparse.Namespace) -> int:
             artifact_dir=artifacts,
             data_root=Path(args.data_root),
             resume=resume,
-            should_stop=lambda: stop_requested,
+            should_stop=lambda: Stop.resume if stop_requested else None,
         )
 
     try:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,16 @@ from worker.engine.sinks import RunInfo, Sink
 RENDERED_KEPT = 4096
 
 
+class Stop(Enum):
+    """A stop asked for at the next step boundary. `resume` (a pause, a worker shutting
+    down) saves a state to resume from, and with k >= 1 trains on until a resumed run can
+    sample the same rollouts; `cancel` ends the run at the very next boundary, the last
+    one included, and saves nothing."""
+
+    resume = "resume"
+    cancel = "cancel"
+
+
 @dataclass(frozen=True)
 class SavedState:
     """A training state a run can resume from, and the steps it had taken."""
@@ -56,6 +67,11 @@ class RunResult:
     stopped: bool = False
     final_weights_path: str | None = None
     state: SavedState | None = None
+
+
+def cancelled(sink: Sink, step: int) -> RunResult:
+    sink.event("info", f"Cancelled at step {step}; nothing saved", {"step": step})
+    return RunResult(steps_done=step, stopped=True)
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
@@ -275,12 +291,13 @@ async def run_loop(
     sink: Sink,
     *,
     resume: SavedState | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], Stop | None] = lambda: None,
     eval_prompts: Prompts | None = None,
     grade: Grade | None = None,
 ) -> RunResult:
-    """Run (or resume) one OPD job; stop early at a step boundary when asked, as soon as
-    the run can resume from there exactly (`Rollouts.resumable_at`)."""
+    """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
+    cancel at the next one, a stop to resume as soon as the run can resume from there
+    exactly (`Rollouts.resumable_at`)."""
     loop = spec.loop
     start = resume.step if resume else 0
     if not 0 <= start <= loop.steps:
@@ -315,7 +332,10 @@ async def run_loop(
     save_seconds = 0.0
     try:
         for step in range(start, loop.steps):
-            if should_stop():
+            stop = should_stop()
+            if stop is Stop.cancel:
+                return cancelled(sink, step)
+            if stop is Stop.resume:
                 if rollouts.resumable_at(step):
                     await rollouts.close()
                     saved = latest if latest and latest.step == step else await run.save_state(step)
@@ -374,6 +394,8 @@ async def run_loop(
     finally:
         await rollouts.close()
 
+    if should_stop() is Stop.cancel:
+        return cancelled(sink, loop.steps)
     if evaluation is not None:
         sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
     if not (latest and latest.step == loop.steps):
@@ -393,7 +415,7 @@ async def run_job(
     data_root: Path,
     confine_data: bool = False,
     resume: SavedState | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], Stop | None] = lambda: None,
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
     from worker.engine.backends import connect
