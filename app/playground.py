@@ -26,6 +26,7 @@ REJECTED = {
     "model_not_found",
     "tokenizer_mismatch",
     "checkpoint_config_mismatch",
+    "model_too_large",
 }
 """Worker failure codes that say the request (or the job's spec) cannot be served: 422."""
 STATUS = {"bad_checkpoint": 409, "worker_timeout": 504, "deadline_passed": 504}

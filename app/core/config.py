@@ -73,7 +73,10 @@ class Settings(BaseSettings):
         4, ge=1, le=64, description="Sampling clients a worker keeps loaded for the playground."
     )
     sampler_cache_mb: float = Field(
-        4096.0, gt=0, description="MiB the models a worker keeps for the playground may hold."
+        4096.0,
+        gt=0,
+        description="MiB the models a worker keeps or loads for the playground may hold; a "
+        "larger model is refused (model_too_large).",
     )
     download_timeout: float = Field(
         600.0,
