@@ -44,7 +44,8 @@ class Stop(Enum):
     """A stop asked for at the next step boundary. `resume` (a pause, a worker shutting
     down) saves a state to resume from, and with k >= 1 trains on until a resumed run can
     sample the same rollouts; `cancel` ends the run at the very next boundary, the last
-    one included, and saves nothing."""
+    one included, with its state (another job may continue from it) and no sampler
+    weights: the run never resumes."""
 
     resume = "resume"
     cancel = "cancel"
@@ -67,11 +68,6 @@ class RunResult:
     stopped: bool = False
     final_weights_path: str | None = None
     state: SavedState | None = None
-
-
-def cancelled(sink: Sink, step: int) -> RunResult:
-    sink.event("info", f"Cancelled at step {step}; nothing saved", {"step": step})
-    return RunResult(steps_done=step, stopped=True)
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
@@ -329,23 +325,24 @@ async def run_loop(
     # The state of the latest boundary saved (or resumed from): a stop right there reuses
     # it, since a state name may be saved only once in a run.
     latest = resume
+
+    async def stopped_at(step: int, why: str, samplers: Mapping[int, str]) -> RunResult:
+        """Stop at this boundary with its state, the rollouts in flight dropped."""
+        await rollouts.close()
+        saved = latest if latest and latest.step == step else await run.save_state(step)
+        sink.event("info", f"{why} at step {step}; state saved", {"step": step, "path": saved.path})
+        state = SavedState(saved.path, step, samplers)
+        return RunResult(steps_done=step, stopped=True, state=state)
+
     save_seconds = 0.0
     try:
         for step in range(start, loop.steps):
             stop = should_stop()
             if stop is Stop.cancel:
-                return cancelled(sink, step)
+                return await stopped_at(step, "Cancelled", {})
             if stop is Stop.resume:
                 if rollouts.resumable_at(step):
-                    await rollouts.close()
-                    saved = latest if latest and latest.step == step else await run.save_state(step)
-                    state = SavedState(saved.path, step, rollouts.resume_weights(step))
-                    sink.event(
-                        "info",
-                        f"Stopped at step {step}; state saved",
-                        {"step": step, "path": state.path},
-                    )
-                    return RunResult(steps_done=step, stopped=True, state=state)
+                    return await stopped_at(step, "Stopped", rollouts.resume_weights(step))
                 rollouts.keep_new_weights()
             evaluated = {}
             if evaluation is not None and due(evaluation.spec, step, loop.steps):
@@ -395,7 +392,7 @@ async def run_loop(
         await rollouts.close()
 
     if should_stop() is Stop.cancel:
-        return cancelled(sink, loop.steps)
+        return await stopped_at(loop.steps, "Cancelled", {})
     if evaluation is not None:
         sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
     if not (latest and latest.step == loop.steps):

@@ -181,20 +181,22 @@ async def test_a_stop_takes_effect_once_a_resumed_run_can_sample_the_same_rollou
 
 
 @pytest.mark.parametrize("stop_after", [3, 7])
-async def test_a_cancel_stops_at_the_next_boundary_and_saves_nothing(stop_after):
+async def test_a_cancel_stops_at_the_next_boundary_without_sampler_weights(stop_after):
     """Where a stop to resume would train on and keep sampler weights (asked at step 3),
     or finish and save the final weights (asked during the last step), a cancel ends the
-    run at the next boundary: nothing more trained, no weights or state saved."""
+    run at the next boundary: nothing more trained, its state saved there (another job may
+    continue from it), no sampler weights."""
     spec = make_spec(steps=7, max_steps_off_policy=1)
     fake = FakeServiceClient()
 
     sink, result = await run(spec, fake, stop_after=stop_after, stop=Stop.cancel)
 
-    assert result == RunResult(steps_done=stop_after, stopped=True)
-    assert sorted(sink.steps) == list(range(stop_after)) and sink.checkpoints == []
+    [saved] = [call.args["path"] for call in fake.calls_named("save_state")]
+    assert result == RunResult(stop_after, stopped=True, state=SavedState(saved, stop_after))
+    assert sorted(sink.steps) == list(range(stop_after))
+    assert sink.checkpoints == [(stop_after, "state", saved)]
     assert len(fake.calls_named("optim_step")) == stop_after
-    saves = {"save_state", "save_weights"}
-    assert not [call.name for call in fake.calls if call.name in saves]
+    assert not fake.calls_named("save_weights")
 
 
 async def test_a_stop_right_after_a_scheduled_save_takes_effect_at_once():

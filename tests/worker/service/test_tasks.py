@@ -169,12 +169,12 @@ async def test_an_off_policy_job_resumes_with_the_sampler_weights_it_recorded(mo
 
 
 @pytest.mark.parametrize(("asked_in_step", "steps_done"), [(2, 3), (4, 5)])
-async def test_a_cancelled_off_policy_job_stops_at_the_next_boundary_saving_nothing(
+async def test_a_cancelled_off_policy_job_stops_at_the_next_boundary_without_sampler_weights(
     monkeypatch, context, asked_in_step, steps_done
 ):
     """k = 1: a cancel asked while step 2 trains ends the job at boundary 3, one asked
     while the last step trains ends it at the last boundary: `cancelled` either way, with
-    no sampler weights, state or final weights saved for it."""
+    its state saved there and no sampler or final weights."""
     spec = SPEC | {"loop": SPEC["loop"] | {"max_steps_off_policy": 1, "save_every": 0}}
     fake = FakeServiceClient()
     patch_pytrio(monkeypatch, fake)
@@ -198,5 +198,9 @@ async def test_a_cancelled_off_policy_job_stops_at_the_next_boundary_saving_noth
         saved = (
             await session.execute(select(Checkpoint.kind).where(Checkpoint.job_id == job_id))
         ).all()
-    assert (job.status, job.steps_done, saved) == ("cancelled", steps_done, [])
-    assert not [call for call in fake.calls if call.name in {"save_state", "save_weights"}]
+    assert (job.status, job.steps_done, job.last_state_step) == (
+        "cancelled",
+        steps_done,
+        steps_done,
+    )
+    assert saved == [("state",)] and not fake.calls_named("save_weights")

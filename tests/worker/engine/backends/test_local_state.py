@@ -165,18 +165,20 @@ async def test_one_step_off_policy_resumes_exactly_after_a_stop_and_after_a_cras
     assert_same_training(after_crash, whole, 7)
 
 
-async def test_one_step_off_policy_cancels_at_the_next_boundary_and_saves_nothing(tmp_path):
+async def test_one_step_off_policy_cancels_at_the_next_boundary_without_sampler_weights(tmp_path):
     """A resumable stop asked at step 1 would train step 1 and keep its weights; a cancel
-    ends the run right there, and one asked during the last step leaves no final weights."""
+    ends the run right there with its state, and one asked during the last step leaves no
+    final weights."""
     job = pipelined(max_steps_off_policy=1, steps=4, save_every=0)
     early = await run(tmp_path / "early", job=job, stop_after=1, stop=Stop.cancel)
     last = await run(tmp_path / "last", job=job, stop_after=4, stop=Stop.cancel)
 
-    assert early.result == RunResult(steps_done=1, stopped=True)
-    assert sorted(early.metrics) == [0] and early.checkpoints == {}
-    assert last.result == RunResult(steps_done=4, stopped=True)
-    assert sorted(last.metrics) == [0, 1, 2, 3] and last.checkpoints == {}
-    assert not [*(tmp_path / "early").rglob("*.safetensors"), *tmp_path.rglob("optimizer.pt")]
+    for recorder, steps in ((early, 1), (last, 4)):
+        state = recorder.checkpoints[steps, "state"]
+        assert recorder.result == RunResult(steps, stopped=True, state=SavedState(state, steps))
+        assert sorted(recorder.metrics) == list(range(steps))
+        assert list(recorder.checkpoints) == [(steps, "state")]
+    assert not [*tmp_path.glob("*/sampler")], "no sampler or final weights"
 
 
 async def test_checkpoints_are_self_describing_folders(tmp_path):
