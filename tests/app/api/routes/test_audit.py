@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.models import AuditEntry
 from tests.app.conftest import auth, serve, small_spec
+from tests.app.web.conftest import post_form
 
 HOOK = {"url": "https://hooks.example.com/opd", "events": ["job.succeeded"]}
 
@@ -97,6 +98,19 @@ async def test_without_its_audit_row_no_webhook_key_or_limit_changes(api, key, m
     teams = (await api.get("/v1/teams", headers=admin)).json()["data"]
     (team,) = [t for t in teams if t["name"] == key.team.name]
     assert team["max_running"] is None
+
+
+async def test_without_its_audit_row_the_dashboard_neither_cancels_nor_submits(api, key, sessions):
+    job = (await api.post("/v1/jobs", json=small_spec(), headers=auth(key))).json()
+    await post_form(api, "/ui/sign-in", await api.get("/ui/sign-in"), key=key.key)
+    job_page, new_page = await api.get(f"/ui/jobs/{job['id']}"), await api.get("/ui/new")
+    spec = "name: web\nbackend: local\ndataset: {source: inline, prompts: [hi]}\n"
+    async with refused(sessions, "audit_log", "INSERT"):
+        cancelled = await post_form(api, f"/ui/jobs/{job['id']}/cancel", job_page)
+        submitted = await post_form(api, "/ui/new", new_page, spec=spec, idempotency_key="k")
+    assert cancelled.status_code == submitted.status_code == 500
+    jobs = (await api.get("/v1/jobs", headers=auth(key))).json()["data"]
+    assert [(j["id"], j["status"]) for j in jobs] == [(job["id"], "queued")]
 
 
 async def test_an_action_the_database_refuses_leaves_no_audit_row(api, key, sessions):
