@@ -17,6 +17,7 @@ from sqlmodel import select
 
 from app.core.cache import TTLCache
 from app.models import ApiKey, Scope, Team, utcnow
+from app.store.audit import settle
 
 KEY_PREFIX = "opd"
 
@@ -81,8 +82,10 @@ async def create_key(
     *,
     scope: Scope = Scope.submit,
     expires_at: datetime | None = None,
+    commit: bool = True,
 ) -> NewKey:
-    """Create a key for `team_name` (creating the team if new); commits."""
+    """Create a key for `team_name` (creating the team if new); commits unless told not to
+    (commit=False: the caller commits)."""
     team = await get_or_create_team(session, team_name)
     key, prefix = generate_key()
     api_key = ApiKey(
@@ -93,12 +96,13 @@ async def create_key(
         expires_at=expires_at,
     )
     session.add(api_key)
-    await session.commit()
+    await settle(session, commit)
     return NewKey(team=team, api_key=api_key, key=key)
 
 
-async def revoke_key(session: AsyncSession, prefix: str) -> bool:
-    """Revoke the key with this public prefix; False if there is no such live key."""
+async def revoke_key(session: AsyncSession, prefix: str, *, commit: bool = True) -> bool:
+    """Revoke the key with this public prefix (commit=False: the caller commits); False if
+    there is no such live key."""
     api_key = (
         await session.execute(
             select(ApiKey).where(ApiKey.prefix == prefix, ApiKey.revoked_at.is_(None))
@@ -107,7 +111,7 @@ async def revoke_key(session: AsyncSession, prefix: str) -> bool:
     if api_key is None:
         return False
     api_key.revoked_at = utcnow()
-    await session.commit()
+    await settle(session, commit)
     return True
 
 

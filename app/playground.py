@@ -1,6 +1,7 @@
 """The playground's API side, for the JSON API and the dashboard alike: a request checked
 against the job's saved weights, handed to a worker as a short task with a deadline, and
-its answer read back. The API process never loads a model."""
+its answer read back, with the database session closed while it waits (app/waits.py). The
+API process never loads a model."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.core.config import Settings
 from app.models import CheckpointPublic, Job
 from app.queue import JobQueue, QueueUnavailable
 from app.store.saved import CheckpointUnavailable, sampler_weights
+from app.waits import Waits
 from app.weight_paths import checked_weights
 from app.worker_tasks import SAMPLE_TASK, TaskUnanswered, call_worker
 from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
@@ -26,6 +28,7 @@ REJECTED = {
     "model_not_found",
     "tokenizer_mismatch",
     "checkpoint_config_mismatch",
+    "model_too_large",
 }
 """Worker failure codes that say the request (or the job's spec) cannot be served: 422."""
 STATUS = {"bad_checkpoint": 409, "worker_timeout": 504, "deadline_passed": 504}
@@ -51,9 +54,17 @@ def failed(failure: TaskFailure) -> PlaygroundError:
 
 
 async def try_checkpoint(
-    session: AsyncSession, queue: JobQueue, settings: Settings, job: Job, request: SampleRequest
+    session: AsyncSession,
+    queue: JobQueue,
+    settings: Settings,
+    waits: Waits,
+    team_id: int,
+    job: Job,
+    request: SampleRequest,
 ) -> PlaygroundAnswer:
-    """The completions the request asks for, from a worker; PlaygroundError otherwise."""
+    """The completions the request asks for, from a worker, waited for in one of the
+    caller's team's places (TooManyWaiting when it has none left); PlaygroundError
+    otherwise."""
     try:
         checkpoint = await sampler_weights(session, job, request.checkpoint)
     except CheckpointUnavailable as error:
@@ -72,7 +83,8 @@ async def try_checkpoint(
         deadline=time.time() + timeout,
     )
     try:
-        raw = await call_worker(queue, SAMPLE_TASK, task.model_dump_json(), timeout)
+        async with waits.released(session, team_id):
+            raw = await call_worker(queue, SAMPLE_TASK, task.model_dump_json(), timeout)
     except TaskUnanswered as error:
         raise failed(error.failure) from None
     except QueueUnavailable as error:

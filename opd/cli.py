@@ -36,7 +36,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     from kernel.errors import OPDError
     from worker.engine.checkpoint_log import CheckpointLog, latest_state, sampler_weights
-    from worker.engine.loop import SavedState, run_job
+    from worker.engine.loop import SavedState, Stop, run_job
     from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
 
     spec = load_spec(args.spec)
@@ -78,7 +78,7 @@ def run_command(args: argparse.Namespace) -> int:
             artifact_dir=artifacts,
             data_root=Path(args.data_root),
             resume=resume,
-            should_stop=lambda: stop_requested,
+            should_stop=lambda: Stop.resume if stop_requested else None,
         )
 
     try:
@@ -192,7 +192,9 @@ def keys_command(args: argparse.Namespace) -> int:
             if args.keys_action == "create":
                 scope = Scope.admin if args.admin else Scope(args.scope)
                 expires = utcnow() + args.expires if args.expires else None
-                new = await create_key(session, args.team, scope=scope, expires_at=expires)
+                new = await create_key(
+                    session, args.team, scope=scope, expires_at=expires, commit=False
+                )
                 target = f"key {new.api_key.prefix}"
                 detail = {"team": args.team, "scope": scope.value}
                 await record_audit(session, None, "key.create", target, 201, detail)
@@ -211,7 +213,7 @@ def keys_command(args: argparse.Namespace) -> int:
                         state = "expired" if key.expires_at <= now else "active"
                         state += f" (until {key.expires_at:%Y-%m-%d %H:%M} UTC)"
                     print(f"{key.prefix}  team={team.name}  scope={key.scope}  {state}")
-            elif await revoke_key(session, args.prefix):
+            elif await revoke_key(session, args.prefix, commit=False):
                 await record_audit(session, None, "key.revoke", f"key {args.prefix}", 204)
             else:
                 raise CommandError(f"no key with prefix {args.prefix!r}")
@@ -254,7 +256,7 @@ def teams_command(args: argparse.Namespace) -> int:
                 if not changes:
                     raise CommandError("give --max-running and/or --max-queued")
                 try:
-                    await set_limits(session, args.name, changes, limits)
+                    await set_limits(session, args.name, changes, limits, commit=False)
                 except TeamNotFound as error:
                     raise CommandError(str(error)) from None
                 await record_audit(session, None, "team.limits", f"team {args.name}", 200, changes)

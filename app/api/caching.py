@@ -1,7 +1,7 @@
 """Conditional reads of a job's metrics: polling an unchanged job costs one job row.
 
-The ETag is a digest of each job's state (status, progress, last change) and of the
-request, so it changes whenever a step is recorded or replayed, and a matching
+The ETag is a digest of each job's state (status, progress, last change), of the route
+and of the request, so it changes whenever a step is recorded or replayed, and a matching
 `If-None-Match` is answered 304 before any metric is read. A finished job's metrics never
 change: they may be cached for good. Everything is `private`: answers depend on the key.
 Dashboards that watch the same job share its answer: each process keeps recent answers
@@ -29,17 +29,24 @@ ANSWERS = 256
 ANSWER_BYTES = 256 * 1024  # larger answers are not kept
 
 
-def etag(jobs: Sequence[Job], *request: object) -> str:
+def route_of(request: Request) -> str:
+    """The route's path template: two routes never share an ETag (or a kept answer),
+    whatever their queries."""
+    route = request.scope.get("route")
+    return getattr(route, "path", request.url.path)
+
+
+def etag(route: str, jobs: Sequence[Job], *query: object) -> str:
     state = [(job.id, job.status, job.steps_done, job.updated_at.isoformat()) for job in jobs]
-    digest = hashlib.sha256(repr((FORMAT_VERSION, state, request)).encode()).hexdigest()
+    digest = hashlib.sha256(repr((FORMAT_VERSION, route, state, query)).encode()).hexdigest()
     return f'"{digest[:32]}"'
 
 
-def cache_headers(jobs: Sequence[Job], *request: object) -> dict[str, str]:
-    """ETag, Cache-Control and Vary for an answer about `jobs` to `request`."""
+def cache_headers(request: Request, jobs: Sequence[Job], *query: object) -> dict[str, str]:
+    """ETag, Cache-Control and Vary for the route's answer about `jobs` to `query`."""
     final = all(job.status in TERMINAL_STATUSES for job in jobs)
     return {
-        "ETag": etag(jobs, *request),
+        "ETag": etag(route_of(request), jobs, *query),
         "Cache-Control": FOREVER if final else REVALIDATE,
         "Vary": VARY,
     }

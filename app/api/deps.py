@@ -25,6 +25,7 @@ from app.queue import JobQueue
 from app.sessions import session_principal
 from app.store.audit import record_audit
 from app.store.rows import get_job
+from app.waits import Waits
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,17 @@ def get_secret_box(request: Request) -> SecretBox:
     return request.app.state.secret_box
 
 
+def get_waits(request: Request) -> Waits:
+    return request.app.state.waits
+
+
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
 SnapshotsDep = Annotated[TTLCache[int, JobSnapshot], Depends(get_snapshots)]
 PricesDep = Annotated[PriceTable, Depends(get_prices)]
 SecretBoxDep = Annotated[SecretBox, Depends(get_secret_box)]
+WaitsDep = Annotated[Waits, Depends(get_waits)]
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})

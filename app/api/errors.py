@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
 from app.store.teams import TeamNotFound
 from app.store.webhooks import WebhookNotFound
+from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,11 @@ async def on_idempotency_mismatch(_request: Request, exc: Exception) -> JSONResp
     return error_response(422, "idempotency_key_reused", str(exc), "Idempotency-Key")
 
 
+async def on_too_many_waiting(_request: Request, exc: Exception) -> JSONResponse:
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return error_response(429, "too_many_requests", str(exc), headers=headers)
+
+
 async def on_database_down(_request: Request, exc: Exception) -> JSONResponse:
     log.warning("database unavailable: %s", exc)
     return error_response(503, "database_unavailable", "the database is unavailable; retry shortly")
@@ -173,6 +179,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TeamNotFound, on_not_found)
     app.add_exception_handler(IllegalTransition, on_conflict)
     app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
+    app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
     app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(InterfaceError, on_database_down)
     app.add_exception_handler(Exception, on_unexpected)

@@ -45,6 +45,7 @@ from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import secret_box
 from app.pricing import PriceTable
 from app.queue import JobQueue
+from app.waits import Waits
 from app.web.site import install_dashboard
 
 api_router = APIRouter()
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
     app.state.secret_box = secret_box(settings)
+    app.state.waits = Waits(settings.team_max_waiting)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.errors import STATUS_CODES, ApiError, describe_status, explain
+from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ class OpenAIRoute(APIRoute):
                     code=detail.code,
                     headers=error.headers,
                 )
+            except TooManyWaiting as error:
+                retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+                return openai_error(429, str(error), code="too_many_requests", headers=retry)
             except StarletteHTTPException as error:
                 message = error.detail if isinstance(error.detail, str) else "request refused"
                 code = STATUS_CODES.get(error.status_code)

@@ -74,12 +74,22 @@ class Settings(BaseSettings):
         4, ge=1, le=64, description="Sampling clients a worker keeps loaded for the playground."
     )
     sampler_cache_mb: float = Field(
-        4096.0, gt=0, description="MiB the models a worker keeps for the playground may hold."
+        4096.0,
+        gt=0,
+        description="MiB the models a worker keeps or loads for the playground may hold; a "
+        "larger model is refused (model_too_large).",
     )
     download_timeout: float = Field(
         600.0,
         gt=0,
         description="Seconds a checkpoint download waits for a worker to fetch a remote archive.",
+    )
+    team_max_waiting: int = Field(
+        8,
+        ge=1,
+        le=1024,
+        description="Requests of one team that may wait at once in each API process (playground"
+        " samples, checkpoint downloads); one more is a 429 with Retry-After.",
     )
     session_secret: SecretStr | None = Field(
         None,

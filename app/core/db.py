@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_CONNECT_TIMEOUT_S = 10
+POSTGRES_POOL_SIZE = 10
+POSTGRES_MAX_OVERFLOW = 20
 
 
 def _parse(database_url: str) -> URL:
@@ -89,8 +91,8 @@ def create_db_engine(database_url: str) -> AsyncEngine:
     # pre-ping turns a connection the server dropped (restart, failover) into a fresh one.
     return create_async_engine(
         url,
-        pool_size=10,
-        max_overflow=20,
+        pool_size=POSTGRES_POOL_SIZE,
+        max_overflow=POSTGRES_MAX_OVERFLOW,
         pool_pre_ping=True,
         connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
     )

@@ -1,5 +1,9 @@
 """The audit log: every state-changing request, with the key's prefix and team, the action,
-its target and the answer; read newest first, per team or (admin) for every team."""
+its target and the answer; read newest first, per team or (admin) for every team.
+
+An action and its row commit together or not at all: the store call that makes the action
+is given `commit=False` (it only flushes), and `record_audit` commits both.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ async def record_audit(
     status_code: int,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    """Append one entry and commit; `principal` None is the operator's command line."""
+    """Append one entry and commit it with what the session holds (the action it records,
+    made with `commit=False`); `principal` None is the operator's command line."""
     session.add(
         AuditEntry(
             created_at=utcnow(),
@@ -35,6 +40,12 @@ async def record_audit(
         )
     )
     await session.commit()
+
+
+async def settle(session: AsyncSession, commit: bool) -> None:
+    """End an action's writes: commit them, or flush them for `record_audit` to commit with
+    the action's row (commit=False)."""
+    await (session.commit() if commit else session.flush())
 
 
 def audit_query(team_id: int | None, after: int | None, action: str | None) -> Any:

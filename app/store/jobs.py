@@ -26,6 +26,7 @@ from app.models import (
     JobStatus,
     utcnow,
 )
+from app.store.audit import settle
 from app.store.errors import (
     IdempotencyMismatch,
     IllegalTransition,
@@ -87,9 +88,11 @@ async def compare_and_set(
     *extra_where: ColumnElement[bool],
     event_level: EventLevel = EventLevel.info,
     event_data: dict[str, Any] | None = None,
+    commit: bool = True,
 ) -> bool:
-    """Move `job` to plan.target if nobody changed it since it was read; commit on success,
-    with the webhook deliveries the change makes (the outbox) in the same transaction."""
+    """Move `job` to plan.target if nobody changed it since it was read; commit on success
+    (commit=False: the caller commits), with the webhook deliveries the change makes (the
+    outbox) in the same transaction."""
     now = utcnow()
     values = {"status": plan.target, "updated_at": now, **plan.values}
     if plan.target in TERMINAL_STATUSES:
@@ -110,7 +113,7 @@ async def compare_and_set(
     data = {"from": job.status, "to": plan.target, **(event_data or {})}
     session.add(event_row(job.id, plan.message, event_level, data, now))
     await stage_job_event(session, job, plan.target, values, now)
-    await session.commit()
+    await settle(session, commit)
     return True
 
 
@@ -123,10 +126,13 @@ async def create_job(
     spec: JobSpec,
     idempotency: Idempotency | None = None,
     limits: Limits | None = None,
+    *,
+    commit: bool = True,
 ) -> ActionResult:
-    """Store a new queued job. With an idempotency key already used by this team, return
-    that job (`changed` False) if the request is the same, else raise IdempotencyMismatch.
-    Over the team's queued limit, nothing is stored: QueueFull."""
+    """Store a new queued job (commit=False: the caller commits). With an idempotency key
+    already used by this team, return that job (`changed` False) if the request is the
+    same, else raise IdempotencyMismatch. Over the team's queued limit, nothing is stored:
+    QueueFull."""
     limits = limits or Limits()
     await lock_team(session, team_id)
     now = utcnow()
@@ -169,7 +175,7 @@ async def create_job(
         raise
     job.queue_reason = await running_limit_reason(session, team_id, limits)
     session.add(event_row(job.id, "Job created", data={"status": JobStatus.queued}, now=now))
-    await session.commit()
+    await settle(session, commit)
     return ActionResult(detach(session, job), changed=True)
 
 
@@ -178,15 +184,18 @@ async def apply_action(
     job_id: int,
     action: JobAction,
     team_id: int | None = None,
+    *,
+    commit: bool = True,
 ) -> ActionResult:
-    """Cancel, pause or resume a job (see `plan_action`); raises JobNotFound or
-    IllegalTransition. A resumed job is `queued` and still has to be enqueued."""
+    """Cancel, pause or resume a job (see `plan_action`; commit=False: the caller commits);
+    raises JobNotFound or IllegalTransition. A resumed job is `queued` and still has to be
+    enqueued."""
     for _ in range(CAS_ATTEMPTS):
         job = await get_job(session, job_id, team_id)
         plan = plan_action(action, JobStatus(job.status))
         if plan is None:
             return ActionResult(job, changed=False)
-        if await compare_and_set(session, job, plan):
+        if await compare_and_set(session, job, plan, commit=commit):
             return ActionResult(await get_job(session, job_id), changed=True)
     raise IllegalTransition(f"job {job_id} kept changing while it was asked to {action}; retry")
 

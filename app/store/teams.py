@@ -9,6 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ACTIVE_STATUSES, Job, JobStatus, Team
+from app.store.audit import settle
 from app.store.limits import Limits
 
 
@@ -67,13 +68,18 @@ async def list_teams(
 
 
 async def set_limits(
-    session: AsyncSession, name: str, changes: dict[str, int | None], limits: Limits
+    session: AsyncSession,
+    name: str,
+    changes: dict[str, int | None],
+    limits: Limits,
+    *,
+    commit: bool = True,
 ) -> TeamView:
-    """Set the named limits (`max_running`, `max_queued`; None = the service's default);
-    no change reads the team as it is."""
+    """Set the named limits (`max_running`, `max_queued`; None = the service's default;
+    commit=False: the caller commits); no change reads the team as it is."""
     if changes:
         await session.execute(update(Team).where(Team.name == name).values(**changes))
-        await session.commit()
+        await settle(session, commit)
     teams = await list_teams(session, limits, name)
     if not teams:
         raise TeamNotFound(f"no team named {name!r}")

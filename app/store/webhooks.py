@@ -24,6 +24,7 @@ from app.models import (
     WebhookDelivery,
     utcnow,
 )
+from app.store.audit import settle
 from app.store.outbox import RETRY_FOR
 from app.store.rows import detach
 
@@ -46,8 +47,11 @@ async def create_webhook(
     url: str,
     events: list[str],
     description: str | None,
+    *,
+    commit: bool = True,
 ) -> Webhook:
-    """The new webhook; its signing secret is kept encrypted (`box.open` it to show it)."""
+    """The new webhook; its signing secret is kept encrypted (`box.open` it to show it;
+    commit=False: the caller commits)."""
     webhook = Webhook(
         team_id=team_id,
         url=url,
@@ -57,7 +61,7 @@ async def create_webhook(
         created_at=utcnow(),
     )
     session.add(webhook)
-    await session.commit()
+    await settle(session, commit)
     return detach(session, webhook)
 
 
@@ -98,9 +102,11 @@ async def get_webhook(session: AsyncSession, webhook_id: int, team_id: int | Non
     return detach(session, webhook)
 
 
-async def delete_webhook(session: AsyncSession, webhook_id: int, team_id: int | None) -> None:
+async def delete_webhook(
+    session: AsyncSession, webhook_id: int, team_id: int | None, *, commit: bool = True
+) -> None:
     """Stop the webhook: nothing more is sent to it, its pending deliveries are given up;
-    its deliveries stay readable."""
+    its deliveries stay readable (commit=False: the caller commits)."""
     webhook = await get_webhook(session, webhook_id, team_id)
     now = utcnow()
     await session.execute(update(Webhook).where(Webhook.id == webhook.id).values(deleted_at=now))
@@ -112,7 +118,7 @@ async def delete_webhook(session: AsyncSession, webhook_id: int, team_id: int | 
         )
         .values(status=DeliveryStatus.failed, last_error="the webhook was deleted")
     )
-    await session.commit()
+    await settle(session, commit)
 
 
 def deliveries_query(webhook_id: int, after: int | None) -> Any:
@@ -144,8 +150,11 @@ async def get_delivery(
     return detach(session, delivery), [detach(session, a) for a in attempts.scalars()]
 
 
-async def resend(session: AsyncSession, webhook_id: int, delivery_id: int) -> None:
-    """Send a delivery again now (same `webhook-id`), with a fresh retry window."""
+async def resend(
+    session: AsyncSession, webhook_id: int, delivery_id: int, *, commit: bool = True
+) -> None:
+    """Send a delivery again now (same `webhook-id`), with a fresh retry window
+    (commit=False: the caller commits)."""
     await get_delivery(session, webhook_id, delivery_id)
     now = utcnow()
     await session.execute(
@@ -158,7 +167,7 @@ async def resend(session: AsyncSession, webhook_id: int, delivery_id: int) -> No
             lease_until=None,
         )
     )
-    await session.commit()
+    await settle(session, commit)
 
 
 # --- the workers' side ------------------------------------------------------------------------

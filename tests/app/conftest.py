@@ -144,12 +144,14 @@ def box(settings: Settings) -> SecretBox:
 
 
 @asynccontextmanager
-async def serve(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client on a freshly created app, run through its lifespan."""
+async def serve(settings: Settings, *, raising: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client on a freshly created app, run through its lifespan; `raising` False
+    answers an unexpected error with the app's 500 instead of raising it in the test."""
     app = create_app(settings)
+    transport = httpx.ASGITransport(app, raise_app_exceptions=raising)
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://opd") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://opd") as http,
     ):
         yield http
 

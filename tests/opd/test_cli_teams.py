@@ -54,3 +54,25 @@ def test_teams_limits_are_set_listed_and_reset(tmp_path):
     assert "none (default)" in reset.stdout
     assert unknown.returncode == 1 and "no team named 'nobody'" in unknown.stderr
     assert bad.returncode == 2 and "give a number of jobs" in bad.stderr
+
+
+def test_without_its_audit_row_an_operators_change_is_undone(tmp_path):
+    made = opd_keys("create", "--team", "alpha", home=tmp_path)
+    prefix = made.stdout.split("_")[1]
+    with closing(sqlite3.connect(tmp_path / "keys.db")) as db, db:
+        db.execute(
+            "CREATE TRIGGER audit_down BEFORE INSERT ON audit_log "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+
+    refused = [
+        opd_keys("create", "--team", "beta", home=tmp_path),
+        opd_keys("revoke", prefix, home=tmp_path),
+        run_opd("teams", "set", "alpha", "--max-running", "2", home=tmp_path),
+    ]
+
+    assert [run.returncode != 0 for run in refused] == [True] * 3
+    with closing(sqlite3.connect(tmp_path / "keys.db")) as db:
+        teams = db.execute("SELECT name, max_running FROM teams").fetchall()
+        keys = db.execute("SELECT prefix, revoked_at FROM api_keys").fetchall()
+    assert (teams, keys) == ([("alpha", None)], [(prefix, None)])

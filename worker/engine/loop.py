@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,17 @@ from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
 
 RENDERED_KEPT = 4096
+
+
+class Stop(Enum):
+    """A stop asked for at the next step boundary. `resume` (a pause, a worker shutting
+    down) saves a state to resume from, and with k >= 1 trains on until a resumed run can
+    sample the same rollouts; `cancel` ends the run at the very next boundary, the last
+    one included, with its state (another job may continue from it) and no sampler
+    weights: the run never resumes."""
+
+    resume = "resume"
+    cancel = "cancel"
 
 
 @dataclass(frozen=True)
@@ -283,12 +295,13 @@ async def run_loop(
     sink: Sink,
     *,
     resume: SavedState | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], Stop | None] = lambda: None,
     eval_prompts: Prompts | None = None,
     grade: Grade | None = None,
 ) -> RunResult:
-    """Run (or resume) one OPD job; stop early at a step boundary when asked, as soon as
-    the run can resume from there exactly (`Rollouts.resumable_at`)."""
+    """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
+    cancel at the next one, a stop to resume as soon as the run can resume from there
+    exactly (`Rollouts.resumable_at`)."""
     loop = spec.loop
     start = resume.step if resume else 0
     if not 0 <= start <= loop.steps:
@@ -320,20 +333,24 @@ async def run_loop(
     # The state of the latest boundary saved (or resumed from): a stop right there reuses
     # it, since a state name may be saved only once in a run.
     latest = resume
+
+    async def stopped_at(step: int, why: str, samplers: Mapping[int, str]) -> RunResult:
+        """Stop at this boundary with its state, the rollouts in flight dropped."""
+        await rollouts.close()
+        saved = latest if latest and latest.step == step else await run.save_state(step)
+        sink.event("info", f"{why} at step {step}; state saved", {"step": step, "path": saved.path})
+        state = SavedState(saved.path, step, samplers)
+        return RunResult(steps_done=step, stopped=True, state=state)
+
     save_seconds = 0.0
     try:
         for step in range(start, loop.steps):
-            if should_stop():
+            stop = should_stop()
+            if stop is Stop.cancel:
+                return await stopped_at(step, "Cancelled", {})
+            if stop is Stop.resume:
                 if rollouts.resumable_at(step):
-                    await rollouts.close()
-                    saved = latest if latest and latest.step == step else await run.save_state(step)
-                    state = SavedState(saved.path, step, rollouts.resume_weights(step))
-                    sink.event(
-                        "info",
-                        f"Stopped at step {step}; state saved",
-                        {"step": step, "path": state.path},
-                    )
-                    return RunResult(steps_done=step, stopped=True, state=state)
+                    return await stopped_at(step, "Stopped", rollouts.resume_weights(step))
                 rollouts.keep_new_weights()
             evaluated = {}
             if evaluation is not None and due(evaluation.spec, step, loop.steps):
@@ -382,6 +399,8 @@ async def run_loop(
     finally:
         await rollouts.close()
 
+    if should_stop() is Stop.cancel:
+        return await stopped_at(loop.steps, "Cancelled", {})
     if evaluation is not None:
         sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
     if not (latest and latest.step == loop.steps):
@@ -401,7 +420,7 @@ async def run_job(
     data_root: Path,
     confine_data: bool = False,
     resume: SavedState | None = None,
-    should_stop: Callable[[], bool] = lambda: False,
+    should_stop: Callable[[], Stop | None] = lambda: None,
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
     from worker.engine.backends import connect

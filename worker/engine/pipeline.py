@@ -9,7 +9,8 @@ change the last bits, so each batch is scored exactly as the on-policy loop scor
 With k = `max_steps_off_policy` >= 1 each step gets a fresh sampler (a backend may seed a
 request by its ordinal within its sampler) and a seed of its own. Weights that a resume
 would sample from again are saved when they are made (`kept`): those a scheduled state
-save needs, and, once a stop was asked for, every new set, so the stop can take effect.
+save needs, and, once a stop to resume was asked for, every new set, so the stop can take
+effect (a cancel needs none: it stops at the next boundary).
 """
 
 from __future__ import annotations
@@ -128,8 +129,9 @@ class Rollouts:
         )
 
     def keep_new_weights(self) -> None:
-        """A stop was asked for: save every set of weights made from now on, so that the
-        stop can take effect as soon as a resumed run would need no others."""
+        """A stop to resume later was asked for: save every set of weights made from now
+        on, so that the stop can take effect as soon as a resumed run would need no
+        others."""
         self.keep_all = True
 
     def resumable_at(self, boundary: int) -> bool:

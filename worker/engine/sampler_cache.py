@@ -4,10 +4,16 @@ Opening a sampler costs seconds (the local backend loads a model and merges the 
 it; a remote one opens a sampling session for saved weights), and people try the same few
 checkpoints again and again. Clients are kept in least-recently-used order and evicted
 past `max_entries`, or past `max_bytes` of what they hold in this process (a local model's
-tensors; a remote client weighs next to nothing). A client that alone weighs more than
-`max_bytes` serves its request and is not kept. While a new client loads, the ones kept
-stay, so memory may briefly hold one model more. Concurrent requests for one model wait
-for one load. Backends are connected once per backend and options.
+tensors; a remote client weighs next to nothing).
+
+The bounds cover what loads as well as what is kept: a load first reserves room for the
+model (its size as measured when a sampler of that base model was last loaded, or, never
+loaded yet, the whole bound, so it loads alone), evicting the least recently used to make
+it, and waits while loads in flight leave none. Kept and loading together stay within
+both bounds (a request still using a sampler that was evicted holds it until it ends). A
+model larger than `max_bytes` is a clear error (`model_too_large`), found by its one load
+and then known without loading again. Concurrent requests for one model wait for one load.
+Backends are connected once per backend and options.
 """
 
 from __future__ import annotations
@@ -17,11 +23,13 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from worker.engine.backends import footprint
 from worker.engine.backends.contract import SamplingClient, ServiceClient
 
 Connect = Callable[[JobSpec], ServiceClient]
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -30,6 +38,12 @@ class SamplerKey:
     """The backend and its options (`service_key`)."""
     base_model: str
     weights: str | None
+
+    @property
+    def model(self) -> tuple[str, str]:
+        """What a sampler's size depends on: its base model (saved weights of one base
+        model, LoRA merged in, weigh alike) on its backend."""
+        return self.service, self.base_model
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,14 @@ class SamplerCache:
         self.services: dict[str, asyncio.Future[ServiceClient]] = {}
         self.entries: OrderedDict[SamplerKey, Entry] = OrderedDict()
         self.loading: dict[SamplerKey, asyncio.Future[SamplingClient]] = {}
+        self.sizes: dict[tuple[str, str], int] = {}
+        """The bytes a sampler of each model took when one was last loaded."""
+        self.reserved = 0
+        """Bytes the loads in flight may take."""
+        self.reservations = 0
+        """Loads in flight."""
+        self.room_freed = asyncio.Event()
+        """Set (and replaced) whenever a load ends: the ones waiting for room look again."""
 
     @property
     def size(self) -> int:
@@ -97,16 +119,59 @@ class SamplerCache:
             self.services.pop(name, None)
 
     async def load(self, key: SamplerKey, spec: JobSpec) -> SamplingClient:
-        service = await self.service(key, spec)
-        client = await service.create_sampling_client_async(
-            base_model=key.base_model, model_path=key.weights
-        )
-        self.keep(key, client, footprint(client))
-        return client
+        estimate = await self.reserve(key)
+        kept = None
+        try:
+            service = await self.service(key, spec)
+            client = await service.create_sampling_client_async(
+                base_model=key.base_model, model_path=key.weights
+            )
+            size = self.sizes[key.model] = footprint(client)
+            if size > self.max_bytes:
+                raise self.too_large(key, size)
+            kept = Entry(client, size)
+            return client
+        finally:
+            self.release(estimate, key, kept)
 
-    def keep(self, key: SamplerKey, client: SamplingClient, size: int) -> None:
-        if size > self.max_bytes:
-            return
-        self.entries[key] = Entry(client, size)
-        while len(self.entries) > self.max_entries or self.size > self.max_bytes:
+    async def reserve(self, key: SamplerKey) -> int:
+        """Room for a sampler of `key`'s model beside the loads in flight (waiting while
+        they leave none; a load that ends meanwhile may tell its size), made by evicting
+        the least recently used; returns the bytes reserved."""
+        while True:
+            known = self.sizes.get(key.model)
+            if known is not None and known > self.max_bytes:
+                raise self.too_large(key, known)
+            estimate = self.max_bytes if known is None else known
+            if self.reservations < self.max_entries and self.reserved + estimate <= self.max_bytes:
+                break
+            await self.room_freed.wait()
+        self.reservations += 1
+        self.reserved += estimate
+        self.evict()
+        return estimate
+
+    def release(self, estimate: int, key: SamplerKey, kept: Entry | None) -> None:
+        """A load ended: its room goes to what it loaded (if it is kept), the rest is free."""
+        self.reservations -= 1
+        self.reserved -= estimate
+        if kept is not None:
+            self.entries[key] = kept
+        self.evict()
+        self.room_freed.set()
+        self.room_freed = asyncio.Event()
+
+    def evict(self) -> None:
+        """Drop the least recently used until what is kept and what loads fit the bounds."""
+        while self.entries and (
+            len(self.entries) + self.reservations > self.max_entries
+            or self.size + self.reserved > self.max_bytes
+        ):
             self.entries.popitem(last=False)
+
+    def too_large(self, key: SamplerKey, size: int) -> OPDError:
+        return OPDError(
+            f"{key.base_model} takes {size / MIB:,.1f} MiB, more than a worker may hold for "
+            f"the playground (OPD_SAMPLER_CACHE_MB = {self.max_bytes / MIB:,.1f})",
+            code="model_too_large",
+        )

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.continuation import SpecRefused
 from app.core.config import Settings
-from app.models import Job
+from app.models import Job, JobAction
 from app.queue import JobQueue, enqueue_job
 from app.store.errors import JobNotHeld
 from app.store.jobs import (
@@ -42,7 +42,7 @@ from app.weight_paths import checked_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
-from worker.engine.loop import RunResult, SavedState
+from worker.engine.loop import RunResult, SavedState, Stop
 from worker.engine.loop import run_job as run_engine
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
@@ -54,9 +54,11 @@ SHUTDOWN = "the worker is shutting down"
 
 @dataclass
 class JobControl:
-    """What the engine's `should_stop` reads: why the run should stop, if it should."""
+    """What the engine's `should_stop` reads: why the run should stop, if it should, and
+    whether for good (a cancel, which beats any other reason)."""
 
     reason: str | None = None
+    cancel: bool = False
     lost: bool = False
     failure: BaseException | None = None
     engine: asyncio.Task[RunResult] | None = field(default=None, repr=False)
@@ -64,8 +66,15 @@ class JobControl:
     def request(self, reason: str) -> None:
         self.reason = self.reason or reason
 
-    def should_stop(self) -> bool:
-        return self.reason is not None
+    def ask(self, action: JobAction) -> None:
+        """The API's cancel or pause, relayed by a heartbeat or a step's write."""
+        self.cancel = self.cancel or action is JobAction.cancel
+        self.request(str(action))
+
+    def should_stop(self) -> Stop | None:
+        if self.cancel:
+            return Stop.cancel
+        return None if self.reason is None else Stop.resume
 
     def take_away(self) -> None:
         """Another worker holds the job now: stop at once, write nothing more."""
@@ -140,7 +149,7 @@ async def beat(ctx: WorkerContext, job_id: int, control: JobControl) -> None:
             log.warning("job %s heartbeat failed: %s", job_id, error)
             continue
         if action is not None:
-            control.request(str(action))
+            control.ask(action)
 
 
 def job_sinks(spec: JobSpec, db: DatabaseSink, artifact_dir: Path) -> Sink:
@@ -177,7 +186,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         ctx.sessions,
         job_id,
         worker,
-        on_action=lambda action: control.request(str(action)),
+        on_action=control.ask,
         on_lost=control.take_away,
         on_failed=control.fail,
     )

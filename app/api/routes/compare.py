@@ -53,7 +53,7 @@ async def read_jobs_metrics(
     """The curves of each job (as `GET /v1/jobs/{id}/metrics` gives them), in the order
     asked for. A job of another team is a 404, as everywhere."""
     found = await get_jobs(session, parse_job_ids(jobs), principal.scope)
-    headers = cache_headers(found, query)
+    headers = cache_headers(request, found, query)
     if unchanged := not_modified(request, headers):
         return unchanged
 

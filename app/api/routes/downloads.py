@@ -16,7 +16,15 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from app.api.deps import MAX_ID, JobDep, QueueDep, SessionDep, SettingsDep
+from app.api.deps import (
+    MAX_ID,
+    JobDep,
+    PrincipalDep,
+    QueueDep,
+    SessionDep,
+    SettingsDep,
+    WaitsDep,
+)
 from app.api.errors import ApiError, error_responses
 from app.archives import SHA256_HEADER, fetched, fetched_path, write_archive
 from app.core.config import Settings
@@ -98,36 +106,41 @@ async def trio_archive(
             "content": {ARCHIVE_TYPE: {}},
             "description": f"The .tar.gz; its SHA-256 (hex) in `{SHA256_HEADER}`.",
         },
-        **error_responses(401, 403, 404, 409, 422, 502, 503, 504),
+        **error_responses(401, 403, 404, 409, 422, 429, 502, 503, 504),
     },
 )
 async def download_checkpoint(
     job: JobDep,
     checkpoint_id: CheckpointId,
     session: SessionDep,
+    principal: PrincipalDep,
     settings: SettingsDep,
     queue: QueueDep,
+    waits: WaitsDep,
 ) -> FileResponse:
     """Local checkpoints: the folder (LoRA adapter, tokenizer or optimizer state, manifest).
     PyTRIO checkpoints: PyTRIO's archive, fetched by a worker the first time (a 504 past
-    OPD_DOWNLOAD_TIMEOUT means it is still coming: ask again). Tinker's stay on Tinker."""
+    OPD_DOWNLOAD_TIMEOUT means it is still coming: ask again). Tinker's stay on Tinker.
+    Archiving and fetching hold no database connection; past OPD_TEAM_MAX_WAITING of the
+    team's requests waiting at once, a 429 with Retry-After."""
     try:
         checkpoint = await job_checkpoint(session, job.id, checkpoint_id)
     except CheckpointUnavailable as error:
         raise ApiError(404, "not_found", str(error)) from None
     backend = job.spec.get("backend")
-    cleanup = None
-    if backend == "local":
-        archive = await local_archive(checkpoint, settings)
-        cleanup = BackgroundTask(os.unlink, archive.path)
-    elif backend == "trio":
-        archive = await trio_archive(job, checkpoint, settings, queue)
-    else:
+    if backend not in ("local", "trio"):
         raise ApiError(
             409,
             "not_downloadable",
             f"{backend} checkpoints stay on {backend}; fetch them with its own tools",
         )
+    cleanup = None
+    async with waits.released(session, principal.team_id):
+        if backend == "local":
+            archive = await local_archive(checkpoint, settings)
+            cleanup = BackgroundTask(os.unlink, archive.path)
+        else:
+            archive = await trio_archive(job, checkpoint, settings, queue)
     return FileResponse(
         archive.path,
         media_type=ARCHIVE_TYPE,

@@ -122,7 +122,7 @@ async def export_metrics(
     chosen metrics are left out."""
     names = parse_keys(keys)
     check_range(from_step, to_step)
-    headers = cache_headers([job], "export", export_format, names, from_step, to_step)
+    headers = cache_headers(request, [job], export_format, names, from_step, to_step)
     if unchanged := not_modified(request, headers):
         return unchanged
     columns = names

@@ -113,7 +113,7 @@ class Submitter:
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         try:
             result = await create_job(
-                session, principal.team_id, spec, idempotency, Limits.of(settings)
+                session, principal.team_id, spec, idempotency, Limits.of(settings), commit=False
             )
         except QueueFull as full:
             await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
@@ -126,8 +126,8 @@ class Submitter:
         if not result.changed:
             self.response.status_code = 200
             return job_body(result.job, self.prices)
-        await enqueue_job(session, self.queue, result.job.id)
         await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
+        await enqueue_job(session, self.queue, result.job.id)
         return job_body(await get_job(session, result.job.id), self.prices)
 
 
@@ -216,10 +216,10 @@ async def act(
     job_id: int,
     action: JobAction,
 ) -> ActionResult:
-    result = await apply_action(session, job_id, action, principal.scope)
-    snapshots.drop(job_id)
+    result = await apply_action(session, job_id, action, principal.scope, commit=False)
     detail = {"status": result.job.status, "changed": result.changed}
     await record_audit(session, principal, f"job.{action}", f"job {job_id}", 200, detail)
+    snapshots.drop(job_id)
     return result
 
 

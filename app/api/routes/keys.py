@@ -70,7 +70,7 @@ async def make_key(body: KeyCreate, session: SessionDep, principal: PrincipalDep
     expires = None
     if body.expires_in_days is not None:
         expires = utcnow() + timedelta(days=body.expires_in_days)
-    new = await create_key(session, body.team, scope=body.scope, expires_at=expires)
+    new = await create_key(session, body.team, scope=body.scope, expires_at=expires, commit=False)
     target = f"key {new.api_key.prefix}"
     detail = {"team": body.team, "scope": body.scope.value}
     await record_audit(session, principal, "key.create", target, 201, detail)
@@ -92,7 +92,7 @@ async def delete_key(
     principal: PrincipalDep,
 ) -> Response:
     """Revoke the key (API processes may trust it for OPD_AUTH_CACHE_SECONDS more)."""
-    if not await revoke_key(session, prefix):
+    if not await revoke_key(session, prefix, commit=False):
         raise ApiError(404, "not_found", f"no live key with prefix {prefix!r}")
     await record_audit(session, principal, "key.revoke", f"key {prefix}", 204)
     return Response(status_code=204)

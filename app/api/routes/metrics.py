@@ -37,7 +37,7 @@ async def read_metrics(
     the first and last point; `downsampling` says which. Send the `ETag` back in
     `If-None-Match` to get a 304 while nothing changed; a finished job's curves are
     cacheable for good."""
-    headers = cache_headers([job], query)
+    headers = cache_headers(request, [job], query)
     if unchanged := not_modified(request, headers):
         return unchanged
     return await answer(answers, headers, lambda: read_curves(session, job.id, query))

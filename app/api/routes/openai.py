@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep
+from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.auth import Principal
@@ -56,7 +56,7 @@ async def model_job(
 @router.post(
     "/chat/completions",
     response_model=ChatCompletion,
-    responses=openai_error_responses(400, 401, 403, 404, 409, 502, 503, 504)
+    responses=openai_error_responses(400, 401, 403, 404, 409, 429, 502, 503, 504)
     | error_responses(413),  # the body limit answers before any route, in the service's shape
 )
 async def create_chat_completion(
@@ -65,6 +65,7 @@ async def create_chat_completion(
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
+    waits: WaitsDep,
 ) -> Response | ChatCompletion:
     """Complete the chat with the model named, `n` times, each token with its logprob
     when `logprobs` is true. A worker samples, as for the playground: past
@@ -77,7 +78,9 @@ async def create_chat_completion(
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
     try:
-        answer = await try_checkpoint(session, queue, settings, job, request)
+        answer = await try_checkpoint(
+            session, queue, settings, waits, principal.team_id, job, request
+        )
     except PlaygroundError as error:
         if error.param == "checkpoint":  # no such saved weights: no such model
             raise ApiError(404, "model_not_found", error.message, "model") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import JobDep, QueueDep, SessionDep, SettingsDep
+from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
 from kernel.playground import SampleRequest
@@ -16,21 +16,27 @@ router = APIRouter(prefix="/v1/jobs", tags=["playground"])
 @router.post(
     "/{job_id}/sample",
     response_model=PlaygroundAnswer,
-    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 502, 503, 504),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504),
 )
 async def sample_job(
     job: JobDep,
     request: SampleRequest,
     session: SessionDep,
+    principal: PrincipalDep,
     queue: QueueDep,
     settings: SettingsDep,
+    waits: WaitsDep,
 ) -> PlaygroundAnswer:
     """Complete the prompt with the job's `checkpoint` (`final` or a step whose sampler
     weights it saved) and with each model in `compare`, `n` times each. Every token comes
     with its logprob; with the teacher compared, every other model's tokens also get the
     teacher's logprob and their reverse KL. A worker answers; past `timeout_seconds`
-    (default OPD_SAMPLE_TIMEOUT) the answer is a 504 and the request is withdrawn."""
+    (default OPD_SAMPLE_TIMEOUT) the answer is a 504 and the request is withdrawn. The wait
+    holds no database connection; past OPD_TEAM_MAX_WAITING of the team's requests waiting
+    at once, a 429 with Retry-After."""
     try:
-        return await try_checkpoint(session, queue, settings, job, request)
+        return await try_checkpoint(
+            session, queue, settings, waits, principal.team_id, job, request
+        )
     except PlaygroundError as error:
         raise ApiError(error.status, error.code, error.message, error.param) from None

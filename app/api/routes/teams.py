@@ -70,6 +70,6 @@ async def update_team(
 ) -> TeamPublic:
     """Set a team's running and queued limits (null: back to the service's default)."""
     changes = update.model_dump(exclude_unset=True)
-    team = await set_limits(session, name, changes, Limits.of(settings))
+    team = await set_limits(session, name, changes, Limits.of(settings), commit=False)
     await record_audit(session, principal, "team.limits", f"team {name}", 200, changes)
     return TeamPublic.model_validate(team)

@@ -52,7 +52,7 @@ async def create_webhook(
         raise ApiError(422, "invalid_request", f"url: {error}", "url") from None
     events = [event.value for event in dict.fromkeys(body.events)]
     webhook = await store.create_webhook(
-        session, box, principal.team_id, body.url, events, body.description
+        session, box, principal.team_id, body.url, events, body.description, commit=False
     )
     detail = {"url": body.url, "events": events}
     await record_audit(session, principal, "webhook.create", f"webhook {webhook.id}", 201, detail)
@@ -81,7 +81,7 @@ async def delete_webhook(
     webhook_id: WebhookId, session: SessionDep, principal: PrincipalDep
 ) -> Response:
     """Nothing more is sent to it; its pending deliveries are given up."""
-    await store.delete_webhook(session, webhook_id, principal.scope)
+    await store.delete_webhook(session, webhook_id, principal.scope, commit=False)
     await record_audit(session, principal, "webhook.delete", f"webhook {webhook_id}", 204)
     return Response(status_code=204)
 
@@ -127,7 +127,7 @@ async def resend_delivery(
 ) -> DeliveryPublic:
     """Send the delivery again soon (same `webhook-id`), retrying for another 24 h."""
     await store.get_webhook(session, webhook_id, principal.scope)
-    await store.resend(session, webhook_id, delivery_id)
+    await store.resend(session, webhook_id, delivery_id, commit=False)
     target = f"webhook {webhook_id} delivery {delivery_id}"
     await record_audit(session, principal, "webhook.resend", target, 202)
     delivery, _ = await store.get_delivery(session, webhook_id, delivery_id)

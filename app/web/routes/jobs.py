@@ -163,10 +163,10 @@ async def act_on_job(
 ) -> Response:
     """Cancel, pause or resume, exactly as the API does (a resumed job is queued again);
     needs a key with the `submit` scope, and is audited."""
-    result = await apply_action(session, job_id, action, viewer.scope)
+    result = await apply_action(session, job_id, action, viewer.scope, commit=False)
+    detail = {"status": result.job.status, "changed": result.changed, "via": "dashboard"}
+    await record_audit(session, viewer, f"job.{action}", f"job {job_id}", 303, detail)
     if result.changed and result.job.status == JobStatus.queued and action is JobAction.resume:
         await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
-    detail = {"status": result.job.status, "changed": result.changed, "via": "dashboard"}
-    await record_audit(session, viewer, f"job.{action}", f"job {job_id}", 303, detail)
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)

@@ -102,11 +102,13 @@ async def submit_job(
         return form_page(request, viewer, text, key, errors, status_code=422)
     try:
         idempotency = Idempotency(key, "POST /ui/new", check.data)
-        result = await create_job(session, viewer.team_id, spec, idempotency, Limits.of(settings))
+        result = await create_job(
+            session, viewer.team_id, spec, idempotency, Limits.of(settings), commit=False
+        )
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
     if result.changed:
-        await enqueue_job(session, queue, result.job.id)
         target = f"job {result.job.id}"
         await record_audit(session, viewer, "job.submit", target, 303, {"via": "dashboard"})
+        await enqueue_job(session, queue, result.job.id)
     return RedirectResponse(f"/ui/jobs/{result.job.id}", status_code=303)

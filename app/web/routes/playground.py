@@ -9,9 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
-from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep
+from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
 from app.store.rows import get_job
+from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.web import present
 from app.web.deps import FormDep, SubmitterDep
 from app.web.templating import render
@@ -69,6 +70,7 @@ async def try_it(
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
+    waits: WaitsDep,
     viewer: SubmitterDep,
     form: FormDep,
 ) -> Response:
@@ -76,10 +78,16 @@ async def try_it(
     the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does."""
     job = await get_job(session, job_id, viewer.scope)
     try:
-        answer = await try_checkpoint(session, queue, settings, job, sample_request(form))
+        answer = await try_checkpoint(
+            session, queue, settings, waits, viewer.team_id, job, sample_request(form)
+        )
     except ValidationError as error:
         return render(request, "try_result.html", {"error": format_validation_error(error)}, 422)
     except PlaygroundError as error:
         return render(request, "try_result.html", {"error": error.message}, error.status)
+    except TooManyWaiting as error:
+        busy = render(request, "try_result.html", {"error": str(error)}, 429)
+        busy.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return busy
     context = {"error": None, "answer": answer, "outputs": answer_view(answer)}
     return render(request, "try_result.html", context)

@@ -18,7 +18,7 @@ from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.trio import connect_trio
 from worker.engine.datasets import Prompts
 from worker.engine.datums import batch_indices, build_opd_datum, build_prompt
-from worker.engine.loop import SavedState, run_job, run_loop
+from worker.engine.loop import SavedState, Stop, run_job, run_loop
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
 
@@ -228,7 +228,11 @@ async def test_a_stop_right_after_a_scheduled_save_reuses_that_state() -> None:
     spec = make_spec(steps=6, save_every=2)
 
     result = await run_loop(
-        spec, fake, Prompts(PROMPTS, [None] * 3), sink, should_stop=lambda: len(sink.steps) == 2
+        spec,
+        fake,
+        Prompts(PROMPTS, [None] * 3),
+        sink,
+        should_stop=lambda: Stop.resume if len(sink.steps) == 2 else None,
     )
 
     assert result.stopped and result.steps_done == 2
@@ -250,7 +254,7 @@ async def test_a_stop_at_the_step_a_run_resumed_from_saves_nothing_new() -> None
         Prompts(PROMPTS, [None] * 3),
         RecordingSink(),
         resume=state,
-        should_stop=lambda: True,
+        should_stop=lambda: Stop.resume,
     )
 
     assert result.state == state and result.steps_done == 2

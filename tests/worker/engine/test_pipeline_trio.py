@@ -15,7 +15,7 @@ from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient
 from tests.worker.engine.reference import reference_run
 from worker.engine.datasets import Prompts
-from worker.engine.loop import RunResult, SavedState, run_loop
+from worker.engine.loop import RunResult, SavedState, Stop, run_loop
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?", "What is 2 * 5?", "Is 7 odd?"]
 
@@ -34,16 +34,23 @@ def make_spec(**loop: Any) -> JobSpec:
 
 
 async def run(
-    spec: JobSpec, fake: FakeServiceClient, *, stop_after: int | None = None, **kwargs: Any
+    spec: JobSpec,
+    fake: FakeServiceClient,
+    *,
+    stop_after: int | None = None,
+    stop: Stop = Stop.resume,
+    **kwargs: Any,
 ) -> tuple[RecordingSink, RunResult]:
-    """Run the loop; `stop_after` n steps, stop is asked for at every later boundary."""
+    """Run the loop; `stop_after` n steps, `stop` is asked for at every later boundary."""
     sink = RecordingSink()
     result = await run_loop(
         spec,
         fake,
         Prompts(PROMPTS, [None] * len(PROMPTS)),
         sink,
-        should_stop=lambda: stop_after is not None and len(sink.steps) >= stop_after,
+        should_stop=lambda: (
+            stop if stop_after is not None and len(sink.steps) >= stop_after else None
+        ),
         **kwargs,
     )
     return sink, result
@@ -171,6 +178,25 @@ async def test_a_stop_takes_effect_once_a_resumed_run_can_sample_the_same_rollou
     assert final_weights(fake, resumed) == final_weights(fake, whole)
     loaded = [c.args["model_path"] for c in fake.calls_named("create_sampling_client")]
     assert kept in loaded
+
+
+@pytest.mark.parametrize("stop_after", [3, 7])
+async def test_a_cancel_stops_at_the_next_boundary_without_sampler_weights(stop_after):
+    """Where a stop to resume would train on and keep sampler weights (asked at step 3),
+    or finish and save the final weights (asked during the last step), a cancel ends the
+    run at the next boundary: nothing more trained, its state saved there (another job may
+    continue from it), no sampler weights."""
+    spec = make_spec(steps=7, max_steps_off_policy=1)
+    fake = FakeServiceClient()
+
+    sink, result = await run(spec, fake, stop_after=stop_after, stop=Stop.cancel)
+
+    [saved] = [call.args["path"] for call in fake.calls_named("save_state")]
+    assert result == RunResult(stop_after, stopped=True, state=SavedState(saved, stop_after))
+    assert sorted(sink.steps) == list(range(stop_after))
+    assert sink.checkpoints == [(stop_after, "state", saved)]
+    assert len(fake.calls_named("optim_step")) == stop_after
+    assert not fake.calls_named("save_weights")
 
 
 async def test_a_stop_right_after_a_scheduled_save_takes_effect_at_once():

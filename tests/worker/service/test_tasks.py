@@ -1,5 +1,6 @@
 """The arq task in process, on a real SQLite database and Redis, against the PyTRIO fake:
-what the worker does when a training call's result is lost after it was sent."""
+what the worker does when a training call's result is lost after it was sent, and when a
+pipelined job is cancelled."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from app.auth import create_key
 from app.continuation import continued
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
-from app.models import Checkpoint, Event, StepMetric
+from app.models import Checkpoint, Event, JobAction, StepMetric
 from app.queue import JobQueue
-from app.store.jobs import create_job
+from app.store.jobs import apply_action, create_job
 from app.store.rows import get_job
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
@@ -212,3 +213,41 @@ async def test_the_worker_refuses_another_teams_weights_before_loading_anything(
     assert failed.error_code == "bad_model_path"
     assert "teacher.model_path" in failed.error_message and final not in failed.error_message
     assert fake.calls[calls:] == [], "nothing was loaded"
+
+
+@pytest.mark.parametrize(("asked_in_step", "steps_done"), [(2, 3), (4, 5)])
+async def test_a_cancelled_off_policy_job_stops_at_the_next_boundary_without_sampler_weights(
+    monkeypatch, context, asked_in_step, steps_done
+):
+    """k = 1: a cancel asked while step 2 trains ends the job at boundary 3, one asked
+    while the last step trains ends it at the last boundary: `cancelled` either way, with
+    its state saved there and no sampler or final weights."""
+    spec = SPEC | {"loop": SPEC["loop"] | {"max_steps_off_policy": 1, "save_every": 0}}
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    job_id = await submit(context, spec)
+    sent = FakeTrainingClient.forward_backward_async
+
+    async def cancel_while_training(self: FakeTrainingClient, *args: Any, **kwargs: Any):
+        if len(fake.calls_named("forward_backward")) == asked_in_step:
+            async with context.sessions() as session:
+                await apply_action(session, job_id, JobAction.cancel)
+            context.running[job_id].ask(JobAction.cancel)  # as its next heartbeat would
+        return await sent(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeTrainingClient, "forward_backward_async", cancel_while_training)
+
+    outcome = await run_job({"opd": context}, job_id)
+
+    assert outcome == f"job {job_id}: cancelled"
+    async with context.sessions() as session:
+        job = await get_job(session, job_id)
+        saved = (
+            await session.execute(select(Checkpoint.kind).where(Checkpoint.job_id == job_id))
+        ).all()
+    assert (job.status, job.steps_done, job.last_state_step) == (
+        "cancelled",
+        steps_done,
+        steps_done,
+    )
+    assert saved == [("state",)] and not fake.calls_named("save_weights")

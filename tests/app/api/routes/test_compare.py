@@ -70,3 +70,23 @@ async def test_bad_job_lists_are_422(client, key, submit):
         assert response.json()["error"]["param"] == "jobs"
     missing = await client.get("/v1/metrics", headers=auth(key))
     assert missing.status_code == 422 and missing.json()["error"]["param"] == "jobs"
+
+
+async def test_one_job_route_and_the_many_jobs_route_never_share_an_answer(
+    client, key, submit, session
+):
+    job = await submit()
+    await record(session, job["id"], [2.0, 1.0])
+    query = {"keys": "opd/reverse_kl_mean"}
+    many = await client.get("/v1/metrics", params=query | {"jobs": job["id"]}, headers=auth(key))
+    one = await client.get(f"/v1/jobs/{job['id']}/metrics", params=query, headers=auth(key))
+    assert many.status_code == one.status_code == 200
+    assert many.headers["etag"] != one.headers["etag"]
+    assert [entry["job_id"] for entry in many.json()["jobs"]] == [job["id"]]
+    assert one.json()["curves"]["opd/reverse_kl_mean"]["values"] == [2.0, 1.0]
+    crossed = await client.get(
+        f"/v1/jobs/{job['id']}/metrics",
+        params=query,
+        headers=auth(key) | {"If-None-Match": many.headers["etag"]},
+    )
+    assert crossed.status_code == 200, "the other route's ETag does not match here"

@@ -5,10 +5,12 @@ processes in tests/e2e/test_playground.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from app.core.db import POSTGRES_MAX_OVERFLOW, POSTGRES_POOL_SIZE
 from app.store.jobs import claim_job, create_job
 from app.store.records import record_checkpoint
 from app.worker_tasks import quick_queue
@@ -27,6 +29,20 @@ def sampled(session, submit):
         return job
 
     return make
+
+
+async def all_waiting(redis, queue_name: str, requests: list[asyncio.Task]) -> None:
+    """Until every request has sent its task to the (absent) workers, or one has ended."""
+    while await redis.zcard(quick_queue(queue_name)) < len(requests):
+        if any(request.done() for request in requests):
+            return
+        await asyncio.sleep(0.02)
+
+
+async def withdrawn(requests: list[asyncio.Task]) -> None:
+    for request in requests:
+        request.cancel()
+    await asyncio.gather(*requests, return_exceptions=True)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +120,66 @@ async def test_without_redis_the_playground_is_a_503(key, sampled, settings):
             headers=auth(key),
         )
     assert response.status_code == 503 and response.json()["error"]["code"] == "queue_unavailable"
+
+
+async def test_more_waits_than_the_database_pool_holds_leave_it_free(
+    settings, key, make_key, session, submit, sampled, redis, queue_name
+):
+    """Playground samples and PyTRIO downloads waiting for a worker, one more than a
+    Postgres pool's connections: another team's request still answers meanwhile."""
+    count = POSTGRES_POOL_SIZE + POSTGRES_MAX_OVERFLOW + 1
+    job = await sampled()
+    trio = await submit(backend="trio")
+    await claim_job(session, trio["id"], "w", heartbeat_timeout=60)
+    for step in range(count // 2):
+        await record_checkpoint(session, trio["id"], "w", step, "sampler", f"trio://w/{step}")
+    sample = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
+    async with serve(settings.model_copy(update={"team_max_waiting": count})) as http:
+        listed = await http.get(f"/v1/jobs/{trio['id']}/checkpoints", headers=auth(key))
+        downloads = [
+            http.get(f"/v1/jobs/{trio['id']}/checkpoints/{saved['id']}/download", headers=auth(key))
+            for saved in listed.json()["data"]
+        ]
+        samples = [
+            http.post(f"/v1/jobs/{job['id']}/sample", json=sample, headers=auth(key))
+            for _ in range(count - len(downloads))
+        ]
+        requests = [asyncio.create_task(call) for call in downloads + samples]
+        await all_waiting(redis, queue_name, requests)
+        other = await http.get("/v1/jobs", headers=auth(await make_key()))
+        ended = [request for request in requests if request.done()]
+        await withdrawn(requests)
+    assert other.status_code == 200, other.text
+    assert not ended, "the other request answered while all of them waited"
+
+
+async def test_past_the_teams_bound_a_wait_is_a_429_with_retry_after(
+    settings, key, make_key, sampled, submit, session, redis, queue_name
+):
+    job = await sampled()
+    theirs = await make_key()
+    their_job = await submit(as_key=theirs, loop={"steps": 4})
+    await claim_job(session, their_job["id"], "w", heartbeat_timeout=60)
+    await record_checkpoint(session, their_job["id"], "w", 2, "sampler", "/w/2")
+    body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
+    url = f"/v1/jobs/{job['id']}/sample"
+    async with serve(settings.model_copy(update={"team_max_waiting": 2})) as http:
+        requests = [
+            asyncio.create_task(http.post(url, json=body, headers=auth(key))) for _ in range(2)
+        ]
+        await all_waiting(redis, queue_name, requests)
+        refused = await http.post(url, json=body, headers=auth(key))
+        checkpoints = await http.get(f"/v1/jobs/{job['id']}/checkpoints", headers=auth(key))
+        download = f"/v1/jobs/{job['id']}/checkpoints/{checkpoints.json()['data'][0]['id']}"
+        refused_download = await http.get(f"{download}/download", headers=auth(key))
+        their_url = f"/v1/jobs/{their_job['id']}/sample"
+        requests.append(asyncio.create_task(http.post(their_url, json=body, headers=auth(theirs))))
+        await all_waiting(redis, queue_name, requests)
+        ended = [request for request in requests if request.done()]
+        await withdrawn(requests)
+    for answer in (refused, refused_download):
+        assert answer.status_code == 429, answer.text
+        assert answer.headers["retry-after"] == "5"
+        assert answer.json()["error"]["code"] == "too_many_requests"
+        assert "already has 2 requests waiting" in answer.json()["error"]["message"]
+    assert not ended, "the other team's request waits in a place of its own"

@@ -17,7 +17,7 @@ from tests.worker.engine.reference import reference_run
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.checkpoints import CheckpointError
 from worker.engine.datasets import Prompts
-from worker.engine.loop import RunResult, SavedState, run_loop
+from worker.engine.loop import RunResult, SavedState, Stop, run_loop
 from worker.engine.sinks import Sink
 
 PROMPTS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 9 prime?"]
@@ -70,8 +70,9 @@ async def run(
     *,
     job: JobSpec | None = None,
     stop_after: int | None = None,
+    stop: Stop = Stop.resume,
 ) -> Recorder:
-    """Run `job` (spec() by default); with `stop_after` n steps, a stop is asked for."""
+    """Run `job` (spec() by default); with `stop_after` n steps, `stop` is asked for."""
     recorder = Recorder()
     job = job or spec()
     service = LocalServiceClient(job.local, artifact_dir)
@@ -81,7 +82,9 @@ async def run(
         Prompts(PROMPTS, [None] * len(PROMPTS)),
         recorder,
         resume=resume,
-        should_stop=lambda: stop_after is not None and len(recorder.metrics) >= stop_after,
+        should_stop=lambda: (
+            stop if stop_after is not None and len(recorder.metrics) >= stop_after else None
+        ),
     )
     return recorder
 
@@ -160,6 +163,22 @@ async def test_one_step_off_policy_resumes_exactly_after_a_stop_and_after_a_cras
     after_crash = await run(tmp_path / "whole", crash_state, job=job)
     assert sorted(after_crash.metrics) == [6]
     assert_same_training(after_crash, whole, 7)
+
+
+async def test_one_step_off_policy_cancels_at_the_next_boundary_without_sampler_weights(tmp_path):
+    """A resumable stop asked at step 1 would train step 1 and keep its weights; a cancel
+    ends the run right there with its state, and one asked during the last step leaves no
+    final weights."""
+    job = pipelined(max_steps_off_policy=1, steps=4, save_every=0)
+    early = await run(tmp_path / "early", job=job, stop_after=1, stop=Stop.cancel)
+    last = await run(tmp_path / "last", job=job, stop_after=4, stop=Stop.cancel)
+
+    for recorder, steps in ((early, 1), (last, 4)):
+        state = recorder.checkpoints[steps, "state"]
+        assert recorder.result == RunResult(steps, stopped=True, state=SavedState(state, steps))
+        assert sorted(recorder.metrics) == list(range(steps))
+        assert list(recorder.checkpoints) == [(steps, "state")]
+    assert not [*tmp_path.glob("*/sampler")], "no sampler or final weights"
 
 
 async def test_checkpoints_are_self_describing_folders(tmp_path):
