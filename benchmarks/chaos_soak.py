@@ -1,0 +1,1036 @@
+"""Chaos soak: the whole service under random faults, then every promise checked.
+
+Starts a deployment of its own: a private Postgres cluster and Redis server
+(tests/e2e/servers.py), 2 `opd api` and 3 `opd worker` processes (2 slots each) and one
+webhook receiver per team (tests/e2e/receiver.py). Clients of three teams (two with
+limits) submit --jobs tiny local-backend jobs of mixed kinds (on policy, one step off
+policy, with evals, with frequent saves) spread over the first 80% of the window, and
+pause-then-resume or cancel some of them. For --minutes, at seeded random moments, one
+fault at a time: kill -9 a worker (restarted 0-10 s later), SIGTERM a worker, kill -9 an
+API, restart Redis empty, restart Postgres, SIGSTOP a Postgres backend for 2-6 s. Then
+the faults stop, the jobs finish, and it checks, reading the database:
+
+- every job reached the end its client asked for; none lost, none duplicated (one job
+  per Idempotency-Key), none started twice at once (attempt events: numbered 1..n, and a
+  takeover only from a worker that was dead by then);
+- each job's step rows are exactly its steps, and equal, bit for bit, those of a clean
+  run of the same spec (the engine alone, in this process, before the deployment
+  starts; a cancelled job's rows are a prefix of them); a succeeded job's usage totals
+  equal the clean run's;
+- each job's terminal webhook event reached its team's receiver, once after
+  deduplication by `webhook-id`; every submit, pause, resume and cancel has its audit
+  row; no team ran more jobs at once than its limit.
+
+Prints the faults injected and the checks as a table; exits 1 when a check fails (the
+deployment's logs are kept and their folder printed), 130 on Ctrl-C.
+
+    python benchmarks/chaos_soak.py                           # 120 jobs, 15 minutes
+    python benchmarks/chaos_soak.py --jobs 20 --minutes 1 --faults 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import yaml
+from psycopg.rows import dict_row
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import BenchmarkError, Command, Processes, interrupt, progress  # noqa: E402
+from support import free_port  # noqa: E402
+
+from tests.e2e.receiver import Receiver, Server  # noqa: E402
+from tests.e2e.servers import PostgresServer, RedisServer  # noqa: E402
+
+TINY = ROOT / "examples" / "tiny.yaml"
+TERMINAL = ("succeeded", "failed", "cancelled")
+WORKERS, APIS, SLOTS = 3, 2, 2
+STOP_TIMEOUT = 120.0
+HEARTBEAT_TIMEOUT = 15.0  # longer than a stopped backend or a Postgres restart
+REQUEST_PATIENCE = 300.0  # how long a client retries one request before it gives up
+DRAIN_TIMEOUT = 900.0  # how long the jobs may take to end once the faults stop
+WEBHOOK_TIMEOUT = 120.0
+POLL_SECONDS = 1.0
+SUBMIT_SHARE = 0.8  # jobs arrive over this share of the window
+SOAK = "chaos-soak"  # application_name of our own connections: never SIGSTOPped
+
+TEAMS = {"red": {}, "green": {"max_running": 2}, "blue": {"max_running": 1, "max_queued": 6}}
+TEAM_WEIGHTS = (0.5, 0.3, 0.2)
+KINDS: dict[str, dict[str, Any]] = {
+    "on-policy": {"steps": 40},
+    "off-policy": {"steps": 40, "max_steps_off_policy": 1, "save_every": 10},
+    "eval": {"steps": 30, "save_every": 10},
+    "save-every": {"steps": 40, "save_every": 5},
+}
+PLANS = {"run": 0.55, "pause": 0.2, "cancel": 0.15, "cancel-at-once": 0.1}
+FAULTS = {
+    "kill-worker": "kill -9 a worker (restarted after 0-10 s)",
+    "term-worker": "SIGTERM a worker (restarted once drained)",
+    "kill-api": "kill -9 an API (restarted after 0-5 s)",
+    "restart-redis": "restart Redis empty",
+    "restart-postgres": "restart Postgres (immediate stop)",
+    "stop-backend": "SIGSTOP a Postgres backend for 2-6 s",
+}
+TAKEOVER = re.compile(r"Attempt (\d+) took over on \S+: worker \S+:(\d+) stopped sending")
+ATTEMPT = re.compile(r"Attempt (\d+) (?:started|took over) on ")
+ACTION_EVENTS = {  # the timeline entries an API action writes with its change
+    "cancel": ("Cancelled while ", "Cancel requested"),
+    "pause": ("Paused while queued", "Pause requested"),
+    "resume": ("Resumed; waiting", "Resumed before the pause"),
+}
+USAGE = ("sampled_tokens", "teacher_tokens", "trained_tokens", "eval_tokens")
+
+
+def compared(key: str) -> bool:
+    """Metrics a replay must repeat exactly: all but the clocks."""
+    return not (key.startswith("time/") or key.endswith("_per_second"))
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+def job_spec(kind: str, seed: int) -> dict[str, Any]:
+    """examples/tiny.yaml made small: 2 x 2 rollouts of 8 tokens a step, on the CPU."""
+    spec = yaml.safe_load(TINY.read_text())
+    held_out = spec.pop("eval")
+    spec["name"] = f"soak-{kind}-{seed}"
+    spec["student"]["seed"] = seed
+    spec["sampling"]["max_tokens"] = 8
+    spec["loop"] |= {"batch_size": 2, "group_size": 2, **KINDS[kind]}
+    spec["local"] = {"device": "cpu", "cpu_threads": 1}
+    if kind == "eval":
+        spec["eval"] = held_out | {"every": 10, "samples_per_prompt": 1, "max_tokens": 8}
+    return spec
+
+
+@dataclass
+class Order:
+    """One job a client submits, what it does to it, and what it saw."""
+
+    index: int
+    team: str
+    spec: dict[str, Any]
+    plan: str
+    submit_at: float
+    act_at_step: int
+    hold_seconds: float
+    key: str = ""
+    job_ids: set[int] = field(default_factory=set)
+    answers: list[tuple[str, int]] = field(default_factory=list)
+    """(action, HTTP status) of every answered request that changed or asked to change it."""
+    expected: str = "succeeded"
+    final: str | None = None
+    error: str | None = None
+
+    @property
+    def spec_key(self) -> str:
+        return self.spec["name"]
+
+
+def plan_orders(jobs: int, window: float, seed: int, run_id: str) -> list[Order]:
+    chance = random.Random(seed)
+    seeds = range(1, 1 + max(1, jobs // 40))  # 120 jobs: 12 distinct specs to run clean
+    orders = []
+    for index in range(jobs):
+        kind = chance.choice(list(KINDS))
+        spec = job_spec(kind, chance.choice(seeds))
+        orders.append(
+            Order(
+                index=index,
+                team=chance.choices(list(TEAMS), TEAM_WEIGHTS)[0],
+                spec=spec,
+                plan=chance.choices(list(PLANS), list(PLANS.values()))[0],
+                submit_at=chance.uniform(0, SUBMIT_SHARE * window),
+                act_at_step=chance.randint(1, spec["loop"]["steps"] - 5),
+                hold_seconds=chance.uniform(0.5, 5),
+                key=f"soak-{run_id}-{index}",
+            )
+        )
+    return orders
+
+
+# --- the clean runs ---------------------------------------------------------------------------
+
+
+def clean_runs(specs: dict[str, dict[str, Any]], folder: Path) -> dict[str, dict[int, dict]]:
+    """Each distinct spec run once by the engine alone: the rows every job must equal."""
+    from kernel.spec import JobSpec
+    from worker.engine.loop import run_job
+    from worker.engine.sinks import Sink
+
+    class Rows(Sink):
+        def __init__(self) -> None:
+            self.rows: dict[int, dict[str, float]] = {}
+
+        def step(self, step: int, metrics: dict[str, float]) -> None:
+            self.rows[step] = dict(metrics)
+
+        def eval(self, step: int, metrics: dict[str, float]) -> None:
+            self.rows[step] = dict(metrics)
+
+    curves = {}
+    for name, spec in specs.items():
+        rows = Rows()
+        run = run_job(
+            JobSpec.model_validate(spec), rows, artifact_dir=folder / name, data_root=folder
+        )
+        asyncio.run(run)
+        curves[name] = rows.rows
+    return curves
+
+
+def usage_of(rows: dict[int, dict[str, Any]]) -> dict[str, int]:
+    return {name: int(sum(r.get(f"usage/{name}", 0) for r in rows.values())) for name in USAGE}
+
+
+# --- the deployment ---------------------------------------------------------------------------
+
+
+@dataclass
+class Role:
+    """One process of the deployment (api-0, worker-2), restarted under the same name."""
+
+    name: str
+    args: list[str]
+    url: str | None = None
+    command: Command | None = None
+    starts: int = 0
+    down: bool = False  # stopped by a fault, restart pending
+
+    @property
+    def pid(self) -> int:
+        assert self.command is not None
+        return self.command.process.pid
+
+    def alive(self) -> bool:
+        return self.command is not None and self.command.process.poll() is None
+
+
+@dataclass
+class Deployment:
+    home: Path
+    env: dict[str, str]
+    processes: Processes
+    postgres: PostgresServer
+    redis: RedisServer
+    roles: list[Role] = field(default_factory=list)
+    died_at: dict[int, float] = field(default_factory=dict)
+    """Worker pid -> time.time() its process was gone (killed or drained)."""
+    unplanned_exits: list[str] = field(default_factory=list)
+
+    def opd(self, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "opd.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise BenchmarkError(f"opd {' '.join(args)} failed:\n{done.stderr}")
+        return done.stdout.strip()
+
+    def start(self, role: Role) -> None:
+        """Start (or restart) the role's process; an API is waited for."""
+        role.starts += 1
+        argv = [sys.executable, "-m", "opd.cli", *role.args]
+        role.command = self.processes.command(f"{role.name}.{role.starts}", argv, self.env)
+        role.down = False
+        if role.url is not None:
+            role.command.wait_until_serving(f"{role.url}/healthz")
+
+    def of(self, kind: str) -> list[Role]:
+        return [role for role in self.roles if role.name.startswith(kind)]
+
+    def ended(self, role: Role) -> None:
+        """Wait for the role's process to be gone (a drain may take a while: then kill)."""
+        assert role.command is not None
+        process = role.command.process
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            progress(f"{role.name} did not stop within {STOP_TIMEOUT:.0f} s; killing it")
+            process.kill()
+            process.wait()
+        if role.name.startswith("worker"):
+            self.died_at[process.pid] = time.time()
+
+    def restart(self, role: Role) -> None:
+        """Start the role again; one that fails to start is left to `supervise`."""
+        try:
+            self.start(role)
+        except BenchmarkError as error:
+            progress(str(error))
+            role.down = False
+
+    def supervise(self) -> None:
+        """Restart a process that exited without a fault asking it to; note it."""
+        for role in self.roles:
+            if role.down or role.alive():
+                continue
+            if role.command is not None:
+                self.ended(role)
+                code = role.command.process.returncode
+                self.unplanned_exits.append(f"{role.name}.{role.starts} (exit status {code})")
+                progress(f"{role.name} exited by itself (status {code}); restarting it")
+            self.restart(role)
+
+    @property
+    def api_urls(self) -> list[str]:
+        return [role.url for role in self.of("api") if role.url]
+
+
+@contextmanager
+def scratch_home() -> Iterator[Path]:
+    """The deployment's OPD_HOME and logs: removed after a passing run, kept otherwise."""
+    home = Path(tempfile.mkdtemp(prefix="opd-soak-"))
+    try:
+        yield home
+    except KeyboardInterrupt:
+        shutil.rmtree(home, ignore_errors=True)
+        raise
+    except BaseException:
+        print(f"Logs kept in {home}", file=sys.stderr)
+        raise
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def deployment(home: Path) -> Iterator[Deployment]:
+    with ExitStack() as stack:
+        postgres = PostgresServer()
+        stack.callback(postgres.remove)
+        postgres.start()
+        redis = RedisServer()
+        stack.callback(redis.remove)
+        redis.start()
+        processes = Processes(home)
+        stack.callback(processes.close)
+        env = os.environ | {
+            "PYTHONPATH": str(ROOT),
+            "OPD_HOME": str(home / "opd"),
+            "OPD_DATABASE_URL": postgres.url,
+            "OPD_REDIS_URL": redis.url,
+            "OPD_QUEUE_NAME": "opd-soak",
+            "OPD_WORKER_CONCURRENCY": str(SLOTS),
+            "OPD_HEARTBEAT_INTERVAL": "1",
+            "OPD_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
+            "OPD_SWEEP_INTERVAL": "2",
+            "OPD_WEBHOOK_ALLOW_PRIVATE": "true",
+            "OPD_WEBHOOK_POLL_INTERVAL": "0.5",
+            "OPD_WEBHOOK_BACKOFF_SECONDS": "0.5",
+            "OPD_WEBHOOK_BACKOFF_MAX_SECONDS": "5",
+            "OPD_WEBHOOK_TIMEOUT": "5",
+        }
+        service = Deployment(home, env, processes, postgres, redis)
+        service.opd("migrate")
+        for index in range(APIS):
+            url = f"http://127.0.0.1:{free_port()}"
+            port = url.rsplit(":", 1)[1]
+            service.roles.append(Role(f"api-{index}", ["api", "--port", port, "--quiet"], url))
+        service.roles += [Role(f"worker-{index}", ["worker"]) for index in range(WORKERS)]
+        for role in service.roles:
+            service.start(role)
+        yield service
+
+
+def postgres_connection(service: Deployment) -> psycopg.Connection:
+    return psycopg.connect(
+        service.postgres.url,
+        autocommit=True,
+        connect_timeout=2,
+        application_name=SOAK,
+        row_factory=dict_row,
+    )
+
+
+# --- the faults -------------------------------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    at: float
+    kind: str
+    target: str
+
+
+class Chaos:
+    """Injects faults one at a time; restarts run in the background."""
+
+    def __init__(self, service: Deployment, chance: random.Random) -> None:
+        self.service = service
+        self.chance = chance
+        self.injected: list[Fault] = []
+        self.restarts: list[asyncio.Task[None]] = []
+
+    def note(self, kind: str, target: str) -> None:
+        self.injected.append(Fault(time.time(), kind, target))
+        progress(f"fault: {FAULTS[kind]}: {target}")
+
+    async def restart_later(self, role: Role, delay: float) -> None:
+        await asyncio.sleep(delay)
+        await asyncio.to_thread(self.service.restart, role)
+
+    def live(self, kind: str) -> list[Role]:
+        return [role for role in self.service.of(kind) if role.alive() and not role.down]
+
+    async def inject(self, kind: str) -> None:
+        service, chance = self.service, self.chance
+        if kind in ("kill-worker", "term-worker", "kill-api"):
+            candidates = self.live("api" if kind == "kill-api" else "worker")
+            if not candidates:
+                return
+            role = chance.choice(candidates)
+            role.down = True
+            self.note(kind, f"{role.name} (pid {role.pid})")
+            process = role.command.process if role.command else None
+            assert process is not None
+            process.send_signal(signal.SIGTERM if kind == "term-worker" else signal.SIGKILL)
+            await asyncio.to_thread(service.ended, role)
+            delay = {"kill-worker": 10, "kill-api": 5}.get(kind, 0) * chance.random()
+            self.restarts.append(asyncio.create_task(self.restart_later(role, delay)))
+        elif kind == "restart-redis":
+            self.note(kind, f"port {service.redis.port}")
+            service.redis.stop()
+            await asyncio.sleep(chance.uniform(0, 3))
+            await asyncio.to_thread(service.redis.start)
+        elif kind == "restart-postgres":
+            self.note(kind, f"port {service.postgres.port}")
+            await asyncio.to_thread(service.postgres.stop)
+            await asyncio.sleep(chance.uniform(0, 3))
+            await asyncio.to_thread(service.postgres.start)
+        else:
+            await self.stop_backend()
+
+    async def stop_backend(self) -> None:
+        def backends() -> list[int]:
+            with postgres_connection(self.service) as conn:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                    " AND application_name <> %s ORDER BY pid",
+                    (SOAK,),
+                ).fetchall()
+            return [row["pid"] for row in rows]
+
+        pids = await asyncio.to_thread(backends)
+        if not pids:
+            return
+        pid = self.chance.choice(pids)
+        seconds = self.chance.uniform(2, 6)
+        self.note("stop-backend", f"backend pid {pid} for {seconds:.1f} s")
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(seconds)
+        except ProcessLookupError:
+            return
+        finally:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    async def run(self, kinds: list[str], window: float, count: int) -> None:
+        """`count` faults, each at a random moment of its own share of the window; every
+        kind comes before any repeats."""
+        sequence: list[str] = []
+        while len(sequence) < count:
+            sequence += self.chance.sample(kinds, len(kinds))
+        started = time.monotonic()
+        share = window / max(1, count)
+        for index, kind in enumerate(sequence[:count]):
+            moment = started + share * index + self.chance.uniform(0, share * 0.8)
+            await asyncio.sleep(max(0.0, moment - time.monotonic()))
+            await asyncio.gather(*self.restarts)  # one fault at a time, restarts included
+            await self.inject(kind)
+        await asyncio.sleep(max(0.0, started + window - time.monotonic()))
+        await asyncio.gather(*self.restarts)
+
+
+async def supervise(service: Deployment, done: asyncio.Event) -> None:
+    while not done.is_set():
+        await asyncio.to_thread(service.supervise)
+        await asyncio.sleep(1.0)
+
+
+# --- the clients ------------------------------------------------------------------------------
+
+
+class ClientGaveUp(Exception):
+    pass
+
+
+@dataclass
+class Traffic:
+    transport_errors: int = 0
+    server_errors: Counter[int] = field(default_factory=Counter)
+    throttled: int = 0
+
+
+class Clients:
+    def __init__(self, service: Deployment, keys: dict[str, str], http: httpx.AsyncClient):
+        self.service = service
+        self.keys = keys
+        self.http = http
+        self.traffic = Traffic()
+        self.turn = 0
+
+    async def call(self, team: str, method: str, path: str, **options: Any) -> httpx.Response:
+        """The first answer below 500 (429 is waited out), from whichever API answers;
+        transport errors and 5xx are retried."""
+        headers = {"Authorization": f"Bearer {self.keys[team]}", **options.pop("headers", {})}
+        deadline = time.monotonic() + REQUEST_PATIENCE
+        attempt = 0
+        while True:
+            urls = self.service.api_urls
+            self.turn += 1
+            url = urls[self.turn % len(urls)]
+            try:
+                response = await self.http.request(
+                    method, f"{url}{path}", headers=headers, timeout=30, **options
+                )
+                if response.status_code == 429:
+                    self.traffic.throttled += 1
+                elif response.status_code < 500:
+                    return response
+                else:
+                    self.traffic.server_errors[response.status_code] += 1
+            except httpx.TransportError:
+                self.traffic.transport_errors += 1
+            if time.monotonic() > deadline:
+                raise ClientGaveUp(f"{method} {path} found no answer in {REQUEST_PATIENCE:.0f} s")
+            attempt += 1
+            await asyncio.sleep(min(3.0, 0.1 * 2**attempt))
+
+    async def job(self, order: Order, job_id: int) -> dict[str, Any]:
+        response = await self.call(order.team, "GET", f"/v1/jobs/{job_id}")
+        response.raise_for_status()
+        return response.json()
+
+    async def wait(self, order: Order, job_id: int, until: Callable[[dict], bool]) -> dict:
+        while not until(job := await self.job(order, job_id)):
+            await asyncio.sleep(POLL_SECONDS)
+        return job
+
+    async def act(self, order: Order, job_id: int, action: str) -> dict[str, Any] | None:
+        response = await self.call(order.team, "POST", f"/v1/jobs/{job_id}/{action}")
+        order.answers.append((action, response.status_code))
+        if response.status_code == 409:
+            return None  # too late: the job already ended
+        response.raise_for_status()
+        return response.json()
+
+    async def drive(self, order: Order, started: float) -> None:
+        await asyncio.sleep(max(0.0, started + order.submit_at - time.monotonic()))
+        response = await self.call(
+            order.team,
+            "POST",
+            "/v1/jobs",
+            json=order.spec,
+            headers={"Idempotency-Key": order.key},
+        )
+        if response.status_code not in (200, 201):
+            raise ClientGaveUp(f"submit answered {response.status_code}: {response.text[:200]}")
+        order.answers.append(("submit", response.status_code))
+        job_id = response.json()["id"]
+        order.job_ids.add(job_id)
+        ended = lambda job: job["status"] in TERMINAL  # noqa: E731
+        if order.plan == "cancel-at-once":
+            if await self.act(order, job_id, "cancel") is not None:
+                order.expected = "cancelled"
+        elif order.plan in ("pause", "cancel"):
+            await self.wait(
+                order,
+                job_id,
+                lambda job: (
+                    ended(job)
+                    or (job["status"] == "running" and job["steps_done"] >= order.act_at_step)
+                ),
+            )
+            if order.plan == "cancel":
+                if await self.act(order, job_id, "cancel") is not None:
+                    order.expected = "cancelled"
+            elif await self.act(order, job_id, "pause") is not None:
+                job = await self.wait(
+                    order, job_id, lambda job: ended(job) or job["status"] == "paused"
+                )
+                if job["status"] == "paused":
+                    await asyncio.sleep(order.hold_seconds)
+                    await self.act(order, job_id, "resume")
+        order.final = (await self.wait(order, job_id, ended))["status"]
+
+    async def run(self, order: Order, started: float) -> None:
+        try:
+            await self.drive(order, started)
+        except (ClientGaveUp, httpx.HTTPStatusError) as error:
+            order.error = str(error)
+            progress(f"job {order.key}: {error}")
+
+
+# --- the watchers -----------------------------------------------------------------------------
+
+
+@contextmanager
+def running_peaks(service: Deployment) -> Iterator[dict[str, int]]:
+    """The most jobs each team had running at once, sampled from the database meanwhile."""
+    peaks: dict[str, int] = defaultdict(int)
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                with postgres_connection(service) as conn:
+                    while not done.is_set():
+                        rows = conn.execute(
+                            "SELECT teams.name, count(*) AS n FROM jobs JOIN teams"
+                            " ON teams.id = jobs.team_id WHERE status IN"
+                            " ('running', 'cancelling', 'pausing') GROUP BY teams.name"
+                        ).fetchall()
+                        for row in rows:
+                            peaks[row["name"]] = max(peaks[row["name"]], row["n"])
+                        time.sleep(0.2)
+            except psycopg.Error:
+                time.sleep(0.5)  # Postgres is restarting
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peaks
+    finally:
+        done.set()
+        thread.join()
+
+
+# --- the checks -------------------------------------------------------------------------------
+
+
+@dataclass
+class Check:
+    name: str
+    found: int
+    out_of: int | None = None
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.found == 0
+
+
+@dataclass
+class Findings:
+    checks: list[Check]
+    end_states: Counter[str]
+    figures: dict[str, Any]
+
+
+def seconds(moment: datetime) -> float:
+    """time.time() of a database timestamp (stored in UTC, with or without its zone)."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def metric_dict(value: Any) -> dict[str, Any]:
+    import json
+
+    return value if isinstance(value, dict) else json.loads(value)
+
+
+def check_all(
+    service: Deployment,
+    orders: list[Order],
+    curves: dict[str, dict[int, dict]],
+    receivers: dict[str, Receiver],
+    peaks: dict[str, int],
+) -> Findings:
+    with postgres_connection(service) as conn:
+        jobs = {row["id"]: row for row in conn.execute("SELECT * FROM jobs").fetchall()}
+        events: dict[int, list[dict]] = defaultdict(list)
+        for row in conn.execute("SELECT job_id, message, created_at FROM events ORDER BY id"):
+            events[row["job_id"]].append(row)
+        steps: dict[int, dict[int, dict]] = defaultdict(dict)
+        for row in conn.execute("SELECT job_id, step, metrics FROM step_metrics"):
+            steps[row["job_id"]][row["step"]] = metric_dict(row["metrics"])
+        audit = conn.execute("SELECT action, target, status_code, detail FROM audit_log").fetchall()
+
+    by_key = Counter(job["idempotency_key"] for job in jobs.values())
+    keys = {order.key for order in orders}
+    job_of = {order.key: next(iter(order.job_ids)) for order in orders if order.job_ids}
+
+    wrong_end = Check("every job reached the end its client asked for", 0, len(orders))
+    lost = Check("lost: not accepted, not in the database, or never ended", 0, len(orders))
+    duplicated = Check("duplicated: more than one job for one submission", 0, len(orders))
+    for order in orders:
+        job = jobs.get(job_of.get(order.key, -1))
+        if order.error or job is None or job["status"] not in TERMINAL:
+            lost.found += 1
+            state = job["status"] if job else "missing"
+            lost.examples.append(f"{order.key}: {order.error or state}")
+        elif job["status"] != order.expected or order.final != job["status"]:
+            wrong_end.found += 1
+            error = f" ({job['error_code']}: {job['error_message']})" if job["error_code"] else ""
+            timeline = " | ".join(e["message"][:60] for e in events[job["id"]])
+            wrong_end.examples.append(
+                f"job {job['id']} ({order.spec_key}, {order.plan}, answers {order.answers}): "
+                f"{job['status']}{error}, expected {order.expected}; events: {timeline}"
+            )
+        if len(order.job_ids) > 1 or by_key[order.key] > 1:
+            duplicated.found += 1
+            duplicated.examples.append(f"{order.key}: jobs {sorted(order.job_ids)}")
+    strangers = [job_id for job_id, job in jobs.items() if job["idempotency_key"] not in keys]
+    duplicated.found += len(strangers)
+
+    twice = Check("started twice at once (attempt events)", 0, len(jobs))
+    rows_wrong = Check("step rows not exactly the job's steps", 0, len(jobs))
+    differing = Check("step values differing from the clean run, bit for bit", 0, 0)
+    usage_wrong = Check("usage totals differing from the clean run", 0, 0)
+    for order in orders:
+        job = jobs.get(job_of.get(order.key, -1))
+        if job is None:
+            continue
+        starts = [int(m[1]) for e in events[job["id"]] if (m := ATTEMPT.match(e["message"]))]
+        overlapping = [
+            m[1]
+            for e in events[job["id"]]
+            if (m := TAKEOVER.match(e["message"]))
+            and service.died_at.get(int(m[2]), float("inf")) > seconds(e["created_at"])
+        ]
+        if starts != list(range(1, job["attempts"] + 1)) or overlapping:
+            twice.found += 1
+            twice.examples.append(
+                f"job {job['id']}: attempts {starts}, live takeovers {overlapping}"
+            )
+        clean = curves[order.spec_key]
+        rows = steps[job["id"]]
+        # a cancelled job's rows: the steps it took, from the first
+        expected_steps = sorted(clean) if job["status"] == "succeeded" else list(range(len(rows)))
+        if sorted(rows) != expected_steps or not set(rows) <= set(clean):
+            rows_wrong.found += 1
+            rows_wrong.examples.append(f"job {job['id']} ({job['status']}): steps {sorted(rows)}")
+        for step, metrics in rows.items():
+            if step not in clean:
+                continue
+            want = {k: v for k, v in clean[step].items() if compared(k)}
+            have = {k: v for k, v in metrics.items() if compared(k)}
+            differing.out_of = (differing.out_of or 0) + len(want)
+            for key in want.keys() | have.keys():
+                if want.get(key) != have.get(key):
+                    differing.found += 1
+                    differing.examples.append(
+                        f"job {job['id']} step {step} {key}: {have.get(key)!r} != {want.get(key)!r}"
+                    )
+        if job["status"] == "succeeded":
+            usage_wrong.out_of = (usage_wrong.out_of or 0) + 1
+            want_usage = usage_of(clean)
+            have_usage = {name: job[name] for name in USAGE}
+            if have_usage != want_usage:
+                usage_wrong.found += 1
+                usage_wrong.examples.append(f"job {job['id']}: {have_usage} != {want_usage}")
+
+    missing_hook = Check("terminal webhook events not received", 0, 0)
+    repeated_hook = Check("terminal webhook events received under two webhook-ids", 0, 0)
+    repeats = 0
+    for order in orders:
+        job = jobs.get(job_of.get(order.key, -1))
+        if job is None or job["status"] not in TERMINAL:
+            continue
+        receiver = receivers[order.team]
+        with receiver.lock:
+            seen = [
+                a
+                for a in receiver.arrivals
+                if a.payload["data"].get("job_id") == job["id"]
+                and a.payload["type"] == f"job.{job['status']}"
+            ]
+        ids = {a.message_id for a in seen}
+        repeats += len(seen) - len(ids)
+        missing_hook.out_of = (missing_hook.out_of or 0) + 1
+        repeated_hook.out_of = missing_hook.out_of
+        if not ids:
+            missing_hook.found += 1
+            missing_hook.examples.append(f"job {job['id']} job.{job['status']}")
+        elif len(ids) > 1:
+            repeated_hook.found += 1
+            repeated_hook.examples.append(f"job {job['id']}: {sorted(ids)}")
+    rejected = sum(receiver.rejected for receiver in receivers.values())
+
+    unaudited = Check("actions without their audit row", 0, 0)
+    audited = Counter()
+    for entry in audit:
+        detail = metric_dict(entry["detail"]) if entry["detail"] is not None else {}
+        action = entry["action"].removeprefix("job.")
+        created = entry["action"] == "job.submit" and entry["status_code"] == 201
+        if created or (entry["status_code"] == 200 and detail.get("changed")):
+            audited[(action, entry["target"])] += 1
+    done: Counter[tuple[str, str]] = Counter()
+    for job_id in jobs:
+        done[("submit", f"job {job_id}")] += 1
+        for event in events[job_id]:
+            for action, prefixes in ACTION_EVENTS.items():
+                if event["message"].startswith(prefixes):
+                    done[(action, f"job {job_id}")] += 1
+    for (action, target), count in done.items():
+        unaudited.out_of = (unaudited.out_of or 0) + count
+        if audited[(action, target)] < count:
+            unaudited.found += count - audited[(action, target)]
+            unaudited.examples.append(
+                f"{target}: {action} x{count}, audited {audited[(action, target)]}"
+            )
+    answered = Counter(
+        (action, f"job {job_of[o.key]}")
+        for o in orders
+        for action, status in o.answers
+        if status == 200 and action != "submit" and o.key in job_of
+    )
+    for (action, target), count in answered.items():  # every answered request has its row
+        found = sum(1 for e in audit if e["action"] == f"job.{action}" and e["target"] == target)
+        if found < count:
+            unaudited.found += count - found
+            unaudited.examples.append(f"{target}: {action} answered x{count}, {found} rows")
+
+    over_limit = Check("team limits exceeded (most jobs running at once)", 0, len(TEAMS))
+    for team, limits in TEAMS.items():
+        if "max_running" in limits and peaks.get(team, 0) > limits["max_running"]:
+            over_limit.found += 1
+            over_limit.examples.append(f"{team}: {peaks[team]} > {limits['max_running']}")
+
+    checks = [
+        wrong_end,
+        lost,
+        duplicated,
+        twice,
+        rows_wrong,
+        differing,
+        usage_wrong,
+        missing_hook,
+        repeated_hook,
+        Check("webhook signatures refused by the receivers", rejected),
+        unaudited,
+        over_limit,
+        Check(
+            "processes that exited without a fault",
+            len(service.unplanned_exits),
+            None,
+            service.unplanned_exits,
+        ),
+    ]
+    figures = {
+        "attempts": sum(job["attempts"] for job in jobs.values()),
+        "resumed": sum(
+            1 for e in (e for job in events.values() for e in job) if "Resumed from" in e["message"]
+        ),
+        "takeovers": sum(1 for job in events.values() for e in job if TAKEOVER.match(e["message"])),
+        "requeued": sum(
+            1 for job in events.values() for e in job if e["message"].startswith("Requeued")
+        ),
+        "webhook repeats": repeats,
+        "peaks": dict(peaks),
+    }
+    return Findings(checks, Counter(job["status"] for job in jobs.values()), figures)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def create_team(service: Deployment, name: str, limits: dict[str, int]) -> str:
+    key = service.opd("keys", "create", "--team", name)
+    if limits:
+        flags = [f"--{flag.replace('_', '-')}={value}" for flag, value in limits.items()]
+        service.opd("teams", "set", name, *flags)
+    return key
+
+
+def subscribe(url: str, key: str, receiver_url: str) -> str:
+    events = ["job.succeeded", "job.failed", "job.cancelled", "job.paused"]
+    response = httpx.post(
+        f"{url}/v1/webhooks",
+        json={"url": receiver_url, "events": events},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    if response.status_code != 201:
+        raise BenchmarkError(f"webhook not created: {response.status_code} {response.text}")
+    return response.json()["secret"]
+
+
+async def soak(
+    service: Deployment,
+    orders: list[Order],
+    keys: dict[str, str],
+    options: argparse.Namespace,
+) -> tuple[list[Fault], Traffic]:
+    chance = random.Random(options.seed + 1)
+    chaos = Chaos(service, chance)
+    window = options.minutes * 60
+    done = asyncio.Event()
+    watcher = asyncio.create_task(supervise(service, done))
+    async with httpx.AsyncClient() as http:
+        clients = Clients(service, keys, http)
+        started = time.monotonic()
+        driving = asyncio.gather(*(clients.run(order, started) for order in orders))
+        await chaos.run(options.kinds, window, options.faults)
+        progress(f"{len(chaos.injected)} faults injected; waiting for the jobs to end")
+        try:
+            await asyncio.wait_for(driving, DRAIN_TIMEOUT)
+        except TimeoutError:
+            progress(f"jobs still running {DRAIN_TIMEOUT:.0f} s after the faults stopped")
+    done.set()
+    await watcher
+    return chaos.injected, clients.traffic
+
+
+def wait_for_webhooks(orders: list[Order], receivers: dict[str, Receiver]) -> None:
+    """Until each ended job's terminal event arrived, or WEBHOOK_TIMEOUT passes."""
+    deadline = time.monotonic() + WEBHOOK_TIMEOUT
+    while time.monotonic() < deadline:
+        arrived = {
+            (order.team, a.payload["data"].get("job_id"), a.payload["type"])
+            for order in orders
+            for a in receivers[order.team].delivered.copy().values()
+        }
+        due = {
+            (order.team, job_id, f"job.{order.final}")
+            for order in orders
+            if order.final
+            for job_id in order.job_ids
+        }
+        if due <= arrived:
+            return
+        time.sleep(0.5)
+
+
+def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
+    window = options.minutes * 60
+    orders = plan_orders(options.jobs, window, options.seed, f"{os.getpid()}")
+    specs = {order.spec_key: order.spec for order in orders}
+    with ExitStack() as stack:
+        home = stack.enter_context(scratch_home())
+        progress(f"clean runs of the {len(specs)} distinct specs (the engine alone)")
+        curves = clean_runs(specs, home / "clean")
+        progress("starting the deployment: Postgres, Redis, 2 APIs, 3 workers")
+        service = stack.enter_context(deployment(home))
+        receivers = {team: Receiver() for team in TEAMS}
+        keys = {}
+        for team, limits in TEAMS.items():
+            keys[team] = create_team(service, team, limits)
+            server = stack.enter_context(Server(receivers[team]))
+            receivers[team].secret = subscribe(service.api_urls[0], keys[team], server.url)
+        progress(
+            f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s, {options.faults} faults "
+            f"over {window:.0f} s"
+        )
+        with running_peaks(service) as peaks:
+            faults, traffic = asyncio.run(soak(service, orders, keys, options))
+        wait_for_webhooks(orders, receivers)
+        findings = check_all(service, orders, curves, receivers, dict(peaks))
+        findings.figures["home"] = str(home)
+        if not all(check.passed for check in findings.checks):
+            print(report(options, faults, findings, traffic))
+            raise ChecksFailed
+    return faults, findings, traffic
+
+
+class ChecksFailed(Exception):
+    """A check failed: the table above says which."""
+
+
+def report(
+    options: argparse.Namespace, faults: list[Fault], findings: Findings, traffic: Traffic
+) -> str:
+    lines = [
+        f"Chaos soak: {options.jobs} jobs, {options.minutes:g} min of faults, seed {options.seed}",
+        "",
+        f"{'Faults injected':<58} {'count':>7}",
+    ]
+    counts = Counter(fault.kind for fault in faults)
+    for kind, text in FAULTS.items():
+        if kind in options.kinds:
+            lines.append(f"  {text:<56} {counts[kind]:>7}")
+    lines.append(f"  {'total':<56} {len(faults):>7}")
+    lines += ["", f"{'Jobs by end state':<58} {'count':>7}"]
+    for status, count in sorted(findings.end_states.items()):
+        lines.append(f"  {status:<56} {count:>7}")
+    lines += ["", f"{'Checks':<58} {'found':>7} {'of':>7}  result"]
+    for check in findings.checks:
+        out_of = "-" if check.out_of is None else str(check.out_of)
+        verdict = "PASS" if check.passed else "FAIL"
+        lines.append(f"  {check.name:<56} {check.found:>7} {out_of:>7}  {verdict}")
+        lines += [f"      {example}" for example in check.examples[:5]]
+    figures = findings.figures
+    lines += [
+        "",
+        f"Attempts {figures['attempts']}, resumed from a saved state {figures['resumed']}, "
+        f"takeovers of dead workers' jobs {figures['takeovers']}, requeued by a drain "
+        f"{figures['requeued']}; webhook deliveries repeated {figures['webhook repeats']}",
+        f"Clients retried {traffic.transport_errors} transport errors and "
+        f"{sum(traffic.server_errors.values())} 5xx answers "
+        f"({dict(sorted(traffic.server_errors.items()))}), waited out {traffic.throttled} 429s",
+        f"Most jobs running at once per team: {figures['peaks']} (limits: "
+        + ", ".join(f"{t} {lim['max_running']}" for t, lim in TEAMS.items() if lim)
+        + ")",
+    ]
+    passed = all(check.passed for check in findings.checks)
+    lines += ["", "PASS: every check held" if passed else "FAIL: see the checks above"]
+    return "\n".join(lines)
+
+
+def parse_options(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=120, help="jobs to submit (120)")
+    parser.add_argument("--minutes", type=float, default=15.0, help="minutes of faults (15)")
+    parser.add_argument(
+        "--faults", type=int, help="faults to inject (default: one per 20 s of the window)"
+    )
+    parser.add_argument(
+        "--kinds",
+        default=",".join(FAULTS),
+        help=f"comma-separated fault kinds (default all: {', '.join(FAULTS)})",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the jobs, their plans and faults")
+    options = parser.parse_args(argv)
+    options.kinds = options.kinds.split(",")
+    if unknown := set(options.kinds) - FAULTS.keys():
+        parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
+    if options.jobs < 1 or options.minutes <= 0:
+        parser.error("--jobs and --minutes must be positive")
+    if options.faults is None:
+        options.faults = max(1, round(options.minutes * 3))
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_options(argv)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        faults, findings, traffic = run(options)
+    except ChecksFailed:
+        return 1
+    except BenchmarkError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted; everything it started was stopped and removed", file=sys.stderr)
+        return 130
+    print(report(options, faults, findings, traffic))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
