@@ -242,6 +242,7 @@ class Deployment:
     died_at: dict[int, float] = field(default_factory=dict)
     """Worker pid -> time.time() its process was gone (killed or drained)."""
     unplanned_exits: list[str] = field(default_factory=list)
+    admin_key: str = ""
 
     def opd(self, *args: str) -> str:
         done = subprocess.run(
@@ -255,13 +256,13 @@ class Deployment:
             raise BenchmarkError(f"opd {' '.join(args)} failed:\n{done.stderr}")
         return done.stdout.strip()
 
-    def start(self, role: Role) -> None:
-        """Start (or restart) the role's process; an API is waited for."""
+    def start(self, role: Role, wait: bool = True) -> None:
+        """Start (or restart) the role's process; an API is waited for unless not `wait`."""
         role.starts += 1
         argv = [sys.executable, "-m", "opd.cli", *role.args]
         role.command = self.processes.command(f"{role.name}.{role.starts}", argv, self.env)
         role.down = False
-        if role.url is not None:
+        if wait and role.url is not None:
             role.command.wait_until_serving(f"{role.url}/healthz")
 
     def of(self, kind: str) -> list[Role]:
@@ -353,13 +354,17 @@ def deployment(home: Path) -> Iterator[Deployment]:
             flush=True,
         )
         service.opd("migrate")
+        service.admin_key = service.opd("keys", "create", "--team", "ops", "--scope", "admin")
         for index in range(APIS):
             url = f"http://127.0.0.1:{free_port()}"
             port = url.rsplit(":", 1)[1]
             service.roles.append(Role(f"api-{index}", ["api", "--port", port, "--quiet"], url))
         service.roles += [Role(f"worker-{index}", ["worker"]) for index in range(WORKERS)]
-        for role in service.roles:
-            service.start(role)
+        for role in service.roles:  # all at once: each spends seconds importing
+            service.start(role, wait=False)
+        for role in service.of("api"):
+            assert role.command is not None
+            role.command.wait_until_serving(f"{role.url}/healthz")
         yield service
 
 
@@ -890,25 +895,26 @@ def check_all(
 # --- the run ----------------------------------------------------------------------------------
 
 
-def create_team(service: Deployment, name: str, limits: dict[str, int]) -> str:
-    key = service.opd("keys", "create", "--team", name)
+def setup_call(service: Deployment, key: str, method: str, path: str, body: dict) -> dict:
+    url = service.api_urls[0]
+    headers = {"Authorization": f"Bearer {key}"}
+    response = httpx.request(method, f"{url}{path}", json=body, headers=headers, timeout=30)
+    if not response.is_success:
+        raise BenchmarkError(f"{method} {path}: {response.status_code} {response.text}")
+    return response.json()
+
+
+def create_team(
+    service: Deployment, name: str, limits: dict[str, int], hook_url: str
+) -> tuple[str, str]:
+    """The team's key (limits set), and the secret of its webhook to `hook_url`."""
+    admin = service.admin_key
+    key = setup_call(service, admin, "POST", "/v1/keys", {"team": name})["key"]
     if limits:
-        flags = [f"--{flag.replace('_', '-')}={value}" for flag, value in limits.items()]
-        service.opd("teams", "set", name, *flags)
-    return key
-
-
-def subscribe(url: str, key: str, receiver_url: str) -> str:
+        setup_call(service, admin, "PATCH", f"/v1/teams/{name}", limits)
     events = ["job.succeeded", "job.failed", "job.cancelled", "job.paused"]
-    response = httpx.post(
-        f"{url}/v1/webhooks",
-        json={"url": receiver_url, "events": events},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    )
-    if response.status_code != 201:
-        raise BenchmarkError(f"webhook not created: {response.status_code} {response.text}")
-    return response.json()["secret"]
+    hook = setup_call(service, key, "POST", "/v1/webhooks", {"url": hook_url, "events": events})
+    return key, hook["secret"]
 
 
 async def soak(
@@ -972,9 +978,8 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
         receivers = {team: Receiver() for team in TEAMS}
         keys = {}
         for team, limits in TEAMS.items():
-            keys[team] = create_team(service, team, limits)
             server = stack.enter_context(Server(receivers[team]))
-            receivers[team].secret = subscribe(service.api_urls[0], keys[team], server.url)
+            keys[team], receivers[team].secret = create_team(service, team, limits, server.url)
         progress(
             f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s, {options.faults} faults "
             f"over {window:.0f} s"
