@@ -74,6 +74,7 @@ REQUEST_PATIENCE = 300.0  # how long a client retries one request before it give
 DRAIN_TIMEOUT = 900.0  # how long the jobs may take to end once the faults stop
 WEBHOOK_TIMEOUT = 120.0
 POLL_SECONDS = 1.0
+WATCH_SECONDS = 0.25  # polls of a client waiting for the step to act at
 SUBMIT_SHARE = 0.8  # jobs arrive over this share of the window
 SOAK = "chaos-soak"  # application_name of our own connections: never SIGSTOPped
 
@@ -538,9 +539,15 @@ class Clients:
         response.raise_for_status()
         return response.json()
 
-    async def wait(self, order: Order, job_id: int, until: Callable[[dict], bool]) -> dict:
+    async def wait(
+        self,
+        order: Order,
+        job_id: int,
+        until: Callable[[dict], bool],
+        every: float = POLL_SECONDS,
+    ) -> dict:
         while not until(job := await self.job(order, job_id)):
-            await asyncio.sleep(POLL_SECONDS)
+            await asyncio.sleep(every)
         return job
 
     async def act(self, order: Order, job_id: int, action: str) -> dict[str, Any] | None:
@@ -577,6 +584,7 @@ class Clients:
                     ended(job)
                     or (job["status"] == "running" and job["steps_done"] >= order.act_at_step)
                 ),
+                WATCH_SECONDS,
             )
             if order.plan == "cancel":
                 if await self.act(order, job_id, "cancel") is not None:
@@ -1054,7 +1062,7 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(FAULTS),
         help=f"comma-separated fault kinds (default all: {', '.join(FAULTS)})",
     )
-    parser.add_argument("--steps", type=int, default=40, help="steps of every job (40)")
+    parser.add_argument("--steps", type=int, default=30, help="steps of every job (30)")
     parser.add_argument("--seed", type=int, default=0, help="the jobs, their plans and faults")
     options = parser.parse_args(argv)
     options.kinds = options.kinds.split(",")
