@@ -357,9 +357,9 @@ def deployment(home: Path) -> Iterator[Deployment]:
         service.opd("migrate")
         service.admin_key = service.opd("keys", "create", "--team", "ops", "--scope", "admin")
         for index in range(APIS):
-            url = f"http://127.0.0.1:{free_port()}"
-            port = url.rsplit(":", 1)[1]
-            service.roles.append(Role(f"api-{index}", ["api", "--port", port, "--quiet"], url))
+            port = str(free_port())
+            args = ["api", "--port", port, "--quiet"]
+            service.roles.append(Role(f"api-{index}", args, f"http://127.0.0.1:{port}"))
         service.roles += [Role(f"worker-{index}", ["worker"]) for index in range(WORKERS)]
         for role in service.roles:  # all at once: each spends seconds importing
             service.start(role, wait=False)
