@@ -1,0 +1,47 @@
+"""benchmarks/chaos_soak.py, shrunk to about 20 jobs and 3 faults (a worker killed -9,
+Redis restarted empty, Postgres restarted): every check holds, and nothing is left
+behind. The table's figures are asserted, not its timings."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.benchmarks.scripts import BENCHMARKS
+
+SHORT = ("--jobs", "20", "--minutes", "1", "--faults", "3", "--steps", "20")
+FAULTS = ("--kinds", "kill-worker,restart-redis,restart-postgres")
+
+
+def count(label: str, output: str) -> int:
+    match = re.search(rf"^  {re.escape(label)} +(\d+)", output, re.M)
+    assert match, f"{label!r} not in:\n{output}"
+    return int(match.group(1))
+
+
+def test_a_short_soak_keeps_every_promise() -> None:
+    run = subprocess.run(  # TMPDIR stays /tmp: the postgres user must reach the cluster's folder
+        [sys.executable, str(BENCHMARKS / "chaos_soak.py"), *SHORT, *FAULTS],
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    output = run.stdout
+    assert run.returncode == 0, output + run.stderr[-5000:]
+    assert count("kill -9 a worker (restarted after 0-10 s)", output) == 1
+    assert count("restart Redis empty", output) == 1
+    assert count("restart Postgres (immediate stop)", output) == 1
+    assert count("succeeded", output) + count("cancelled", output) == 20
+    checks = re.findall(r"^  .+? +(\d+) +[\d-]+  (PASS|FAIL)$", output, re.M)
+    assert len(checks) == 13 and all(verdict == "PASS" for _, verdict in checks), output
+    compared = re.search(r"bit for bit +0 +(\d+)  PASS", output)
+    assert compared and int(compared.group(1)) > 1000, "curves were compared"
+    assert "PASS: every check held" in output
+    folders = re.search(r"^Deployment: OPD_HOME (\S+), Postgres (\S+), Redis (\S+)$", output, re.M)
+    assert folders, output
+    assert not any(Path(folder).exists() for folder in folders.groups()), "folders left behind"
