@@ -33,6 +33,7 @@ from app.api.routes import (
     playground,
     prometheus,
     samples,
+    sweeps,
     teams,
     usage,
     webhooks,
@@ -49,7 +50,7 @@ api_router = APIRouter()
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
-for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads):
+for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads, sweeps):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
 

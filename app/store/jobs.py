@@ -106,10 +106,12 @@ async def create_job(
     spec: JobSpec,
     idempotency_key: str | None = None,
     limits: Limits | None = None,
+    trial: tuple[int, int] | None = None,
 ) -> ActionResult:
     """Store a new queued job. With an idempotency key already used by this team, return
     that job (`changed` False) if the spec is the same, else raise IdempotencyMismatch.
-    Over the team's queued limit, nothing is stored: QueueFull."""
+    Over the team's queued limit, nothing is stored: QueueFull. A sweep's trial names
+    (sweep id, trial number): an IntegrityError if that trial exists already."""
     limits = limits or Limits()
     digest = request_hash(spec)
     await lock_team(session, team_id)
@@ -125,6 +127,8 @@ async def create_job(
         priority=spec.priority,
         idempotency_key=idempotency_key,
         request_hash=digest if idempotency_key else None,
+        sweep_id=trial[0] if trial else None,
+        sweep_trial=trial[1] if trial else None,
     )
     session.add(job)
     try:
