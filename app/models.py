@@ -776,6 +776,9 @@ class Sweep(SQLModel, table=True):
     status: str = Field(default=SweepStatus.running, sa_type=String(16))
     definition: dict[str, Any] = Field(sa_type=JSON)
     """The SweepCreate as submitted, `base` the validated spec (`base_job`'s if given)."""
+    base_job_id: int | None = None
+    """The job whose spec `base` is, if the sweep started from one (no foreign key: a
+    job names its sweep, and the two tables should not point at each other)."""
     created_at: datetime = timestamp()
     updated_at: datetime = timestamp()
     finished_at: datetime | None = optional_timestamp()

@@ -39,12 +39,14 @@ EARLY_STOPPED = "early_stopped"
 
 
 async def create_sweep(session: AsyncSession, team_id: int, definition: SweepCreate) -> Sweep:
-    """Store a running sweep (its base already validated); the controller starts its trials."""
+    """Store a running sweep (its base already validated: `base_job`'s spec, if it names
+    one, is its base); the controller starts its trials."""
     now = utcnow()
     sweep = Sweep(
         team_id=team_id,
         name=definition.name,
-        definition=definition.model_dump(mode="json"),
+        definition=definition.model_dump(mode="json", exclude={"base_job"}),
+        base_job_id=definition.base_job,
         created_at=now,
         updated_at=now,
     )
@@ -168,7 +170,7 @@ def sweep_view(state: SweepState) -> SweepDetail:
         parallel=definition.parallel,
         seed=definition.seed,
         early_stop=definition.early_stop,
-        base_job=definition.base_job,
+        base_job=sweep.base_job_id,
         base=definition.base,
         created_at=sweep.created_at,
         finished_at=sweep.finished_at,

@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("definition", sa.JSON(), nullable=False),
+        sa.Column("base_job_id", sa.Integer(), nullable=True),
         timestamp("created_at"),
         timestamp("updated_at"),
         timestamp("finished_at", nullable=True),
