@@ -135,6 +135,8 @@ async def create_job(
         await session.flush()
     except IntegrityError:
         await session.rollback()
+        if idempotency_key is None:
+            raise  # the sweep's trial exists
         existing = (
             await session.execute(
                 select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency_key)
