@@ -51,20 +51,30 @@ def sweep_line(sweep: dict[str, Any]) -> str:
 
 
 def by_metric(trials: list[dict[str, Any]], maximize: bool) -> list[dict[str, Any]]:
-    """Best metric first; trials without one last, by number."""
-    scored = [t for t in trials if t["metric"] is not None]
-    rest = [t for t in trials if t["metric"] is None]
-    return sorted(scored, key=lambda t: t["metric"], reverse=maximize) + rest
+    """Succeeded trials by metric, best first; then the others (stopped early or not
+    finished: their last value is not comparable) by metric; those without one last."""
+
+    def rank(trial: dict[str, Any]) -> tuple[bool, bool, float]:
+        metric = trial["metric"]
+        value = 0.0 if metric is None else (-metric if maximize else metric)
+        return trial["status"] != "succeeded", metric is None, value
+
+    return sorted(trials, key=rank)
+
+
+def shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def trial_table(sweep: dict[str, Any]) -> list[str]:
     paths = list(sweep["parameters"])
-    width = {path: max(len(path), 10) for path in paths}
+    trials = sweep["trials"]
+    width = {p: max([len(p), *(len(shown(t["values"][p])) for t in trials)]) for p in paths}
     head = f"{'trial':>5}  {'job':>6}  {'status':<10} {'steps':>11}  {'metric':>10}  "
     lines = [head + "  ".join(f"{path:<{width[path]}}" for path in paths) + "  note"]
     maximize = sweep["metric"]["goal"] == "maximize"
-    for trial in by_metric(sweep["trials"], maximize):
-        values = "  ".join(f"{trial['values'][p]!s:<{width[p]}}" for p in paths)
+    for trial in by_metric(trials, maximize):
+        values = "  ".join(f"{shown(trial['values'][p]):<{width[p]}}" for p in paths)
         steps = f"{trial['steps_done']}/{trial['total_steps']}"
         lines.append(
             f"{trial['number']:>5}  {trial['job_id']:>6}  {trial['status']:<10} {steps:>11}  "
