@@ -63,7 +63,7 @@ def check_trials(body: SweepCreate, settings: SettingsDep) -> None:
 
 
 @router.post(
-    "", status_code=201, response_model=SweepDetail, responses=error_responses(403, 404, 413)
+    "", status_code=201, response_model=SweepDetail, responses=error_responses(400, 403, 404, 413)
 )
 async def submit_sweep(
     body: SweepCreate, session: SessionDep, principal: PrincipalDep, settings: SettingsDep
