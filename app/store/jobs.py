@@ -314,7 +314,12 @@ async def complete_job(
     plan = Plan(
         JobStatus.succeeded,
         f"Succeeded; final weights at {final_weights_path}",
-        {"final_weights_path": final_weights_path, "steps_done": Job.total_steps, **RELEASED},
+        {
+            "final_weights_path": final_weights_path,
+            "steps_done": Job.total_steps,
+            "stop_reason": None,  # a stop asked for too late did not happen
+            **RELEASED,
+        },
     )
     return await finish(session, job_id, worker_id, lambda _job: plan)
 

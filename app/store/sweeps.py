@@ -156,7 +156,11 @@ def sweep_view(state: SweepState) -> SweepDetail:
     best = None
     if finished:
         best = next(t for t in finished if t.metric == finished[-1].best_so_far)
-    saved = sum(t.total_steps - t.steps_done for t in trials if t.stop_reason == EARLY_STOPPED)
+    saved = sum(
+        t.total_steps - t.steps_done
+        for t in trials
+        if t.stop_reason == EARLY_STOPPED and t.status == JobStatus.cancelled
+    )
     assert sweep.id is not None and definition.base is not None
     return SweepDetail(
         id=sweep.id,

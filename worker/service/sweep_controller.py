@@ -32,7 +32,12 @@ async def control_sweeps(
     created = []
     async with sessions() as session:
         for sweep_id in await claim_sweeps(session, owner, settings.heartbeat_timeout):
-            done = await advance(session, sweep_id, owner, limits)
+            try:
+                done = await advance(session, sweep_id, owner, limits)
+            except Exception:  # one sweep's trouble must not hold up the others
+                log.exception("sweep %s: pass failed; the next pass retries", sweep_id)
+                await session.rollback()
+                continue
             for job_id in done.created:
                 await enqueue_job(session, queue, job_id)
             created.extend(done.created)

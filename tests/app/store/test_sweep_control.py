@@ -8,8 +8,20 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 
-from app.models import Job, JobStatus, Sweep, SweepCreate, SweepStatus, Team, utcnow
+from app.models import (
+    EarlyStop,
+    Job,
+    JobStatus,
+    StepMetric,
+    Sweep,
+    SweepCreate,
+    SweepStatus,
+    Team,
+    utcnow,
+)
+from app.store.jobs import claim_job, complete_job
 from app.store.limits import Limits
+from app.store.rows import get_job
 from app.store.sweep_control import Pass, add_trials, advance, claim_sweeps
 from app.store.sweeps import create_sweep, get_sweep, read_state, trials_of
 from tests.app.conftest import small_spec
@@ -131,3 +143,24 @@ async def test_the_sweep_completes_once_its_last_trial_ended(session, key):
     ended = await get_sweep(session, sweep.id)
     assert (ended.status, ended.lease_owner) == (SweepStatus.completed, None)
     assert sweep.id not in await claim_sweeps(session, OWNER, 60)
+
+
+async def test_a_trial_that_lost_at_a_rung_is_asked_to_stop_once(session, key):
+    definition = random_sweep(parallel=2, max_trials=2).model_copy(
+        update={"early_stop": EarlyStop(type="asha", min_steps=1, eta=2)}
+    )
+    sweep = await create_sweep(session, key.team.id, definition)
+    leader, loser = (await step(session, sweep.id)).created
+    for job_id, value in ((leader, 1.0), (loser, 2.0)):
+        assert await claim_job(session, job_id, "w", heartbeat_timeout=60) is not None
+        for at in (0, 1):
+            session.add(StepMetric(job_id=job_id, step=at, metrics={"opd/reverse_kl_mean": value}))
+    await session.commit()
+
+    assert (await step(session, sweep.id)).stopped == [loser]
+    assert (await step(session, sweep.id)).stopped == []  # already stopping
+    stopping = await get_job(session, loser)
+    assert (stopping.status, stopping.stop_reason) == (JobStatus.cancelling, "early_stopped")
+    assert (await get_job(session, leader)).status == JobStatus.running
+    finished = await complete_job(session, loser, "w", "weights")  # it ended first
+    assert (finished.status, finished.stop_reason) == (JobStatus.succeeded, None)
