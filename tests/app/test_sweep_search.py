@@ -4,9 +4,11 @@ Optuna's ask-and-tell on a history, and values checked as job specs."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from app.models import SweepCreate
@@ -127,3 +129,12 @@ def test_a_trial_spec_is_the_base_with_the_values_at_their_paths() -> None:
     assert spec.eval is not None and spec.eval.holdout == 1  # a null group is made
     assert spec.name == "s-3"
     assert spec.loop.steps == small_spec()["loop"]["steps"]
+
+
+def test_the_tiny_example_sweep_is_valid() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "sweep-tiny.yaml"
+    example = SweepCreate.model_validate(yaml.safe_load(path.read_text()))
+    assert example.base is not None
+    for values in extremes(example):
+        trial_spec(example.base, values, example.name)
+    assert planned_trials(example) == example.max_trials
