@@ -31,6 +31,7 @@ class Principal:
     key_scope: Scope = Scope.submit
     key_prefix: str | None = None
     expires_at: datetime | None = None
+    team_name: str = ""
 
     @property
     def is_admin(self) -> bool:
@@ -140,14 +141,14 @@ async def authenticate_hash(
         return principal
     row = (
         await session.execute(
-            select(ApiKey.team_id, ApiKey.scope, ApiKey.prefix, ApiKey.expires_at).where(
-                ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None)
-            )
+            select(ApiKey.team_id, ApiKey.scope, ApiKey.prefix, ApiKey.expires_at, Team.name)
+            .join(Team, Team.id == ApiKey.team_id)
+            .where(ApiKey.key_hash == key_hash, ApiKey.revoked_at.is_(None))
         )
     ).one_or_none()
     if row is None:
         return None
-    principal = Principal(row.team_id, Scope(row.scope), row.prefix, row.expires_at)
+    principal = Principal(row.team_id, Scope(row.scope), row.prefix, row.expires_at, row.name)
     if cache is not None:
         cache.put(key_hash, principal)
     return principal

@@ -22,6 +22,7 @@ from kernel.summary import JobSummary, summary_lines
 from opd.client import ApiError
 from opd.outputs import add_output_commands
 from opd.shading import sample_text
+from opd.sweeps import add_sweep_commands
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -283,9 +284,11 @@ def client(args: argparse.Namespace) -> OPDClient:
 
 def job_line(job: dict) -> str:
     error = f"  [{job['error']['code']}] {job['error']['message']}" if job["error"] else ""
+    trial = f"  sweep {job['sweep_id']} trial {job['sweep_trial']}" if job.get("sweep_id") else ""
+    stopped = f" ({job['stop_reason']})" if job.get("stop_reason") else ""
     return (
         f"{job['id']:>6}  {job['status']:<10} {job['steps_done']:>6}/{job['total_steps']:<6} "
-        f"{job['name']}{error}"
+        f"{job['name']}{stopped}{trial}{error}"
     )
 
 
@@ -476,6 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     samples.add_argument("--limit", type=int, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
     add_output_commands(commands, http)
+    add_sweep_commands(commands, http)
 
     usage = commands.add_parser("usage", parents=[http], help="tokens used, per job or per day")
     usage.add_argument("--since", type=duration, default=timedelta(days=7), metavar="7d")

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SweepNotFound
 from app.store.teams import TeamNotFound
 from app.store.webhooks import WebhookNotFound
 from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
@@ -175,6 +175,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(JobNotFound, on_not_found)
+    app.add_exception_handler(SweepNotFound, on_not_found)
     app.add_exception_handler(WebhookNotFound, on_not_found)
     app.add_exception_handler(TeamNotFound, on_not_found)
     app.add_exception_handler(IllegalTransition, on_conflict)

@@ -34,6 +34,7 @@ from app.api.routes import (
     playground,
     prometheus,
     samples,
+    sweeps,
     teams,
     usage,
     webhooks,
@@ -52,7 +53,7 @@ api_router = APIRouter()
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
-for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads, openai):
+for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads, sweeps, openai):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
 

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     sweep_interval: float = Field(
         10.0, gt=0, description="Seconds between sweeps for lost or orphaned jobs."
     )
+    sweeps_interval: float = Field(
+        2.0, gt=0, description="Seconds between a worker's passes over the running sweeps."
+    )
     migrate_on_start: bool = Field(True, description="Apply migrations when the API starts.")
     max_body_bytes: int = Field(MIB, ge=1024, description="Largest request body accepted.")
     stream_poll_interval: float = Field(

@@ -17,3 +17,7 @@ class IdempotencyMismatch(ValueError):
 
 class JobNotHeld(Exception):
     """The worker no longer holds this job: another worker took it over, or it ended."""
+
+
+class SweepNotFound(LookupError):
+    """No sweep with this id (or none the caller may see)."""

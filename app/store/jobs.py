@@ -126,13 +126,15 @@ async def create_job(
     spec: JobSpec,
     idempotency: Idempotency | None = None,
     limits: Limits | None = None,
+    trial: tuple[int, int] | None = None,
     *,
     commit: bool = True,
 ) -> ActionResult:
     """Store a new queued job (commit=False: the caller commits). With an idempotency key
     already used by this team, return that job (`changed` False) if the request is the
     same, else raise IdempotencyMismatch. Over the team's queued limit, nothing is stored:
-    QueueFull."""
+    QueueFull. A sweep's trial names (sweep id, trial number): an IntegrityError if that
+    trial exists already."""
     limits = limits or Limits()
     await lock_team(session, team_id)
     now = utcnow()
@@ -147,6 +149,8 @@ async def create_job(
         priority=spec.priority,
         idempotency_key=idempotency.key if idempotency else None,
         request_hash=idempotency.fingerprint if idempotency else None,
+        sweep_id=trial[0] if trial else None,
+        sweep_trial=trial[1] if trial else None,
     )
     session.add(job)
     try:
@@ -154,7 +158,7 @@ async def create_job(
     except IntegrityError:
         await session.rollback()
         if idempotency is None:
-            raise
+            raise  # the sweep's trial exists
         existing = (
             await session.execute(
                 select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency.key)
@@ -335,7 +339,12 @@ async def complete_job(
     plan = Plan(
         JobStatus.succeeded,
         f"Succeeded; final weights at {final_weights_path}",
-        {"final_weights_path": final_weights_path, "steps_done": Job.total_steps, **RELEASED},
+        {
+            "final_weights_path": final_weights_path,
+            "steps_done": Job.total_steps,
+            "stop_reason": None,  # a stop asked for too late did not happen
+            **RELEASED,
+        },
     )
     return await finish(session, job_id, worker_id, lambda _job: plan)
 

@@ -31,7 +31,7 @@ def message_id() -> str:
 async def stage(
     session: AsyncSession,
     team_id: int,
-    job_id: int,
+    job_id: int | None,
     event: WebhookEvent,
     data: dict[str, Any],
     now: datetime,

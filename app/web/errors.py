@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SweepNotFound
 from app.web.templating import render
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ def describe(exc: Exception) -> tuple[int, str]:
         return exc.status_code, exc.message
     if isinstance(exc, JobNotFound):
         return 404, "No such job (or it belongs to another team)."
+    if isinstance(exc, SweepNotFound):
+        return 404, "No such sweep (or it belongs to another team)."
     if isinstance(exc, IllegalTransition):
         return 409, str(exc)
     if isinstance(exc, IdempotencyMismatch):
@@ -88,6 +90,7 @@ def install_error_pages(app: FastAPI, is_dashboard: Callable[[str], bool]) -> No
         RequestValidationError,
         StarletteHTTPException,
         JobNotFound,
+        SweepNotFound,
         IllegalTransition,
         IdempotencyMismatch,
         OperationalError,

@@ -30,10 +30,10 @@ async def test_keys_authenticate_as_their_team(session):
     second = await create_key(session, "auth-team-b", scope=Scope.admin)
     assert first.team.id == second.team.id, "a second key joins the existing team"
     assert await authenticate(session, first.key) == Principal(
-        first.team.id, Scope.submit, first.api_key.prefix
+        first.team.id, Scope.submit, first.api_key.prefix, team_name="auth-team-b"
     )
     assert await authenticate(session, second.key) == Principal(
-        first.team.id, Scope.admin, second.api_key.prefix
+        first.team.id, Scope.admin, second.api_key.prefix, team_name="auth-team-b"
     )
     assert (await authenticate(session, second.key)).scope is None, "admins see every team"
     assert await authenticate(session, first.key + "x") is None
@@ -63,5 +63,5 @@ async def test_a_command_line_can_create_a_key_on_its_own_engine(database_url):
         new = await create_key(session, "auth-team-cli")
     async with standalone_session(database_url) as session:
         assert await authenticate(session, new.key) == Principal(
-            new.team.id, Scope.submit, new.api_key.prefix
+            new.team.id, Scope.submit, new.api_key.prefix, team_name="auth-team-cli"
         )

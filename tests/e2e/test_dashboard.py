@@ -243,3 +243,69 @@ def test_try_a_checkpoint_from_the_jobs_page(page, service, shots):
     expect(outputs.nth(2).locator("header")).to_contain_text("Untrained student")
     assert outputs.nth(0).locator(".tok").count() > 0
     shot(page, shots, "try-it")
+
+
+def test_a_sweep_started_from_a_jobs_page(page, service, shots, other_key):
+    job = service.submit(tiny_spec(steps=4, batch_size=1, group_size=2) | {"name": "sweep-base"})
+    service.wait(job["id"])
+    sign_in(page, service, service.key)
+    expect(page.locator("header .who")).to_have_text("team e2e")
+    page.goto(f"{service.url}/ui/jobs/{job['id']}")
+    page.click("#sweep-from-job")
+    expect(page).to_have_url(re.compile(rf"/ui/sweeps/new\?base_job={job['id']}$"))
+    prefilled = yaml.safe_load(page.locator("#definition").input_value())
+    assert prefilled["base_job"] == job["id"]
+    definition = prefilled | {
+        "name": "from-the-page",
+        "method": "grid",
+        "parameters": {
+            "optim.learning_rate": {"values": [1.0e-3, 3.0e-3]},
+            "loop.loss_fn": {"values": ["importance_sampling", "ppo"]},
+        },
+        "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+        "max_trials": 4,
+        "parallel": 2,
+        "early_stop": None,
+    }
+    page.fill("#definition", yaml.safe_dump(definition))
+    page.click("#submit-sweep")
+    expect(page).to_have_url(re.compile(r"/ui/sweeps/\d+$"))
+    sweep_id = int(page.url.rsplit("/", 1)[1])
+    deadline = time.monotonic() + 180
+    while (sweep := service.client().request("GET", f"/v1/sweeps/{sweep_id}"))[
+        "status"
+    ] == "running":
+        assert time.monotonic() < deadline, service.logs()
+        time.sleep(0.5)
+    assert sweep["status"] == "completed"
+
+    page.reload()
+    best = sweep["best"]
+    expect(page.locator("#best-trial")).to_contain_text(f"Trial {best['number']}")
+    expect(page.locator("#best-spec")).to_contain_text("name: from-the-page-")
+    rows = page.locator("#trials-table tbody tr")
+    expect(rows).to_have_count(4)
+    expect(rows.nth(0).locator("a")).to_have_attribute(
+        "href", f"/ui/jobs/{sweep['trials'][0]['job_id']}"
+    )
+    page.click("#metric-column")  # ascending: the best (lowest reverse KL) first
+    expect(rows.nth(0)).to_have_attribute("data-trial", str(best["number"]))
+    page.click("#metric-column")  # descending: the worst first
+    worst = max(sweep["trials"], key=lambda trial: trial["metric"])
+    expect(rows.nth(0).locator("td.metric")).to_have_attribute("data-value", str(worst["metric"]))
+    for index in range(2):
+        scatter = page.locator(f"#scatter-{index}")
+        expect(scatter.locator("canvas")).to_have_count(1)
+        expect(scatter).to_have_attribute("data-points", "4")
+    expect(page.locator("#chart-best")).to_have_attribute("data-series", "3", timeout=WAIT_MS)
+    expect(page.locator("#chart-best .u-legend")).to_contain_text(f"trial {best['number']}")
+    shot(page, shots, "sweep")
+
+    page.goto(f"{service.url}/ui/jobs/{best['job_id']}")
+    expect(page.locator("body")).to_contain_text(f"sweep {sweep_id}, trial {best['number']}")
+    elsewhere = page.context.browser.new_context()  # another team's own session
+    theirs = elsewhere.new_page()
+    sign_in(theirs, service, other_key)
+    assert theirs.goto(f"{service.url}/ui/sweeps/{sweep_id}").status == 404
+    expect(theirs.locator(".error-page")).to_contain_text("No such sweep")
+    elsewhere.close()

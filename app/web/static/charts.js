@@ -62,3 +62,11 @@ async function fetchCurves(jobId, keys, maxPoints) {
   if (!response.ok) throw new Error(`metrics of job ${jobId}: HTTP ${response.status}`);
   return (await response.json()).curves;
 }
+
+// Every job's curve in one call to GET /v1/metrics?jobs=...
+async function fetchJobsCurves(ids, key, maxPoints) {
+  const query = new URLSearchParams({ jobs: ids.join(","), keys: key, max_points: String(maxPoints) });
+  const response = await fetch(`/v1/metrics?${query}`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`metrics of jobs ${ids}: HTTP ${response.status}`);
+  return (await response.json()).jobs.map((job) => job.curves);
+}

@@ -3,14 +3,6 @@
 
 const compare = JSON.parse(document.getElementById("compare-config").textContent);
 
-// Every job's curve in one call to GET /v1/metrics?jobs=...
-async function fetchJobsCurves(ids, key, maxPoints) {
-  const query = new URLSearchParams({ jobs: ids.join(","), keys: key, max_points: String(maxPoints) });
-  const response = await fetch(`/v1/metrics?${query}`, { credentials: "same-origin" });
-  if (!response.ok) throw new Error(`metrics of jobs ${ids}: HTTP ${response.status}`);
-  return (await response.json()).jobs.map((job) => job.curves);
-}
-
 async function drawComparison() {
   const curves = await fetchJobsCurves(compare.jobs.map((job) => job.id), compare.metric, compare.max_points);
   const labels = compare.jobs.map((job) => `#${job.id} ${job.name}`);

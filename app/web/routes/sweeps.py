@@ -1,0 +1,160 @@
+"""Sweeps on the dashboard: the list, a sweep's page (its trials, a scatter per parameter,
+the best trials' curves, the best trial's spec), a new sweep from a job, and cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import RedirectResponse
+from pydantic import ValidationError
+
+from app.api.deps import MAX_ID, SessionDep, SettingsDep
+from app.api.errors import ApiError
+from app.api.routes.sweeps import SweepId, check_trials, resolved
+from app.models import Scope, SweepCreate, SweepDetail, SweepStatus, TrialPublic
+from app.store.audit import record_audit
+from app.store.errors import JobNotFound
+from app.store.rows import get_job
+from app.store.sweeps import cancel_sweep, create_sweep, list_sweeps, read_sweep
+from app.web.charts import MAX_POINTS
+from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
+from app.web.templating import render
+from kernel.spec import format_validation_error
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+LISTED = 100
+BEST_CURVES = 3
+
+
+@router.get("/sweeps")
+async def sweeps_page(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
+    """The team's sweeps (every team's for an admin), newest first."""
+    sweeps, _ = await list_sweeps(session, viewer.scope, None, LISTED)
+    return render(request, "sweeps.html", {"viewer": viewer, "sweeps": sweeps})
+
+
+def ranked(detail: SweepDetail) -> list[TrialPublic]:
+    """Trials with a metric, best first: succeeded ones, then the rest."""
+    maximize = detail.metric.goal == "maximize"
+    scored = [t for t in detail.trials if t.metric is not None]
+    scored.sort(key=lambda t: (t.status != "succeeded", -t.metric if maximize else t.metric))  # type: ignore[operator]
+    return scored
+
+
+def starting_definition(job_id: int, spec: dict[str, Any]) -> str:
+    """A sweep around job `job_id`: its learning rate / 3 .. * 3 and two losses, ASHA from a
+    ninth of its steps."""
+    rate = spec.get("optim", {}).get("learning_rate", 1e-4)
+    steps = spec.get("loop", {}).get("steps", 9)
+    has_eval = spec.get("eval") is not None
+    definition = {
+        "name": f"{spec.get('name', 'job')}-sweep"[:100],
+        "base_job": job_id,
+        "parameters": {
+            "optim.learning_rate": {
+                "min": float(f"{rate / 3:.3g}"),
+                "max": float(f"{rate * 3:.3g}"),
+                "distribution": "log_uniform",
+            },
+            "loop.loss_fn": {"values": ["importance_sampling", "ppo"]},
+        },
+        "method": "tpe",
+        "metric": {"name": "eval/accuracy", "goal": "maximize"}
+        if has_eval
+        else {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+        "max_trials": 8,
+        "parallel": 2,
+        "seed": 0,
+        "early_stop": {"type": "asha", "min_steps": max(1, steps // 9), "eta": 3},
+    }
+    return yaml.safe_dump(definition, sort_keys=False)
+
+
+def form_page(request: Request, viewer: object, text: str, error: str | None) -> Response:
+    context = {"viewer": viewer, "text": text, "error": error}
+    return render(request, "new_sweep.html", context, 422 if error else 200)
+
+
+@router.get("/sweeps/new")
+async def new_sweep_page(
+    request: Request,
+    session: SessionDep,
+    viewer: ViewerDep,
+    base_job: Annotated[int, Query(ge=1, le=MAX_ID)],
+) -> Response:
+    """The form, prefilled with a sweep around job `base_job`."""
+    job = await get_job(session, base_job, viewer.scope)
+    return form_page(request, viewer, starting_definition(base_job, job.spec), None)
+
+
+@router.post("/sweeps/new")
+async def submit_sweep(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    viewer: SubmitterDep,
+    form: FormDep,
+) -> Response:
+    """Create the sweep as POST /v1/sweeps does and go to its page; on an error show the
+    form again with the message. Needs the `submit` scope; audited."""
+    text = form.get("definition", "")
+    try:
+        data = yaml.safe_load(text)
+        body = SweepCreate.model_validate(data)
+        definition = await resolved(body, session, viewer)
+        check_trials(definition, settings)
+    except yaml.YAMLError as error:
+        return form_page(request, viewer, text, f"Not valid YAML: {error}")
+    except ValidationError as error:
+        return form_page(request, viewer, text, format_validation_error(error))
+    except ApiError as error:
+        return form_page(request, viewer, text, error.detail.message)
+    except JobNotFound as error:
+        return form_page(request, viewer, text, f"base_job: {error}")
+    sweep = await create_sweep(session, viewer.team_id, definition)
+    await record_audit(
+        session, viewer, "sweep.create", f"sweep {sweep.id}", 303, {"via": "dashboard"}
+    )
+    return RedirectResponse(f"/ui/sweeps/{sweep.id}", status_code=303)
+
+
+@router.get("/sweeps/{sweep_id}")
+async def sweep_page(
+    request: Request, sweep_id: SweepId, session: SessionDep, viewer: ViewerDep
+) -> Response:
+    detail = await read_sweep(session, sweep_id, viewer.scope)
+    best_spec = None
+    if detail.best is not None:
+        best_job = await get_job(session, detail.best.job_id)
+        best_spec = yaml.safe_dump(best_job.spec, sort_keys=False, allow_unicode=True)
+    config = {
+        "metric": detail.metric.name,
+        "goal": detail.metric.goal,
+        "parameters": {
+            path: {"log": p.distribution == "log_uniform", "values": p.values}
+            for path, p in detail.parameters.items()
+        },
+        "trials": [t.model_dump(mode="json") for t in detail.trials],
+        "best_jobs": [t.job_id for t in ranked(detail)[:BEST_CURVES]],
+        "max_points": MAX_POINTS,
+    }
+    context = {
+        "viewer": viewer,
+        "sweep": detail,
+        "paths": list(detail.parameters),
+        "best_spec": best_spec,
+        "config": config,
+        "can_cancel": viewer.allows(Scope.submit) and detail.status == SweepStatus.running,
+    }
+    return render(request, "sweep.html", context)
+
+
+@router.post("/sweeps/{sweep_id}/cancel", dependencies=CSRF_CHECKED)
+async def cancel(sweep_id: SweepId, session: SessionDep, viewer: SubmitterDep) -> Response:
+    await cancel_sweep(session, sweep_id, viewer.scope)
+    detail = {"via": "dashboard"}
+    await record_audit(session, viewer, "sweep.cancel", f"sweep {sweep_id}", 303, detail)
+    return RedirectResponse(f"/ui/sweeps/{sweep_id}", status_code=303)

@@ -1,0 +1,73 @@
+"""The sweep pages over HTTP: the form from a job is prefilled and shows what is wrong
+without storing anything; a read key sees the page but not the form's action; the list and
+the page are the team's own; the header names the team."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import yaml
+
+from app.models import Scope
+from tests.app.conftest import auth
+from tests.app.web.conftest import post_form
+
+TEXTAREA = re.compile(r'<textarea name="definition"[^>]*>(.*?)</textarea>', re.S)
+
+
+async def test_a_sweep_from_a_job_is_checked_then_created(client, key, sign_in, submit):
+    job = await submit()
+    await sign_in(key)
+    assert f"team {key.team.name}" in (await client.get("/ui/jobs")).text
+    form = await client.get(f"/ui/sweeps/new?base_job={job['id']}")
+    definition = yaml.safe_load(html.unescape(TEXTAREA.search(form.text).group(1)))
+    assert definition["base_job"] == job["id"]
+
+    bad = yaml.safe_dump(definition | {"parameters": {"student.lora_rank": {"values": [2]}}})
+    refused = await post_form(client, "/ui/sweeps/new", form, definition=bad)
+    assert refused.status_code == 422
+    assert "parameters.student.lora_rank" in refused.text
+    broken = await post_form(client, "/ui/sweeps/new", form, definition="name: [")
+    assert broken.status_code == 422 and "Not valid YAML" in broken.text
+    assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
+
+    created = await post_form(client, "/ui/sweeps/new", form, definition=yaml.safe_dump(definition))
+    assert created.status_code == 303
+    page = await client.get(created.headers["location"])
+    assert page.status_code == 200
+    assert "No trial has started yet" in page.text
+    assert "/cancel" in page.text
+    listed = await client.get("/ui/sweeps")
+    assert definition["name"] in listed.text
+
+
+async def test_a_read_key_sees_the_page_but_cannot_cancel(client, key, make_key, sign_in):
+    sweep = (
+        await client.post(
+            "/v1/sweeps",
+            json={
+                "name": "looked-at",
+                "base": {
+                    "backend": "local",
+                    "dataset": {"source": "inline", "prompts": ["1 + 1?"]},
+                },
+                "parameters": {"optim.learning_rate": {"values": [1e-3]}},
+                "method": "grid",
+                "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            },
+            headers=auth(key),
+        )
+    ).json()
+    reader = await make_key(key.team.name, scope=Scope.read)
+    await sign_in(reader)
+    page = await client.get(f"/ui/sweeps/{sweep['id']}")
+    assert page.status_code == 200 and "looked-at" in page.text
+    assert f"/ui/sweeps/{sweep['id']}/cancel" not in page.text
+    refused = await post_form(client, f"/ui/sweeps/{sweep['id']}/cancel", page)
+    assert refused.status_code == 403
+
+    stranger = await make_key()
+    await sign_in(stranger)
+    assert (await client.get(f"/ui/sweeps/{sweep['id']}")).status_code == 404
+    assert "looked-at" not in (await client.get("/ui/sweeps")).text
