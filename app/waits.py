@@ -32,8 +32,8 @@ class Waits:
         reads are done, for the wait inside the block."""
         if self.waiting[team_id] >= self.per_team:
             raise TooManyWaiting(
-                f"this team already has {self.per_team} requests waiting for a worker "
-                f"(OPD_TEAM_MAX_WAITING); retry in {RETRY_AFTER_SECONDS} s"
+                "this team already has as many requests waiting for a worker as it may "
+                f"({self.per_team}, OPD_TEAM_MAX_WAITING); retry in {RETRY_AFTER_SECONDS} s"
             )
         self.waiting[team_id] += 1
         try:

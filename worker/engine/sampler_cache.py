@@ -6,14 +6,16 @@ checkpoints again and again. Clients are kept in least-recently-used order and e
 past `max_entries`, or past `max_bytes` of what they hold in this process (a local model's
 tensors; a remote client weighs next to nothing).
 
-The bounds cover what loads as well as what is kept: a load first reserves room for the
-model (its size as measured when a sampler of that base model was last loaded, or, never
-loaded yet, the whole bound, so it loads alone), evicting the least recently used to make
-it, and waits while loads in flight leave none. Kept and loading together stay within
-both bounds (a request still using a sampler that was evicted holds it until it ends). A
-model larger than `max_bytes` is a clear error (`model_too_large`), found by its one load
-and then known without loading again. Concurrent requests for one model wait for one load.
-Backends are connected once per backend and options.
+The bounds cover what loads as well as what is kept. A model's size is known once a
+sampler of its base model has loaded here: a load of a known size first reserves room for
+it beside the loads in flight (waiting while they leave none) and evicts the least
+recently used to make it, so kept and loading together stay within both bounds. A model
+never loaded yet loads alone (no other load of weight in flight); the ones kept are
+trimmed once it has loaded, so only that first load may briefly hold one model more. A
+request still using a sampler that was evicted holds it until it ends. A model larger
+than `max_bytes` is a clear error (`model_too_large`), found by its one load and then known
+without loading again. Concurrent requests for one model wait for one load. Backends are
+connected once per backend and options.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ class SamplerCache:
     async def reserve(self, key: SamplerKey) -> int:
         """Room for a sampler of `key`'s model beside the loads in flight (waiting while
         they leave none; a load that ends meanwhile may tell its size), made by evicting
-        the least recently used; returns the bytes reserved."""
+        the least recently used; a model never loaded reserves the whole bound (it loads
+        alone) and is weighed once loaded. Returns the bytes reserved."""
         while True:
             known = self.sizes.get(key.model)
             if known is not None and known > self.max_bytes:
@@ -148,7 +151,8 @@ class SamplerCache:
             await self.room_freed.wait()
         self.reservations += 1
         self.reserved += estimate
-        self.evict()
+        if known is not None:
+            self.evict()
         return estimate
 
     def release(self, estimate: int, key: SamplerKey, kept: Entry | None) -> None:

@@ -4,6 +4,7 @@ takes says so. (With a worker: tests/e2e/test_playground.py and test_dashboard.p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -12,7 +13,8 @@ import pytest
 from app.models import Scope
 from app.store.jobs import claim_job
 from app.store.records import record_checkpoint
-from tests.app.conftest import serve
+from app.worker_tasks import quick_queue
+from tests.app.conftest import auth, serve
 from tests.app.web.conftest import csrf_of, post_form
 
 
@@ -58,3 +60,24 @@ async def test_a_read_key_sees_no_panel_and_cannot_sample(browser, session, subm
         f"/ui/jobs/{job['id']}/try", data={"csrf_token": csrf_of(page), "prompt": "x"}
     )
     assert refused.status_code == 403 and "submit&#39; scope" in refused.text
+
+
+async def test_past_the_teams_waiting_bound_the_panel_says_so_with_a_429(
+    settings, session, submit, key, redis, queue_name
+):
+    """The panel and the API share the team's places: one API request waits, so the panel's
+    is refused at once."""
+    async with serve(settings.model_copy(update={"team_max_waiting": 1})) as browser:
+        job, page = await signed_in_job_page(browser, session, submit, key)
+        body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
+        waiting = asyncio.create_task(
+            browser.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+        )
+        while not await redis.zcard(quick_queue(queue_name)) and not waiting.done():
+            await asyncio.sleep(0.02)
+        url = f"/ui/jobs/{job['id']}/try"
+        refused = await post_form(browser, url, page, prompt="What is 2 + 3?", checkpoint="2")
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
+    assert "waiting for a worker as it may (1, OPD_TEAM_MAX_WAITING)" in refused.text

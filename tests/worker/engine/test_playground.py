@@ -94,11 +94,13 @@ async def test_a_second_request_finds_the_models_loaded(trained):
     samplers = cache_for(trained.artifacts)
     first = await answer(task(trained, compare=["base"]), samplers)
     second = await answer(task(trained, compare=["base"]), samplers)
+    with_teacher = await answer(task(trained, compare=["teacher", "base"]), samplers)
 
     assert [o.cached for o in first.outputs] == [False, False]
     assert [o.cached for o in second.outputs] == [True, True]
-    assert len(samplers.entries) == 2
     assert first.outputs[0].completions[0].reverse_kl is None  # no teacher, no KL
+    assert [o.cached for o in with_teacher.outputs] == [True, False, True], "none evicted"
+    assert len(samplers.entries) == 3
 
 
 async def test_a_chat_is_rendered_with_the_chat_template_as_given(trained):

@@ -181,5 +181,5 @@ async def test_past_the_teams_bound_a_wait_is_a_429_with_retry_after(
         assert answer.status_code == 429, answer.text
         assert answer.headers["retry-after"] == "5"
         assert answer.json()["error"]["code"] == "too_many_requests"
-        assert "already has 2 requests waiting" in answer.json()["error"]["message"]
+        assert "as it may (2, OPD_TEAM_MAX_WAITING)" in answer.json()["error"]["message"]
     assert not ended, "the other team's request waits in a place of its own"
