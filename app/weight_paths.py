@@ -97,10 +97,11 @@ async def checked_weights(
             ("student.base_model", spec.student.base_model),
             ("teacher.base_model", spec.teacher.base_model),
         ):
-            if is_path(model) and not model.startswith("/"):
+            if not is_path(model):
+                continue
+            if not model.startswith("/"):  # relative to the worker's directory, unknowable
                 raise SpecRefused(param, BASE_MODEL_RULE)
-            if is_path(model):
-                local_folder(param, model, settings, BASE_MODEL_RULE)
+            local_folder(param, model, settings, BASE_MODEL_RULE)
     path = spec.teacher.model_path
     if path is None:
         return spec
