@@ -219,6 +219,8 @@ class Job(SQLModel, table=True):
     teacher_tokens: int = Field(default=0, sa_type=BigInteger)
     trained_tokens: int = Field(default=0, sa_type=BigInteger)
     eval_tokens: int = Field(default=0, sa_type=BigInteger)
+    mlflow_run_id: str | None = Field(default=None, sa_type=String(64))
+    """The MLflow run the job is mirrored into (trackers.mlflow), once a worker opened it."""
 
     @property
     def error(self) -> dict[str, str] | None:
@@ -270,6 +272,9 @@ class JobPublic(BaseModel):
     last_state_step: int | None = Field(description="Steps done when that state was saved.")
     queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
     priority: int = Field(description="Orders the job among its own team's queued jobs only.")
+    mlflow_run_id: str | None = Field(
+        None, description="The MLflow run it is mirrored into (trackers.mlflow), once opened."
+    )
     usage: JobUsage
     summary: JobSummary = Field(
         description="Reverse KL first and last; held-out eval accuracy and KL before and "

@@ -48,6 +48,17 @@ async def record_event(
     return detach(session, event)
 
 
+async def record_mlflow_run(session: AsyncSession, job_id: int, run_id: str) -> None:
+    """Keep the MLflow run a job is mirrored into, for its later attempts (the first kept
+    stays)."""
+    await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.mlflow_run_id.is_(None))
+        .values(mlflow_run_id=run_id)
+    )
+    await session.commit()
+
+
 def upsert_metrics(
     dialect: str, job_id: int, step: int, metrics: dict[str, Any], now: datetime
 ) -> Any:

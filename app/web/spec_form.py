@@ -3,6 +3,7 @@ rule for dataset files), with each problem placed at the line of its field."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec, SpecError, parse_spec
+from kernel.spec import FileDataset, JobSpec, SpecError, parse_spec, unlisted_tracker
 
 MAX_SPEC_CHARS = 200_000
 
@@ -31,8 +32,9 @@ class SpecCheck:
     errors: list[FieldError]
 
 
-def check_spec_text(text: str, data_root: Path) -> SpecCheck:
-    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors."""
+def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) -> SpecCheck:
+    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors.
+    `trackers`: the MLflow servers the service may mirror to."""
     if len(text) > MAX_SPEC_CHARS:
         return failed("spec", 1, f"a spec has at most {MAX_SPEC_CHARS:,} characters")
     try:
@@ -59,6 +61,9 @@ def check_spec_text(text: str, data_root: Path) -> SpecCheck:
             confine_data_path(spec.dataset.path, data_root)
         except DataPathError as error:
             return failed("dataset.path", line_of(yaml.compose(text), "dataset.path"), str(error))
+    if refusal := unlisted_tracker(spec, trackers):
+        path = "trackers.mlflow.tracking_uri"
+        return failed(path, line_of(yaml.compose(text), path), refusal)
     return SpecCheck(spec, [])
 
 

@@ -31,7 +31,7 @@ from app.store.jobs import ActionResult, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec
+from kernel.spec import FileDataset, JobSpec, unlisted_tracker
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -101,6 +101,9 @@ async def submit_job(
     team's jobs saved (its path is filled in). Over the team's queued limit: 429 with Retry-After;
     at its running limit the job waits, its `queue_reason` says so."""
     check_dataset_path(spec, settings.data_root)
+    if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
+        param = "trackers.mlflow.tracking_uri"
+        raise ApiError(422, "invalid_request", f"{param}: {refusal}", param)
     try:
         spec = await continued(session, principal.scope, spec)
     except InitFromRejected as error:
