@@ -149,12 +149,8 @@ class MlflowSink(Sink):
     def step(self, step: int, metrics: dict[str, float]) -> None:
         now = int(time.time() * 1000)
         self.held[step] = [(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
-        while len(self.held) + len(self.ready) > self.backlog:
-            if self.ready:
-                self.ready.popleft()
-                self.dropped += 1
-            else:
-                self._release(min(self.held) + 1)
+        if len(self.held) > self.backlog:  # no state saved for that long: send the oldest now
+            self._release(min(self.held) + 1)
 
     def eval(self, step: int, metrics: dict[str, float]) -> None:
         self.step(step, metrics)
@@ -194,8 +190,13 @@ class MlflowSink(Sink):
         return len(self.ready)
 
     def _release(self, steps_done: int) -> None:
+        """Queue the held steps before `steps_done`; past the backlog (the tracker away for
+        long) the oldest queued are dropped, and counted."""
         for step in sorted(s for s in self.held if s < steps_done):
             self.ready.append(self.held.pop(step))
+        while len(self.ready) > self.backlog:
+            self.ready.popleft()
+            self.dropped += 1
         self.wake.set()
 
     # --- the sender ----------------------------------------------------------------------------
