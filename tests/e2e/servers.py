@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from opd.serve import free_port, redis_command
+from opd.serve import free_port, redis_command, wait_until
 
 
 def wait_for_port(port: int, timeout: float = 30) -> None:
@@ -133,16 +133,13 @@ class MlflowServer:
             stdout=(self.folder / "log").open("ab"),
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).is_success:
-                    return
-            except httpx.TransportError:
-                pass
-            assert self.process.poll() is None, (self.folder / "log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "mlflow server did not start"
-            time.sleep(0.5)
+        wait_until(self.healthy, "mlflow server", self.process)
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).is_success
+        except httpx.TransportError:
+            return False
 
     def remove(self) -> None:
         if self.process is not None:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,18 +32,34 @@ def mlflow_server() -> Iterator[MlflowServer]:
     server.remove()
 
 
+@pytest.fixture(scope="module")
+def relay(mlflow_server: MlflowServer) -> Iterator[Relay]:
+    """A way to the server that is down until a test starts it."""
+    relay = Relay(mlflow_server.port)
+    yield relay
+    relay.stop()
+
+
+@pytest.fixture(scope="module")
+def service(
+    tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer, relay: Relay
+) -> Iterator[Service]:
+    """One deployment for the module's jobs, allowed to mirror to the server and the relay."""
+    home = tmp_path_factory.mktemp("service")
+    with deployment(
+        home,
+        f"sqlite:///{home / 'opd.db'}",
+        mlflow_tracking_uris=json.dumps([mlflow_server.url, relay.url]),
+    ) as running:
+        yield running
+
+
 def mirrored_spec(uri: str, experiment: str, *, evals: bool = False, **loop: Any) -> dict[str, Any]:
     spec = tiny_spec(**loop)
     if evals:
         spec["eval"] = yaml.safe_load(TINY.read_text())["eval"] | {"every": 4}
     spec["trackers"] = {"mlflow": {"tracking_uri": uri, "experiment": experiment}}
     return spec
-
-
-def mirrored_service(tmp_path: Path, *uris: str) -> Any:
-    return deployment(
-        tmp_path, f"sqlite:///{tmp_path / 'opd.db'}", mlflow_tracking_uris=json.dumps(uris)
-    )
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 90) -> Any:
@@ -80,18 +95,17 @@ def timeline(service: Service, job_id: int) -> list[str]:
     return [event["message"] for event in data]
 
 
-def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(tmp_path, mlflow_server):
-    with mirrored_service(tmp_path, mlflow_server.url) as service:
-        first = service.start_worker()
-        spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
-        job = service.submit(spec)
-        service.wait(job["id"], at_step(6))
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-        service.start_worker()
-        done = service.wait(job["id"])
-        assert done["status"] == "succeeded" and done["attempts"] == 2
-        rows = dict(metric_rows(service, job["id"]))
+def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
+    first = service.start_worker()
+    spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
+    job = service.submit(spec)
+    service.wait(job["id"], at_step(6))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    service.start_worker()
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    rows = dict(metric_rows(service, job["id"]))
 
     client = MlflowClient(mlflow_server.url)
     experiment = client.get_experiment_by_name("kill-9")
@@ -110,25 +124,23 @@ def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(tmp_p
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[12]
 
 
-def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(tmp_path, mlflow_server):
-    relay = Relay(mlflow_server.port)  # nothing listens there until it starts
-    with mirrored_service(tmp_path, relay.url) as service:
-        service.start_worker()
-        job = service.submit(mirrored_spec(relay.url, "outage", steps=6, save_every=3))
-        done = service.wait(job["id"])
-        assert done["status"] == "succeeded" and done["mlflow_run_id"] is None
+def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
+    service, mlflow_server, relay
+):
+    service.start_worker()
+    job = service.submit(mirrored_spec(relay.url, "outage", steps=6, save_every=3))
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded" and done["mlflow_run_id"] is None
 
-        relay.start()
-        caught_up = eventually(
-            lambda: (
-                (events := timeline(service, job["id"]))[-1].startswith("MLflow caught up")
-                and events
-            ),
-            "the mirror caught up",
-        )
-        job = eventually(lambda: (j := service.client().job(job["id"]))["mlflow_run_id"] and j, "")
-        rows = dict(metric_rows(service, job["id"]))
-    relay.stop()
+    relay.start()  # the server is up from now on
+    caught_up = eventually(
+        lambda: (
+            (events := timeline(service, job["id"]))[-1].startswith("MLflow caught up") and events
+        ),
+        "the mirror caught up",
+    )
+    job = eventually(lambda: (j := service.client().job(job["id"]))["mlflow_run_id"] and j, "id")
+    rows = dict(metric_rows(service, job["id"]))
 
     mentions = [message for message in caught_up if message.startswith("MLflow")]
     assert len(mentions) == 2 and mentions[0].startswith("MLflow unreachable at " + relay.url)
