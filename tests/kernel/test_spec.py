@@ -101,7 +101,7 @@ def test_every_example_spec_is_valid(example):
     ],
 )
 def test_an_mlflow_tracker_is_an_http_server_named_without_credentials(uri, problem):
-    with pytest.raises(SpecError, match="trackers.mlflow.tracking_uri") as raised:
+    with pytest.raises(SpecError, match=r"trackers\.mlflow\.tracking_uri") as raised:
         parse_spec({"trackers": {"mlflow": {"tracking_uri": uri}}})
     assert problem in str(raised.value)
 
