@@ -164,6 +164,8 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
 async def attempt(
     ctx: WorkerContext, job: Job, control: JobControl, spec: JobSpec, db: DatabaseSink, sink: Sink
 ) -> str:
+    """One attempt: the engine reports to `sink` (the database's, fanned out to the job's
+    trackers), then the end is recorded once the database holds every step."""
     job_id, worker = job.id, ctx.worker_id
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     if spec.swanlab.enabled:
