@@ -127,10 +127,16 @@ def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(servi
 def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     service, mlflow_server, relay
 ):
+    """A kill -9 meanwhile too: the steps it kept from the tracker come from the database."""
+    first = service.start_worker()
+    job = service.submit(mirrored_spec(relay.url, "outage", steps=8, save_every=2))
+    service.wait(job["id"], at_step(5))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
     service.start_worker()
-    job = service.submit(mirrored_spec(relay.url, "outage", steps=6, save_every=3))
     done = service.wait(job["id"])
-    assert done["status"] == "succeeded" and done["mlflow_run_id"] is None
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    assert done["mlflow_run_id"] is None  # never reached
 
     relay.start()  # the server is up from now on
     caught_up = eventually(
@@ -143,9 +149,10 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     rows = dict(metric_rows(service, job["id"]))
 
     mentions = [message for message in caught_up if message.startswith("MLflow")]
-    assert len(mentions) == 2 and mentions[0].startswith("MLflow unreachable at " + relay.url)
+    kinds = [message.split(" ")[1] for message in mentions]
+    assert kinds == ["unreachable", "unreachable", "caught"]  # once for each attempt
     saved = "Saved weights: " + done["final_weights_path"]
-    assert caught_up.index(mentions[0]) < caught_up.index(saved)  # while the job ran
+    assert caught_up.index(mentions[1]) < caught_up.index(saved)  # while the job ran
     client = MlflowClient(mlflow_server.url)
     run = finished_run(client, job["mlflow_run_id"])
     assert run.info.status == "FINISHED"

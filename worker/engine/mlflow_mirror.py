@@ -9,7 +9,8 @@ MLflow keeps every value it is sent, while a job resumed after a crash replays t
 after its last saved state. So a step is sent once no attempt can replay it: when a state
 saved after it is recorded (`after_recorded` says when the service's database holds it),
 or the run ends for good (`finish`). A run that saves no state for longer than the backlog
-sends its oldest steps early.
+sends its oldest steps early. The steps a crash kept from the tracker (it was away) are
+sent by the next attempt, from `backfill`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 Notify = Callable[[str, str, dict[str, Any] | None], None]
 Entry = tuple[str, float, int, int]
 """One metric value as MLflow takes it: (key, value, timestamp in ms, step)."""
+Backfill = Callable[[int, int], Awaitable[list[tuple[int, dict[str, Any], int]]]]
+"""Steps first..last-1 as recorded: (step, metrics, timestamp in ms) each."""
+EVERY_STEP = "opd/reverse_kl_mean"
+"""A metric every step has: its last step in MLflow says how far the run got."""
 
 MAX_METRICS = 1000
 """MLflow's limits on one log_batch: 1000 values in all, at most 100 params and 100 tags."""
@@ -62,6 +68,16 @@ def spec_params(spec: JobSpec) -> dict[str, str]:
         mlflow_key(path): (value if isinstance(value, str) else json.dumps(value))[:MAX_VALUE_CHARS]
         for path, value in flatten(spec.model_dump(mode="json")).items()
     }
+
+
+def entries(step: int, metrics: dict[str, Any], timestamp: int) -> list[Entry]:
+    """A step's values as MLflow takes them; like the service's records, none that is not
+    a finite number."""
+    return [
+        (mlflow_key(name), float(value), timestamp, step)
+        for name, value in metrics.items()
+        if value is not None and math.isfinite(value)
+    ]
 
 
 def transient(error: BaseException) -> bool:
@@ -100,7 +116,8 @@ def experiment_id(client: Any, name: str) -> str:
 class MlflowSink(Sink):
     """Mirrors into the run `run_id` (None: a new run, reported to `on_run`), with `tags`
     beside the checkpoint paths. `notify(level, message, data)` gets the outage events;
-    `after_recorded(callback)` calls back once the checkpoint just reported is durable."""
+    `after_recorded(callback)` calls back once the checkpoint just reported is durable;
+    `backfill` gives the steps before a resumed attempt's first that MLflow lacks."""
 
     def __init__(
         self,
@@ -111,6 +128,7 @@ class MlflowSink(Sink):
         notify: Notify = lambda level, message, data: None,
         on_run: Callable[[str], None] = lambda run_id: None,
         after_recorded: Callable[[Callable[[], None]], None] = lambda callback: callback(),
+        backfill: Backfill | None = None,
         backlog: int = 10_000,
         backoff: Backoff | None = None,
     ) -> None:
@@ -120,6 +138,9 @@ class MlflowSink(Sink):
         self.notify = notify
         self.on_run = on_run
         self.after_recorded = after_recorded
+        self.backfill = backfill
+        self.start_step = 0
+        self.missing: tuple[int, int] | None = None
         self.backlog = backlog
         self.backoff = backoff or Backoff()
         self.run_name = spec.run_name
@@ -140,6 +161,7 @@ class MlflowSink(Sink):
     def start(self, info: RunInfo) -> None:
         spec = info.spec
         self.run_name = self.run_name or spec.name
+        self.start_step = info.start_step
         self.params = spec_params(spec) | {"dataset_size": str(info.dataset_size)}
         self.tags |= {"opd.backend": spec.backend, "opd.dataset": spec.dataset.source}
         if self.sender is None:
@@ -147,8 +169,7 @@ class MlflowSink(Sink):
         self.wake.set()
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
-        now = int(time.time() * 1000)
-        self.held[step] = [(mlflow_key(k), float(v), now, step) for k, v in metrics.items()]
+        self.held[step] = entries(step, metrics, int(time.time() * 1000))
         if len(self.held) > self.backlog:  # no state saved for that long: send the oldest now
             self._release(min(self.held) + 1)
 
@@ -225,6 +246,8 @@ class MlflowSink(Sink):
                     continue
                 attempt = 0
                 done(result)
+                if self.missing is not None:
+                    await self._fill_in(*self.missing)
                 self._note_reached()
         finally:
             self.thread.shutdown(wait=False)
@@ -246,18 +269,33 @@ class MlflowSink(Sink):
             )
         return None
 
-    def _open(self) -> tuple[Any, str, bool]:
+    def _open(self) -> tuple[Any, str, bool, int]:
+        """(client, run id, whether the run is new, the steps it holds)."""
         client = open_client(self.spec.tracking_uri)
-        if self.run_id is not None:
-            client.update_run(self.run_id, status="RUNNING")
-            return client, self.run_id, False
-        run = client.create_run(experiment_id(client, self.spec.experiment), run_name=self.run_name)
-        return client, run.info.run_id, True
+        if self.run_id is None:
+            experiment = experiment_id(client, self.spec.experiment)
+            run = client.create_run(experiment, run_name=self.run_name)
+            return client, run.info.run_id, True, 0
+        client.update_run(self.run_id, status="RUNNING")
+        if self.backfill is None or self.start_step == 0:
+            return client, self.run_id, False, 0
+        history = client.get_metric_history(self.run_id, EVERY_STEP)
+        return client, self.run_id, False, max((m.step + 1 for m in history), default=0)
 
-    def _opened(self, result: tuple[Any, str, bool]) -> None:
-        self.client, self.run_id, new = result
+    def _opened(self, result: tuple[Any, str, bool, int]) -> None:
+        self.client, self.run_id, new, held = result
         if new:
             self.on_run(self.run_id)
+        if self.backfill is not None and held < self.start_step:
+            self.missing = (max(held, self.start_step - self.backlog), self.start_step)
+
+    async def _fill_in(self, first: int, last: int) -> None:
+        """Queue, before this attempt's steps, those a crash kept from the run."""
+        assert self.backfill is not None
+        self.missing = None
+        rows = await self.backfill(first, last)
+        self.ready.extendleft(reversed([entries(*row) for row in rows]))
+        self._release(-1)  # only to keep the backlog bounded
 
     def _batch(self) -> tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]:
         from mlflow.entities import Metric, Param, RunTag
@@ -327,6 +365,6 @@ class MlflowSink(Sink):
             dropped = f"; {self.dropped} steps were dropped (backlog full)" if self.dropped else ""
             self.notify(
                 "info",
-                f"MLflow caught up: the run holds every step sent so far{dropped}",
+                f"MLflow caught up: the run has every step due so far{dropped}",
                 {"run_id": self.run_id, "dropped_steps": self.dropped},
             )

@@ -1,7 +1,8 @@
 """A job's MLflow mirror in the service: only to the tracking servers the operator allows,
 into the run kept on the job row (so every attempt writes the same run), with its outage
-events in the job's timeline, and its steps sent once the database holds the state saved
-after them (no attempt can replay them then)."""
+events in the job's timeline, its steps sent once the database holds the state saved after
+them (no attempt can replay them then), and those a crash kept from the tracker sent by the
+next attempt from the database."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.models import Job
-from app.store.records import record_event, record_mlflow_run
+from app.store.records import record_event, record_mlflow_run, recorded_steps
 from kernel.spec import JobSpec, unlisted_tracker
 from worker.engine.mlflow_mirror import MlflowSink
 from worker.service.db_sink import DatabaseSink, persist
@@ -62,6 +63,14 @@ def mlflow_mirror(
             )
         )
 
+    async def backfill(first: int, last: int) -> list[tuple[int, dict[str, Any], int]]:
+        rows = await persist(
+            sessions,
+            f"job {job_id} steps for MLflow",
+            lambda session: recorded_steps(session, job_id, first, last),
+        )
+        return [(step, metrics, int(at.timestamp() * 1000)) for step, metrics, at in rows]
+
     return MlflowSink(
         tracker,
         run_id=job.mlflow_run_id,
@@ -69,4 +78,5 @@ def mlflow_mirror(
         notify=notify,
         on_run=keep_run,
         after_recorded=db.then,
+        backfill=backfill,
     )
