@@ -90,13 +90,23 @@ def assert_history_is(client: MlflowClient, run_id: str, steps: dict[int, dict[s
         assert sorted((m.step, m.value) for m in history) == points, key
 
 
+def only_worker(service: Service) -> subprocess.Popen:
+    """A new worker, the deployment's only live one (an earlier test's is killed), so a
+    test knows which process runs its job."""
+    for process in service.processes[1:]:  # the first is the API
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return service.start_worker()
+
+
 def timeline(service: Service, job_id: int) -> list[str]:
     data = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
     return [event["message"] for event in data]
 
 
 def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
-    first = service.start_worker()
+    first = only_worker(service)
     spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
     job = service.submit(spec)
     service.wait(job["id"], at_step(6))
@@ -128,7 +138,7 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     service, mlflow_server, relay
 ):
     """A kill -9 meanwhile too: the steps it kept from the tracker come from the database."""
-    first = service.start_worker()
+    first = only_worker(service)
     job = service.submit(mirrored_spec(relay.url, "outage", steps=8, save_every=2))
     service.wait(job["id"], at_step(5))
     first.send_signal(signal.SIGKILL)
