@@ -100,22 +100,28 @@ def only_worker(service: Service) -> subprocess.Popen:
     return service.start_worker()
 
 
+def through_kill_9(service: Service, spec: dict[str, Any], at: int) -> dict[str, Any]:
+    """Run `spec`, kill -9 its worker after `at` steps, let another finish it: the job."""
+    first = only_worker(service)
+    job = service.submit(spec)
+    service.wait(job["id"], at_step(at))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    service.start_worker()
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    return done
+
+
 def timeline(service: Service, job_id: int) -> list[str]:
     data = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
     return [event["message"] for event in data]
 
 
 def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
-    first = only_worker(service)
     spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
-    job = service.submit(spec)
-    service.wait(job["id"], at_step(6))
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    service.start_worker()
-    done = service.wait(job["id"])
-    assert done["status"] == "succeeded" and done["attempts"] == 2
-    rows = dict(metric_rows(service, job["id"]))
+    done = through_kill_9(service, spec, at=6)
+    rows = dict(metric_rows(service, done["id"]))
 
     client = MlflowClient(mlflow_server.url)
     experiment = client.get_experiment_by_name("kill-9")
@@ -128,7 +134,7 @@ def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(servi
     params, tags = run.data.params, run.data.tags
     assert params["loop.steps"] == "12" and params["student.base_model"] == "tiny-student"
     assert params["trackers.mlflow.experiment"] == "kill-9" and params["dataset_size"] == "8"
-    assert tags["opd.job_id"] == str(job["id"]) and tags["opd.backend"] == "local"
+    assert tags["opd.job_id"] == str(done["id"]) and tags["opd.backend"] == "local"
     assert tags["opd.checkpoint.final"] == done["final_weights_path"]
     assert {f"opd.checkpoint.state.{step}" for step in (4, 8, 12)} <= set(tags)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[12]
@@ -138,24 +144,17 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     service, mlflow_server, relay
 ):
     """A kill -9 meanwhile too: the steps it kept from the tracker come from the database."""
-    first = only_worker(service)
-    job = service.submit(mirrored_spec(relay.url, "outage", steps=8, save_every=2))
-    service.wait(job["id"], at_step(5))
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    service.start_worker()
-    done = service.wait(job["id"])
-    assert done["status"] == "succeeded" and done["attempts"] == 2
+    done = through_kill_9(service, mirrored_spec(relay.url, "outage", steps=8, save_every=2), at=5)
     assert done["mlflow_run_id"] is None  # never reached
 
     relay.start()  # the server is up from now on
     caught_up = eventually(
         lambda: (
-            (events := timeline(service, job["id"]))[-1].startswith("MLflow caught up") and events
+            (events := timeline(service, done["id"]))[-1].startswith("MLflow caught up") and events
         ),
         "the mirror caught up",
     )
-    job = eventually(lambda: (j := service.client().job(job["id"]))["mlflow_run_id"] and j, "id")
+    job = eventually(lambda: (j := service.client().job(done["id"]))["mlflow_run_id"] and j, "id")
     rows = dict(metric_rows(service, job["id"]))
 
     mentions = [message for message in caught_up if message.startswith("MLflow")]
