@@ -225,6 +225,8 @@ class Job(SQLModel, table=True):
     """The job is trial `sweep_trial` of sweep `sweep_id` (unique per sweep)."""
     stop_reason: str | None = Field(default=None, sa_type=String(32))
     """Why the job was cancelled, when a machine decided it (`early_stopped`)."""
+    mlflow_run_id: str | None = Field(default=None, sa_type=String(64))
+    """The MLflow run the job is mirrored into (trackers.mlflow), once a worker opened it."""
 
     @property
     def error(self) -> dict[str, str] | None:
@@ -276,6 +278,9 @@ class JobPublic(BaseModel):
     last_state_step: int | None = Field(description="Steps done when that state was saved.")
     queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
     priority: int = Field(description="Orders the job among its own team's queued jobs only.")
+    mlflow_run_id: str | None = Field(
+        None, description="The MLflow run it is mirrored into (trackers.mlflow), once opened."
+    )
     usage: JobUsage
     sweep_id: int | None = Field(None, description="The sweep this job is a trial of.")
     sweep_trial: int | None = Field(None, description="Its trial number in that sweep.")

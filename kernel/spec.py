@@ -7,8 +7,10 @@ spec can neither divide by zero nor ask a shared service for unbounded work.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -18,6 +20,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -368,6 +371,39 @@ class SwanLabSpec(SpecModel):
     mode: Literal["online", "local", "offline", "disabled"] | None = None
 
 
+class MlflowSpec(SpecModel):
+    """The MLflow run a job is mirrored into (the worker needs the `mlflow` extra)."""
+
+    tracking_uri: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="The tracking server, http(s)://host[:port][/path]; credentials come from "
+        "the worker's MLFLOW_TRACKING_TOKEN (or _USERNAME/_PASSWORD), never from the spec.",
+    )
+    experiment: str = Field("opd", min_length=1, max_length=500)
+    run_name: str | None = Field(None, min_length=1, max_length=250, description="null = name.")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _http_server(cls, uri: str) -> str:
+        parts = urlsplit(uri)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("should be an http:// or https:// URL of a tracking server")
+        if parts.username or parts.password:
+            raise ValueError("must not carry credentials (the worker's environment holds them)")
+        return uri
+
+
+class TrackersSpec(SpecModel):
+    """Experiment trackers a job is mirrored into, beside the service's own records."""
+
+    mlflow: MlflowSpec | None = Field(
+        None,
+        description="Params, every step's metrics, evals, checkpoint paths (as tags) and the "
+        "final status; null = none.",
+    )
+
+
 class LocalBackendSpec(SpecModel):
     """Options of the in-process PyTorch backend."""
 
@@ -449,6 +485,7 @@ class JobSpec(SpecModel):
     loop: LoopSpec = Field(default_factory=LoopSpec)
     eval: EvalSpec | None = Field(None, description="Held-out eval; null = none.")
     swanlab: SwanLabSpec = Field(default_factory=SwanLabSpec)
+    trackers: TrackersSpec = Field(default_factory=TrackersSpec)
     local: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
     trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)
     tinker: TinkerBackendSpec = Field(default_factory=TinkerBackendSpec)
@@ -497,6 +534,31 @@ def parse_spec(data: Any) -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as error:
         raise SpecError(format_validation_error(error), validation_problems(error)) from error
+
+
+def unlisted_tracker(spec: JobSpec, allowed: Sequence[str]) -> str | None:
+    """Why a shared service may not mirror `spec` to its MLflow server (one the operator did
+    not list: a spec must not make the service call any address it names), or None."""
+    tracker = spec.trackers.mlflow
+    if tracker is None or tracker.tracking_uri.rstrip("/") in {u.rstrip("/") for u in allowed}:
+        return None
+    listed = ", ".join(allowed) if allowed else "none are"
+    return (
+        f"{tracker.tracking_uri} is not one of the MLflow servers this service may send to "
+        f"({listed}; the operator lists them in OPD_MLFLOW_TRACKING_URIS)"
+    )
+
+
+def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"loop": {"steps": 3}}` -> `{"loop.steps": 3}`; lists stay whole values."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
 
 
 def load_spec(path: str | Path) -> JobSpec:

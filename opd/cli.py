@@ -26,7 +26,10 @@ from opd.sweeps import add_sweep_commands
 
 if TYPE_CHECKING:
     from app.core.config import Settings
+    from kernel.spec import JobSpec
     from opd.client import OPDClient
+    from worker.engine.mlflow_mirror import MlflowSink
+    from worker.engine.sinks import ConsoleSink
 
 
 class CommandError(Exception):
@@ -37,7 +40,7 @@ def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     from kernel.errors import OPDError
     from worker.engine.checkpoint_log import CheckpointLog, latest_state, sampler_weights
-    from worker.engine.loop import SavedState, Stop, run_job
+    from worker.engine.loop import RunResult, SavedState, Stop, run_job
     from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
 
     spec = load_spec(args.spec)
@@ -52,11 +55,15 @@ def run_command(args: argparse.Namespace) -> int:
         if resume is None:
             raise CommandError(f"no saved state recorded in {artifacts}: nothing to resume")
     summary = SummarySink()
-    sinks: list[Sink] = [ConsoleSink(), CheckpointLog(artifacts), summary]
+    console = ConsoleSink()
+    sinks: list[Sink] = [console, CheckpointLog(artifacts), summary]
     if args.metrics_out:
         sinks.append(JsonlSink(args.metrics_out))
     if spec.swanlab.enabled:
         sinks.append(SwanLabSink(artifacts / "swanlog"))
+    mirror = mlflow_sink(spec, artifacts, resume is not None, console)
+    if mirror is not None:
+        sinks.append(mirror)
 
     stop_requested = False
 
@@ -71,16 +78,26 @@ def run_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
 
-    async def main() -> object:
+    async def main() -> RunResult:
         asyncio.get_running_loop().add_signal_handler(signal.SIGINT, request_stop)
-        return await run_job(
-            spec,
-            FanOut(*sinks),
-            artifact_dir=artifacts,
-            data_root=Path(args.data_root),
-            resume=resume,
-            should_stop=lambda: Stop.resume if stop_requested else None,
-        )
+        outcome = "interrupted"
+        try:
+            result = await run_job(
+                spec,
+                FanOut(*sinks),
+                artifact_dir=artifacts,
+                data_root=Path(args.data_root),
+                resume=resume,
+                should_stop=lambda: Stop.resume if stop_requested else None,
+            )
+            outcome = "stopped" if result.stopped else "succeeded"
+            return result
+        except Exception:
+            outcome = "failed"
+            raise
+        finally:
+            if mirror is not None:
+                await end_mirror(mirror, outcome)
 
     try:
         result = asyncio.run(main())
@@ -97,6 +114,38 @@ def run_command(args: argparse.Namespace) -> int:
     else:
         print(f"Saved weights: {result.final_weights_path}")
     return 0
+
+
+MLFLOW_RUN_FILE = "mlflow_run_id"
+MIRROR_GRACE_SECONDS = 30.0
+
+
+def mlflow_sink(
+    spec: JobSpec, artifacts: Path, resuming: bool, console: ConsoleSink
+) -> MlflowSink | None:
+    """The run's MLflow mirror; a resumed run goes on with the MLflow run its artifacts
+    folder names (`mlflow_run_id`)."""
+    from worker.engine.mlflow_mirror import MlflowSink
+
+    if spec.trackers.mlflow is None:
+        return None
+    kept = artifacts / MLFLOW_RUN_FILE
+    return MlflowSink(
+        spec.trackers.mlflow,
+        run_id=kept.read_text().strip() if resuming and kept.is_file() else None,
+        notify=console.event,
+        on_run=kept.write_text,
+    )
+
+
+async def end_mirror(mirror: MlflowSink, outcome: str) -> None:
+    """Give the mirror a while to send what it holds; the command does not wait longer."""
+    mirror.finish(outcome)
+    if not await mirror.flushed(MIRROR_GRACE_SECONDS):
+        print(
+            f"MLflow: {mirror.pending()} steps were not sent to {mirror.spec.tracking_uri}",
+            file=sys.stderr,
+        )
 
 
 def settings() -> Settings:

@@ -128,6 +128,11 @@ class Settings(BaseSettings):
         description="Price table (JSON list of {backend, model, sampled, scored, trained, "
         "eval} per million tokens) for estimated costs; empty = no cost is shown.",
     )
+    mlflow_tracking_uris: list[str] = Field(
+        default_factory=list,
+        description="MLflow tracking servers jobs may be mirrored to (trackers.mlflow."
+        "tracking_uri, as written here; JSON list); empty = none.",
+    )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
     )

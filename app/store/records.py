@@ -48,6 +48,30 @@ async def record_event(
     return detach(session, event)
 
 
+async def recorded_steps(
+    session: AsyncSession, job_id: int, first: int, last: int
+) -> list[tuple[int, dict[str, Any], datetime]]:
+    """Steps first..last-1 of a job as recorded, with when (what a resumed attempt's MLflow
+    mirror sends when a crash kept them from the tracker)."""
+    rows = await session.execute(
+        select(StepMetric.step, StepMetric.metrics, StepMetric.recorded_at)
+        .where(StepMetric.job_id == job_id, StepMetric.step >= first, StepMetric.step < last)
+        .order_by(StepMetric.step)
+    )
+    return [(step, metrics, recorded_at) for step, metrics, recorded_at in rows.all()]
+
+
+async def record_mlflow_run(session: AsyncSession, job_id: int, run_id: str) -> None:
+    """Keep the MLflow run a job is mirrored into, for its later attempts (the first kept
+    stays)."""
+    await session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.mlflow_run_id.is_(None))
+        .values(mlflow_run_id=run_id)
+    )
+    await session.commit()
+
+
 def upsert_metrics(
     dialect: str, job_id: int, step: int, metrics: dict[str, Any], now: datetime
 ) -> Any:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from kernel.spec import flatten
 from kernel.summary import Change
 
 LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
@@ -77,18 +78,6 @@ def progress(steps_done: int, total_steps: int, status: str) -> float:
 
 def is_finished(status: str) -> bool:
     return status in TERMINAL_STATUSES
-
-
-def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"loop": {"steps": 3}}` -> `{"loop.steps": 3}`; lists stay whole values."""
-    flat: dict[str, Any] = {}
-    for key, value in spec.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
-            flat.update(flatten(value, f"{path}."))
-        else:
-            flat[path] = value
-    return flat
 
 
 MISSING = object()

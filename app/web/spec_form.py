@@ -3,6 +3,7 @@ rule for dataset files), with each problem placed at the line of its field."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, SpecError, dataset_files, parse_spec
+from kernel.spec import JobSpec, SpecError, dataset_files, parse_spec, unlisted_tracker
 
 MAX_SPEC_CHARS = 200_000
 
@@ -33,8 +34,9 @@ class SpecCheck:
     """The document as written (parsed), when it is a spec."""
 
 
-def check_spec_text(text: str, data_root: Path) -> SpecCheck:
-    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors."""
+def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) -> SpecCheck:
+    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors.
+    `trackers`: the MLflow servers the service may mirror to."""
     if len(text) > MAX_SPEC_CHARS:
         return failed("spec", 1, f"a spec has at most {MAX_SPEC_CHARS:,} characters")
     try:
@@ -61,6 +63,9 @@ def check_spec_text(text: str, data_root: Path) -> SpecCheck:
             confine_data_path(path, data_root)
         except DataPathError as error:
             return failed(field, line_of(yaml.compose(text), field), str(error))
+    if refusal := unlisted_tracker(spec, trackers):
+        path = "trackers.mlflow.tracking_uri"
+        return failed(path, line_of(yaml.compose(text), path), refusal)
     return SpecCheck(spec, [], data)
 
 

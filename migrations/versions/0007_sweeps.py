@@ -2,7 +2,7 @@
 sweep) and why a machine cancelled it (`early_stopped`).
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2026-12-01
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0005"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,5 +1,5 @@
-"""Real Redis and Postgres servers of a test's own, to stop and start for fault tests
-(the machine's shared servers stay untouched)."""
+"""Real Redis, Postgres and MLflow servers of a test's own, to stop and start for fault
+tests (the machine's shared servers stay untouched)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from opd.serve import free_port, redis_command
+import httpx
+
+from opd.serve import free_port, redis_command, wait_until
 
 
 def wait_for_port(port: int, timeout: float = 30) -> None:
@@ -104,3 +108,83 @@ class PostgresServer:
             user="postgres" if os.geteuid() == 0 else None,
         )
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class MlflowServer:
+    """`mlflow server` on a free port, its SQLite store and artifacts in a folder of its own."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="opd-mlflow-"))
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--workers", "1"]
+        command += ["--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}"]
+        command += ["--default-artifact-root", str(self.folder / "artifacts")]
+        self.process = subprocess.Popen(
+            command,
+            env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            stdout=(self.folder / "log").open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self.healthy, "mlflow server", self.process)
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/health", timeout=2).is_success
+        except httpx.TransportError:
+            return False
+
+    def remove(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(30)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class Relay:
+    """A TCP relay on a port of its own to a server's port, listening only once started:
+    to a client, a server that is down (connections refused) and then up."""
+
+    def __init__(self, target_port: int) -> None:
+        self.port = free_port()
+        self.target_port = target_port
+        self.listener: socket.socket | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with source, sink:
+            try:
+                while data := source.recv(65536):
+                    sink.sendall(data)
+            except OSError:
+                pass

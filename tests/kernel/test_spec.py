@@ -6,7 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from kernel.spec import DEFAULT_QUESTION_SUFFIX, JobSpec, SpecError, load_spec, parse_spec
+from kernel.spec import (
+    DEFAULT_QUESTION_SUFFIX,
+    JobSpec,
+    SpecError,
+    load_spec,
+    parse_spec,
+    unlisted_tracker,
+)
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
@@ -82,3 +89,27 @@ def test_spec_files_are_yaml_or_json(tmp_path):
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
 def test_every_example_spec_is_valid(example):
     assert load_spec(example).name
+
+
+@pytest.mark.parametrize(
+    ("uri", "problem"),
+    [
+        ("file:///etc", "http:// or https://"),
+        ("sqlite:///mlflow.db", "http:// or https://"),
+        ("http://", "http:// or https://"),
+        ("https://user:secret@mlflow.example.com", "must not carry credentials"),
+    ],
+)
+def test_an_mlflow_tracker_is_an_http_server_named_without_credentials(uri, problem):
+    with pytest.raises(SpecError, match=r"trackers\.mlflow\.tracking_uri") as raised:
+        parse_spec({"trackers": {"mlflow": {"tracking_uri": uri}}})
+    assert problem in str(raised.value)
+
+
+def test_only_the_listed_mlflow_servers_are_allowed():
+    spec = parse_spec({"trackers": {"mlflow": {"tracking_uri": "http://mlflow:5000/"}}})
+    assert spec.trackers.mlflow.experiment == "opd" and spec.trackers.mlflow.run_name is None
+    assert unlisted_tracker(spec, ["http://mlflow:5000"]) is None
+    assert "none are" in unlisted_tracker(spec, [])
+    assert "http://other:5000" in unlisted_tracker(spec, ["http://other:5000"])
+    assert unlisted_tracker(parse_spec({}), []) is None

@@ -40,6 +40,24 @@ def database_unreachable(error: BaseException) -> bool:
     return isinstance(error, OSError | TimeoutError | ConnectionError)
 
 
+async def persist(
+    sessions: async_sessionmaker[AsyncSession],
+    what: str,
+    write: Write,
+    backoff: Backoff | None = None,
+) -> Any:
+    """Apply one write in a session of its own, waiting out a database outage rather than
+    losing what it records."""
+
+    async def attempt() -> Any:
+        async with sessions() as session:
+            return await write(session)
+
+    return await retry(
+        attempt, transient=database_unreachable, backoff=backoff or Backoff(), what=what
+    )
+
+
 class DatabaseSink(Sink):
     """Writes through the job store as `worker_id`; reports API requests to `on_action`, a
     takeover to `on_lost`, and a write the database refuses for good to `on_failed`."""
@@ -64,18 +82,11 @@ class DatabaseSink(Sink):
         self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
 
-    async def _apply(self, write: Write) -> Any:
-        async with self.sessions() as session:
-            return await write(session)
-
     async def _write_all(self) -> None:
         while (write := await self.writes.get()) is not None:
             try:
-                result = await retry(
-                    lambda w=write: self._apply(w),
-                    transient=database_unreachable,
-                    backoff=self.backoff,
-                    what=f"job {self.job_id} database write",
+                result = await persist(
+                    self.sessions, f"job {self.job_id} database write", write, self.backoff
                 )
             except JobNotHeld:
                 log.warning("job %s was taken over; dropping this worker's writes", self.job_id)
@@ -106,6 +117,14 @@ class DatabaseSink(Sink):
 
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.writes.put_nowait(lambda s: record_event(s, self.job_id, level, message, data))
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once every write queued so far has landed."""
+
+        async def call(session: AsyncSession) -> None:
+            callback()
+
+        self.writes.put_nowait(call)
 
     async def drain(self) -> None:
         """Wait until every queued write has landed (or the job was taken over)."""

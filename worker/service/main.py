@@ -35,6 +35,7 @@ from worker.service.webhooks import Sender
 log = logging.getLogger(__name__)
 JOB_TIMEOUT = timedelta(days=30)
 REDIS_RETRY_SECONDS = 2.0
+MIRROR_GRACE_SECONDS = 10.0
 
 
 class OPDWorker(Worker):
@@ -66,6 +67,9 @@ async def drain(worker: Worker, ctx: WorkerContext) -> None:
     log.info("draining: %d running job(s) stop at their next step boundary", len(ctx.running))
     while any(not task.done() for task in worker.tasks.values()):
         await asyncio.sleep(0.2)
+    # What the MLflow mirrors still hold gets a short while to go out (a tracker that is
+    # away does not hold the shutdown up).
+    await asyncio.gather(*(mirror.flushed(MIRROR_GRACE_SECONDS) for mirror in ctx.mirrors))
     if worker.main_task is not None:
         worker.main_task.cancel()
 

@@ -18,7 +18,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -40,13 +39,14 @@ from app.store.limits import Limits, note_limits
 from app.store.records import sampler_weights
 from app.weight_paths import checked_weights
 from kernel.errors import OPDError, ResultLost
-from kernel.retry import Backoff, retry
 from kernel.spec import JobSpec
 from worker.engine.loop import RunResult, SavedState, Stop
 from worker.engine.loop import run_job as run_engine
+from worker.engine.mlflow_mirror import MlflowSink
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import FanOut, Sink, SwanLabSink
-from worker.service.db_sink import DatabaseSink, database_unreachable
+from worker.service.db_sink import DatabaseSink, persist
+from worker.service.trackers import mlflow_mirror
 
 log = logging.getLogger(__name__)
 SHUTDOWN = "the worker is shutting down"
@@ -103,6 +103,8 @@ class WorkerContext:
     draining: bool = False
     on_transition: Callable[[], None] = lambda: None
     """Called after this worker ended an attempt (a webhook may be due: send it now)."""
+    mirrors: set[MlflowSink] = field(default_factory=set)
+    """MLflow mirrors still sending (they outlive their attempt while the tracker is away)."""
 
 
 async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState | None:
@@ -152,24 +154,14 @@ async def beat(ctx: WorkerContext, job_id: int, control: JobControl) -> None:
             control.ask(action)
 
 
-def job_sinks(spec: JobSpec, db: DatabaseSink, artifact_dir: Path) -> Sink:
-    if spec.swanlab.enabled:
-        return FanOut(db, SwanLabSink(artifact_dir / "swanlog"))
-    return db
-
-
 async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
     """A job-state write that waits out a database outage rather than losing the outcome."""
-
-    async def attempt() -> Any:
-        async with ctx.sessions() as session:
-            return await operation(session)
-
-    return await retry(attempt, transient=database_unreachable, backoff=Backoff(), what=what)
+    return await persist(ctx.sessions, what, operation)
 
 
 async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
-    """Run a claimed job to its end and record that end; returns the outcome's name."""
+    """Run a claimed job to its end and record that end; returns the outcome's name. Its
+    MLflow mirror, if any, learns the outcome and goes on sending in the background."""
     job_id, worker = job.id, ctx.worker_id
     try:
         spec = await loadable(ctx, job)
@@ -181,7 +173,6 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             lambda s: fail_job(s, job_id, worker, "bad_model_path", message),
         )
         return "failed"
-    artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     db = DatabaseSink(
         ctx.sessions,
         job_id,
@@ -190,11 +181,32 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         on_lost=control.take_away,
         on_failed=control.fail,
     )
+    mirror = mlflow_mirror(ctx.settings, ctx.sessions, job, spec, db)
+    if mirror is None:
+        return await attempt(ctx, job, control, spec, db, db)
+    ctx.mirrors = {other for other in ctx.mirrors if not other.done()} | {mirror}
+    outcome = "interrupted"
+    try:
+        outcome = await attempt(ctx, job, control, spec, db, FanOut(db, mirror))
+        return outcome
+    finally:
+        mirror.finish(outcome)
+
+
+async def attempt(
+    ctx: WorkerContext, job: Job, control: JobControl, spec: JobSpec, db: DatabaseSink, sink: Sink
+) -> str:
+    """One attempt: the engine reports to `sink` (the database's, fanned out to the job's
+    trackers), then the end is recorded once the database holds every step."""
+    job_id, worker = job.id, ctx.worker_id
+    artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
+    if spec.swanlab.enabled:
+        sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog"))
     heart = asyncio.create_task(beat(ctx, job_id, control))
     control.engine = asyncio.create_task(
         run_engine(
             spec,
-            job_sinks(spec, db, artifact_dir),
+            sink,
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,

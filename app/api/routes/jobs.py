@@ -36,7 +36,7 @@ from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, dataset_files
+from kernel.spec import JobSpec, dataset_files, unlisted_tracker
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -82,6 +82,22 @@ def check_dataset_paths(spec: JobSpec, data_root: Path) -> None:
             raise ApiError(422, "invalid_request", f"{field}: {error}", field) from error
 
 
+async def check_submittable(
+    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
+) -> None:
+    """A 422 naming the field for what the team may not submit: a dataset file outside
+    the data root, an MLflow server the operator did not list, weights paths that break
+    app/weight_paths.py's rules. Every route that stores a spec (jobs, sweeps' trials)."""
+    check_dataset_paths(spec, settings.data_root)
+    if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
+        param = "trackers.mlflow.tracking_uri"
+        raise ApiError(422, "invalid_request", f"{param}: {refusal}", param)
+    try:
+        await checked_weights(session, team_id, spec, settings)
+    except SpecRefused as error:
+        raise ApiError(422, "invalid_request", str(error), error.param) from None
+
+
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
     **error_responses(400, 403, 413, 429),
@@ -104,12 +120,11 @@ class Submitter:
     ) -> JobPublic:
         """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
         session, principal, settings = self.session, self.principal, self.settings
-        check_dataset_paths(spec, settings.data_root)
         try:
             spec = await continued(session, principal.scope, spec)
-            await checked_weights(session, principal.team_id, spec, settings)
         except SpecRefused as error:
             raise ApiError(422, "invalid_request", str(error), error.param) from None
+        await check_submittable(session, principal.team_id, spec, settings)
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         try:
             result = await create_job(

@@ -9,14 +9,13 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep
 from app.api.errors import ApiError, error_responses
-from app.api.routes.jobs import check_dataset_paths
+from app.api.routes.jobs import check_submittable
 from app.continuation import SpecRefused, continued
 from app.models import SweepCreate, SweepDetail, SweepMethod, SweepsPage
 from app.store.audit import record_audit
 from app.store.rows import get_job
 from app.store.sweeps import cancel_sweep, create_sweep, list_sweeps, read_sweep
 from app.sweep_search import InvalidTrial, extremes, grid, grid_size, trial_spec
-from app.weight_paths import checked_weights
 from kernel.spec import SpecError, parse_spec
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=error_responses(401, 422, 503))
@@ -46,9 +45,8 @@ async def check_trials(
     body: SweepCreate, session: SessionDep, principal: PrincipalDep, settings: SettingsDep
 ) -> None:
     """A 422 before anything is stored: a grid larger than max_trials, or a parameter
-    value that makes an invalid spec or one the team may not submit (a path outside the
-    data root, another team's weights), for every grid point, else each value and range
-    end."""
+    value that makes an invalid spec or one the team may not submit (`check_submittable`),
+    for every grid point, else each value and range end."""
     if body.method is SweepMethod.grid and grid_size(body) > body.max_trials:
         raise ApiError(
             422,
@@ -64,11 +62,7 @@ async def check_trials(
             spec = trial_spec(body.base, values, body.name)
         except InvalidTrial as error:
             raise ApiError(422, "invalid_request", str(error), error.param) from None
-        check_dataset_paths(spec, settings.data_root)
-        try:
-            await checked_weights(session, principal.team_id, spec, settings)
-        except SpecRefused as error:
-            raise ApiError(422, "invalid_request", str(error), error.param) from None
+        await check_submittable(session, principal.team_id, spec, settings)
 
 
 @router.post(

@@ -91,7 +91,7 @@ async def submit_job(
     with the `submit` scope; audited."""
     text = form.get("spec", "")
     key = form.get("idempotency_key", "")[:MAX_KEY_CHARS] or str(uuid.uuid4())
-    check = check_spec_text(text, settings.data_root)
+    check = check_spec_text(text, settings.data_root, settings.mlflow_tracking_uris)
     if check.spec is None:
         return form_page(request, viewer, text, key, check.errors, status_code=422)
     try:

@@ -142,3 +142,21 @@ async def test_dataset_paths_inside_the_data_root_are_accepted(
         response = await client.post("/v1/jobs", json=file_spec(path), headers=auth(key))
         assert response.status_code == 201, (path, response.text)
         assert response.json()["spec"]["dataset"]["path"] == path
+
+
+async def test_mlflow_servers_other_than_the_operators_are_refused_before_storing(
+    client, key, redis, queue_name, settings
+) -> None:
+    """A spec may not make the service call an address it names: only listed servers."""
+    settings.mlflow_tracking_uris = ["http://mlflow.internal:5000"]
+    tracker = {"mlflow": {"tracking_uri": "http://169.254.169.254/latest"}}
+    error = await refused(client, key, redis, queue_name, small_spec(trackers=tracker))
+    assert error["param"] == "trackers.mlflow.tracking_uri"
+    assert "http://mlflow.internal:5000" in error["message"]
+    assert "OPD_MLFLOW_TRACKING_URIS" in error["message"]
+
+    listed = {"mlflow": {"tracking_uri": "http://mlflow.internal:5000/", "experiment": "e"}}
+    response = await client.post("/v1/jobs", json=small_spec(trackers=listed), headers=auth(key))
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["trackers"]["mlflow"]["experiment"] == "e"
+    assert response.json()["mlflow_run_id"] is None

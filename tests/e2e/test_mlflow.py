@@ -1,0 +1,190 @@
+"""MLflow mirroring against a real `mlflow server`: a job's run holds exactly the job's
+metrics (each step once, after a kill -9 resume too), its spec as params, its checkpoints
+as tags and its final status; a tracker that is down holds no job up, and the mirror
+catches up once it is back; `opd run --resume` goes on with the same run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.e2e.conftest import ROOT, TINY, Service, deployment, tiny_spec
+from tests.e2e.servers import MlflowServer, Relay
+from tests.e2e.test_faults import at_step, metric_rows
+from worker.engine.mlflow_mirror import mlflow_key
+
+
+@pytest.fixture(scope="module")
+def mlflow_server() -> Iterator[MlflowServer]:
+    server = MlflowServer()
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture(scope="module")
+def relay(mlflow_server: MlflowServer) -> Iterator[Relay]:
+    """A way to the server that is down until a test starts it."""
+    relay = Relay(mlflow_server.port)
+    yield relay
+    relay.stop()
+
+
+@pytest.fixture(scope="module")
+def service(
+    tmp_path_factory: pytest.TempPathFactory, mlflow_server: MlflowServer, relay: Relay
+) -> Iterator[Service]:
+    """One deployment for the module's jobs, allowed to mirror to the server and the relay."""
+    home = tmp_path_factory.mktemp("service")
+    with deployment(
+        home,
+        f"sqlite:///{home / 'opd.db'}",
+        mlflow_tracking_uris=json.dumps([mlflow_server.url, relay.url]),
+    ) as running:
+        yield running
+
+
+def mirrored_spec(uri: str, experiment: str, *, evals: bool = False, **loop: Any) -> dict[str, Any]:
+    spec = tiny_spec(**loop)
+    if evals:
+        spec["eval"] = yaml.safe_load(TINY.read_text())["eval"] | {"every": 4}
+    spec["trackers"] = {"mlflow": {"tracking_uri": uri, "experiment": experiment}}
+    return spec
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+    return found
+
+
+def finished_run(client: MlflowClient, run_id: str) -> Any:
+    """The run once the mirror sent its final status (it sends after the job has ended)."""
+    return eventually(
+        lambda: (run := client.get_run(run_id)).info.status != "RUNNING" and run,
+        f"run {run_id} ended",
+    )
+
+
+def assert_history_is(client: MlflowClient, run_id: str, steps: dict[int, dict[str, float]]):
+    """Every metric's MLflow history is exactly ours: the same steps, each once, same values."""
+    ours: dict[str, list[tuple[int, float]]] = {}
+    for step, metrics in sorted(steps.items()):
+        for name, value in metrics.items():
+            ours.setdefault(mlflow_key(name), []).append((step, value))
+    assert set(client.get_run(run_id).data.metrics) == set(ours)
+    for key, points in ours.items():
+        history = client.get_metric_history(run_id, key)
+        assert sorted((m.step, m.value) for m in history) == points, key
+
+
+def only_worker(service: Service) -> subprocess.Popen:
+    """A new worker, the deployment's only live one (an earlier test's is killed), so a
+    test knows which process runs its job."""
+    for process in service.processes[1:]:  # the first is the API
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return service.start_worker()
+
+
+def through_kill_9(service: Service, spec: dict[str, Any], at: int) -> dict[str, Any]:
+    """Run `spec`, kill -9 its worker after `at` steps, let another finish it: the job."""
+    first = only_worker(service)
+    job = service.submit(spec)
+    service.wait(job["id"], at_step(at))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    service.start_worker()
+    done = service.wait(job["id"])
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    return done
+
+
+def timeline(service: Service, job_id: int) -> list[str]:
+    data = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
+    return [event["message"] for event in data]
+
+
+def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
+    spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
+    done = through_kill_9(service, spec, at=6)
+    rows = dict(metric_rows(service, done["id"]))
+
+    client = MlflowClient(mlflow_server.url)
+    experiment = client.get_experiment_by_name("kill-9")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.run_id for run in runs] == [done["mlflow_run_id"]]  # resumed, not a new one
+    run = finished_run(client, done["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.info.run_name == "tiny-opd"
+    assert sorted(rows) == list(range(13))  # 12 steps and the final eval
+    assert_history_is(client, run.info.run_id, rows)
+    params, tags = run.data.params, run.data.tags
+    assert params["loop.steps"] == "12" and params["student.base_model"] == "tiny-student"
+    assert params["trackers.mlflow.experiment"] == "kill-9" and params["dataset_size"] == "8"
+    assert tags["opd.job_id"] == str(done["id"]) and tags["opd.backend"] == "local"
+    assert tags["opd.checkpoint.final"] == done["final_weights_path"]
+    assert {f"opd.checkpoint.state.{step}" for step in (4, 8, 12)} <= set(tags)
+    assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[12]
+
+
+def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
+    service, mlflow_server, relay
+):
+    """A kill -9 meanwhile too: the steps it kept from the tracker come from the database."""
+    done = through_kill_9(service, mirrored_spec(relay.url, "outage", steps=8, save_every=2), at=5)
+    assert done["mlflow_run_id"] is None  # never reached
+
+    relay.start()  # the server is up from now on
+    caught_up = eventually(
+        lambda: (
+            (events := timeline(service, done["id"]))[-1].startswith("MLflow caught up") and events
+        ),
+        "the mirror caught up",
+    )
+    job = eventually(lambda: (j := service.client().job(done["id"]))["mlflow_run_id"] and j, "id")
+    rows = dict(metric_rows(service, job["id"]))
+
+    mentions = [message for message in caught_up if message.startswith("MLflow")]
+    kinds = [message.split(" ")[1] for message in mentions]
+    assert kinds == ["unreachable", "unreachable", "caught"]  # once for each attempt
+    saved = "Saved weights: " + done["final_weights_path"]
+    assert caught_up.index(mentions[1]) < caught_up.index(saved)  # while the job ran
+    client = MlflowClient(mlflow_server.url)
+    run = finished_run(client, job["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+    assert_history_is(client, run.info.run_id, rows)
+
+
+def test_opd_run_resume_goes_on_with_the_same_run(tmp_path, mlflow_server):
+    spec = mirrored_spec(mlflow_server.url, "cli", steps=6, save_every=2)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    command = [sys.executable, "-m", "opd.cli", "run", "spec.yaml", "--metrics-out", "m.jsonl"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.DEVNULL)
+    metrics = tmp_path / "m.jsonl"
+    eventually(lambda: metrics.is_file() and len(metrics.read_text().splitlines()) >= 2, "steps")
+    first.send_signal(signal.SIGINT)  # stops at the next step boundary, state saved
+    assert first.wait(120) == 0
+    run_id = (tmp_path / "runs" / "tiny-opd" / "mlflow_run_id").read_text()
+    subprocess.run([*command, "--resume"], cwd=tmp_path, env=env, check=True, timeout=300)
+
+    assert (tmp_path / "runs" / "tiny-opd" / "mlflow_run_id").read_text() == run_id
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    steps = {row.pop("step"): row for row in rows}
+    assert sorted(steps) == list(range(6)) and len(rows) == 6  # each step once
+    client = MlflowClient(mlflow_server.url)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert_history_is(client, run_id, steps)
