@@ -78,7 +78,7 @@ WATCH_SECONDS = 0.25  # polls of a client waiting for the step to act at
 SUBMIT_SHARE = 0.8  # jobs arrive over this share of the window
 SOAK = "chaos-soak"  # application_name of our own connections: never SIGSTOPped
 
-TEAMS = {"red": {}, "green": {"max_running": 2}, "blue": {"max_running": 1, "max_queued": 6}}
+TEAMS = {"red": {}, "green": {"max_running": 2}, "blue": {"max_running": 1, "max_queued": 4}}
 TEAM_WEIGHTS = (0.5, 0.3, 0.2)
 KINDS: dict[str, dict[str, Any]] = {  # loop settings; eval: a held-out eval every 10 steps
     "on-policy": {},
@@ -521,8 +521,9 @@ class Clients:
                 response = await self.http.request(
                     method, f"{url}{path}", headers=headers, timeout=30, **options
                 )
-                if response.status_code == 429:
+                if response.status_code == 429:  # the team's queue is full: not a fault
                     self.traffic.throttled += 1
+                    deadline = time.monotonic() + REQUEST_PATIENCE
                 elif response.status_code < 500:
                     return response
                 else:
