@@ -131,7 +131,6 @@ def job_spec(kind: str, seed: int, steps: int) -> dict[str, Any]:
 class Order:
     """One job a client submits, what it does to it, and what it saw."""
 
-    index: int
     team: str
     spec: dict[str, Any]
     plan: str
@@ -162,7 +161,6 @@ def plan_orders(options: argparse.Namespace, run_id: str) -> list[Order]:
         spec = job_spec(kind, chance.choice(seeds), steps)
         orders.append(
             Order(
-                index=index,
                 team=chance.choices(list(TEAMS), TEAM_WEIGHTS)[0],
                 spec=spec,
                 plan=chance.choices(list(PLANS), list(PLANS.values()))[0],
@@ -957,9 +955,9 @@ def wait_for_webhooks(orders: list[Order], receivers: dict[str, Receiver]) -> No
     deadline = time.monotonic() + WEBHOOK_TIMEOUT
     while time.monotonic() < deadline:
         arrived = {
-            (order.team, a.payload["data"].get("job_id"), a.payload["type"])
-            for order in orders
-            for a in receivers[order.team].delivered.copy().values()
+            (team, a.payload["data"].get("job_id"), a.payload["type"])
+            for team, receiver in receivers.items()
+            for a in receiver.delivered.copy().values()
         }
         due = {
             (order.team, job_id, f"job.{order.final}")
