@@ -78,7 +78,7 @@ WATCH_SECONDS = 0.25  # polls of a client waiting for the step to act at
 SUBMIT_SHARE = 0.8  # jobs arrive over this share of the window
 SOAK = "chaos-soak"  # application_name of our own connections: never SIGSTOPped
 
-TEAMS = {"red": {}, "green": {"max_running": 2}, "blue": {"max_running": 1, "max_queued": 6}}
+TEAMS = {"red": {}, "green": {"max_running": 2}, "blue": {"max_running": 1, "max_queued": 4}}
 TEAM_WEIGHTS = (0.5, 0.3, 0.2)
 KINDS: dict[str, dict[str, Any]] = {  # loop settings; eval: a held-out eval every 10 steps
     "on-policy": {},
@@ -131,7 +131,6 @@ def job_spec(kind: str, seed: int, steps: int) -> dict[str, Any]:
 class Order:
     """One job a client submits, what it does to it, and what it saw."""
 
-    index: int
     team: str
     spec: dict[str, Any]
     plan: str
@@ -162,7 +161,6 @@ def plan_orders(options: argparse.Namespace, run_id: str) -> list[Order]:
         spec = job_spec(kind, chance.choice(seeds), steps)
         orders.append(
             Order(
-                index=index,
                 team=chance.choices(list(TEAMS), TEAM_WEIGHTS)[0],
                 spec=spec,
                 plan=chance.choices(list(PLANS), list(PLANS.values()))[0],
@@ -521,8 +519,9 @@ class Clients:
                 response = await self.http.request(
                     method, f"{url}{path}", headers=headers, timeout=30, **options
                 )
-                if response.status_code == 429:
+                if response.status_code == 429:  # the team's queue is full: not a fault
                     self.traffic.throttled += 1
+                    deadline = time.monotonic() + REQUEST_PATIENCE
                 elif response.status_code < 500:
                     return response
                 else:
@@ -956,9 +955,9 @@ def wait_for_webhooks(orders: list[Order], receivers: dict[str, Receiver]) -> No
     deadline = time.monotonic() + WEBHOOK_TIMEOUT
     while time.monotonic() < deadline:
         arrived = {
-            (order.team, a.payload["data"].get("job_id"), a.payload["type"])
-            for order in orders
-            for a in receivers[order.team].delivered.copy().values()
+            (team, a.payload["data"].get("job_id"), a.payload["type"])
+            for team, receiver in receivers.items()
+            for a in receiver.delivered.copy().values()
         }
         due = {
             (order.team, job_id, f"job.{order.final}")
