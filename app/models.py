@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from app.outbound import URL_PATTERN
 from kernel.spec import JobSpec
 from kernel.summary import JobSummary, summary_of_ends
 
@@ -635,7 +636,11 @@ class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(
-        min_length=8, max_length=2000, description="http(s) URL that receives the events."
+        min_length=8,
+        max_length=2000,
+        schema_extra={"json_schema_extra": {"pattern": URL_PATTERN}},
+        description="http(s) URL that receives the events: a host (not a private address "
+        "unless OPD_WEBHOOK_ALLOW_PRIVATE), an optional port, no credentials.",
     )
     events: list[WebhookEvent] = Field(min_length=1, max_length=len(WebhookEvent))
     description: str | None = Field(None, max_length=500)

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+PORT = "(?:[1-5]?[0-9]{1,4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = rf"^https?://([^/?#@\s:\[\]\\]+|\[[0-9A-Fa-f:.]+\])(:{PORT})?([/?#].*)?$"
+"""The URLs `split` accepts, as the OpenAPI document states them (a host name or address,
+an optional port, no credentials): what it refuses, the pattern refuses too."""
 
 
 class UnsafeUrl(ValueError):
@@ -41,6 +48,8 @@ def split(url: str) -> tuple[str, str, int]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as error:
         raise UnsafeUrl(f"the URL's port is not valid: {error}") from None
+    if not re.match(URL_PATTERN, url):
+        raise UnsafeUrl("the URL's host or port is not valid (see the documented pattern)")
     return parts.scheme, parts.hostname, port
 
 
