@@ -16,9 +16,9 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 PORT = "(?:[1-5]?[0-9]{1,4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-URL_PATTERN = rf"^https?://([^/?#@\s:\[\]\\]+|\[[0-9A-Fa-f:.]+\])(:{PORT})?([/?#].*)?$"
-"""The URLs `split` accepts, as the OpenAPI document states them (a host name or address,
-an optional port, no credentials): what it refuses, the pattern refuses too."""
+URL_PATTERN = rf"^https?://[^/?#@\s:\[\]\\]+(:{PORT})?([/?#].*)?$"
+"""The URLs `split` accepts, as the OpenAPI document states them (a host name or an IPv4
+address, an optional port, no credentials): what it refuses, the pattern refuses too."""
 
 
 class UnsafeUrl(ValueError):
@@ -37,7 +37,10 @@ class Target:
 
 def split(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http(s) URL, or UnsafeUrl."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:  # e.g. a bracketed host that is no IPv6 address
+        raise UnsafeUrl(f"the URL is not valid: {error}") from None
     if parts.scheme not in ("http", "https"):
         raise UnsafeUrl("the URL must start with http:// or https://")
     if not parts.hostname:
@@ -49,7 +52,7 @@ def split(url: str) -> tuple[str, str, int]:
     except ValueError as error:
         raise UnsafeUrl(f"the URL's port is not valid: {error}") from None
     if not re.match(URL_PATTERN, url):
-        raise UnsafeUrl("the URL's host or port is not valid (see the documented pattern)")
+        raise UnsafeUrl("the URL's host must be a name or an IPv4 address (no spaces)")
     return parts.scheme, parts.hostname, port
 
 
