@@ -16,9 +16,10 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 PORT = "(?:[1-5]?[0-9]{1,4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
-URL_PATTERN = rf"^https?://[^/?#@\s:\[\]\\]+(:{PORT})?([/?#].*)?$"
-"""The URLs `split` accepts, as the OpenAPI document states them (a host name or an IPv4
-address, an optional port, no credentials): what it refuses, the pattern refuses too."""
+URL_PATTERN = rf"^https?://[A-Za-z0-9._~-]+(:{PORT})?([/?#].*)?$"
+"""The URLs `split` accepts, as the OpenAPI document states them (an ASCII host name, IDNs
+in punycode, or an IPv4 address; an optional port; no credentials): what it refuses, the
+pattern refuses too."""
 
 
 class UnsafeUrl(ValueError):
@@ -51,8 +52,11 @@ def split(url: str) -> tuple[str, str, int]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as error:
         raise UnsafeUrl(f"the URL's port is not valid: {error}") from None
-    if not re.match(URL_PATTERN, url):
-        raise UnsafeUrl("the URL's host must be a name or an IPv4 address (no spaces)")
+    if not re.fullmatch(URL_PATTERN, url):
+        raise UnsafeUrl(
+            "the URL must look like http(s)://HOST[:PORT][/PATH], its HOST an ASCII name "
+            "(IDNs in punycode) or an IPv4 address, on one line"
+        )
     return parts.scheme, parts.hostname, port
 
 

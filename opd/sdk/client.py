@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Generic, Self
 
 import httpx
 
-from opd.sdk.resources import Audit, Jobs, Keys, Teams, Usage, Webhooks
+from opd.sdk.resources import Audit, J, Jobs, Keys, Teams, Usage, Webhooks, X
 from opd.sdk.results import AsyncJob, Job
 from opd.sdk.transport import AsyncTransport, Retries, SyncTransport
 
@@ -43,7 +43,19 @@ def http_options(url: str | None, key: str | None, timeout: float) -> dict[str, 
     }
 
 
-class Client:
+class Resources(Generic[X, J]):
+    """What a client has: the API's resources, over its transport (sweeps: one more line)."""
+
+    def __init__(self, sender: X, job: type[J]) -> None:
+        self.jobs: Jobs[X, J] = Jobs(self, sender, job)
+        self.usage: Usage[X] = Usage(self, sender)
+        self.audit: Audit[X] = Audit(self, sender)
+        self.keys: Keys[X] = Keys(self, sender)
+        self.teams: Teams[X] = Teams(self, sender)
+        self.webhooks: Webhooks[X] = Webhooks(self, sender)
+
+
+class Client(Resources[SyncTransport, Job]):
     """The OPD API. `with Client() as opd: opd.jobs.create(spec).wait(progress=True)`.
 
     Transport errors, 5xx and 429 are retried (`retries`); every POST carries an
@@ -59,13 +71,7 @@ class Client:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.http = httpx.Client(**http_options(url, key, timeout), transport=transport)
-        sender = SyncTransport(self.http, retries or Retries())
-        self.jobs = Jobs(self, sender, Job)
-        self.usage = Usage(self, sender)
-        self.audit = Audit(self, sender)
-        self.keys = Keys(self, sender)
-        self.teams = Teams(self, sender)
-        self.webhooks = Webhooks(self, sender)
+        super().__init__(SyncTransport(self.http, retries or Retries()), Job)
 
     def close(self) -> None:
         self.http.close()
@@ -82,7 +88,7 @@ class Client:
         self.close()
 
 
-class AsyncClient:
+class AsyncClient(Resources[AsyncTransport, AsyncJob]):
     """`Client` for asyncio: the same resources, each call awaited, lists `async for`."""
 
     def __init__(
@@ -95,13 +101,7 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.http = httpx.AsyncClient(**http_options(url, key, timeout), transport=transport)
-        sender = AsyncTransport(self.http, retries or Retries())
-        self.jobs = Jobs(self, sender, AsyncJob)
-        self.usage = Usage(self, sender)
-        self.audit = Audit(self, sender)
-        self.keys = Keys(self, sender)
-        self.teams = Teams(self, sender)
-        self.webhooks = Webhooks(self, sender)
+        super().__init__(AsyncTransport(self.http, retries or Retries()), AsyncJob)
 
     async def aclose(self) -> None:
         await self.http.aclose()

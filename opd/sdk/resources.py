@@ -10,7 +10,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
 
 from app.models import (
     TERMINAL_STATUSES,
@@ -70,9 +79,15 @@ class operation(Generic[P, T]):
     """A method written as `Steps`: called on a blocking client's resource it returns the
     result; on an asyncio client's resource, a coroutine of it."""
 
-    def __init__(self, steps: Callable[Concatenate[Any, P], Steps[T]]) -> None:
-        self.steps = steps
-        functools.update_wrapper(self, steps)
+    via = "run"
+    """The transport's method that carries out what the method returns."""
+
+    def __init__(
+        self,
+        method: Callable[Concatenate[Any, P], Steps[T]] | Callable[Concatenate[Any, P], Listing],
+    ) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
 
     @overload
     def __get__(self, resource: Resource[SyncTransport], owner: Any) -> Callable[P, T]: ...
@@ -83,39 +98,32 @@ class operation(Generic[P, T]):
     def __get__(self, resource: Any, owner: Any) -> Any:
         if resource is None:
             return self
+        carry_out = getattr(resource._transport, self.via)
 
-        @functools.wraps(self.steps)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            return resource._transport.run(self.steps(resource, *args, **kwargs))
+        @functools.wraps(self.method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return carry_out(self.method(resource, *args, **kwargs))
 
-        return run
+        return call
 
 
-class listing(Generic[P, T]):
-    """A list method: an iterator over every item, page after page (an async iterator
-    through an asyncio client)."""
+class listing(operation[P, T]):
+    """A list method (it returns the first page's `Listing`): an iterator over every item,
+    page after page (an async iterator through an asyncio client)."""
 
-    def __init__(self, first: Callable[Concatenate[Any, P], Listing]) -> None:
-        self.first = first
-        functools.update_wrapper(self, first)
+    via = "iterate"
 
-    @overload
-    def __get__(
-        self, resource: Resource[SyncTransport], owner: Any
-    ) -> Callable[P, Iterator[T]]: ...
-    @overload
-    def __get__(
-        self, resource: Resource[AsyncTransport], owner: Any
-    ) -> Callable[P, AsyncIterator[T]]: ...
-    def __get__(self, resource: Any, owner: Any) -> Any:
-        if resource is None:
-            return self
+    if TYPE_CHECKING:
 
-        @functools.wraps(self.first)
-        def iterate(*args: Any, **kwargs: Any) -> Any:
-            return resource._transport.iterate(self.first(resource, *args, **kwargs))
-
-        return iterate
+        @overload  # type: ignore[override]
+        def __get__(
+            self, resource: Resource[SyncTransport], owner: Any
+        ) -> Callable[P, Iterator[T]]: ...
+        @overload
+        def __get__(
+            self, resource: Resource[AsyncTransport], owner: Any
+        ) -> Callable[P, AsyncIterator[T]]: ...
+        def __get__(self, resource: Any, owner: Any) -> Any: ...
 
 
 def listed(kind: type[T]) -> Callable[[Callable[Concatenate[Any, P], Listing]], listing[P, T]]:

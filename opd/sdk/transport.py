@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -131,10 +131,6 @@ class Retries:
         return None
 
 
-def unreachable(http: httpx.Client | httpx.AsyncClient, error: httpx.TransportError) -> OPDError:
-    return APIConnectionError(f"cannot reach the OPD API at {http.base_url}: {error!r}")
-
-
 def request(http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
     timeout = httpx.Timeout(call.timeout) if call.timeout is not None else http.timeout
     if call.download is not None:
@@ -150,8 +146,8 @@ def request(http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request
 
 
 def checked(reply: Reply) -> Reply:
-    if reply.sha256 is not None and reply.sha256 != reply.headers.get(SHA256_HEADER, ""):
-        expected = reply.headers.get(SHA256_HEADER, "")
+    expected = reply.headers.get(SHA256_HEADER, "")
+    if reply.sha256 is not None and reply.sha256 != expected:
         raise OPDError(
             f"the archive's SHA-256 is {reply.sha256}, the API said {expected!r}: "
             "the download is corrupt, try again"
@@ -159,13 +155,37 @@ def checked(reply: Reply) -> Reply:
     return reply
 
 
+Outcome = Reply | httpx.TransportError
+
+
+def attempts(call: Call, retries: Retries, url: object) -> Generator[Call | Pause, Outcome, Reply]:
+    """Sending `call` until it is answered, as steps: each yielded call is sent once and its
+    reply (or transport error) sent back; raises what the caller gets when retries end."""
+    call = call.prepared()
+    attempt = 0
+    while True:
+        outcome = yield call
+        if isinstance(outcome, Reply) and outcome.status < 400:
+            return checked(outcome)
+        delay = retries.delay(call, attempt, outcome)
+        if delay is None and isinstance(outcome, Reply):
+            raise api_error(outcome.status, outcome.content, outcome.headers.get("Retry-After"))
+        if delay is None:
+            raise APIConnectionError(f"cannot reach the OPD API at {url}: {outcome!r}")
+        yield Pause(delay)
+        attempt += 1
+
+
 class SyncTransport:
     def __init__(self, http: httpx.Client, retries: Retries) -> None:
         self.http = http
         self.retries = retries
 
-    def once(self, call: Call) -> Reply:
-        answer = self.http.send(request(self.http, call), stream=True)
+    def once(self, call: Call) -> Outcome:
+        try:
+            answer = self.http.send(request(self.http, call), stream=True)
+        except httpx.TransportError as error:
+            return error
         try:
             if call.download is None or not answer.is_success:
                 return Reply(answer.status_code, answer.headers, answer.read())
@@ -175,42 +195,32 @@ class SyncTransport:
                     digest.update(chunk)
                     out.write(chunk)
             return Reply(answer.status_code, answer.headers, sha256=digest.hexdigest())
+        except httpx.TransportError as error:
+            return error
         finally:
             answer.close()
 
-    def send(self, call: Call) -> Reply:
-        call = call.prepared()
-        attempt = 0
-        while True:
-            try:
-                reply = self.once(call)
-            except httpx.TransportError as error:
-                delay = self.retries.delay(call, attempt, error)
-                if delay is None:
-                    raise unreachable(self.http, error) from error
-            else:
-                if reply.status < 400:
-                    return checked(reply)
-                delay = self.retries.delay(call, attempt, reply)
-                if delay is None:
-                    raise api_error(reply.status, reply.content, reply.headers.get("Retry-After"))
-            time.sleep(delay)
-            attempt += 1
-
-    def run(self, steps: Steps[T]) -> T:
-        reply: Reply | None = None
+    def drive(self, steps: Generator[Call | Pause, Any, T], on_call: Callable[[Call], Any]) -> T:
+        """Run `steps`: sleep through its pauses, answer its calls with `on_call`."""
+        answer = None
         try:
             while True:
-                step = steps.send(reply)
+                step = steps.send(answer)
                 if isinstance(step, Pause):
                     time.sleep(step.seconds)
-                    reply = None
+                    answer = None
                 else:
-                    reply = self.send(step)
+                    answer = on_call(step)
         except StopIteration as done:
             return done.value
         finally:
             steps.close()
+
+    def send(self, call: Call) -> Reply:
+        return self.drive(attempts(call, self.retries, self.http.base_url), self.once)
+
+    def run(self, steps: Steps[T]) -> T:
+        return self.drive(steps, self.send)
 
     def iterate(self, listing: Listing) -> Iterator[Any]:
         call = listing.call
@@ -227,8 +237,11 @@ class AsyncTransport:
         self.http = http
         self.retries = retries
 
-    async def once(self, call: Call) -> Reply:
-        answer = await self.http.send(request(self.http, call), stream=True)
+    async def once(self, call: Call) -> Outcome:
+        try:
+            answer = await self.http.send(request(self.http, call), stream=True)
+        except httpx.TransportError as error:
+            return error
         try:
             if call.download is None or not answer.is_success:
                 return Reply(answer.status_code, answer.headers, await answer.aread())
@@ -238,42 +251,33 @@ class AsyncTransport:
                     digest.update(chunk)
                     out.write(chunk)
             return Reply(answer.status_code, answer.headers, sha256=digest.hexdigest())
+        except httpx.TransportError as error:
+            return error
         finally:
             await answer.aclose()
 
-    async def send(self, call: Call) -> Reply:
-        call = call.prepared()
-        attempt = 0
-        while True:
-            try:
-                reply = await self.once(call)
-            except httpx.TransportError as error:
-                delay = self.retries.delay(call, attempt, error)
-                if delay is None:
-                    raise unreachable(self.http, error) from error
-            else:
-                if reply.status < 400:
-                    return checked(reply)
-                delay = self.retries.delay(call, attempt, reply)
-                if delay is None:
-                    raise api_error(reply.status, reply.content, reply.headers.get("Retry-After"))
-            await asyncio.sleep(delay)
-            attempt += 1
-
-    async def run(self, steps: Steps[T]) -> T:
-        reply: Reply | None = None
+    async def drive(
+        self, steps: Generator[Call | Pause, Any, T], on_call: Callable[[Call], Awaitable[Any]]
+    ) -> T:
+        answer = None
         try:
             while True:
-                step = steps.send(reply)
+                step = steps.send(answer)
                 if isinstance(step, Pause):
                     await asyncio.sleep(step.seconds)
-                    reply = None
+                    answer = None
                 else:
-                    reply = await self.send(step)
+                    answer = await on_call(step)
         except StopIteration as done:
             return done.value
         finally:
             steps.close()
+
+    async def send(self, call: Call) -> Reply:
+        return await self.drive(attempts(call, self.retries, self.http.base_url), self.once)
+
+    async def run(self, steps: Steps[T]) -> T:
+        return await self.drive(steps, self.send)
 
     async def iterate(self, listing: Listing) -> AsyncIterator[Any]:
         call = listing.call
