@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import httpx
 import pandas
 import pytest
+import yaml
 
 from app.models import JobPublic, SamplePublic
 from kernel.retry import Backoff
@@ -34,6 +35,7 @@ from opd import (
     RateLimited,
     ValidationError,
 )
+from opd.cli import main
 from opd.sdk import AsyncJob, Job, Retries
 from tests.e2e.conftest import Service, deployment, tiny_spec
 
@@ -59,8 +61,13 @@ def admin_key(service: Service, team: str) -> str:
     return service.opd("keys", "create", "--team", team, "--admin").stdout.strip()
 
 
+def a_worker(service: Service) -> None:
+    if not any("worker" in p.args and p.poll() is None for p in service.processes):
+        service.start_worker()
+
+
 def test_a_job_and_everything_it_made_through_the_sdk(service, client, tmp_path, capsys):
-    service.start_worker()
+    a_worker(service)
     spec = JobSpec.model_validate(tiny_spec(steps=6, save_every=3) | {"name": "sdk-tour"})
     job = client.jobs.create(spec)
     assert isinstance(job, Job) and isinstance(job, JobPublic) and job.status == "queued"
@@ -130,6 +137,39 @@ def test_a_job_and_everything_it_made_through_the_sdk(service, client, tmp_path,
     again, steps, ids = asyncio.run(from_asyncio())
     assert isinstance(again, AsyncJob) and again.status == "succeeded"
     assert steps == list(range(6)) and ids == [c.id for c in checkpoints]
+
+
+def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
+    a_worker(service)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec(steps=3) | {"name": "by-cli"}))
+
+    def opd(*args: str) -> tuple[int, str, str]:
+        code = main([*args, "--url", service.url, "--key", service.key])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, first, _ = opd("submit", str(spec), "--idempotency-key", "cli-1", "--quiet")
+    assert (
+        code == 0 and opd("submit", str(spec), "--idempotency-key", "cli-1", "--quiet")[1] == first
+    )
+    job = first.strip()
+    code, out, err = opd("watch", job)
+    assert code == 0 and f"{job:>6}  succeeded       3/3      by-cli" in out
+    assert "reverse_kl=" in err
+    code, out, _ = opd("status", job)
+    assert code == 0 and "final_weights_path: " in out and "reverse KL" in out
+    assert opd("jobs", "--limit", "1")[1].split()[:2] == [job, "succeeded"]
+    code, out, _ = opd("samples", job, "--limit", "2")
+    assert code == 0 and out.count("highest reverse KL:") == 2
+    code, _, err = opd("pause", job)
+    assert code == 1 and err.startswith("error: HTTP 409: ") and "succeeded" in err
+    code, out, _ = opd("audit", "--limit", "2")
+    assert code == 0 and len(out.splitlines()) == 2 and "job.pause" in out.splitlines()[0]
+    code, out, _ = opd("usage", "--by", "day")
+    assert code == 0 and out.splitlines()[-1].startswith("total")
+    code, _, err = opd("status", "999999")
+    assert code == 1 and err == "error: HTTP 404: job 999999 not found\n"
 
 
 def test_keys_and_teams_with_an_admin_key(service):
