@@ -158,6 +158,28 @@ def checked(reply: Reply) -> Reply:
 Outcome = Reply | httpx.TransportError
 
 
+class Saved:
+    """A download written to its file as it arrives, hashed on the way."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.digest = hashlib.sha256()
+
+    def __enter__(self) -> Saved:
+        self.out = self.path.open("wb")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.out.close()
+
+    def write(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self.out.write(chunk)
+
+    def reply(self, answer: httpx.Response) -> Reply:
+        return Reply(answer.status_code, answer.headers, sha256=self.digest.hexdigest())
+
+
 def attempts(call: Call, retries: Retries, url: object) -> Generator[Call | Pause, Outcome, Reply]:
     """Sending `call` until it is answered, as steps: each yielded call is sent once and its
     reply (or transport error) sent back; raises what the caller gets when retries end."""
@@ -189,12 +211,10 @@ class SyncTransport:
         try:
             if call.download is None or not answer.is_success:
                 return Reply(answer.status_code, answer.headers, answer.read())
-            digest = hashlib.sha256()
-            with call.download.open("wb") as out:
+            with Saved(call.download) as saved:
                 for chunk in answer.iter_bytes(CHUNK):
-                    digest.update(chunk)
-                    out.write(chunk)
-            return Reply(answer.status_code, answer.headers, sha256=digest.hexdigest())
+                    saved.write(chunk)
+            return saved.reply(answer)
         except httpx.TransportError as error:
             return error
         finally:
@@ -245,12 +265,10 @@ class AsyncTransport:
         try:
             if call.download is None or not answer.is_success:
                 return Reply(answer.status_code, answer.headers, await answer.aread())
-            digest = hashlib.sha256()
-            with call.download.open("wb") as out:
+            with Saved(call.download) as saved:
                 async for chunk in answer.aiter_bytes(CHUNK):
-                    digest.update(chunk)
-                    out.write(chunk)
-            return Reply(answer.status_code, answer.headers, sha256=digest.hexdigest())
+                    saved.write(chunk)
+            return saved.reply(answer)
         except httpx.TransportError as error:
             return error
         finally:

@@ -127,16 +127,18 @@ def test_a_job_and_everything_it_made_through_the_sdk(service, client, tmp_path,
     with pytest.raises(NotFound):
         client.webhooks.get(hook.id)
 
-    async def from_asyncio() -> tuple[AsyncJob, list[int], list[int]]:
+    async def from_asyncio() -> tuple[AsyncJob, list[int], list[int], str]:
         async with AsyncClient(service.url, service.key) as opd:
             again = await (await opd.jobs.get(job.id)).wait()
             steps = (await opd.jobs.metrics(job.id, KL)).curves[KL].steps
             ids = [checkpoint.id async for checkpoint in opd.jobs.checkpoints(job.id)]
-            return again, steps, ids
+            saved = await opd.jobs.download(job.id, final.id, tmp_path / "again.tar.gz")
+            return again, steps, ids, saved.sha256
 
-    again, steps, ids = asyncio.run(from_asyncio())
+    again, steps, ids, sha256 = asyncio.run(from_asyncio())
     assert isinstance(again, AsyncJob) and again.status == "succeeded"
     assert steps == list(range(6)) and ids == [c.id for c in checkpoints]
+    assert sha256 == download.sha256
 
 
 def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
