@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from app.outbound import URL_PATTERN
 from kernel.spec import JobSpec
 from kernel.summary import JobSummary, summary_of_ends
 
@@ -154,6 +155,60 @@ class ApiKey(SQLModel, table=True):
     created_at: datetime = timestamp()
     revoked_at: datetime | None = optional_timestamp()
     expires_at: datetime | None = optional_timestamp()
+
+
+MAX_KEY_DAYS = 3660
+
+
+class KeyPublic(BaseModel):
+    prefix: str = Field(description="Names the key; the secret is never stored or shown.")
+    team: str
+    scope: Scope
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+
+class KeysList(BaseModel):
+    data: list[KeyPublic]
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    team: str = Field(min_length=1, max_length=200, description="Created if new.")
+    scope: Scope = Scope.submit
+    expires_in_days: int | None = Field(None, ge=1, le=MAX_KEY_DAYS, description="null: never.")
+
+
+class KeyCreated(KeyPublic):
+    key: str = Field(description="The key itself, shown only in this answer.")
+
+
+class TeamPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    name: str
+    max_running: int | None = Field(description="The team's own limit; null: the default.")
+    max_queued: int | None = Field(description="The team's own limit; null: the default.")
+    effective_max_running: int | None = Field(description="The limit in force; null: none.")
+    effective_max_queued: int | None = Field(description="The limit in force; null: none.")
+    running: int = Field(description="Jobs running (or stopping) now.")
+    queued: int = Field(description="Jobs queued now.")
+
+
+class TeamsList(BaseModel):
+    data: list[TeamPublic]
+
+
+class LimitsUpdate(BaseModel):
+    """Only the fields sent change; null puts a limit back to the service's default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running: int | None = Field(None, ge=1, le=100_000)
+    max_queued: int | None = Field(None, ge=1, le=1_000_000)
 
 
 # --- jobs -----------------------------------------------------------------------------------
@@ -599,7 +654,11 @@ class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(
-        min_length=8, max_length=2000, description="http(s) URL that receives the events."
+        min_length=8,
+        max_length=2000,
+        schema_extra={"json_schema_extra": {"pattern": URL_PATTERN}},
+        description="http(s) URL that receives the events: a host (not a private address "
+        "unless OPD_WEBHOOK_ALLOW_PRIVATE), an optional port, no credentials.",
     )
     events: list[WebhookEvent] = Field(min_length=1, max_length=len(WebhookEvent))
     description: str | None = Field(None, max_length=500)

@@ -7,11 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+PORT = "(?:[1-5]?[0-9]{1,4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+URL_PATTERN = rf"^https?://[A-Za-z0-9._~-]+(:{PORT})?([/?#].*)?$"
+"""The URLs `split` accepts, as the OpenAPI document states them (an ASCII host name, IDNs
+in punycode, or an IPv4 address; an optional port; no credentials): what it refuses, the
+pattern refuses too."""
 
 
 class UnsafeUrl(ValueError):
@@ -35,7 +43,10 @@ class Target:
 
 def split(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http(s) URL, or UnsafeUrl."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as error:  # e.g. a bracketed host that is no IPv6 address
+        raise UnsafeUrl(f"the URL is not valid: {error}") from None
     if parts.scheme not in ("http", "https"):
         raise UnsafeUrl("the URL must start with http:// or https://")
     if not parts.hostname:
@@ -46,6 +57,11 @@ def split(url: str) -> tuple[str, str, int]:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as error:
         raise UnsafeUrl(f"the URL's port is not valid: {error}") from None
+    if not re.fullmatch(URL_PATTERN, url):
+        raise UnsafeUrl(
+            "the URL must look like http(s)://HOST[:PORT][/PATH], its HOST an ASCII name "
+            "(IDNs in punycode) or an IPv4 address, on one line"
+        )
     return parts.scheme, parts.hostname, port
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kernel.spec import MAX_PROMPT_CHARS, CheckpointRef, JobSpec, SpecModel
 
@@ -30,6 +30,15 @@ class Message(SpecModel):
 class SampleRequest(SpecModel):
     """`POST /v1/jobs/{id}/sample`: one prompt, completed by a checkpoint (and, when asked,
     by the teacher and by the untrained student)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # exactly one of the two, as the document states it
+            "oneOf": [
+                {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+                {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+            ]
+        }
+    )
 
     prompt: str | None = Field(
         None,
@@ -73,6 +82,7 @@ class SampleRequest(SpecModel):
     compare: list[Literal["teacher", "base"]] = Field(
         default_factory=list,
         max_length=2,
+        json_schema_extra={"uniqueItems": True},
         description="Also complete the prompt with the teacher and/or the untrained student; "
         "with the teacher, every completion gets its per-token reverse KL.",
     )

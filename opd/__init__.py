@@ -1,4 +1,32 @@
-"""The composition root: the `opd` command line, the `serve` supervisor and the HTTP client.
+"""The composition root: the `opd` command line, the `serve` supervisor and the Python SDK
+(`from opd import Client, AsyncClient`).
 
-The only package that may import both the service (`app`) and the worker.
+The only package that may import both the service (`app`) and the worker; the SDK imports
+neither the worker nor torch.
 """
+
+from opd.sdk import (
+    APIConnectionError,
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    Conflict,
+    NotFound,
+    OPDAPIError,
+    PermissionDenied,
+    RateLimited,
+    ValidationError,
+)
+
+__all__ = [
+    "APIConnectionError",
+    "AsyncClient",
+    "AuthenticationError",
+    "Client",
+    "Conflict",
+    "NotFound",
+    "OPDAPIError",
+    "PermissionDenied",
+    "RateLimited",
+    "ValidationError",
+]

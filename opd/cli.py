@@ -14,20 +14,21 @@ import sys
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import SpecError, load_spec
-from kernel.summary import JobSummary, summary_lines
-from opd.client import ApiError
+from kernel.summary import summary_lines
 from opd.outputs import add_output_commands
+from opd.sdk import Client, OPDError
 from opd.shading import sample_text
 from opd.sweeps import add_sweep_commands
 
 if TYPE_CHECKING:
     from app.core.config import Settings
+    from app.models import JobPublic
     from kernel.spec import JobSpec
-    from opd.client import OPDClient
     from worker.engine.mlflow_mirror import MlflowSink
     from worker.engine.sinks import ConsoleSink
 
@@ -325,47 +326,59 @@ def teams_command(args: argparse.Namespace) -> int:
     return asyncio.run(act())
 
 
-def client(args: argparse.Namespace) -> OPDClient:
-    from opd.client import OPDClient, default_key
-
-    return OPDClient(args.url, args.key or default_key())
+def client(args: argparse.Namespace) -> Client:
+    return Client(args.url, args.key)
 
 
-def job_line(job: dict) -> str:
-    error = f"  [{job['error']['code']}] {job['error']['message']}" if job["error"] else ""
-    trial = f"  sweep {job['sweep_id']} trial {job['sweep_trial']}" if job.get("sweep_id") else ""
-    stopped = f" ({job['stop_reason']})" if job.get("stop_reason") else ""
+def job_line(job: JobPublic) -> str:
+    error = f"  [{job.error.code}] {job.error.message}" if job.error else ""
+    trial = f"  sweep {job.sweep_id} trial {job.sweep_trial}" if job.sweep_id else ""
+    stopped = f" ({job.stop_reason})" if job.stop_reason else ""
     return (
-        f"{job['id']:>6}  {job['status']:<10} {job['steps_done']:>6}/{job['total_steps']:<6} "
-        f"{job['name']}{stopped}{trial}{error}"
+        f"{job.id:>6}  {job.status:<10} {job.steps_done:>6}/{job.total_steps:<6} "
+        f"{job.name}{stopped}{trial}{error}"
     )
 
 
+def count(text: str) -> int:
+    """A --limit: 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number, 1 or more")
+    return int(text)
+
+
+def page_size(limit: int, largest: int) -> int:
+    """The page to ask for when `limit` items are shown: as few requests as the API allows."""
+    return min(limit, largest)
+
+
 def submit_command(args: argparse.Namespace) -> int:
-    job = client(args).submit(load_spec(args.spec), args.idempotency_key)
-    print(job["id"] if args.quiet else f"Submitted job {job['id']} ({job['status']})")
+    job = client(args).jobs.create(load_spec(args.spec), idempotency_key=args.idempotency_key)
+    print(job.id if args.quiet else f"Submitted job {job.id} ({job.status})")
     return 0
 
 
 def jobs_command(args: argparse.Namespace) -> int:
-    for job in client(args).jobs(args.status, args.limit):
+    jobs = client(args).jobs.list(status=args.status, page_size=page_size(args.limit, 100))
+    for job in islice(jobs, args.limit):
         print(job_line(job))
     return 0
 
 
 def status_command(args: argparse.Namespace) -> int:
-    job = client(args).job(args.job)
+    job = client(args).jobs.get(args.job)
     print(job_line(job))
-    for line in summary_lines(JobSummary.model_validate(job["summary"])):
+    for line in summary_lines(job.summary):
         print(line)
     for field in ("queue_reason", "last_state_path", "final_weights_path"):
-        if job[field]:
-            print(f"{field}: {job[field]}")
+        if value := getattr(job, field):
+            print(f"{field}: {value}")
     return 0
 
 
 def samples_command(args: argparse.Namespace) -> int:
-    samples = client(args).samples(args.job, args.step, args.limit)
+    kept = client(args).jobs.samples(args.job, step=args.step, page_size=page_size(args.limit, 100))
+    samples = list(islice(kept, args.limit))
     if not samples:
         print(
             f"job {args.job} kept no rollouts{'' if args.step is None else f' at step {args.step}'}"
@@ -377,13 +390,13 @@ def samples_command(args: argparse.Namespace) -> int:
 
 
 def watch_command(args: argparse.Namespace) -> int:
-    job = client(args).watch(args.job)
+    job = client(args).jobs.wait(args.job, progress=True)
     print(job_line(job))
-    return 0 if job["status"] == "succeeded" else 1
+    return 0 if job.status == "succeeded" else 1
 
 
 def action_command(args: argparse.Namespace) -> int:
-    print(job_line(client(args).act(args.job, args.action)))
+    print(job_line(getattr(client(args).jobs, args.action)(args.job)))
     return 0
 
 
@@ -391,33 +404,36 @@ def usage_command(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     first = (datetime.now(UTC) - args.since).date()
-    report = client(args).usage(first.isoformat(), args.group_by, args.team)
+    report = client(args).usage.get(first=first, group_by=args.group_by, team=args.team)
     print(
         f"{'team':<16} {args.group_by:<28} {'sampled':>12} {'teacher':>12} {'trained':>12} "
         f"{'eval':>10} {'est. cost':>10}"
     )
-    for row in [*report["rows"], {**report["total"], "team": "total"}]:
+    rows = [(row.team, row) for row in report.rows] + [("total", report.total)]
+    for team, row in rows:
         if args.group_by == "day":
-            what = row.get("day") or ""
+            what = str(getattr(row, "day", None) or "")
         else:
-            what = f"{row.get('job_id') or ''} {row.get('job_name') or ''}".strip()
-        cost = row.get("estimated_cost")
+            job_id, name = getattr(row, "job_id", None), getattr(row, "job_name", None)
+            what = f"{job_id or ''} {name or ''}".strip()
+        cost = row.estimated_cost
         print(
-            f"{row['team']:<16} {what:<28} {row['sampled_tokens']:>12,} "
-            f"{row['teacher_tokens']:>12,} {row['trained_tokens']:>12,} {row['eval_tokens']:>10,} "
+            f"{team:<16} {what:<28} {row.sampled_tokens:>12,} "
+            f"{row.teacher_tokens:>12,} {row.trained_tokens:>12,} {row.eval_tokens:>10,} "
             f"{'-' if cost is None else f'{cost:.2f}':>10}"
         )
-    if not report["priced"]:
+    if not report.priced:
         print("No price table is set (OPD_PRICES), so no cost is shown.", file=sys.stderr)
     return 0
 
 
 def audit_command(args: argparse.Namespace) -> int:
-    for entry in client(args).audit(args.limit, args.action):
+    entries = client(args).audit.list(action=args.action, page_size=page_size(args.limit, 200))
+    for entry in islice(entries, args.limit):
         print(
-            f"{entry['created_at'][:19]}  {entry['key_prefix'] or 'cli':<10} "
-            f"team={entry['team_id']}  {entry['action']:<16} {entry['target'] or '':<24} "
-            f"{entry['status_code']}"
+            f"{entry.created_at:%Y-%m-%dT%H:%M:%S}  {entry.key_prefix or 'cli':<10} "
+            f"team={entry.team_id}  {entry.action:<16} {entry.target or '':<24} "
+            f"{entry.status_code}"
         )
     return 0
 
@@ -517,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs = commands.add_parser("jobs", parents=[http], help="list jobs, newest first")
     jobs.add_argument("--status")
-    jobs.add_argument("--limit", type=int, default=20)
+    jobs.add_argument("--limit", type=count, default=20)
     jobs.set_defaults(handler=jobs_command)
 
     samples = commands.add_parser(
@@ -525,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     samples.add_argument("job", type=int)
     samples.add_argument("--step", type=int, help="only this step's rollouts")
-    samples.add_argument("--limit", type=int, default=4, help="how many (default 4)")
+    samples.add_argument("--limit", type=count, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
     add_output_commands(commands, http)
     add_sweep_commands(commands, http)
@@ -539,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser(
         "audit", parents=[http], help="state-changing requests, newest first"
     )
-    audit.add_argument("--limit", type=int, default=50)
+    audit.add_argument("--limit", type=count, default=50)
     audit.add_argument("--action", help="only this action, e.g. job.cancel")
     audit.set_defaults(handler=audit_command)
 
@@ -561,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
-    except (SpecError, CommandError, ApiError) as error:
+    except (SpecError, CommandError, OPDError) as error:
         message = str(error)
     except KeyboardInterrupt:
         message = "interrupted"

@@ -6,7 +6,6 @@ model). They talk to the API; only `export --merge` loads a model, here, on the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -14,17 +13,18 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import yaml
 
 from kernel.merge_patch import dotted_patch
-from opd.client import ApiError, OPDClient
 from opd.shading import shaded_tokens, worst_tokens
 
-SHA256_HEADER = "X-Checkpoint-SHA256"
-CHUNK = 1 << 20
+if TYPE_CHECKING:
+    from app.models import CheckpointPublic
+    from app.playground import PlaygroundAnswer
+    from kernel.playground import Completion
+    from opd.sdk import Client
 
 
 def command_error(message: str) -> Exception:
@@ -33,7 +33,7 @@ def command_error(message: str) -> Exception:
     return CommandError(message)
 
 
-def connect(args: argparse.Namespace) -> OPDClient:
+def connect(args: argparse.Namespace) -> Client:
     from opd.cli import client
 
     return client(args)
@@ -64,50 +64,48 @@ def assignment(text: str) -> tuple[str, Any]:
         return path, raw
 
 
-def completion_text(completion: dict[str, Any], color: bool) -> str:
-    kls = completion["reverse_kl"]
+def completion_text(completion: Completion, color: bool) -> str:
+    kls = completion.reverse_kl
     if kls is None:
-        return completion["text"]
+        return completion.text
     if color:
-        return shaded_tokens(completion["tokens"], kls)
-    worst = worst_tokens(completion["tokens"], kls)
-    return f"{completion['text']}\nhighest reverse KL: {worst}"
+        return shaded_tokens(completion.tokens, kls)
+    worst = worst_tokens(completion.tokens, kls)
+    return f"{completion.text}\nhighest reverse KL: {worst}"
 
 
-def answer_lines(answer: dict[str, Any], color: bool) -> list[str]:
-    checkpoint = answer["checkpoint"]
+def answer_lines(answer: PlaygroundAnswer, color: bool) -> list[str]:
+    checkpoint = answer.checkpoint
     lines = [
-        f"job {answer['job_id']}: {checkpoint['kind']} weights after step {checkpoint['step']}; "
-        f"prompt {answer['prompt_tokens']} tokens; {answer['seconds']:.2f} s on the worker"
+        f"job {answer.job_id}: {checkpoint.kind} weights after step {checkpoint.step}; "
+        f"prompt {answer.prompt_tokens} tokens; {answer.seconds:.2f} s on the worker"
     ]
-    for output in answer["outputs"]:
-        kl = output["reverse_kl_mean"]
-        cached = "cached" if output["cached"] else "loaded"
+    for output in answer.outputs:
+        kl = output.reverse_kl_mean
+        cached = "cached" if output.cached else "loaded"
         lines.append(
-            f"--- {output['model']} ({output['base_model']}, {cached})"
+            f"--- {output.model} ({output.base_model}, {cached})"
             + ("" if kl is None else f": reverse KL mean {kl:.4f}")
         )
-        for index, completion in enumerate(output["completions"], start=1):
+        for index, completion in enumerate(output.completions, start=1):
             lines.append(
-                f"[{index}] ({completion['stop_reason']}) {completion_text(completion, color)}"
+                f"[{index}] ({completion.stop_reason}) {completion_text(completion, color)}"
             )
     return lines
 
 
 def sample_command(args: argparse.Namespace) -> int:
-    body = {
-        "prompt": args.prompt,
-        "checkpoint": args.checkpoint,
-        "n": args.n,
-        "max_tokens": args.max_tokens,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "compare": args.compare,
-        "timeout_seconds": args.timeout,
-    }
-    api = connect(args)
-    api.http.timeout = args.timeout + 30  # the API answers (a 504 at worst) by then
-    answer = api.request("POST", f"/v1/jobs/{args.job}/sample", json=body)
+    answer = connect(args).jobs.sample(
+        args.job,
+        args.prompt,
+        checkpoint=args.checkpoint,
+        n=args.n,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        compare=args.compare,
+        timeout_seconds=args.timeout,
+    )
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print("\n".join(answer_lines(answer, color)))
     return 0
@@ -125,54 +123,23 @@ def clone_command(args: argparse.Namespace) -> int:
             "with_optimizer": args.with_optimizer,
         }
         patch.setdefault("student", {})["init_from"] = init
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
-    job = connect(args).request("POST", f"/v1/jobs/{args.job}/clone", json=patch, headers=headers)
-    print(
-        job["id"] if args.quiet else f"Cloned job {args.job} as job {job['id']} ({job['status']})"
-    )
+    job = connect(args).jobs.clone(args.job, patch, idempotency_key=args.idempotency_key)
+    print(job.id if args.quiet else f"Cloned job {args.job} as job {job.id} ({job.status})")
     return 0
 
 
-def find_weights(api: OPDClient, job_id: int, ref: str | int) -> dict[str, Any]:
+def find_weights(api: Client, job_id: int, ref: str | int) -> CheckpointPublic:
     """The job's sampler weights: its final ones, or those saved after a step."""
-    saved = api.request("GET", f"/v1/jobs/{job_id}/checkpoints", params={"limit": 1000})["data"]
+    saved = list(api.jobs.checkpoints(job_id, page_size=1000))
     kinds = ("final",) if ref == "final" else ("sampler", "final")
-    found = [c for c in saved if c["kind"] in kinds and (ref == "final" or c["step"] == ref)]
+    found = [c for c in saved if c.kind in kinds and (ref == "final" or c.step == ref)]
     if not found:
-        steps = sorted({c["step"] for c in saved if c["kind"] in ("sampler", "final")})
+        steps = sorted({c.step for c in saved if c.kind in ("sampler", "final")})
         raise command_error(
             f"job {job_id} has no {'final' if ref == 'final' else f'step {ref}'} sampler "
             f"weights; it has them after steps: {', '.join(map(str, steps)) or 'none yet'}"
         )
     return found[-1]
-
-
-def refused(response: httpx.Response) -> ApiError:
-    try:
-        message = response.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = response.text[:200]
-    return ApiError(f"HTTP {response.status_code}: {message}")
-
-
-def download(api: OPDClient, job_id: int, checkpoint_id: int, destination: Path) -> str:
-    """Stream the checkpoint's archive to `destination`; its SHA-256 must be the API's."""
-    digest = hashlib.sha256()
-    url = f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}/download"
-    with api.http.stream("GET", url, timeout=None) as response, destination.open("wb") as out:
-        if not response.is_success:
-            response.read()
-            raise refused(response)
-        for chunk in response.iter_bytes(CHUNK):
-            digest.update(chunk)
-            out.write(chunk)
-        expected = response.headers.get(SHA256_HEADER, "")
-    if digest.hexdigest() != expected:
-        raise command_error(
-            f"the archive's SHA-256 is {digest.hexdigest()}, the API said {expected!r}: "
-            "the download is corrupt, try again"
-        )
-    return expected
 
 
 def unpack(archive: Path, into: Path) -> Path:
@@ -192,9 +159,9 @@ def export_command(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
         archive = Path(work, "checkpoint.tar.gz")
-        sha256 = download(api, args.job, weights["id"], archive)
+        sha256 = api.jobs.download(args.job, weights.id, archive).sha256
         folder = unpack(archive, Path(work, "unpacked"))
-        what = f"job {args.job}'s {weights['kind']} weights (step {weights['step']})"
+        what = f"job {args.job}'s {weights.kind} weights (step {weights.step})"
         if not args.merge:
             if out.exists():
                 out.rmdir()

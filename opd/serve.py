@@ -26,7 +26,9 @@ from app.core.config import Settings
 from app.core.db import migrate, standalone_session
 from app.models import Scope
 from kernel.spec import load_spec
-from opd.client import OPDClient, local_key_path
+from opd.sdk import Client
+from opd.sdk.client import local_key_path
+from opd.sdk.resources import REVERSE_KL
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "tiny.yaml"
 STARTUP_TIMEOUT = 120.0
@@ -133,22 +135,21 @@ def api_ready(url: str) -> bool:
         return False
 
 
-def run_demo(client: OPDClient) -> int:
-    job = client.submit(load_spec(DEMO_SPEC))
-    print(f"Submitted demo job {job['id']} ({job['name']}, {job['total_steps']} steps)")
-    job = client.watch(job["id"])
-    curve = [v for _, v in client.curve(job["id"], "opd/reverse_kl_mean") if v is not None]
-    print(f"Demo job {job['id']}: {job['status']}")
-    if curve:
-        print(f"  reverse KL: {curve[0]:.4f} (step 0) -> {curve[-1]:.4f} (step {len(curve) - 1})")
-    for checkpoint in client.checkpoints(job["id"]):
-        print(
-            f"  checkpoint step {checkpoint['step']:>4} {checkpoint['kind']:<7} "
-            f"{checkpoint['path']}"
-        )
-    if job["error"]:
-        print(f"  error [{job['error']['code']}]: {job['error']['message']}")
-    return 0 if job["status"] == "succeeded" else 1
+def run_demo(client: Client) -> int:
+    job = client.jobs.create(load_spec(DEMO_SPEC))
+    print(f"Submitted demo job {job.id} ({job.name}, {job.total_steps} steps)")
+    job = job.wait(progress=True)
+    curve = client.jobs.metrics(job.id, REVERSE_KL, max_points=10_000).points(REVERSE_KL)
+    values = [value for _, value in curve if value is not None]
+    print(f"Demo job {job.id}: {job.status}")
+    if values:
+        last = len(values) - 1
+        print(f"  reverse KL: {values[0]:.4f} (step 0) -> {values[-1]:.4f} (step {last})")
+    for checkpoint in client.jobs.checkpoints(job.id):
+        print(f"  checkpoint step {checkpoint.step:>4} {checkpoint.kind:<7} {checkpoint.path}")
+    if job.error:
+        print(f"  error [{job.error.code}]: {job.error.message}")
+    return 0 if job.status == "succeeded" else 1
 
 
 def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
@@ -183,7 +184,7 @@ def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
         if demo:
-            return run_demo(OPDClient(url, key))
+            return run_demo(Client(url, key))
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         print("Press Ctrl-C to stop (running jobs save their state and resume next time).")

@@ -4,7 +4,10 @@ the teacher disagreed with most."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.models import SamplePublic
 
 SATURATION_KL = 2.0  # a token this far from the teacher gets the strongest shade
 WORST_SHOWN = 8
@@ -20,16 +23,16 @@ def shade(kl: float | None) -> str:
     return f"\033[48;2;{red};{fade};{blue}m\033[38;2;0;0;0m"
 
 
-def sample_text(sample: dict[str, Any], color: bool) -> str:
-    kls = [v for v in sample["reverse_kl"] if v is not None]
+def sample_text(sample: SamplePublic, color: bool) -> str:
+    kls = [v for v in sample.reverse_kl if v is not None]
     mean = sum(kls) / len(kls) if kls else float("nan")
-    cut = " (cut to the stored length)" if sample["truncated"] else ""
-    head = f"step {sample['step']} #{sample['position']}: reverse KL mean {mean:.4f}{cut}"
-    lines = [head, f"prompt: {sample['prompt']}"]
+    cut = " (cut to the stored length)" if sample.truncated else ""
+    head = f"step {sample.step} #{sample.position}: reverse KL mean {mean:.4f}{cut}"
+    lines = [head, f"prompt: {sample.prompt}"]
     if color:
-        return "\n".join([*lines, shaded_tokens(sample["tokens"], sample["reverse_kl"]), ""])
-    lines.append(f"completion: {sample['completion']}")
-    lines.append(f"highest reverse KL: {worst_tokens(sample['tokens'], sample['reverse_kl'])}")
+        return "\n".join([*lines, shaded_tokens(sample.tokens, sample.reverse_kl), ""])
+    lines.append(f"completion: {sample.completion}")
+    lines.append(f"highest reverse KL: {worst_tokens(sample.tokens, sample.reverse_kl)}")
     return "\n".join([*lines, ""])
 
 

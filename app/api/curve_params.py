@@ -7,36 +7,34 @@ from typing import Annotated
 from fastapi import Depends, Query
 
 from app.api.deps import MAX_ID
-from app.api.errors import ApiError
 from app.store.curves import CurveQuery
 
 MAX_KEYS = 100
+BLANK = " \t\n\r\f\v"
+NAME = f"[^,]*[^,{BLANK}][^,]*"
+KEYS = f"^{NAME}(,{NAME}){{0,{MAX_KEYS - 1}}}$"
+"""1 to 100 comma-separated metric names, none blank: the document states the rule."""
 
 KeysParam = Annotated[
     str | None,
     Query(
-        description="Comma-separated metric names, e.g. `opd/reverse_kl_mean`; "
-        "default: every metric the job recorded."
+        pattern=KEYS,
+        description=f"Comma-separated metric names (at most {MAX_KEYS}), e.g. "
+        "`opd/reverse_kl_mean`; default: every metric the job recorded.",
     ),
 ]
 FromStep = Annotated[int | None, Query(ge=0, le=MAX_ID, description="First step (inclusive).")]
-ToStep = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Last step (inclusive).")]
+ToStep = Annotated[
+    int | None,
+    Query(ge=0, le=MAX_ID, description="Last step (inclusive); before `from_step`: no steps."),
+]
 
 
 def parse_keys(keys: str | None) -> tuple[str, ...] | None:
+    """The names of a `keys` the pattern accepted, each once."""
     if keys is None:
         return None
-    names = tuple(dict.fromkeys(name.strip() for name in keys.split(",") if name.strip()))
-    if not names:
-        raise ApiError(422, "invalid_request", "keys: give at least one metric name", "keys")
-    if len(names) > MAX_KEYS:
-        raise ApiError(422, "invalid_request", f"keys: at most {MAX_KEYS} names", "keys")
-    return names
-
-
-def check_range(from_step: int | None, to_step: int | None) -> None:
-    if from_step is not None and to_step is not None and from_step > to_step:
-        raise ApiError(422, "invalid_request", "from_step must not exceed to_step", "from_step")
+    return tuple(dict.fromkeys(name.strip(BLANK) for name in keys.split(",")))
 
 
 def curve_query(
@@ -53,9 +51,7 @@ def curve_query(
         ),
     ] = 1000,
 ) -> CurveQuery:
-    names = parse_keys(keys)
-    check_range(from_step, to_step)
-    return CurveQuery(names, from_step, to_step, max_points)
+    return CurveQuery(parse_keys(keys), from_step, to_step, max_points)
 
 
 CurveQueryDep = Annotated[CurveQuery, Depends(curve_query)]

@@ -171,6 +171,18 @@ async def identify(request: Request, session: AsyncSession, key: str | None) -> 
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def one_value_each(request: Request) -> None:
+    """A query parameter given twice is a 422: each takes one value, as the document says
+    (keeping the last one silently would hide the client's mistake)."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            raise ApiError(422, "invalid_request", f"{name}: give it once", name)
+        seen.add(name)
+
+
 MAX_ID = 2**31 - 1
 """The largest id or step an INTEGER column holds on every database; larger is a 422."""
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]

@@ -10,11 +10,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 
 from app.api.body_limit import BodyLimitMiddleware
 from app.api.caching import ANSWER_SECONDS, ANSWERS
-from app.api.deps import JobSnapshot, document_scopes
+from app.api.deps import JobSnapshot, document_scopes, one_value_each
 from app.api.errors import install_error_handlers
 from app.api.instrumentation import RequestMetricsMiddleware
 from app.api.metrics_listener import metrics_listener
@@ -49,7 +49,7 @@ from app.queue import JobQueue
 from app.waits import Waits
 from app.web.site import install_dashboard
 
-api_router = APIRouter()
+api_router = APIRouter(dependencies=[Depends(one_value_each)])
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)

@@ -22,7 +22,8 @@ import yaml
 from redis import Redis
 from redis.exceptions import RedisError
 
-from opd.client import TERMINAL, OPDClient
+from app.models import TERMINAL_STATUSES, EventPublic
+from opd.sdk import Client
 from opd.serve import free_port
 from tests.support import REDIS_URL, temporary_postgres_database
 
@@ -87,8 +88,16 @@ class Service:
     def start_worker(self, **env: str) -> subprocess.Popen:
         return self.spawn("worker", "worker", env=self.env | env)
 
-    def client(self) -> OPDClient:
-        return OPDClient(self.url, self.key)
+    def client(self) -> Client:
+        return Client(self.url, self.key)
+
+    def curve(self, job_id: int, key: str) -> list[tuple[int, float | None]]:
+        with self.client() as client:
+            return client.jobs.metrics(job_id, key, max_points=10_000).points(key)
+
+    def events(self, job_id: int) -> list[EventPublic]:
+        with self.client() as client:
+            return list(client.jobs.events(job_id))
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         response = httpx.post(
@@ -102,14 +111,15 @@ class Service:
 
     def wait(self, job_id: int, until: Any = None, timeout: float = 180) -> dict[str, Any]:
         """Poll the job until `until(job)` holds (default: a terminal status)."""
-        until = until or (lambda job: job["status"] in TERMINAL)
+        until = until or (lambda job: job["status"] in TERMINAL_STATUSES)
         deadline = time.monotonic() + timeout
-        while True:
-            job = self.client().job(job_id)
-            if until(job):
-                return job
-            assert time.monotonic() < deadline, f"job stuck: {job}\n{self.logs()}"
-            time.sleep(0.25)
+        with self.client() as client:
+            while True:
+                job = client.jobs.get(job_id).model_dump(mode="json")
+                if until(job):
+                    return job
+                assert time.monotonic() < deadline, f"job stuck: {job}\n{self.logs()}"
+                time.sleep(0.25)
 
     def logs(self) -> str:
         return "\n".join(

@@ -157,7 +157,7 @@ def test_pause_and_resume_from_the_page(page, service, shots, long_job):
     page.click("button.action-pause")  # the confirmation dialog is accepted
     expect(page.locator("#job-status")).to_have_text("paused", timeout=WAIT_MS)
     shot(page, shots, "paused")
-    assert service.client().job(long_job["id"])["status"] == "paused"
+    assert service.client().jobs.get(long_job["id"]).status == "paused"
     page.click("button.action-resume")
     expect(page.locator("#job-status")).to_have_text(re.compile("queued|running"))
     service.wait(long_job["id"], until=lambda job: job["status"] == "running")
@@ -202,7 +202,7 @@ def test_an_invalid_spec_shows_the_fields_error_then_a_valid_one_is_submitted(pa
     expect(page).to_have_url(re.compile(r"/ui/jobs/\d+$"))
     expect(page.locator("h1")).to_contain_text("from-the-form")
     job_id = int(page.url.rsplit("/", 1)[1])
-    assert service.client().job(job_id)["name"] == "from-the-form"
+    assert service.client().jobs.get(job_id).name == "from-the-form"
     shot(page, shots, "submitted")
 
 

@@ -85,10 +85,11 @@ def test_a_small_team_gets_the_next_free_slot_and_limits_hold(service: Service):
         for _ in range(2):
             service.start_worker(OPD_WORKER_CONCURRENCY="2")
         busy = time.monotonic() + 120
-        while len(service.client().jobs("running", 100)) < SLOTS:  # every slot runs A's jobs
+        client = service.client()
+        while len(list(client.jobs.list(status="running"))) < SLOTS:  # every slot: A's jobs
             assert time.monotonic() < busy, service.logs()
             time.sleep(0.1)
-        queued = service.client().jobs("queued", 100)
+        queued = list(client.jobs.list(status="queued"))
         b_jobs = [post(service, key_b, SPEC) for _ in range(2)]
         b_first, b_second = (service.wait(job["id"], timeout=300) for job in b_jobs)
         cut = max(b_first["finished_at"], b_second["finished_at"])
@@ -118,10 +119,10 @@ def test_a_small_team_gets_the_next_free_slot_and_limits_hold(service: Service):
     assert max(b_running) == 1, "B ran, and never two at once"
     assert max(sum(sample.values()) for sample in samples) <= SLOTS
     starts = [
-        event["message"]
+        event.message
         for job in done
-        for event in service.client().request("GET", f"/v1/jobs/{job['id']}/events")["data"]
-        if event["message"].startswith("Attempt")
+        for event in service.events(job["id"])
+        if event.message.startswith("Attempt")
     ]
     assert len(starts) == len(ran), "every job that ran started once"
 

@@ -72,8 +72,7 @@ def assert_same_as_uninterrupted(service: Service, job_id: int, expected: dict) 
 
 
 def events(service: Service, job_id: int) -> str:
-    data = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
-    return " | ".join(event["message"] for event in data)
+    return " | ".join(event.message for event in service.events(job_id))
 
 
 def at_step(n: int):
@@ -110,9 +109,9 @@ def test_sigterm_stops_at_a_step_boundary_and_another_worker_continues(service, 
     first.send_signal(signal.SIGTERM)
     assert first.wait(60) == 0
 
-    requeued = service.client().job(job["id"])
-    assert requeued["status"] == "queued"
-    assert requeued["last_state_step"] == requeued["steps_done"]  # saved at the boundary
+    requeued = service.client().jobs.get(job["id"])
+    assert requeued.status == "queued"
+    assert requeued.last_state_step == requeued.steps_done  # saved at the boundary
     service.start_worker()
     done = service.wait(job["id"])
 
@@ -128,14 +127,14 @@ def test_pause_keeps_the_state_and_resume_continues_exactly(service, uninterrupt
     job = service.submit(SPEC)
     service.wait(job["id"], at_step(6))
 
-    assert client.act(job["id"], "pause")["status"] == "pausing"
-    assert client.act(job["id"], "pause")["status"] in ("pausing", "paused")  # idempotent
+    assert client.jobs.pause(job["id"]).status == "pausing"
+    assert client.jobs.pause(job["id"]).status in ("pausing", "paused")  # idempotent
     paused = service.wait(job["id"], lambda j: j["status"] == "paused")
     assert Path(paused["last_state_path"]).is_dir()
     time.sleep(1)
-    assert client.job(job["id"])["status"] == "paused"  # nothing picks it up meanwhile
+    assert client.jobs.get(job["id"]).status == "paused"  # nothing picks it up meanwhile
 
-    assert client.act(job["id"], "resume")["status"] == "queued"
+    assert client.jobs.resume(job["id"]).status == "queued"
     done = service.wait(job["id"])
     assert done["status"] == "succeeded"
     assert_same_as_uninterrupted(service, job["id"], uninterrupted)
@@ -159,10 +158,10 @@ def test_one_step_off_policy_resumes_exactly_after_pause_and_kill_9(service, tmp
     job = service.submit(OFF_POLICY_SPEC)
     service.wait(job["id"], at_step(3))
 
-    client.act(job["id"], "pause")
+    client.jobs.pause(job["id"])
     paused = service.wait(job["id"], lambda j: j["status"] == "paused")
     assert paused["last_state_step"] == paused["steps_done"]
-    client.act(job["id"], "resume")
+    client.jobs.resume(job["id"])
     service.wait(job["id"], at_step(paused["steps_done"] + 8))  # past a scheduled save
     first.send_signal(signal.SIGKILL)
     first.wait()
@@ -192,7 +191,7 @@ def test_redis_outage_loses_no_job(tmp_path, database_url, own_redis, uninterrup
         own_redis.stop()
         waiting = service.submit(SPEC)  # accepted while Redis is down
         assert waiting["status"] == "queued" and "Redis" in waiting["queue_reason"]
-        before = service.client().job(running["id"])["steps_done"]
+        before = service.client().jobs.get(running["id"]).steps_done
         service.wait(running["id"], at_step(before + 3))  # training goes on meanwhile
         time.sleep(3)
         own_redis.start()  # empty: every message it held is gone

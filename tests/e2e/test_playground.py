@@ -149,10 +149,10 @@ def test_opd_clone_continues_the_job_from_its_final_state(cli, service, trained)
     assert clone["status"] == "succeeded", clone
     init_from = clone["spec"]["student"]["init_from"]
     assert init_from["job"] == trained["id"] and init_from["path"].endswith("-state-000010")
-    events = service.client().request("GET", f"/v1/jobs/{clone['id']}/events")["data"]
-    assert any(e["message"] == f"Started from the weights of {init_from['path']}" for e in events)
-    source_kl = service.client().curve(trained["id"], "opd/reverse_kl_mean")
-    clone_kl = service.client().curve(clone["id"], "opd/reverse_kl_mean")
+    events = service.events(clone["id"])
+    assert any(e.message == f"Started from the weights of {init_from['path']}" for e in events)
+    source_kl = service.curve(trained["id"], "opd/reverse_kl_mean")
+    clone_kl = service.curve(clone["id"], "opd/reverse_kl_mean")
     assert clone_kl[0][1] < source_kl[0][1]  # it starts where the source ended, not afresh
 
 

@@ -22,14 +22,14 @@ def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Se
 
     assert done["status"] == "succeeded", done
     assert done["steps_done"] == 60 and done["attempts"] == 1
-    curve = service.client().curve(job["id"], "opd/reverse_kl_mean")
+    curve = service.curve(job["id"], "opd/reverse_kl_mean")
     steps = [step for step, _ in curve]
     assert steps == list(range(60))  # every step exactly once
     values = np.array([value for _, value in curve])
     assert values[-5:].mean() <= 0.85 * values[:5].mean()
 
-    checkpoints = service.client().checkpoints(job["id"])
-    kinds = [(c["step"], c["kind"]) for c in checkpoints]
+    checkpoints = list(service.client().jobs.checkpoints(job["id"]))
+    kinds = [(c.step, c.kind) for c in checkpoints]
     assert kinds == [
         (20, "state"),
         (20, "sampler"),
@@ -38,12 +38,11 @@ def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Se
         (60, "state"),
         (60, "final"),
     ]
-    assert all(Path(c["path"]).is_dir() for c in checkpoints)
-    assert done["final_weights_path"] == checkpoints[-1]["path"]
+    assert all(Path(c.path).is_dir() for c in checkpoints)
+    assert done["final_weights_path"] == checkpoints[-1].path
     assert Path(done["final_weights_path"], "adapter_model.safetensors").is_file()
 
-    events = service.client().request("GET", f"/v1/jobs/{job['id']}/events")["data"]
-    messages = " | ".join(event["message"] for event in events)
+    messages = " | ".join(event.message for event in service.events(job["id"]))
     assert "Loaded 8 prompts" in messages and "Succeeded" in messages
 
 
@@ -53,17 +52,15 @@ def test_cancel_a_queued_and_a_running_job(service: Service):
     service.start_worker()  # one job at a time: the second waits in the queue
     service.wait(running["id"], lambda job: job["steps_done"] >= 2)
 
-    cancelled = service.client().act(queued["id"], "cancel")
-    assert cancelled["status"] == "cancelled"
+    assert service.client().jobs.cancel(queued["id"]).status == "cancelled"
 
-    stopping = service.client().act(running["id"], "cancel")
-    assert stopping["status"] == "cancelling"
+    assert service.client().jobs.cancel(running["id"]).status == "cancelling"
     done = service.wait(running["id"])
     assert done["status"] == "cancelled"
     assert done["steps_done"] < 2000
     assert done["last_state_step"] == done["steps_done"]  # stopped at a step boundary
     assert Path(done["last_state_path"]).is_dir()
-    assert service.client().job(queued["id"])["attempts"] == 0  # never ran
+    assert service.client().jobs.get(queued["id"]).attempts == 0  # never ran
 
 
 def test_a_bad_field_is_a_422_that_names_it(service: Service):

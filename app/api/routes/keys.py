@@ -2,48 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import PrincipalDep, SessionDep, needs
 from app.api.errors import ApiError, error_responses
 from app.auth import create_key, list_keys, revoke_key
-from app.models import Scope, utcnow
+from app.models import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope, utcnow
 from app.store.audit import record_audit
 
 router = APIRouter(
     prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 422, 503)
 )
 ADMIN = needs(Scope.admin)
-MAX_DAYS = 3660
-
-
-class KeyPublic(BaseModel):
-    prefix: str = Field(description="Names the key; the secret is never stored or shown.")
-    team: str
-    scope: Scope
-    created_at: datetime
-    expires_at: datetime | None
-    revoked_at: datetime | None
-
-
-class KeysList(BaseModel):
-    data: list[KeyPublic]
-
-
-class KeyCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    team: str = Field(min_length=1, max_length=200, description="Created if new.")
-    scope: Scope = Scope.submit
-    expires_in_days: int | None = Field(None, ge=1, le=MAX_DAYS, description="null: never.")
-
-
-class KeyCreated(KeyPublic):
-    key: str = Field(description="The key itself, shown only in this answer.")
 
 
 @router.get("", response_model=KeysList, openapi_extra=ADMIN)

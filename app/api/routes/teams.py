@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import PrincipalDep, SessionDep, SettingsDep, needs
 from app.api.errors import error_responses
-from app.models import Scope
+from app.models import LimitsUpdate, Scope, TeamPublic, TeamsList
 from app.store.audit import record_audit
 from app.store.limits import Limits
 from app.store.teams import list_teams, set_limits
@@ -21,32 +20,6 @@ router = APIRouter(
 )
 ADMIN = needs(Scope.admin)
 TeamName = Annotated[str, Path(min_length=1, max_length=200, description="The team's name.")]
-
-
-class TeamPublic(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-    id: int
-    name: str
-    max_running: int | None = Field(description="The team's own limit; null: the default.")
-    max_queued: int | None = Field(description="The team's own limit; null: the default.")
-    effective_max_running: int | None = Field(description="The limit in force; null: none.")
-    effective_max_queued: int | None = Field(description="The limit in force; null: none.")
-    running: int = Field(description="Jobs running (or stopping) now.")
-    queued: int = Field(description="Jobs queued now.")
-
-
-class TeamsList(BaseModel):
-    data: list[TeamPublic]
-
-
-class LimitsUpdate(BaseModel):
-    """Only the fields sent change; null puts a limit back to the service's default."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_running: int | None = Field(None, ge=1, le=100_000)
-    max_queued: int | None = Field(None, ge=1, le=1_000_000)
 
 
 @router.get("", response_model=TeamsList, openapi_extra=ADMIN)

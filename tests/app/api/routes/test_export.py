@@ -86,10 +86,11 @@ async def test_another_teams_job_and_bad_parameters(client, key, make_key, job_i
     assert (await client.get(url, headers=auth(other))).status_code == 404
     cases = [
         ({"format": "xlsx"}, "format"),
-        ({"from_step": 5, "to_step": 1}, "from_step"),
         ({"keys": ","}, "keys"),
     ]
     for params, param in cases:
         response = await client.get(url, params=params, headers=auth(key))
         assert response.status_code == 422, params
         assert response.json()["error"]["param"] == param
+    inverted = await client.get(url, params={"from_step": 5, "to_step": 1}, headers=auth(key))
+    assert inverted.status_code == 200 and inverted.text.count("\n") == 1  # the header only

@@ -1,0 +1,483 @@
+"""The API's resources, each operation written once (a generator of calls, see
+transport.py) and run by whichever client it is reached through: `Client` runs it and
+returns the result, `AsyncClient` returns a coroutine; list operations give an iterator
+(an async one) that follows `next_cursor` from page to page."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import date
+from pathlib import Path
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
+
+from app.models import (
+    TERMINAL_STATUSES,
+    AuditEntryPublic,
+    AuditPage,
+    CheckpointKind,
+    CheckpointPublic,
+    CheckpointsPage,
+    DeliveriesPage,
+    DeliveryDetail,
+    DeliveryPublic,
+    EventPublic,
+    EventsPage,
+    JobPublic,
+    JobsMetricsPublic,
+    JobStatus,
+    KeyCreated,
+    KeyPublic,
+    KeysList,
+    Page,
+    SamplePublic,
+    SamplesPage,
+    Scope,
+    TeamPublic,
+    TeamsList,
+    WebhookCreated,
+    WebhookEvent,
+    WebhookPublic,
+    WebhooksPage,
+)
+from app.playground import PlaygroundAnswer
+from app.usage import GroupBy, UsageReport
+from kernel.spec import JobSpec
+from opd.sdk.errors import WaitTimeout
+from opd.sdk.progress import Progress
+from opd.sdk.results import Curves, Download
+from opd.sdk.transport import AsyncTransport, Call, Listing, Pause, Steps, SyncTransport, fetch
+
+P = ParamSpec("P")
+T = TypeVar("T")
+X = TypeVar("X", SyncTransport, AsyncTransport)
+J = TypeVar("J", bound=JobPublic)
+
+REVERSE_KL = "opd/reverse_kl_mean"
+MetricNames = str | Sequence[str] | None
+UNSET: Any = object()
+"""A limit left as it is (None sets it back to the service's default)."""
+
+
+class Resource(Generic[X]):
+    def __init__(self, client: Any, transport: X) -> None:
+        self._client = client
+        self._transport = transport
+
+
+class operation(Generic[P, T]):
+    """A method written as `Steps`: called on a blocking client's resource it returns the
+    result; on an asyncio client's resource, a coroutine of it."""
+
+    via = "run"
+    """The transport's method that carries out what the method returns."""
+
+    def __init__(
+        self,
+        method: Callable[Concatenate[Any, P], Steps[T]] | Callable[Concatenate[Any, P], Listing],
+    ) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    @overload
+    def __get__(self, resource: Resource[SyncTransport], owner: Any) -> Callable[P, T]: ...
+    @overload
+    def __get__(
+        self, resource: Resource[AsyncTransport], owner: Any
+    ) -> Callable[P, Awaitable[T]]: ...
+    def __get__(self, resource: Any, owner: Any) -> Any:
+        if resource is None:
+            return self
+        carry_out = getattr(resource._transport, self.via)
+
+        @functools.wraps(self.method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return carry_out(self.method(resource, *args, **kwargs))
+
+        return call
+
+
+class listing(operation[P, T]):
+    """A list method (it returns the first page's `Listing`): an iterator over every item,
+    page after page (an async iterator through an asyncio client)."""
+
+    via = "iterate"
+
+    if TYPE_CHECKING:
+
+        @overload  # type: ignore[override]
+        def __get__(
+            self, resource: Resource[SyncTransport], owner: Any
+        ) -> Callable[P, Iterator[T]]: ...
+        @overload
+        def __get__(
+            self, resource: Resource[AsyncTransport], owner: Any
+        ) -> Callable[P, AsyncIterator[T]]: ...
+        def __get__(self, resource: Any, owner: Any) -> Any: ...
+
+
+def listed(kind: type[T]) -> Callable[[Callable[Concatenate[Any, P], Listing]], listing[P, T]]:
+    """`@listed(EventPublic)`: a `listing` of that item type."""
+    return lambda first: listing(first)
+
+
+def names(keys: MetricNames) -> str | None:
+    return keys if keys is None or isinstance(keys, str) else ",".join(keys)
+
+
+def query(**params: Any) -> dict[str, Any]:
+    """The parameters that were given (None is left out)."""
+    return {name: value for name, value in params.items() if value is not None}
+
+
+def idempotency(key: str | None) -> dict[str, str]:
+    return {"Idempotency-Key": key} if key else {}
+
+
+class Jobs(Resource[X], Generic[X, J]):
+    """`/v1/jobs`: submit, read, act on jobs, and read what they recorded."""
+
+    def __init__(self, client: Any, transport: X, job: type[J]) -> None:
+        super().__init__(client, transport)
+        self._job = job
+
+    def _bind(self, job: JobPublic) -> J:
+        bound = self._job.model_validate(job, from_attributes=True)
+        bound._client = self._client  # type: ignore[attr-defined]
+        return bound
+
+    def _one(self, call: Call) -> Steps[J]:
+        return self._bind((yield from fetch(call, JobPublic)))
+
+    @operation
+    def create(
+        self, spec: JobSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> Steps[J]:
+        """Submit a job (a `JobSpec`, or its fields as a mapping). Retried safely: the
+        request carries an `Idempotency-Key` (one of its own unless you give one)."""
+        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else dict(spec)
+        return (
+            yield from self._one(
+                Call("POST", "/v1/jobs", json=body, headers=idempotency(idempotency_key))
+            )
+        )
+
+    @operation
+    def get(self, job_id: int) -> Steps[J]:
+        return (yield from self._one(Call("GET", f"/v1/jobs/{job_id}")))
+
+    @listed(JobPublic)
+    def list(self, *, status: JobStatus | str | None = None, page_size: int = 100) -> Listing:
+        """The caller's jobs (every team's for an admin key), newest first."""
+        params = query(status=status, limit=page_size)
+        return Listing(Call("GET", "/v1/jobs", params=params), Page[JobPublic], self._bind)
+
+    @operation
+    def cancel(self, job_id: int) -> Steps[J]:
+        return (yield from self._one(Call("POST", f"/v1/jobs/{job_id}/cancel")))
+
+    @operation
+    def pause(self, job_id: int) -> Steps[J]:
+        return (yield from self._one(Call("POST", f"/v1/jobs/{job_id}/pause")))
+
+    @operation
+    def resume(self, job_id: int) -> Steps[J]:
+        return (yield from self._one(Call("POST", f"/v1/jobs/{job_id}/resume")))
+
+    @operation
+    def clone(
+        self,
+        job_id: int,
+        patch: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Steps[J]:
+        """A new job from the job's spec changed by a JSON merge patch (`None` in it: the
+        field's default), e.g. `{"optim": {"learning_rate": 2e-5}}`."""
+        call = Call(
+            "POST",
+            f"/v1/jobs/{job_id}/clone",
+            json=dict(patch or {}),
+            headers=idempotency(idempotency_key),
+        )
+        return (yield from self._one(call))
+
+    @operation
+    def wait(
+        self,
+        job_id: int,
+        *,
+        progress: bool = False,
+        interval: float = 1.0,
+        timeout: float | None = None,
+    ) -> Steps[J]:
+        """Poll the job until it ends and return it; `progress`: a bar on stderr with the
+        steps done and the latest reverse KL. Past `timeout` seconds: WaitTimeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bar: Progress | None = None
+        seen = 0
+        try:
+            while True:
+                job = yield from self._one(Call("GET", f"/v1/jobs/{job_id}"))
+                if progress:
+                    bar = bar or Progress(job)
+                    params = {"keys": REVERSE_KL, "from_step": seen, "max_points": 10_000}
+                    call = Call("GET", f"/v1/jobs/{job_id}/metrics", params=params)
+                    new = (yield from fetch(call, Curves)).points(REVERSE_KL)
+                    seen = new[-1][0] + 1 if new else seen
+                    values = [value for _, value in new if value is not None]
+                    bar.show(job, values[-1] if values else None)
+                if job.status in TERMINAL_STATUSES:
+                    return job
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeout(f"job {job_id} is still {job.status} after {timeout} s")
+                yield Pause(interval)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @operation
+    def metrics(
+        self,
+        job_id: int,
+        keys: MetricNames = None,
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        max_points: int = 1000,
+    ) -> Steps[Curves]:
+        """The job's curves (every metric, or `keys`), downsampled past `max_points`."""
+        params = query(
+            keys=names(keys), from_step=from_step, to_step=to_step, max_points=max_points
+        )
+        return (yield from fetch(Call("GET", f"/v1/jobs/{job_id}/metrics", params=params), Curves))
+
+    @operation
+    def compare(
+        self,
+        job_ids: Sequence[int],
+        keys: MetricNames = None,
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+        max_points: int = 1000,
+    ) -> Steps[JobsMetricsPublic]:
+        """The curves of several jobs (at most 20), in the order given."""
+        params = query(
+            jobs=",".join(map(str, job_ids)),
+            keys=names(keys),
+            from_step=from_step,
+            to_step=to_step,
+            max_points=max_points,
+        )
+        return (yield from fetch(Call("GET", "/v1/metrics", params=params), JobsMetricsPublic))
+
+    @operation
+    def export(
+        self,
+        job_id: int,
+        format: Literal["csv", "jsonl"] = "csv",
+        keys: MetricNames = None,
+        *,
+        from_step: int | None = None,
+        to_step: int | None = None,
+    ) -> Steps[str]:
+        """Every recorded step as CSV (`pandas.read_csv(io.StringIO(text))`) or JSON Lines."""
+        params = query(format=format, keys=names(keys), from_step=from_step, to_step=to_step)
+        reply = yield Call("GET", f"/v1/jobs/{job_id}/metrics/export", params=params)
+        assert reply is not None
+        return reply.text()
+
+    @listed(EventPublic)
+    def events(self, job_id: int, *, page_size: int = 100) -> Listing:
+        """The job's timeline, oldest first."""
+        return Listing(
+            Call("GET", f"/v1/jobs/{job_id}/events", params={"limit": page_size}), EventsPage
+        )
+
+    @listed(SamplePublic)
+    def samples(self, job_id: int, *, step: int | None = None, page_size: int = 100) -> Listing:
+        """The rollouts the job kept, each token with its reverse KL."""
+        params = query(step=step, limit=page_size)
+        return Listing(Call("GET", f"/v1/jobs/{job_id}/samples", params=params), SamplesPage)
+
+    @listed(CheckpointPublic)
+    def checkpoints(
+        self, job_id: int, *, kind: CheckpointKind | str | None = None, page_size: int = 100
+    ) -> Listing:
+        """Saved states, sampler weights and final weights, oldest first."""
+        params = query(kind=kind, limit=page_size)
+        return Listing(
+            Call("GET", f"/v1/jobs/{job_id}/checkpoints", params=params), CheckpointsPage
+        )
+
+    @operation
+    def download(self, job_id: int, checkpoint_id: int, to: str | Path) -> Steps[Download]:
+        """The checkpoint's .tar.gz written to `to`, its SHA-256 checked on the way."""
+        path = Path(to)
+        call = Call("GET", f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}/download", download=path)
+        reply = yield call
+        assert reply is not None and reply.sha256 is not None
+        return Download(path, reply.sha256)
+
+    @operation
+    def sample(
+        self,
+        job_id: int,
+        prompt: str | None = None,
+        *,
+        messages: Sequence[Mapping[str, str]] | None = None,
+        checkpoint: int | Literal["final"] = "final",
+        n: int = 1,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        compare: Sequence[Literal["teacher", "base"]] = (),
+        timeout_seconds: float | None = None,
+    ) -> Steps[PlaygroundAnswer]:
+        """The playground: complete `prompt` (or a chat of `messages`) with the checkpoint,
+        and with the teacher and/or the untrained student in `compare`. A worker answers;
+        past `timeout_seconds` (the service's default: 60) it is a 504, not retried."""
+        body = query(
+            prompt=prompt,
+            messages=messages and [dict(m) for m in messages],
+            checkpoint=checkpoint,
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            compare=list(compare),
+            timeout_seconds=timeout_seconds,
+        )
+        call = Call(
+            "POST",
+            f"/v1/jobs/{job_id}/sample",
+            json=body,
+            retry_server_errors=False,
+            timeout=(timeout_seconds or 60) + 30,
+        )
+        return (yield from fetch(call, PlaygroundAnswer))
+
+
+class Usage(Resource[X]):
+    @operation
+    def get(
+        self,
+        *,
+        first: date | None = None,
+        last: date | None = None,
+        group_by: GroupBy | Literal["job", "day"] = GroupBy.job,
+        team: str | None = None,
+    ) -> Steps[UsageReport]:
+        """Tokens per job or per day from `first` to `last` (UTC days; default the last 30)
+        with estimated costs; `team`: admin keys only."""
+        params = query(
+            group_by=group_by,
+            team=team,
+            **{"from": first and first.isoformat(), "to": last and last.isoformat()},
+        )
+        return (yield from fetch(Call("GET", "/v1/usage", params=params), UsageReport))
+
+
+class Audit(Resource[X]):
+    @listed(AuditEntryPublic)
+    def list(self, *, action: str | None = None, page_size: int = 100) -> Listing:
+        """State-changing requests, newest first (e.g. `action="job.cancel"`)."""
+        params = query(action=action, limit=page_size)
+        return Listing(Call("GET", "/v1/audit", params=params), AuditPage)
+
+
+class Keys(Resource[X]):
+    """API keys (admin keys only)."""
+
+    @operation
+    def list(self) -> Steps[list[KeyPublic]]:
+        return (yield from fetch(Call("GET", "/v1/keys"), KeysList)).data
+
+    @operation
+    def create(
+        self, team: str, *, scope: Scope | str = Scope.submit, expires_in_days: int | None = None
+    ) -> Steps[KeyCreated]:
+        """A key for `team` (created if new); `.key` is the only copy of the secret."""
+        body = query(team=team, scope=scope, expires_in_days=expires_in_days)
+        return (yield from fetch(Call("POST", "/v1/keys", json=body, resendable=False), KeyCreated))
+
+    @operation
+    def revoke(self, prefix: str) -> Steps[None]:
+        yield Call("DELETE", f"/v1/keys/{prefix}")
+
+
+class Teams(Resource[X]):
+    """Teams and their limits (admin keys only)."""
+
+    @operation
+    def list(self) -> Steps[list[TeamPublic]]:
+        return (yield from fetch(Call("GET", "/v1/teams"), TeamsList)).data
+
+    @operation
+    def update(
+        self, name: str, *, max_running: int | None = UNSET, max_queued: int | None = UNSET
+    ) -> Steps[TeamPublic]:
+        """Set the limits given; None puts one back to the service's default."""
+        body = {
+            field: value
+            for field, value in (("max_running", max_running), ("max_queued", max_queued))
+            if value is not UNSET
+        }
+        return (yield from fetch(Call("PATCH", f"/v1/teams/{name}", json=body), TeamPublic))
+
+
+class Webhooks(Resource[X]):
+    """The team's webhooks and what was delivered to them."""
+
+    @operation
+    def create(
+        self, url: str, events: Sequence[WebhookEvent | str], *, description: str | None = None
+    ) -> Steps[WebhookCreated]:
+        """Subscribe `url`; `.secret` (shown only here) verifies the signatures."""
+        body = query(url=url, events=list(events), description=description)
+        return (
+            yield from fetch(
+                Call("POST", "/v1/webhooks", json=body, resendable=False), WebhookCreated
+            )
+        )
+
+    @listed(WebhookPublic)
+    def list(self) -> Listing:
+        return Listing(Call("GET", "/v1/webhooks"), WebhooksPage)
+
+    @operation
+    def get(self, webhook_id: int) -> Steps[WebhookPublic]:
+        return (yield from fetch(Call("GET", f"/v1/webhooks/{webhook_id}"), WebhookPublic))
+
+    @operation
+    def delete(self, webhook_id: int) -> Steps[None]:
+        yield Call("DELETE", f"/v1/webhooks/{webhook_id}")
+
+    @listed(DeliveryPublic)
+    def deliveries(self, webhook_id: int, *, page_size: int = 100) -> Listing:
+        """Each event sent (or being sent) to the webhook, newest first."""
+        return Listing(
+            Call("GET", f"/v1/webhooks/{webhook_id}/deliveries", params={"limit": page_size}),
+            DeliveriesPage,
+        )
+
+    @operation
+    def delivery(self, webhook_id: int, delivery_id: int) -> Steps[DeliveryDetail]:
+        path = f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}"
+        return (yield from fetch(Call("GET", path), DeliveryDetail))
+
+    @operation
+    def resend(self, webhook_id: int, delivery_id: int) -> Steps[DeliveryPublic]:
+        path = f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/resend"
+        return (yield from fetch(Call("POST", path), DeliveryPublic))
