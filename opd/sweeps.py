@@ -1,27 +1,22 @@
-"""`opd sweep create FILE | list | status ID | cancel ID`: sweeps through the API. The
+"""`opd sweep create FILE | list | status ID | cancel ID`: sweeps through the SDK. The
 file is YAML (or JSON); the API takes it as JSON."""
 
 from __future__ import annotations
 
 import argparse
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from opd.client import OPDClient
+from app.models import SweepDetail, SweepPublic, TrialPublic
 
 
 def command_error(message: str) -> Exception:
     from opd.cli import CommandError
 
     return CommandError(message)
-
-
-def connect(args: argparse.Namespace) -> OPDClient:
-    from opd.cli import client
-
-    return client(args)
 
 
 def read_definition(path: str) -> dict[str, Any]:
@@ -40,24 +35,24 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def sweep_line(sweep: dict[str, Any]) -> str:
-    best = sweep["best"]
-    shown = f"best trial {best['number']} ({number(best['metric'])})" if best else "no best yet"
+def sweep_line(sweep: SweepPublic) -> str:
+    best = sweep.best
+    shown = f"best trial {best.number} ({number(best.metric)})" if best else "no best yet"
     return (
-        f"{sweep['id']:>6}  {sweep['status']:<10} {sweep['method']:<6} "
-        f"{sweep['trials_created']:>3}/{sweep['trials_planned']:<3} {sweep['name']}  "
-        f"{sweep['metric']['name']} ({sweep['metric']['goal']}): {shown}"
+        f"{sweep.id:>6}  {sweep.status:<10} {sweep.method:<6} "
+        f"{sweep.trials_created:>3}/{sweep.trials_planned:<3} {sweep.name}  "
+        f"{sweep.metric.name} ({sweep.metric.goal}): {shown}"
     )
 
 
-def by_metric(trials: list[dict[str, Any]], maximize: bool) -> list[dict[str, Any]]:
+def by_metric(trials: list[TrialPublic], maximize: bool) -> list[TrialPublic]:
     """Succeeded trials by metric, best first; then the others (stopped early or not
     finished: their last value is not comparable) by metric; those without one last."""
 
-    def rank(trial: dict[str, Any]) -> tuple[bool, bool, float]:
-        metric = trial["metric"]
+    def rank(trial: TrialPublic) -> tuple[bool, bool, float]:
+        metric = trial.metric
         value = 0.0 if metric is None else (-metric if maximize else metric)
-        return trial["status"] != "succeeded", metric is None, value
+        return trial.status != "succeeded", metric is None, value
 
     return sorted(trials, key=rank)
 
@@ -66,52 +61,55 @@ def shown(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def trial_table(sweep: dict[str, Any]) -> list[str]:
-    paths = list(sweep["parameters"])
-    trials = sweep["trials"]
-    width = {p: max([len(p), *(len(shown(t["values"][p])) for t in trials)]) for p in paths}
+def trial_table(sweep: SweepDetail) -> list[str]:
+    paths = list(sweep.parameters)
+    trials = sweep.trials
+    width = {p: max([len(p), *(len(shown(t.values[p])) for t in trials)]) for p in paths}
     head = f"{'trial':>5}  {'job':>6}  {'status':<10} {'steps':>11}  {'metric':>10}  "
     lines = [head + "  ".join(f"{path:<{width[path]}}" for path in paths) + "  note"]
-    maximize = sweep["metric"]["goal"] == "maximize"
-    for trial in by_metric(trials, maximize):
-        values = "  ".join(f"{shown(trial['values'][p]):<{width[p]}}" for p in paths)
-        steps = f"{trial['steps_done']}/{trial['total_steps']}"
+    for trial in by_metric(trials, sweep.metric.goal == "maximize"):
+        values = "  ".join(f"{shown(trial.values[p]):<{width[p]}}" for p in paths)
+        steps = f"{trial.steps_done}/{trial.total_steps}"
         lines.append(
-            f"{trial['number']:>5}  {trial['job_id']:>6}  {trial['status']:<10} {steps:>11}  "
-            f"{number(trial['metric']):>10}  {values}  {trial['stop_reason'] or ''}"
+            f"{trial.number:>5}  {trial.job_id:>6}  {trial.status:<10} {steps:>11}  "
+            f"{number(trial.metric):>10}  {values}  {trial.stop_reason or ''}"
         )
     return lines
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    api = connect(args)
+    from opd.cli import client, page_size
+
+    api = client(args)
     if args.sweep_action == "create":
-        sweep = api.request("POST", "/v1/sweeps", json=read_definition(args.file))
-        print(sweep["id"] if args.quiet else f"Created sweep {sweep['id']} ({sweep['status']})")
+        sweep = api.sweeps.create(read_definition(args.file))
+        print(sweep.id if args.quiet else f"Created sweep {sweep.id} ({sweep.status})")
     elif args.sweep_action == "list":
-        for sweep in api.request("GET", "/v1/sweeps", params={"limit": args.limit})["data"]:
-            print(sweep_line(sweep))
+        for listed in islice(api.sweeps.list(page_size=page_size(args.limit, 100)), args.limit):
+            print(sweep_line(listed))
     elif args.sweep_action == "cancel":
-        print(sweep_line(api.request("POST", f"/v1/sweeps/{args.sweep}/cancel")))
+        print(sweep_line(api.sweeps.cancel(args.sweep)))
     else:
-        sweep = api.request("GET", f"/v1/sweeps/{args.sweep}")
+        sweep = api.sweeps.get(args.sweep)
         print(sweep_line(sweep))
-        if sweep["error"]:
-            print(f"error: {sweep['error']}")
+        if sweep.error:
+            print(f"error: {sweep.error}")
         for line in trial_table(sweep):
             print(line)
-        print(f"steps early stopping saved: {sweep['steps_saved']}")
+        print(f"steps early stopping saved: {sweep.steps_saved}")
     return 0
 
 
 def add_sweep_commands(commands: Any, http: argparse.ArgumentParser) -> None:
+    from opd.cli import count
+
     sweep = commands.add_parser("sweep", help="searches over a job spec (trials are jobs)")
     actions = sweep.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")
     create.add_argument("file")
     create.add_argument("--quiet", action="store_true", help="print the sweep id only")
     listing = actions.add_parser("list", parents=[http], help="sweeps, newest first")
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--limit", type=count, default=20)
     for name, text in (
         ("status", "a sweep and its trials, best metric first"),
         ("cancel", "cancel a sweep and its unfinished trials"),

@@ -13,7 +13,7 @@ from typing import Generic, Self
 
 import httpx
 
-from opd.sdk.resources import Audit, J, Jobs, Keys, Teams, Usage, Webhooks, X
+from opd.sdk.resources import Audit, J, Jobs, Keys, Sweeps, Teams, Usage, Webhooks, X
 from opd.sdk.results import AsyncJob, Job
 from opd.sdk.transport import AsyncTransport, Retries, SyncTransport
 
@@ -44,10 +44,11 @@ def http_options(url: str | None, key: str | None, timeout: float) -> dict[str, 
 
 
 class Resources(Generic[X, J]):
-    """What a client has: the API's resources, over its transport (sweeps: one more line)."""
+    """What a client has: the API's resources, over its transport."""
 
     def __init__(self, sender: X, job: type[J]) -> None:
         self.jobs: Jobs[X, J] = Jobs(self, sender, job)
+        self.sweeps: Sweeps[X] = Sweeps(self, sender)
         self.usage: Usage[X] = Usage(self, sender)
         self.audit: Audit[X] = Audit(self, sender)
         self.keys: Keys[X] = Keys(self, sender)

@@ -21,6 +21,8 @@ from typing import (
     overload,
 )
 
+from pydantic import BaseModel
+
 from app.models import (
     TERMINAL_STATUSES,
     AuditEntryPublic,
@@ -43,6 +45,10 @@ from app.models import (
     SamplePublic,
     SamplesPage,
     Scope,
+    SweepCreate,
+    SweepDetail,
+    SweepPublic,
+    SweepsPage,
     TeamPublic,
     TeamsList,
     WebhookCreated,
@@ -140,6 +146,14 @@ def query(**params: Any) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
+def written(body: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """A request's body as the caller wrote it: a model's fields that were set (the rest
+    are the service's to fill), or the mapping's."""
+    if isinstance(body, BaseModel):
+        return body.model_dump(mode="json", exclude_unset=True)
+    return dict(body)
+
+
 def idempotency(key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": key} if key else {}
 
@@ -164,8 +178,10 @@ class Jobs(Resource[X], Generic[X, J]):
         self, spec: JobSpec | Mapping[str, Any], *, idempotency_key: str | None = None
     ) -> Steps[J]:
         """Submit a job (a `JobSpec`, or its fields as a mapping). Retried safely: the
-        request carries an `Idempotency-Key` (one of its own unless you give one)."""
-        body = spec.model_dump(mode="json") if isinstance(spec, JobSpec) else dict(spec)
+        request carries an `Idempotency-Key` (one of its own unless you give one). The spec
+        goes as written, its unset fields left to the service's defaults, so a retry with
+        the same key is the same request after either side upgrades."""
+        body = written(spec)
         return (
             yield from self._one(
                 Call("POST", "/v1/jobs", json=body, headers=idempotency(idempotency_key))
@@ -367,6 +383,33 @@ class Jobs(Resource[X], Generic[X, J]):
             timeout=(timeout_seconds or 60) + 30,
         )
         return (yield from fetch(call, PlaygroundAnswer))
+
+
+class Sweeps(Resource[X]):
+    """`/v1/sweeps`: searches over a job spec, whose trials are the team's jobs."""
+
+    @operation
+    def create(self, definition: SweepCreate | Mapping[str, Any]) -> Steps[SweepDetail]:
+        """Start a sweep (a `SweepCreate`, or its fields as a mapping, e.g. a YAML file's).
+        Not sent twice once it may have reached the API: the API keeps no idempotency
+        record for sweeps, so a resent request could start a second one."""
+        call = Call("POST", "/v1/sweeps", json=written(definition), resendable=False)
+        return (yield from fetch(call, SweepDetail))
+
+    @listed(SweepPublic)
+    def list(self, *, page_size: int = 100) -> Listing:
+        """The caller's sweeps (every team's for an admin key), newest first."""
+        return Listing(Call("GET", "/v1/sweeps", params={"limit": page_size}), SweepsPage)
+
+    @operation
+    def get(self, sweep_id: int) -> Steps[SweepDetail]:
+        """The sweep and its trials (values, status, metric, the best so far)."""
+        return (yield from fetch(Call("GET", f"/v1/sweeps/{sweep_id}"), SweepDetail))
+
+    @operation
+    def cancel(self, sweep_id: int) -> Steps[SweepDetail]:
+        """End the sweep and cancel its unfinished trials."""
+        return (yield from fetch(Call("POST", f"/v1/sweeps/{sweep_id}/cancel"), SweepDetail))
 
 
 class Usage(Resource[X]):

@@ -1,6 +1,6 @@
 """The SDK's retries against a real HTTP server that answers what the test scripts (503,
 429 with Retry-After, a dropped connection): what is retried, how long it waits, and that
-a retried POST carries the same Idempotency-Key every time."""
+a retried POST carries the same Idempotency-Key and body (the spec as written) every time."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from app.models import SweepCreate
 from kernel.retry import Backoff
+from kernel.spec import parse_spec
 from opd.sdk import (
     APIConnectionError,
     AsyncClient,
@@ -39,6 +41,7 @@ class Scripted(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), ScriptedHandler)
         self.answers = answers
         self.received: list[tuple[float, str, str, dict[str, str]]] = []
+        self.bodies: list[Any] = []
 
     @property
     def url(self) -> str:
@@ -50,7 +53,8 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     server: Scripted
 
     def answer(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.server.bodies.append(json.loads(body) if body else None)
         self.server.received.append(
             (time.monotonic(), self.command, self.path, dict(self.headers.items()))
         )
@@ -133,14 +137,34 @@ def test_a_retried_post_carries_one_idempotency_key(serve):
     assert given.received[0][3]["Idempotency-Key"] == "mine"  # a 422 is not retried
 
 
+def test_a_job_is_submitted_as_written_so_a_retry_survives_an_upgrade(serve):
+    """Defaults are the service's to fill, not part of the request: the same key and spec
+    are the same request after either side gains a field with a default."""
+    server = serve(failure(503, "database_unavailable"), failure(422, "invalid_request"))
+    written = {"name": "mine", "loop": {"steps": 3}}
+    with Client(server.url, "k", retries=FAST) as client, pytest.raises(ValidationError):
+        client.jobs.create(parse_spec(written), idempotency_key="retry-1")
+    assert server.bodies == [written, written]
+    assert {headers["Idempotency-Key"] for *_, headers in server.received} == {"retry-1"}
+
+
 def test_a_post_that_may_not_be_sent_twice_is_not_retried_once_it_may_have_arrived(serve):
-    server = serve(failure(503, "database_unavailable"), None)
+    server = serve(failure(503, "database_unavailable"), None, failure(503, "x"))
+    written = {
+        "name": "lr",
+        "base_job": 1,
+        "parameters": {"optim.learning_rate": {"values": [1e-4, 1e-3]}},
+        "metric": {"name": "eval/accuracy", "goal": "maximize"},
+    }
     with Client(server.url, "k", retries=FAST) as client:
         with pytest.raises(ServerError):
             client.webhooks.create("https://example.com/hook", ["job.succeeded"])
         with pytest.raises(APIConnectionError):
             client.keys.create("team")
-    assert len(server.received) == 2  # one each
+        with pytest.raises(ServerError):  # no idempotency record: a resend could start two
+            client.sweeps.create(SweepCreate.model_validate(written))
+    assert len(server.received) == 3  # one each
+    assert server.bodies[-1] == written  # as written: the defaults are the API's
 
 
 def test_asyncio_retries_the_same_way(serve):
