@@ -131,8 +131,11 @@ def test_a_trial_spec_is_the_base_with_the_values_at_their_paths() -> None:
     assert spec.loop.steps == small_spec()["loop"]["steps"]
 
 
-def test_the_tiny_example_sweep_is_valid() -> None:
-    path = Path(__file__).resolve().parents[2] / "examples" / "sweep-tiny.yaml"
+SWEEP_EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("sweep-*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEP_EXAMPLES, ids=lambda path: path.name)
+def test_every_example_sweep_is_valid(path: Path) -> None:
     example = SweepCreate.model_validate(yaml.safe_load(path.read_text()))
     assert example.base is not None
     for values in extremes(example):

@@ -15,7 +15,11 @@ from kernel.spec import (
     unlisted_tracker,
 )
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    path
+    for path in (Path(__file__).parents[2] / "examples").glob("*.yaml")
+    if not path.name.startswith("sweep-")  # sweeps, checked in tests/app/test_sweep_search.py
+)
 
 
 def test_defaults_are_the_reference_scripts_defaults():

@@ -105,7 +105,7 @@ async def submit_sweep(
         data = yaml.safe_load(text)
         body = SweepCreate.model_validate(data)
         definition = await resolved(body, session, viewer)
-        check_trials(definition, settings)
+        await check_trials(definition, session, viewer, settings)
     except yaml.YAMLError as error:
         return form_page(request, viewer, text, f"Not valid YAML: {error}")
     except ValidationError as error:
@@ -114,7 +114,7 @@ async def submit_sweep(
         return form_page(request, viewer, text, error.detail.message)
     except JobNotFound as error:
         return form_page(request, viewer, text, f"base_job: {error}")
-    sweep = await create_sweep(session, viewer.team_id, definition)
+    sweep = await create_sweep(session, viewer.team_id, definition, commit=False)
     await record_audit(
         session, viewer, "sweep.create", f"sweep {sweep.id}", 303, {"via": "dashboard"}
     )
