@@ -272,37 +272,34 @@ def test_a_sweep_started_from_a_jobs_page(page, service, shots, other_key):
     expect(page).to_have_url(re.compile(r"/ui/sweeps/\d+$"))
     sweep_id = int(page.url.rsplit("/", 1)[1])
     deadline = time.monotonic() + 180
-    while (sweep := service.client().request("GET", f"/v1/sweeps/{sweep_id}"))[
-        "status"
-    ] == "running":
-        assert time.monotonic() < deadline, service.logs()
-        time.sleep(0.5)
-    assert sweep["status"] == "completed"
+    with service.client() as client:
+        while (sweep := client.sweeps.get(sweep_id)).status == "running":
+            assert time.monotonic() < deadline, service.logs()
+            time.sleep(0.5)
+    best = sweep.best
+    assert sweep.status == "completed" and best is not None
 
     page.reload()
-    best = sweep["best"]
-    expect(page.locator("#best-trial")).to_contain_text(f"Trial {best['number']}")
+    expect(page.locator("#best-trial")).to_contain_text(f"Trial {best.number}")
     expect(page.locator("#best-spec")).to_contain_text("name: from-the-page-")
     rows = page.locator("#trials-table tbody tr")
     expect(rows).to_have_count(4)
-    expect(rows.nth(0).locator("a")).to_have_attribute(
-        "href", f"/ui/jobs/{sweep['trials'][0]['job_id']}"
-    )
+    expect(rows.nth(0).locator("a")).to_have_attribute("href", f"/ui/jobs/{sweep.trials[0].job_id}")
     page.click("#metric-column")  # ascending: the best (lowest reverse KL) first
-    expect(rows.nth(0)).to_have_attribute("data-trial", str(best["number"]))
+    expect(rows.nth(0)).to_have_attribute("data-trial", str(best.number))
     page.click("#metric-column")  # descending: the worst first
-    worst = max(sweep["trials"], key=lambda trial: trial["metric"])
-    expect(rows.nth(0).locator("td.metric")).to_have_attribute("data-value", str(worst["metric"]))
+    worst = max(sweep.trials, key=lambda trial: trial.metric or 0.0)
+    expect(rows.nth(0).locator("td.metric")).to_have_attribute("data-value", str(worst.metric))
     for index in range(2):
         scatter = page.locator(f"#scatter-{index}")
         expect(scatter.locator("canvas")).to_have_count(1)
         expect(scatter).to_have_attribute("data-points", "4")
     expect(page.locator("#chart-best")).to_have_attribute("data-series", "3", timeout=WAIT_MS)
-    expect(page.locator("#chart-best .u-legend")).to_contain_text(f"trial {best['number']}")
+    expect(page.locator("#chart-best .u-legend")).to_contain_text(f"trial {best.number}")
     shot(page, shots, "sweep")
 
-    page.goto(f"{service.url}/ui/jobs/{best['job_id']}")
-    expect(page.locator("body")).to_contain_text(f"sweep {sweep_id}, trial {best['number']}")
+    page.goto(f"{service.url}/ui/jobs/{best.job_id}")
+    expect(page.locator("body")).to_contain_text(f"sweep {sweep_id}, trial {best.number}")
     elsewhere = page.context.browser.new_context()  # another team's own session
     theirs = elsewhere.new_page()
     sign_in(theirs, service, other_key)

@@ -114,8 +114,7 @@ def through_kill_9(service: Service, spec: dict[str, Any], at: int) -> dict[str,
 
 
 def timeline(service: Service, job_id: int) -> list[str]:
-    data = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
-    return [event["message"] for event in data]
+    return [event.message for event in service.events(job_id)]
 
 
 def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
@@ -154,7 +153,7 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
         ),
         "the mirror caught up",
     )
-    job = eventually(lambda: (j := service.client().job(done["id"]))["mlflow_run_id"] and j, "id")
+    job = service.wait(done["id"], lambda j: j["mlflow_run_id"] is not None, timeout=90)
     rows = dict(metric_rows(service, job["id"]))
 
     mentions = [message for message in caught_up if message.startswith("MLflow")]

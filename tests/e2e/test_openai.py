@@ -44,6 +44,11 @@ def client_of(service: Service, key: str | None = None) -> openai.OpenAI:
     )
 
 
+def sampled_tokens(service: Service, job_id: int) -> int:
+    with service.client() as client:
+        return client.jobs.get(job_id).usage.sampled_tokens
+
+
 def greedy_playground_answer(service: Service, job_id: int) -> dict[str, Any]:
     response = httpx.post(
         f"{service.url}/v1/jobs/{job_id}/sample",
@@ -59,7 +64,7 @@ def test_a_chat_completion_with_logprobs_is_the_playgrounds_answer_and_counts_as
     service, finished
 ):
     model = f"job-{finished['id']}"
-    before = service.client().job(finished["id"])["usage"]["sampled_tokens"]
+    before = sampled_tokens(service, finished["id"])
     completion = client_of(service).chat.completions.create(
         model=model,
         messages=MESSAGES,
@@ -69,7 +74,7 @@ def test_a_chat_completion_with_logprobs_is_the_playgrounds_answer_and_counts_as
         logprobs=True,
         top_logprobs=0,
     )
-    after = service.client().job(finished["id"])["usage"]["sampled_tokens"]
+    after = sampled_tokens(service, finished["id"])
     expected = greedy_playground_answer(service, finished["id"])
 
     assert completion.object == "chat.completion" and completion.model == model

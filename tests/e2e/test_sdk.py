@@ -22,7 +22,7 @@ import pandas
 import pytest
 import yaml
 
-from app.models import JobPublic, SamplePublic
+from app.models import JobPublic, SamplePublic, SweepCreate, SweepDetail, SweepPublic
 from kernel.retry import Backoff
 from kernel.spec import JobSpec
 from opd import (
@@ -172,6 +172,65 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     assert code == 0 and out.splitlines()[-1].startswith("total")
     code, _, err = opd("status", "999999")
     assert code == 1 and err == "error: HTTP 404: job 999999 not found\n"
+
+
+def test_sweeps_through_the_sdk_and_the_cli(service, tmp_path, capsys):
+    key = service.opd("keys", "create", "--team", "sweeps").stdout.strip()
+    stranger = service.opd("keys", "create", "--team", "sweeps-elsewhere").stdout.strip()
+    definition = {
+        "name": "sdk-sweep",
+        "base": tiny_spec(steps=2000),
+        "parameters": {"optim.learning_rate": {"values": [1.0e-4, 1.0e-3]}},
+        "method": "grid",
+        "metric": {"name": KL, "goal": "minimize"},
+        "max_trials": 2,
+    }
+    counted = Counting()
+    with Client(service.url, key, retries=QUICK, transport=counted) as client:
+        first = client.sweeps.create(definition)
+        second = client.sweeps.create(SweepCreate.model_validate(definition | {"name": "sdk-2"}))
+        assert isinstance(first, SweepDetail) and first.status == "running"
+        assert (first.trials_planned, second.name, second.max_trials) == (2, "sdk-2", 2)
+        counted.sent.clear()
+
+        listed = list(client.sweeps.list(page_size=1))
+
+        assert [sweep.id for sweep in listed] == [second.id, first.id]
+        assert all(type(sweep) is SweepPublic for sweep in listed)
+        pages = [url for url in counted.sent if url.path == "/v1/sweeps"]
+        assert [url.params.get("after") for url in pages] == [None, str(second.id)]
+        cancelled = client.sweeps.cancel(first.id)
+        assert cancelled.status == "cancelled" and cancelled.finished_at is not None
+        assert client.sweeps.get(first.id).status == "cancelled"
+    with Client(service.url, stranger, retries=QUICK) as elsewhere, pytest.raises(NotFound):
+        elsewhere.sweeps.get(second.id)
+
+    async def by_asyncio() -> tuple[list[int], SweepDetail]:
+        async with AsyncClient(service.url, key) as opd:
+            return [s.id async for s in opd.sweeps.list()], await opd.sweeps.get(second.id)
+
+    ids, again = asyncio.run(by_asyncio())
+    assert ids == [second.id, first.id] and again.name == "sdk-2"
+
+    def opd(*args: str) -> tuple[int, str]:
+        code = main([*args, "--url", service.url, "--key", key])
+        return code, capsys.readouterr().out
+
+    file = tmp_path / "sweep.yaml"
+    file.write_text(yaml.safe_dump(definition | {"name": "by-cli"}))
+    code, made = opd("sweep", "create", str(file), "--quiet")
+    assert code == 0 and int(made) > second.id
+    code, out = opd("sweep", "list", "--limit", "2")
+    assert code == 0 and [line.split()[:2] for line in out.splitlines()] == [
+        [made.strip(), "running"],
+        [str(second.id), "running"],
+    ]
+    code, out = opd("sweep", "cancel", str(second.id))
+    assert code == 0 and out.split()[:2] == [str(second.id), "cancelled"]
+    code, out = opd("sweep", "status", made.strip())
+    assert code == 0 and "optim.learning_rate" in out.splitlines()[1]
+    assert out.splitlines()[-1].startswith("steps early stopping saved: ")
+    assert opd("sweep", "cancel", made.strip())[0] == 0
 
 
 def test_keys_and_teams_with_an_admin_key(service):

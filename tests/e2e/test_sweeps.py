@@ -12,12 +12,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from sqlalchemy import create_engine, text
 
 from app.core.db import sync_url
+from app.models import SweepDetail
 from tests.e2e.conftest import Service, deployment, tiny_spec
 from tests.e2e.test_faults import metric_rows
 
@@ -44,26 +44,23 @@ def grid_sweep(steps: int, parallel: int, save_every: int = 0, **extra: Any) -> 
     }
 
 
-def create(service: Service, definition: dict[str, Any]) -> dict[str, Any]:
-    response = httpx.post(
-        f"{service.url}/v1/sweeps",
-        json=definition,
-        headers={"Authorization": f"Bearer {service.key}"},
-        timeout=30,
-    )
-    assert response.status_code == 201, response.text
-    return response.json()
+def create(service: Service, definition: dict[str, Any]) -> SweepDetail:
+    with service.client() as client:
+        return client.sweeps.create(definition)
 
 
-def wait_sweep(service: Service, sweep_id: int, until: Any = None, timeout: float = 240) -> dict:
-    until = until or (lambda sweep: sweep["status"] != "running")
+def wait_sweep(
+    service: Service, sweep_id: int, until: Any = None, timeout: float = 240
+) -> SweepDetail:
+    until = until or (lambda sweep: sweep.status != "running")
     deadline = time.monotonic() + timeout
-    while True:
-        sweep = service.client().request("GET", f"/v1/sweeps/{sweep_id}")
-        if until(sweep):
-            return sweep
-        assert time.monotonic() < deadline, f"sweep stuck: {sweep}\n{service.logs()}"
-        time.sleep(0.25)
+    with service.client() as client:
+        while True:
+            sweep = client.sweeps.get(sweep_id)
+            if until(sweep):
+                return sweep
+            assert time.monotonic() < deadline, f"sweep stuck: {sweep}\n{service.logs()}"
+            time.sleep(0.25)
 
 
 def trial_rows(service: Service, sweep_id: int) -> list[dict[str, Any]]:
@@ -108,33 +105,36 @@ def test_grid_runs_every_point_once_within_parallel_and_the_teams_limit(
             "sweep", "create", write(tmp_path, grid_sweep(4, 2)), "--quiet", *api(service)
         )
         sweep = wait_sweep(service, int(created.stdout))
-        assert sweep["status"] == "completed", service.logs()
+        assert sweep.status == "completed", service.logs()
 
-        trials = sweep["trials"]
-        assert [t["number"] for t in trials] == [1, 2, 3, 4]
-        tried = {(t["values"]["loop.loss_fn"], t["values"]["optim.learning_rate"]) for t in trials}
-        assert tried == set(itertools.product(LOSSES, RATES))
-        assert all(t["status"] == "succeeded" and t["metric"] is not None for t in trials)
-        best = min(trials, key=lambda t: t["metric"])
-        assert sweep["best"]["number"] == best["number"]
-        assert trials[-1]["best_so_far"] == best["metric"]
+        trials = sweep.trials
+        assert [t.number for t in trials] == [1, 2, 3, 4]
+        assert tried(sweep) == set(itertools.product(LOSSES, RATES))
+        assert all(t.status == "succeeded" and t.metric is not None for t in trials)
+        best = min(trials, key=lambda t: t.metric or 0.0)
+        assert sweep.best is not None and sweep.best.number == best.number
+        assert trials[-1].best_so_far == best.metric
 
-        rows = trial_rows(service, sweep["id"])
+        rows = trial_rows(service, sweep.id)
         assert [row["sweep_trial"] for row in rows] == [1, 2, 3, 4]
         runs = [(row["started_at"], row["finished_at"]) for row in rows]
         assert most_at_once(runs) == 1  # the team's running limit
         unfinished = [(row["created_at"], row["finished_at"]) for row in rows]
         assert most_at_once(unfinished) == 2  # parallel
 
-        listed = service.client().jobs(limit=10)
-        assert {(job["sweep_id"], job["sweep_trial"]) for job in listed} == {
-            (sweep["id"], n) for n in (1, 2, 3, 4)
-        }
-        status = service.opd("sweep", "status", str(sweep["id"]), *api(service)).stdout.splitlines()
+        with service.client() as client:
+            listed = {(job.sweep_id, job.sweep_trial) for job in client.jobs.list()}
+        assert listed == {(sweep.id, n) for n in (1, 2, 3, 4)}
+        status = service.opd("sweep", "status", str(sweep.id), *api(service)).stdout.splitlines()
         table = [line.split() for line in status[2:-1]]
         assert [int(row[0]) for row in table] == [
-            t["number"] for t in sorted(trials, key=lambda t: t["metric"])
+            t.number for t in sorted(trials, key=lambda t: t.metric or 0.0)
         ]
+
+
+def tried(sweep: SweepDetail) -> set[tuple[Any, Any]]:
+    """The (loss, learning rate) points the sweep's trials ran."""
+    return {(t.values["loop.loss_fn"], t.values["optim.learning_rate"]) for t in sweep.trials}
 
 
 def api(service: Service) -> tuple[str, ...]:
@@ -155,26 +155,22 @@ def test_kill_9_of_the_controllers_worker_loses_and_doubles_no_trial(
         first = service.start_worker(OPD_WORKER_CONCURRENCY="2")
         sweep = create(service, grid_sweep(12, 2, save_every=2))
 
-        def midway(sweep: dict) -> bool:
-            return any(t["steps_done"] >= 3 for t in sweep["trials"])
+        def midway(sweep: SweepDetail) -> bool:
+            return any(t.steps_done >= 3 for t in sweep.trials)
 
-        wait_sweep(service, sweep["id"], midway)
+        wait_sweep(service, sweep.id, midway)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         service.start_worker(OPD_WORKER_CONCURRENCY="2")
-        sweep = wait_sweep(service, sweep["id"])
+        sweep = wait_sweep(service, sweep.id)
 
-        assert sweep["status"] == "completed", service.logs()
-        rows = trial_rows(service, sweep["id"])
+        assert sweep.status == "completed", service.logs()
+        rows = trial_rows(service, sweep.id)
         assert [row["sweep_trial"] for row in rows] == [1, 2, 3, 4]
         assert {row["status"] for row in rows} == {"succeeded"}
         for row in rows:
             assert [step for step, _ in metric_rows(service, row["id"])] == list(range(12))
-        tried = {
-            (t["values"]["loop.loss_fn"], t["values"]["optim.learning_rate"])
-            for t in sweep["trials"]
-        }
-        assert tried == set(itertools.product(LOSSES, RATES))
+        assert tried(sweep) == set(itertools.product(LOSSES, RATES))
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -192,40 +188,41 @@ def test_asha_stops_the_trials_that_lose_at_a_rung_and_keeps_their_state(
     )
     with deployment(tmp_path, database_url, sweeps_interval="0.1") as service:
         service.start_worker()
-        sweep = wait_sweep(service, create(service, definition)["id"])
-        assert sweep["status"] == "completed", service.logs()
-        trials = sweep["trials"]
-        jobs = {t["number"]: service.client().job(t["job_id"]) for t in trials}
-        curves = {t["number"]: service.client().curve(t["job_id"], METRIC) for t in trials}
-        rungs = {t["number"]: stop_rung(service, t["job_id"]) for t in trials}
+        sweep = wait_sweep(service, create(service, definition).id)
+        assert sweep.status == "completed", service.logs()
+        trials = sweep.trials
+        with service.client() as client:
+            jobs = {t.number: client.jobs.get(t.job_id) for t in trials}
+        curves = {t.number: service.curve(t.job_id, METRIC) for t in trials}
+        rungs = {t.number: stop_rung(service, t.job_id) for t in trials}
 
     judged = [n for n, rung in rungs.items() if rung is not None]
-    stopped = [n for n in judged if trials[n - 1]["status"] == "cancelled"]
+    stopped = [n for n in judged if trials[n - 1].status == "cancelled"]
     assert stopped, trials
     assert 1 not in judged  # alone at its rungs, the first trial is the best there
     for trial in trials:
-        number = trial["number"]
+        number = trial.number
         if number not in judged:
-            assert trial["status"] == "succeeded"
-            assert trial["stop_reason"] is None
+            assert trial.status == "succeeded"
+            assert trial.stop_reason is None
             continue
         rung = rungs[number]
         earlier = [value_at(curves[n], rung) for n in range(1, number) if curves[n][-1][0] >= rung]
         assert value_at(curves[number], rung) > min(earlier)  # it lost at the rung
         if number not in stopped:  # it ended before its worker heard: it was not stopped
-            assert (trial["status"], trial["stop_reason"]) == ("succeeded", None)
+            assert (trial.status, trial.stop_reason) == ("succeeded", None)
             continue
-        assert trial["stop_reason"] == jobs[number]["stop_reason"] == "early_stopped"
-        assert jobs[number]["last_state_path"]  # its state is kept
-        assert trial["steps_done"] < trial["total_steps"]
-    saved = sum(t["total_steps"] - t["steps_done"] for t in trials if t["number"] in stopped)
-    assert sweep["steps_saved"] == saved > 0
+        assert trial.stop_reason == jobs[number].stop_reason == "early_stopped"
+        assert jobs[number].last_state_path  # its state is kept
+        assert trial.steps_done < trial.total_steps
+    saved = sum(t.total_steps - t.steps_done for t in trials if t.number in stopped)
+    assert sweep.steps_saved == saved > 0
 
 
 def stop_rung(service: Service, job_id: int) -> int | None:
     """The rung the controller's stop names in the job's events (None: never stopped)."""
-    events = service.client().request("GET", f"/v1/jobs/{job_id}/events")["data"]
-    rungs = [e["data"]["rung"] for e in events if e["message"].startswith("Early stopped")]
+    events = service.events(job_id)
+    rungs = [e.data["rung"] for e in events if e.message.startswith("Early stopped")]
     return rungs[0] if rungs else None
 
 
