@@ -200,8 +200,64 @@ class InlineDataset(PromptOptions):
         return self
 
 
+ArithmeticOp = Literal["add", "sub", "mul"]
+ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
+MAX_OPERAND_DIGITS = 3
+
+
+def operand_count(digits: int) -> int:
+    """How many operands of `digits` digits there are (1 digit: 0..9; else no leading 0)."""
+    return 10 if digits == 1 else 9 * 10 ** (digits - 1)
+
+
+class ArithmeticDataset(PromptOptions):
+    """Generated problems such as "What is 47 + 38?", with their answers: a task small
+    models learn on a CPU, for demos and benchmarks that show a student getting better."""
+
+    source: Literal["arithmetic"] = "arithmetic"
+    question_suffix: str = Field(ARITHMETIC_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    ops: list[ArithmeticOp] = Field(
+        ["add", "sub", "mul"],
+        min_length=1,
+        max_length=3,
+        description="Operations, taken in turn; sub keeps the first operand the larger.",
+    )
+    digits: int = Field(
+        1,
+        ge=1,
+        le=MAX_OPERAND_DIGITS,
+        description="Digits of each add/sub operand and of mul's first operand.",
+    )
+    multiplier_digits: int = Field(
+        1, ge=1, le=MAX_OPERAND_DIGITS, description="Digits of mul's second operand."
+    )
+    count: int = Field(
+        150,
+        ge=1,
+        le=MAX_SAMPLE_SIZE,
+        description="Problems in the training pool; held-out prompts come from the others.",
+    )
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _unique_ops(self) -> ArithmeticDataset:
+        if len(set(self.ops)) != len(self.ops):
+            raise ValueError("ops lists an operation twice")
+        return self
+
+    def problem_count(self, op: ArithmeticOp) -> int:
+        """How many distinct problems `op` has at these digit counts."""
+        first = operand_count(self.digits)
+        if op == "add":
+            return first * first
+        if op == "sub":
+            return first * (first + 1) // 2
+        return first * operand_count(self.multiplier_digits)
+
+
 DatasetSpec = Annotated[
-    DeepMathDataset | FileDataset | InlineDataset, Field(discriminator="source")
+    DeepMathDataset | FileDataset | InlineDataset | ArithmeticDataset,
+    Field(discriminator="source"),
 ]
 
 

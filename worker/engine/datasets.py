@@ -1,11 +1,12 @@
-"""The prompt pool of a job: DeepMath-103K from ModelScope, a local file, or inline prompts.
+"""The prompt pool of a job: DeepMath-103K from ModelScope, a local file, inline prompts,
+or generated arithmetic problems.
 
 DeepMath is fetched and sampled exactly as the reference scripts do (same shards, same
 URL, same `datasets` reader, `shuffle(seed)` then the first `sample_size` rows), so a job
 sees the reference's prompts in the reference's order. Rows whose prompt is null or blank
 are dropped before shuffling (logged), because a chat prompt needs a question; on clean
 data this changes nothing. Reference answers come along for eval: DeepMath's
-`final_answer`, a file's `answer_field`, or inline `answers`.
+`final_answer`, a file's `answer_field`, inline `answers`, or the arithmetic answers.
 """
 
 from __future__ import annotations
@@ -28,11 +29,13 @@ from kernel.datapaths import DataPathError, confine_data_path, resolve_data_path
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import (
     DEEPMATH_SHARDS,
+    ArithmeticDataset,
     DatasetSpec,
     DeepMathDataset,
     FileDataset,
     InlineDataset,
 )
+from worker.engine.arithmetic import Problem, held_out_problems, training_problems
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ def load_prompts(dataset: DatasetSpec, data_root: Path, confine: bool) -> Prompt
         keep = nonblank(dataset.prompts, "dataset.prompts")
         answers = dataset.answers or [None] * len(dataset.prompts)
         return Prompts([dataset.prompts[i] for i in keep], [answers[i] for i in keep])
+    if isinstance(dataset, ArithmeticDataset):
+        return problem_prompts(training_problems(dataset))
     table = open_table(dataset, data_root, confine)
     rows = shuffled(table)
     if table.sample_size is not None:
@@ -95,6 +100,8 @@ def load_holdout(
             "dataset of its own",
             code="bad_eval",
         )
+    if isinstance(dataset, ArithmeticDataset):
+        return problem_prompts(held_out_problems(dataset, count, seed))
     table = open_table(dataset, data_root, confine)
     rows = shuffled(table)
     rest = range(table.sample_size or len(rows), len(rows))
@@ -107,6 +114,10 @@ def load_holdout(
         )
     picked = np.random.default_rng(seed).choice(len(rest), size=count, replace=False)
     return prompts_of(rows.select([rest[i] for i in sorted(picked)]), table)
+
+
+def problem_prompts(problems: list[Problem]) -> Prompts:
+    return Prompts([p.question for p in problems], [p.answer for p in problems])
 
 
 def open_table(dataset: DeepMathDataset | FileDataset, data_root: Path, confine: bool) -> Table:

@@ -1,6 +1,7 @@
 """Where the local backend's models come from and where they run.
 
-A base model is a built-in preset or a Hugging Face model available offline (a folder,
+A base model is a built-in preset (tiny ones made in process, arithmetic ones trained
+and shipped as weights) or a Hugging Face model available offline (a folder,
 or a hub id already in the local cache); it runs on CUDA in bfloat16 when present, else
 on the CPU in float32, unless the spec says otherwise.
 """
@@ -16,6 +17,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from kernel.errors import OPDError
 from kernel.spec import LocalBackendSpec
 from worker.engine.backends.local.presets import PRESETS, tiny_model, tiny_tokenizer
+from worker.engine.backends.local.trained import TRAINED_PRESETS, trained_model
+
+BUILT_IN = (*PRESETS, *TRAINED_PRESETS)
 
 
 class ModelNotFound(OPDError):
@@ -53,7 +57,7 @@ def resolve_placement(spec: LocalBackendSpec) -> Placement:
 
 
 def load_tokenizer(base_model: str) -> Any:
-    if base_model in PRESETS:
+    if base_model in BUILT_IN:
         return tiny_tokenizer()
     try:
         return AutoTokenizer.from_pretrained(base_model, local_files_only=True)
@@ -65,6 +69,8 @@ def load_model(base_model: str, dtype: torch.dtype) -> PreTrainedModel:
     """The base model on the CPU in `dtype`, in eval mode (no dropout: training is exact)."""
     if base_model in PRESETS:
         return tiny_model(base_model).to(dtype)
+    if base_model in TRAINED_PRESETS:
+        return trained_model(base_model).to(dtype)
     try:
         model = AutoModelForCausalLM.from_pretrained(base_model, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as error:
@@ -76,5 +82,5 @@ def not_found(base_model: str, error: Exception) -> ModelNotFound:
     return ModelNotFound(
         f"the local backend cannot load {base_model!r}: pass a path to a Hugging Face model "
         f"folder (config, weights and tokenizer), a hub id already in the local cache, or "
-        f"one of the built-in presets {', '.join(PRESETS)} ({error})"
+        f"one of the built-in presets {', '.join(BUILT_IN)} ({error})"
     )

@@ -1,4 +1,5 @@
 """Built-in tiny models and their byte-level tokenizer, made in process (no files, no network).
+The arithmetic presets (`trained.py`) share the tokenizer and the Qwen3 configuration.
 
 Every test and the offline demo train these: a Qwen3-architecture student and teacher
 initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is one token.
@@ -77,21 +78,27 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
-def tiny_config(vocab_size: int, pad_token_id: int, eos_token_id: int) -> Qwen3Config:
-    """A two-layer Qwen3 with hidden size 64: trains on a CPU in milliseconds per step."""
+TINY_SIZES: dict[str, int | float] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "initializer_range": INIT_SCALE,
+}
+"""A two-layer Qwen3 with hidden size 64: trains on a CPU in milliseconds per step."""
+
+
+def preset_config(tokenizer: PreTrainedTokenizerFast, **sizes: int | float) -> Qwen3Config:
+    """A Qwen3 over the byte-level tokenizer: the tiny sizes unless `sizes` says otherwise."""
     return Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
+        **(TINY_SIZES | sizes),
+        vocab_size=len(tokenizer),
         max_position_embeddings=4096,
-        initializer_range=INIT_SCALE,
         tie_word_embeddings=True,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
 
 
@@ -99,11 +106,9 @@ def tiny_model(name: str) -> Qwen3ForCausalLM:
     """The preset `name` (tiny-student or tiny-teacher), identical on every call."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
-    tokenizer = tiny_tokenizer()
-    config = tiny_config(len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
     with SEEDED_INIT, torch.random.fork_rng(devices=[]):
         torch.manual_seed(BASE_SEED)
-        model = Qwen3ForCausalLM(config)
+        model = Qwen3ForCausalLM(preset_config(tiny_tokenizer()))
         if name == TINY_TEACHER:
             torch.manual_seed(TEACHER_SEED)
             perturb_projections(model, TEACHER_RANK)
