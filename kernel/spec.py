@@ -649,6 +649,15 @@ class JobSpec(SpecModel):
         teachers = self.teacher_specs()
         return share.teacher or (next(iter(teachers)) if len(teachers) == 1 else None)
 
+    def dataset_files(self) -> list[tuple[str, FileDataset]]:
+        """Each file dataset with its path's field (`dataset.path`, `datasets.1.path`), for
+        the service to confine to its data root."""
+        files = [
+            (f"datasets.{i}.path" if self.datasets is not None else "dataset.path", share)
+            for i, share in enumerate(self.dataset_shares())
+        ]
+        return [(field, share) for field, share in files if isinstance(share, FileDataset)]
+
     def several_datasets(self) -> bool:
         """Whether per-dataset metrics (ending in `/<dataset>`) are recorded."""
         return self.datasets is not None

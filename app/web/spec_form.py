@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec, SpecError, parse_spec
+from kernel.spec import JobSpec, SpecError, parse_spec
 
 MAX_SPEC_CHARS = 200_000
 
@@ -54,11 +54,11 @@ def check_spec_text(text: str, data_root: Path) -> SpecCheck:
             None,
             [FieldError(path, line_of(root, path), message) for path, message in error.problems],
         )
-    if isinstance(spec.dataset, FileDataset):
+    for field, dataset in spec.dataset_files():
         try:
-            confine_data_path(spec.dataset.path, data_root)
+            confine_data_path(dataset.path, data_root)
         except DataPathError as error:
-            return failed("dataset.path", line_of(yaml.compose(text), "dataset.path"), str(error))
+            return failed(field, line_of(yaml.compose(text), field), str(error))
     return SpecCheck(spec, [])
 
 

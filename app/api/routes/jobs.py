@@ -31,7 +31,7 @@ from app.store.jobs import ActionResult, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import FileDataset, JobSpec
+from kernel.spec import JobSpec
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -70,12 +70,11 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
 
 def check_dataset_path(spec: JobSpec, data_root: Path) -> None:
     """A 422 for a dataset file outside the data root, before the job is stored."""
-    if not isinstance(spec.dataset, FileDataset):
-        return
-    try:
-        confine_data_path(spec.dataset.path, data_root)
-    except DataPathError as error:
-        raise ApiError(422, "invalid_request", f"dataset.path: {error}", "dataset.path") from error
+    for field, dataset in spec.dataset_files():
+        try:
+            confine_data_path(dataset.path, data_root)
+        except DataPathError as error:
+            raise ApiError(422, "invalid_request", f"{field}: {error}", field) from error
 
 
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -1,0 +1,62 @@
+"""POST /v1/jobs with several teachers and datasets: accepted as written, each refusal a
+422 naming the field, and every dataset file confined to the data root."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.app.api.routes.test_job_input import refused
+from tests.app.conftest import auth, small_spec
+
+TEACHERS = {"add": {"base_model": "tiny-teacher"}, "mul": {"base_model": "tiny-teacher"}}
+
+
+def datasets(mul_teacher: str = "mul") -> list[dict]:
+    return [
+        {"name": "add", "source": "arithmetic", "ops": ["add"], "teacher": "add"},
+        {"name": "mul", "source": "arithmetic", "ops": ["mul"], "teacher": mul_teacher},
+    ]
+
+
+def multi_spec(**overrides) -> dict:
+    spec = small_spec(**({"teachers": TEACHERS, "datasets": datasets()} | overrides))
+    del spec["dataset"]
+    return spec
+
+
+async def test_a_routed_two_teacher_spec_is_stored_as_written(client, key) -> None:
+    response = await client.post("/v1/jobs", json=multi_spec(), headers=auth(key))
+
+    assert response.status_code == 201, response.text
+    stored = response.json()["spec"]
+    assert stored["teachers"].keys() == TEACHERS.keys()
+    assert [d["teacher"] for d in stored["datasets"]] == ["add", "mul"]
+    assert stored["teacher_mixture"] == "route"
+
+
+async def test_a_dataset_routed_to_no_teacher_is_a_422_naming_it(
+    client, key, redis, queue_name
+) -> None:
+    body = multi_spec(datasets=datasets(mul_teacher="div"))
+
+    error = await refused(client, key, redis, queue_name, body)
+
+    assert error["param"] == "datasets.1.teacher"
+    assert "names no teacher under teachers (add, mul)" in error["message"]
+
+
+async def test_each_datasets_file_is_confined_to_the_data_root(
+    client, key, redis, queue_name, settings, tmp_path: Path
+) -> None:
+    settings.data_root.mkdir(parents=True)
+    body = multi_spec(
+        datasets=[
+            datasets()[0],
+            {"name": "mul", "source": "file", "path": "../outside.jsonl", "teacher": "mul"},
+        ]
+    )
+
+    error = await refused(client, key, redis, queue_name, body)
+
+    assert error["param"] == "datasets.1.path"
+    assert "points outside the server's data root" in error["message"]
