@@ -12,9 +12,11 @@ import pytest
 from kernel.errors import IncompatibleModels
 from kernel.spec import JobSpec
 from tests.fakes import model
+from tests.fakes import tinker as tinker_fake
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, base_weights
 from tests.support import assert_close
+from worker.engine.backends import connect
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.loop import RunResult, SavedState, run_loop
@@ -123,6 +125,28 @@ async def test_route_scores_each_prompt_with_its_datasets_teacher_only():
     assert created == list(TEACHERS.values())
     probes = [data for _, message, data in sink.events if message.startswith("Probe reverse KL")]
     assert len(probes) == 1 and set(probes[0]["reverse_kl"]) == set(TEACHERS)
+
+
+async def test_route_on_tinker_holds_a_sampler_per_teacher_and_routes_each_prompt(
+    monkeypatch, tmp_path
+):
+    service = tinker_fake.FakeServiceClient()
+    tinker_fake.patch_tinker(monkeypatch, service)
+    spec = make_spec(steps=2).model_copy(update={"backend": "tinker"})
+
+    sink, _ = await run(spec, connect(spec, tmp_path, lambda *_: None))
+
+    made = [c.request.base_model for c in service.calls_named("create_sampler")]
+    assert set(TEACHERS.values()) <= set(made)
+    by_teacher = {tinker_fake.base_weights(m): name for name, m in TEACHERS.items()}
+    samples = service.calls_named("sample")
+    first_step = next(i for i, c in enumerate(samples) if c.request.num_samples == 2)
+    scored = [c for c in samples[first_step:] if c.request.prompt_logprobs]
+    assert scored
+    for call in scored:
+        dataset, _ = question_of(call.request.prompt.to_ints())
+        assert by_teacher[call.weights] == dataset
+    assert sink.steps[1]["data/datums/mul"] == 2
 
 
 def test_mixture_logprobs_match_a_float64_reference():
