@@ -663,6 +663,19 @@ class JobSpec(SpecModel):
         return self.datasets is not None
 
 
+SEVERAL_TEACHER_MODELS = "(several teacher models)"
+
+
+def priced_teacher(teacher_model: str, teachers: dict[str, Any] | None) -> str:
+    """The teacher model a job's scored tokens are priced at: its one teacher's, the one
+    model all its teachers share, or a name no price table has (the cost is then unknown,
+    never a wrong model's). Takes the stored spec's parts, so the usage query can too."""
+    if not teachers:
+        return teacher_model
+    models = {teacher["base_model"] for teacher in teachers.values()}
+    return models.pop() if len(models) == 1 else SEVERAL_TEACHER_MODELS
+
+
 def named(dataset: DatasetSpec, name: str) -> SharedDataset:
     """A dataset as one of several, with a name (weight 1, no teacher of its own)."""
     shared = {

@@ -31,7 +31,7 @@ from app.store.jobs import ActionResult, apply_action, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, priced_teacher
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -55,7 +55,7 @@ def priced(body: JobPublic, prices: PriceTable) -> JobPublic:
     usage.estimated_cost = prices.cost(
         spec.backend,
         spec.student.base_model,
-        spec.teacher.base_model,
+        priced_teacher(spec.teacher.base_model, spec.model_dump(include={"teachers"})["teachers"]),
         sampled=usage.sampled_tokens,
         teacher_tokens=usage.teacher_tokens,
         trained=usage.trained_tokens,

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from app.core.config import Settings
+from app.pricing import Price
 from tests.app.api.routes.test_job_input import refused
-from tests.app.conftest import auth, small_spec
+from tests.app.api.routes.test_usage import used
+from tests.app.conftest import auth, serve, small_spec
 
 TEACHERS = {"add": {"base_model": "tiny-teacher"}, "mul": {"base_model": "tiny-teacher"}}
 
@@ -60,3 +65,36 @@ async def test_each_datasets_file_is_confined_to_the_data_root(
 
     assert error["param"] == "datasets.1.path"
     assert "points outside the server's data root" in error["message"]
+
+
+@pytest.fixture
+async def priced_client(settings: Settings):
+    prices = [
+        Price(backend="local", model="tiny-student", sampled=1.0),
+        Price(backend="local", model="tiny-teacher", scored=2.0),
+        Price(backend="local", model="Qwen/Qwen3.6-27B", scored=100.0),
+    ]
+    async with serve(settings.model_copy(update={"prices": prices})) as http:
+        yield http
+
+
+async def test_teachers_tokens_are_priced_at_their_model_never_at_the_default(
+    priced_client, sessions, key
+) -> None:
+    shared = multi_spec(student={"base_model": "tiny-student"})
+    mixed = multi_spec(
+        student={"base_model": "tiny-student"},
+        teachers={"add": {"base_model": "tiny-teacher"}, "mul": {"base_model": "tiny-student"}},
+    )
+    costs = []
+    for body in (shared, mixed):
+        job = (await priced_client.post("/v1/jobs", json=body, headers=auth(key))).json()
+        await used(sessions, job["id"], sampled=1_000_000, scored=1_000_000, trained=0)
+        costs.append(
+            (await priced_client.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()["usage"]
+        )
+    rows = (await priced_client.get("/v1/usage", headers=auth(key))).json()["rows"]
+
+    assert costs[0]["estimated_cost"] == pytest.approx(1.0 + 2.0)
+    assert costs[1]["estimated_cost"] is None  # two teacher models: no single price applies
+    assert [row["estimated_cost"] for row in rows] == [pytest.approx(3.0), None]
