@@ -52,6 +52,11 @@ async def try_checkpoint(
     session: AsyncSession, queue: JobQueue, settings: Settings, job: Job, request: SampleRequest
 ) -> PlaygroundAnswer:
     """The completions the request asks for, from a worker; PlaygroundError otherwise."""
+    spec = JobSpec.model_validate(job.spec)
+    teachers = spec.teacher_specs()
+    if request.teacher is not None and request.teacher not in teachers:
+        message = f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
+        raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
     try:
         checkpoint = await sampler_weights(session, job, request.checkpoint)
     except CheckpointUnavailable as error:
@@ -59,7 +64,7 @@ async def try_checkpoint(
     timeout = request.timeout_seconds or settings.sample_timeout
     task = SampleTask(
         request=request,
-        spec=JobSpec.model_validate(job.spec),
+        spec=spec,
         weights_path=checkpoint.path,
         deadline=time.time() + timeout,
     )

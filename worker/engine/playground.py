@@ -18,6 +18,7 @@ from pytrio.types import ModelInput, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, SampleTask
+from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.datums import build_prompt
 from worker.engine.loop import check_tokenizers, stop_sequences
@@ -30,9 +31,20 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
+    """The teacher a request compares with: the one it names, or the job's first."""
+    teachers = task.spec.teacher_specs()
+    name = task.request.teacher or next(iter(teachers))
+    return name, teachers[name]
+
+
 def render(task: SampleTask, tokenizer: Any) -> list[int]:
-    """The prompt tokens every model completes."""
-    request, dataset = task.request, task.spec.dataset
+    """The prompt tokens every model completes, rendered as the compared teacher's dataset
+    (the first routed to it, or the first) renders its prompts."""
+    request, spec = task.request, task.spec
+    name, _ = compared_teacher(task)
+    shares = spec.dataset_shares()
+    dataset = next((d for d in shares if spec.route_of(d) == name), shares[0])
     try:
         if request.prompt is not None:
             return build_prompt(
@@ -54,7 +66,8 @@ def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
     """(base model, saved weights) of each model a request may ask for."""
     spec = task.spec
     if role == "teacher":
-        return spec.teacher.base_model, spec.teacher.model_path
+        _, teacher = compared_teacher(task)
+        return teacher.base_model, teacher.model_path
     return spec.student.base_model, task.weights_path if role == "checkpoint" else None
 
 
@@ -119,7 +132,7 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
             tokenizer,
             await asyncio.to_thread(teacher.get_tokenizer),
             task.spec.student.base_model,
-            task.spec.teacher.base_model,
+            compared_teacher(task)[1].base_model,
         )
     prompt = render(task, tokenizer)
     request = task.request

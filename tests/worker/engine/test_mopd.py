@@ -4,12 +4,14 @@ refusals and an exact resume."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 
 from kernel.errors import IncompatibleModels
+from kernel.playground import SampleRequest, SampleTask
 from kernel.spec import JobSpec
 from tests.fakes import model
 from tests.fakes import tinker as tinker_fake
@@ -21,6 +23,8 @@ from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.loop import RunResult, SavedState, run_loop
 from worker.engine.mix import mixture_logprobs, step_counts
+from worker.engine.playground import answer
+from worker.engine.sampler_cache import SamplerCache
 
 ADD = ["What is 1 + 2?", "What is 4 + 4?", "What is 7 + 1?"]
 MUL = ["What is 3 * 3?", "What is 2 * 6?"]
@@ -270,3 +274,29 @@ async def test_a_crashed_multi_teacher_run_resumes_exactly_with_k_1():
     [whole_final] = [p for _, kind, p in whole.checkpoints if kind == "final"]
     [resumed_final] = [p for _, kind, p in resumed.checkpoints if kind == "final"]
     assert fake.checkpoints[whole_final].weights == fake.checkpoints[resumed_final].weights
+
+
+async def test_the_playground_compares_with_the_teacher_a_request_names(trained):
+    teachers = {"main": {"base_model": "tiny-teacher"}, "other": {"base_model": "tiny-student"}}
+    spec = trained.spec.model_dump(exclude={"teacher", "dataset"}) | {
+        "teachers": teachers,
+        "datasets": [
+            trained.spec.dataset.model_dump() | {"name": name, "teacher": name} for name in teachers
+        ],
+    }
+    spec["loop"]["batch_size"] = max(spec["loop"]["batch_size"], 2)
+    cache = SamplerCache(lambda s: connect(s, trained.artifacts, lambda *_: None), 4, 2**30)
+
+    for name, model_name in (("other", "tiny-student"), (None, "tiny-teacher")):
+        task = SampleTask(
+            request=SampleRequest(
+                prompt="What is 2 + 3?", max_tokens=6, compare=["teacher"]
+            ).model_copy(update={"teacher": name}),
+            spec=JobSpec.model_validate(spec),
+            weights_path=trained.final,
+            deadline=time.time() + 60,
+        )
+        got = await answer(task, cache)
+        [_, teacher] = got.outputs
+        assert (teacher.model, teacher.base_model) == ("teacher", model_name)
+        assert got.outputs[0].reverse_kl_mean is not None

@@ -98,3 +98,14 @@ async def test_teachers_tokens_are_priced_at_their_model_never_at_the_default(
     assert costs[0]["estimated_cost"] == pytest.approx(1.0 + 2.0)
     assert costs[1]["estimated_cost"] is None  # two teacher models: no single price applies
     assert [row["estimated_cost"] for row in rows] == [pytest.approx(3.0), None]
+
+
+async def test_the_playground_refuses_a_teacher_the_job_does_not_have(client, key) -> None:
+    job = (await client.post("/v1/jobs", json=multi_spec(), headers=auth(key))).json()
+    body = {"prompt": "What is 2 + 3?", "compare": ["teacher"], "teacher": "div"}
+
+    response = await client.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "teacher" and "no teacher 'div' (it has add, mul)" in error["message"]
