@@ -1,0 +1,31 @@
+"""A job with several datasets gets its per-dataset curves charted beside the overall ones."""
+
+from __future__ import annotations
+
+from app.web.charts import job_charts
+
+
+def test_each_datasets_curves_share_a_chart_with_their_figure():
+    names = [
+        "opd/reverse_kl_mean",
+        "opd/reverse_kl_mean/add",
+        "opd/reverse_kl_mean/mul",
+        "reward/mean",
+        "reward/mean/mul",
+        "reward/mean/add",
+        "eval/accuracy",
+        "eval/accuracy/mul",
+        "eval/accuracy/add",
+        "eval/reverse_kl_mean/add",
+        "data/datums/add",
+    ]
+
+    charts = {chart.id: chart.series for chart in job_charts(names)}
+
+    assert charts == {
+        "reverse-kl": ["opd/reverse_kl_mean"],
+        "reverse-kl-datasets": ["opd/reverse_kl_mean/add", "opd/reverse_kl_mean/mul"],
+        "reward": ["reward/mean", "reward/mean/add", "reward/mean/mul"],
+        "eval-accuracy": ["eval/accuracy", "eval/accuracy/add", "eval/accuracy/mul"],
+        "eval-reverse_kl_mean": ["eval/reverse_kl_mean/add"],
+    }
