@@ -22,7 +22,7 @@ REJECTED = {
     "invalid_prompt",
     "backend_rejected",
     "model_not_found",
-    "tokenizer_mismatch",
+    "incompatible_models",
     "checkpoint_config_mismatch",
 }
 """Worker failure codes that say the request (or the job's spec) cannot be served: 422."""

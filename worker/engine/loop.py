@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from pytrio.types import AdamParams, Datum, SamplingParams
 
-from kernel.errors import OPDError, TokenizerMismatch
+from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
 from kernel.spec import InitFrom, JobSpec, PromptOptions, TeacherSpec, named
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
@@ -71,16 +71,6 @@ class RunResult:
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
     return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
-
-
-def check_tokenizers(student: Any, teacher: Any, student_model: str, teacher_model: str) -> None:
-    """The teacher scores the student's token ids, so both must share one vocabulary."""
-    if student.get_vocab() != teacher.get_vocab():
-        raise TokenizerMismatch(
-            f"student {student_model!r} and teacher {teacher_model!r} use different "
-            f"vocabularies ({len(student.get_vocab())} vs {len(teacher.get_vocab())} tokens); "
-            "OPD needs a teacher that shares the student's tokenizer"
-        )
 
 
 def stop_sequences(tokenizer: Any) -> list[str]:
@@ -302,14 +292,14 @@ async def probe(run: Run, pools: list[Pool]) -> None:
     prompts = [render(run, pool.prompts.questions[0], pool.options) for pool in pools]
     teachers = list(run.teachers.values())
     completions = (await sample_and_score(sampler, teachers[0], prompts, 1, run.params)).completions
-    kls: dict[str, float] = {}
+    kls: dict[str, float | None] = {}
     for name, teacher in run.teachers.items():
         scored = await asyncio.gather(
             *(teacher_logprobs(teacher, c.prompt, c.tokens) for c in completions)
         )
         kl = [np.subtract(c.student_logprobs, s) for c, s in zip(completions, scored, strict=True)]
-        kls[name] = float(np.mean(np.concatenate(kl))) if kl else float("nan")
-    figures = ", ".join(f"{name} {kl:.4f}" for name, kl in kls.items())
+        kls[name] = float(np.mean(np.concatenate(kl))) if kl else None
+    figures = ", ".join(f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items())
     run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
 
 

@@ -21,7 +21,8 @@ from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, 
 from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.datums import build_prompt
-from worker.engine.loop import check_tokenizers, stop_sequences
+from worker.engine.loop import stop_sequences
+from worker.engine.preflight import check_compatible
 from worker.engine.rollouts import teacher_logprobs
 from worker.engine.sampler_cache import Loaded, SamplerCache
 
@@ -127,14 +128,15 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     loaded = dict(zip(roles, clients, strict=True))
     tokenizer = await asyncio.to_thread(loaded["checkpoint"].client.get_tokenizer)
     teacher = loaded["teacher"].client if "teacher" in loaded else None
+    prompt = render(task, tokenizer)
     if teacher is not None:
-        check_tokenizers(
+        check_compatible(
             tokenizer,
             await asyncio.to_thread(teacher.get_tokenizer),
             task.spec.student.base_model,
-            compared_teacher(task)[1].base_model,
+            f"teacher {compared_teacher(task)[1].base_model!r}",
+            [],
         )
-    prompt = render(task, tokenizer)
     request = task.request
     params = SamplingParams(
         max_tokens=request.max_tokens,
