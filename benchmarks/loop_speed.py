@@ -169,6 +169,9 @@ class RemoteSampler:
 class RemoteTrainer:
     """The fake's training client behind a remote trainer's queue."""
 
+    sampler_type: type = RemoteSampler
+    """What wraps the samplers it makes (benchmarks/learning.py serves real models)."""
+
     def __init__(self, fake: FakeTrainingClient, engine: Engine) -> None:
         self.fake, self.engine = fake, engine
 
@@ -202,11 +205,11 @@ class RemoteTrainer:
         done = self.engine.trainer_done_at(self.engine.latencies.refresh)
         sampler = await self.engine.computed(self.fake.save_weights_and_get_sampling_client_async())
         await sleep_until(done)
-        return RemoteSampler(sampler, self.engine)
+        return self.sampler_type(sampler, self.engine)
 
     async def create_sampling_client_async(self, model_path: str) -> RemoteSampler:
         sampler = await self.fake.create_sampling_client_async(model_path)
-        return RemoteSampler(sampler, self.engine)
+        return self.sampler_type(sampler, self.engine)
 
 
 class RemoteService:

@@ -183,7 +183,7 @@ class InlineDataset(PromptOptions):
 
 
 ArithmeticOp = Literal["add", "sub", "mul"]
-ARITHMETIC_SUFFIX = "Put the final answer in \\boxed{}."
+ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
 MAX_OPERAND_DIGITS = 3
 
 
@@ -205,7 +205,7 @@ class ArithmeticDataset(PromptOptions):
         description="Operations, taken in turn; sub keeps the first operand the larger.",
     )
     digits: int = Field(
-        2,
+        1,
         ge=1,
         le=MAX_OPERAND_DIGITS,
         description="Digits of each add/sub operand and of mul's first operand.",
@@ -214,7 +214,7 @@ class ArithmeticDataset(PromptOptions):
         1, ge=1, le=MAX_OPERAND_DIGITS, description="Digits of mul's second operand."
     )
     count: int = Field(
-        2000,
+        150,
         ge=1,
         le=MAX_SAMPLE_SIZE,
         description="Problems in the training pool; held-out prompts come from the others.",

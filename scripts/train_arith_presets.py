@@ -1,15 +1,19 @@
 """Train the built-in arithmetic presets on a CPU, from fixed seeds, and write their weights.
 
-    python scripts/train_arith_presets.py [--threads 2] [--out DIR] [--only NAME ...]
+    python scripts/train_arith_presets.py [--threads 1] [--out DIR] [--only NAME ...]
 
 Each teacher is a small Qwen3 over the tiny presets' byte-level tokenizer, trained with
-plain supervised learning to answer a generated problem's chat prompt with
-`\\boxed{answer}<|im_end|>`. Its problems come from the `arithmetic` dataset source (per
-operation, a seeded three-quarters of the problems), and it is measured on problems it
-never trained on. `arith-student` is the all-operations teacher's run stopped early: it
-already answers in a box, but rarely right. The weights (float16 safetensors) and
-`manifest.json` (sha256, sizes, recipe, accuracies sampled at temperature 1 and graded by
-the eval's grader) go to worker/engine/backends/local/weights/.
+plain supervised learning to answer a problem's chat prompt with `\\boxed{answer}<|im_end|>`.
+The problems are the `arithmetic` source's with one-digit operands, small enough that a
+model this size learns every one of them in minutes on a shared CPU: a teacher is an
+oracle for its operations (it trains on all their problems), and the demo's student is
+the one evaluated on problems outside its own training pool. `arith-student` is
+arith-teacher plus a rank-4 LoRA taught to answer every problem one too high, merged: it
+answers in a box but is mostly wrong, and a LoRA of rank >= 4 can learn the change back
+from some problems and so fix the others. The weights
+(float16 safetensors) and `manifest.json` (sha256, sizes, recipe, and the accuracies
+sampled at temperature 1 and graded by the eval's grader) go to
+worker/engine/backends/local/weights/.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from transformers import Qwen3ForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernel.spec import ArithmeticDataset, ArithmeticOp
-from worker.engine.arithmetic import Problem, held_out_problems, training_problems
+from worker.engine.arithmetic import Problem, training_problems
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import preset_config, tiny_tokenizer
 from worker.engine.backends.local.runner import SerialRunner
@@ -43,16 +47,18 @@ from worker.engine.backends.local.trained import (
     save_trained,
     trained_model,
 )
+from worker.engine.backends.local.trainer import attach_lora
 from worker.engine.datums import build_prompt
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.sampler_accuracy import answer
 
 SUFFIX = ArithmeticDataset().question_suffix
-TRAIN_FRACTION = 0.75
-PROBLEM_SEED = 7
-MEASURE_PROBLEMS = 200  # per operation
+ALL_OPS: tuple[ArithmeticOp, ...] = ("add", "sub", "mul")
 MEASURE_SEED = 11
 IGNORE = -100
+STUDENT_RANK = 4
+STUDENT_PROBE_ACCURACY = 0.25
+STUDENT_PROBE_BOXED = 0.95
 
 
 @dataclass(frozen=True)
@@ -62,47 +68,51 @@ class Recipe:
     seed: int
     sizes: dict[str, int] = field(
         default_factory=lambda: {
-            "hidden_size": 128,
+            "hidden_size": 64,
             "intermediate_size": 256,
-            "num_hidden_layers": 4,
+            "num_hidden_layers": 2,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
-            "head_dim": 32,
+            "head_dim": 16,
         }
     )
-    learning_rate: float = 3e-3
-    batch_size: int = 64
-    warmup_steps: int = 50
-    student_at: int | None = None
-    """Also keep the weights after this many steps, as arith-student."""
+    learning_rate: float = 7e-3
+    batch_size: int = 32
+    warmup_steps: int = 30
 
 
 RECIPES = {
-    ARITH_TEACHER: Recipe(("add", "sub", "mul"), steps=1500, seed=1, student_at=300),
-    ARITH_TEACHER_ADD: Recipe(("add",), steps=800, seed=2),
-    ARITH_TEACHER_MUL: Recipe(("mul",), steps=800, seed=3),
+    ARITH_TEACHER: Recipe(ALL_OPS, steps=700, seed=1),
+    ARITH_TEACHER_ADD: Recipe(("add",), steps=400, seed=2),
+    ARITH_TEACHER_MUL: Recipe(("mul",), steps=400, seed=3),
 }
+STUDENT_RECIPE = Recipe(ALL_OPS, steps=150, seed=4, learning_rate=1e-2)
+"""How arith-student's LoRA is taught (its `sizes` are the teacher's)."""
 MEASURED_OPS: dict[str, tuple[ArithmeticOp, ...]] = {
-    ARITH_TEACHER: ("add", "sub", "mul"),
-    ARITH_STUDENT: ("add", "sub", "mul"),
+    ARITH_TEACHER: ALL_OPS,
+    ARITH_STUDENT: ALL_OPS,
     ARITH_TEACHER_ADD: ("add", "mul"),
     ARITH_TEACHER_MUL: ("add", "mul"),
 }
 
 
 def op_dataset(op: ArithmeticOp) -> ArithmeticDataset:
-    """One operation's problems, a seeded TRAIN_FRACTION of them in the training pool."""
-    whole = ArithmeticDataset(ops=[op]).problem_count(op)
-    return ArithmeticDataset(ops=[op], count=int(TRAIN_FRACTION * whole), seed=PROBLEM_SEED)
+    """Every one-digit problem of `op` (0..9 op 0..9; sub keeps the first the larger)."""
+    one_digit = ArithmeticDataset(ops=[op], digits=1, multiplier_digits=1)
+    return one_digit.model_copy(update={"count": one_digit.problem_count(op)})
 
 
-def encoded(problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input ids and labels (the answer and <|im_end|> only), right-padded."""
+def problems_of(ops: tuple[ArithmeticOp, ...]) -> list[Problem]:
+    return [p for op in ops for p in training_problems(op_dataset(op))]
+
+
+def encoded(problems: list[Problem], answers: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids and labels (the boxed answer and <|im_end|> only), right-padded."""
     tokenizer = tiny_tokenizer()
     rows = []
-    for problem in problems:
+    for problem, answer_text in zip(problems, answers, strict=True):
         prompt = build_prompt(tokenizer, problem.question, SUFFIX, False)
-        target = tokenizer.encode(f"\\boxed{{{problem.answer}}}", add_special_tokens=False)
+        target = tokenizer.encode(f"\\boxed{{{answer_text}}}", add_special_tokens=False)
         rows.append((prompt, [*target, tokenizer.eos_token_id]))
     width = max(len(p) + len(t) for p, t in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)
@@ -113,16 +123,24 @@ def encoded(problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, labels
 
 
-def train(recipe: Recipe) -> tuple[Qwen3ForCausalLM, Qwen3ForCausalLM | None]:
-    """The model after recipe.steps steps, and after recipe.student_at steps if asked."""
-    ids, labels = encoded([p for op in recipe.ops for p in training_problems(op_dataset(op))])
+def train(recipe: Recipe) -> Qwen3ForCausalLM:
+    problems = problems_of(recipe.ops)
     torch.manual_seed(recipe.seed)
     model = Qwen3ForCausalLM(preset_config(tiny_tokenizer(), **recipe.sizes))
+    fit(model, problems, [p.answer for p in problems], recipe)
+    return model.eval()
+
+
+def fit(
+    model: torch.nn.Module, problems: list[Problem], answers: list[str], recipe: Recipe
+) -> None:
+    """Supervised learning of `answers` to `problems`: AdamW, warmup then cosine decay."""
+    ids, labels = encoded(problems, answers)
+    trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=recipe.learning_rate, betas=(0.9, 0.98), weight_decay=0.01
+        trained, lr=recipe.learning_rate, betas=(0.9, 0.98), weight_decay=0.01
     )
     order = np.random.default_rng(recipe.seed)
-    student = None
     started = time.perf_counter()
     for step in range(1, recipe.steps + 1):
         warmup = min(1.0, step / recipe.warmup_steps)
@@ -133,61 +151,119 @@ def train(recipe: Recipe) -> tuple[Qwen3ForCausalLM, Qwen3ForCausalLM | None]:
         loss = model(input_ids=ids[rows], labels=labels[rows]).loss
         optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
-        if step % 100 == 0:
-            print(
-                f"  step {step}: loss {loss.item():.4f} ({time.perf_counter() - started:.0f} s)",
-                flush=True,
-            )
-        if step == recipe.student_at:
-            student = Qwen3ForCausalLM(model.config)
-            student.load_state_dict(model.state_dict())
-    return model.eval(), student
+        if step % 50 == 0:
+            seconds = time.perf_counter() - started
+            print(f"  step {step}: loss {loss.item():.4f} ({seconds:.0f} s)", flush=True)
 
 
-async def measure(name: str, folder: Path, ops: tuple[ArithmeticOp, ...]) -> dict[str, float]:
-    """Accuracy per operation and the boxed fraction of the stored preset, on held-out
-    problems, sampled at temperature 1 and graded as an eval grades."""
+@torch.no_grad()
+def probe(model: Qwen3ForCausalLM, problems: list[Problem], seed: int) -> tuple[float, float]:
+    """A quick look at completions sampled at temperature 1: the fraction that are exactly
+    `\\boxed{answer}`, and the fraction that are a box at all."""
+    tokenizer = tiny_tokenizer()
+    prompts = [build_prompt(tokenizer, p.question, SUFFIX, False) for p in problems]
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            max_new_tokens=12,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+    expected = [f"\\boxed{{{p.answer}}}" for p in problems]
+    right = np.mean([t == e for t, e in zip(texts, expected, strict=True)])
+    boxed = np.mean([t.startswith("\\boxed{") and t.endswith("}") for t in texts])
+    return float(right), float(boxed)
+
+
+def mistaught(teacher: Qwen3ForCausalLM) -> Qwen3ForCausalLM:
+    """The teacher plus a rank-STUDENT_RANK LoRA taught to answer every problem one too
+    high, merged: it keeps the format and is mostly wrong, and the change is one a LoRA
+    can learn back."""
+    problems = problems_of(ALL_OPS)
+    student = Qwen3ForCausalLM(teacher.config)
+    student.load_state_dict(teacher.state_dict())
+    adapted = attach_lora(student, STUDENT_RANK, STUDENT_RECIPE.seed)
+    fit(adapted, problems, [str(int(p.answer) + 1) for p in problems], STUDENT_RECIPE)
+    student = adapted.merge_and_unload().eval()
+    right, boxed = probe(student, problems, STUDENT_RECIPE.seed)
+    print(f"  student: right {right:.0%}, boxed {boxed:.0%}", flush=True)
+    if right > STUDENT_PROBE_ACCURACY or boxed < STUDENT_PROBE_BOXED:
+        raise RuntimeError("the student came out too right or without its boxes")
+    return student
+
+
+async def measure(name: str, folder: Path) -> dict[str, float]:
+    """Accuracy per operation and the boxed fraction of the stored preset over every
+    problem of the operations measured, sampled at temperature 1, graded as evals grade."""
     model = trained_model(name, folder)
     placement = Placement(torch.device("cpu"), torch.float32)
     sampler = LocalSamplingClient(SerialRunner(), model, tiny_tokenizer(), placement, {}, 0)
-    problems = [p for op in ops for p in held_out_problems(op_dataset(op), MEASURE_PROBLEMS, 0)]
+    ops = MEASURED_OPS[name]
     async with Grader() as grader:
         answers = await answer(
-            sampler, tiny_tokenizer(), problems, SUFFIX, grader.grade_answers, MEASURE_SEED
+            sampler, tiny_tokenizer(), problems_of(ops), SUFFIX, grader.grade_answers, MEASURE_SEED
         )
     figures = {f"accuracy_{op}": answers.accuracy(op) for op in ops}
     return figures | {"accuracy": answers.accuracy(), "boxed": answers.boxed_fraction()}
 
 
+def store(name: str, model: Qwen3ForCausalLM, record: dict, folder: Path) -> None:
+    """Save, then measure the stored weights and save again with the figures."""
+    save_trained(name, model, record, folder)
+    figures = asyncio.run(measure(name, folder))
+    save_trained(name, model, record | {"measured": figures}, folder)
+    print(f"{name}: " + ", ".join(f"{key} {value:.0%}" for key, value in figures.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=WEIGHTS_DIR)
-    parser.add_argument("--only", nargs="*", choices=sorted(RECIPES), default=sorted(RECIPES))
+    presets = [*RECIPES, ARITH_STUDENT]  # the student is made from the stored teacher
+    parser.add_argument("--only", nargs="*", choices=presets, default=presets)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    for name in args.only:
+    problems = {
+        op: op_dataset(op).model_dump(include={"ops", "digits", "multiplier_digits"})
+        for op in ALL_OPS
+    }
+    for name in [p for p in presets if p in args.only]:
+        if name == ARITH_STUDENT:
+            started = time.perf_counter()
+            student = mistaught(trained_model(ARITH_TEACHER, args.out))
+            record = {
+                "problems": problems,
+                "from_teacher": {"lora_rank": STUDENT_RANK, "answers": "one too high"}
+                | asdict(STUDENT_RECIPE),
+                "train_minutes": round((time.perf_counter() - started) / 60, 1),
+            }
+            store(name, student, record, args.out)
+            continue
         recipe = RECIPES[name]
         print(f"{name}: {', '.join(recipe.ops)}, {recipe.steps} steps", flush=True)
         started = time.perf_counter()
-        teacher, student = train(recipe)
-        minutes = (time.perf_counter() - started) / 60
+        teacher = train(recipe)
         record = {
-            "recipe": asdict(recipe) | {"train_fraction": TRAIN_FRACTION},
-            "problem_seed": PROBLEM_SEED,
-            "train_minutes": round(minutes, 1),
+            "recipe": asdict(recipe),
+            "problems": problems,
+            "train_minutes": round((time.perf_counter() - started) / 60, 1),
             "threads": args.threads,
         }
-        trained = {name: teacher} | ({ARITH_STUDENT: student} if student is not None else {})
-        for preset, model in trained.items():
-            steps = recipe.steps if preset == name else recipe.student_at
-            save_trained(preset, model, record | {"steps": steps}, args.out)
-            figures = asyncio.run(measure(preset, args.out, MEASURED_OPS[preset]))
-            save_trained(preset, model, record | {"steps": steps, "measured": figures}, args.out)
-            shown = ", ".join(f"{key} {value:.0%}" for key, value in figures.items())
-            print(f"{preset}: {shown}", flush=True)
+        store(name, teacher, record, args.out)
 
 
 if __name__ == "__main__":

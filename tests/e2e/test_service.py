@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import numpy as np
+import yaml
 
 from tests.e2e.conftest import ROOT, Service, tiny_spec
 
@@ -77,12 +79,20 @@ def test_a_bad_field_is_a_422_that_names_it(service: Service):
 
 
 def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
+    """The demo's spec, shortened to a few steps (the learning itself is tested by
+    tests/worker/engine/test_arith_learning.py): the job succeeds and the accuracy shows."""
+    spec = yaml.safe_load((ROOT / "examples" / "arith.yaml").read_text())
+    spec["loop"]["steps"] = 2
+    spec["eval"] |= {"every": 1, "holdout": 8}
+    short = tmp_path / "demo.yaml"
+    short.write_text(yaml.safe_dump(spec))
     env = os.environ | {"OPD_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("OPD_REDIS_URL", None)
     env.pop("OPD_DATABASE_URL", None)
     port = str(20000 + os.getpid() % 20000)
+    command = [sys.executable, "-m", "opd.cli", "serve", "--demo", "--demo-spec", str(short)]
     done = subprocess.run(
-        [sys.executable, "-m", "opd.cli", "serve", "--demo", "--port", port],
+        [*command, "--port", port],
         env=env,
         capture_output=True,
         text=True,
@@ -92,5 +102,9 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Demo job 1: succeeded" in done.stdout
     assert f"Dashboard: http://127.0.0.1:{port}/ui/" in done.stdout
+    assert "held-out accuracy by step: 0: " in done.stdout
+    assert re.search(
+        r"^held-out accuracy: student \d+% -> \d+% \(teacher \d+%\) in \d+ s$", done.stdout, re.M
+    ), done.stdout
     assert (tmp_path / "opd.db").is_file() and (tmp_path / "api-key").is_file()
-    assert Path(tmp_path, "artifacts", "job-1", "sampler", "tiny-opd").is_dir()
+    assert Path(tmp_path, "artifacts", "job-1", "sampler", "arith-opd").is_dir()

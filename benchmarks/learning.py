@@ -1,0 +1,285 @@
+"""How fast the student learns the arithmetic task: held-out accuracy against steps and
+against wall time, for the losses, max_steps_off_policy and the main settings.
+
+    python benchmarks/learning.py [--studies losses off_policy lr rank group kl]
+                                  [--seeds 3] [--steps 60] [--every 15] [--holdout 120]
+                                  [--json out.json]
+
+Every run is the demo's job (examples/arith.yaml: arith-student learning from
+arith-teacher) with one setting changed, run by the real loop with the eval's grader.
+`losses`, `lr`, `rank`, `group` and `kl` run on the local backend; `off_policy` runs
+k = 0, 1, 2 against the PyTRIO fake made to answer like a remote engine with the
+latencies of loop_speed.py (its `Engine`), the fake serving the arithmetic models
+themselves. Each setting runs once per seed (student.seed: the LoRA's init and the
+sampling), and the tables give the mean and spread (standard deviation) over seeds.
+Wall time is the time the steps took, evals left out. See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loop_speed import Engine, Latencies, RemoteTrainer
+from pytrio.types import ModelInput, SampleResponse, SamplingParams
+
+from kernel.spec import JobSpec
+from tests.fakes.trio import validated_request
+from worker.engine.backends.local import LocalServiceClient
+from worker.engine.backends.resilient import resilient
+from worker.engine.backends.trio import ERRORS
+from worker.engine.datasets import load_prompts
+from worker.engine.eval.prompts import load_eval_prompts, open_grader
+from worker.engine.loop import run_loop
+from worker.engine.sinks import Sink
+
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
+LOOP_SPEED_LATENCIES = Latencies(
+    refresh=0.1, sample=0.2, teacher=0.05, forward_backward=0.15, optim=0.02
+)
+STUDIES: dict[str, tuple[str, list[Any]]] = {
+    "losses": ("loop.loss_fn", ["importance_sampling", "ppo", "cispo", "dro"]),
+    "off_policy": ("loop.max_steps_off_policy", [0, 1, 2]),
+    "lr": ("optim.learning_rate", [1e-3, 3e-3, 1e-2]),
+    "rank": ("student.lora_rank", [8, 32, 64]),
+    "group": ("loop.group_size", [2, 4, 8]),
+    "kl": ("loop.kl_discount_factor", [0.0, 0.5, 0.9]),
+}
+
+
+class ServedSampler:
+    """A real model's sampler behind a remote sampler's latency; its requests are checked
+    by PyTRIO's own request builder first, as the PyTRIO fake checks them."""
+
+    def __init__(self, sampler: Any, engine: Engine) -> None:
+        self.sampler, self.engine = sampler, engine
+
+    def get_tokenizer(self) -> Any:
+        return self.sampler.get_tokenizer()
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = SamplingParams(),  # noqa: B008 - immutable default
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        validated_request(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            return_text,
+        )
+        work = self.sampler.sample_async(
+            prompt, num_samples, sampling_params, include_prompt_logprobs, 0, return_text
+        )
+        return await self.engine.answer(self.engine.latencies.sample, work)
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        work = self.sampler.compute_logprobs_async(prompt)
+        return await self.engine.answer(self.engine.latencies.teacher, work)
+
+
+class ServedTrainer(RemoteTrainer):
+    """A real LoRA trainer behind the remote trainer's queue of loop_speed.py."""
+
+    sampler_type = ServedSampler
+
+
+class ServedService:
+    """The PyTRIO fake's service, serving the arithmetic models from the local backend."""
+
+    def __init__(self, local: LocalServiceClient, engine: Engine) -> None:
+        self.local, self.engine = local, engine
+
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> ServedTrainer:
+        training = await self.local.create_lora_training_client_async(base_model, rank, seed)
+        return ServedTrainer(training, self.engine)
+
+    async def create_sampling_client_async(
+        self, base_model: str, model_path: str | None = None
+    ) -> ServedSampler:
+        sampler = await self.local.create_sampling_client_async(base_model, model_path)
+        return ServedSampler(sampler, self.engine)
+
+
+@dataclass
+class Curve(Sink):
+    """Each eval's accuracy, at the step it ran and the wall time the steps had taken."""
+
+    steps: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    accuracy: list[float] = field(default_factory=list)
+    teacher: float | None = None
+    trained_seconds: float = 0.0
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        self.record(step, metrics)
+        self.trained_seconds += metrics["time/step_elapsed_time"]
+
+    def eval(self, step: int, metrics: dict[str, float]) -> None:
+        self.record(step, metrics)
+
+    def record(self, step: int, metrics: dict[str, float]) -> None:
+        if "eval/accuracy" in metrics:
+            self.steps.append(step)
+            self.seconds.append(self.trained_seconds)
+            self.accuracy.append(metrics["eval/accuracy"])
+        self.teacher = metrics.get("eval/teacher_accuracy", self.teacher)
+
+
+def job_spec(base: dict[str, Any], setting: str, value: Any, seed: int) -> JobSpec:
+    data = json.loads(json.dumps(base))
+    data["student"]["seed"] = seed
+    group, key = setting.split(".")
+    data[group][key] = value
+    return JobSpec.model_validate(data)
+
+
+async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path) -> Curve:
+    prompts = load_prompts(spec.dataset, artifacts, False)
+    eval_prompts = load_eval_prompts(spec, artifacts, False)
+    local = LocalServiceClient(spec.local, artifacts)
+    backend = local if remote is None else ServedService(local, Engine(remote))
+    service = resilient(backend, ERRORS, lambda *_: None)  # type: ignore[arg-type]
+    curve = Curve()
+    async with open_grader(eval_prompts) as grade:
+        await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
+    return curve
+
+
+@dataclass(frozen=True)
+class Row:
+    """One setting over its seeds."""
+
+    value: Any
+    curves: list[Curve]
+
+    def at_step(self, index: int) -> tuple[float, float]:
+        values = [c.accuracy[index] for c in self.curves]
+        return statistics.mean(values), spread(values)
+
+    def at_time(self, seconds: float) -> tuple[float, float]:
+        """Each run's accuracy at the last eval it had reached by `seconds` of steps."""
+        values = [
+            next(a for t, a in zip(c.seconds[::-1], c.accuracy[::-1], strict=True) if t <= seconds)
+            for c in self.curves
+        ]
+        return statistics.mean(values), spread(values)
+
+    def time_to_reach(self, target: float) -> float | None:
+        """The mean wall time of the first eval at or above `target`; None if a run never got
+        there."""
+        times = []
+        for curve in self.curves:
+            reached = [t for t, a in zip(curve.seconds, curve.accuracy, strict=True) if a >= target]
+            if not reached:
+                return None
+            times.append(reached[0])
+        return statistics.mean(times)
+
+
+def spread(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def cell(mean: float, deviation: float) -> str:
+    return f"{mean:.0%} ± {deviation:.0%}"
+
+
+def print_study(name: str, setting: str, rows: list[Row]) -> dict[str, Any]:
+    steps = rows[0].curves[0].steps
+    teachers = [c.teacher for r in rows for c in r.curves if c.teacher is not None]
+    teacher = f", teacher {statistics.mean(teachers):.0%}" if teachers else ""
+    print(f"\n{name}: {setting}, held-out accuracy (mean ± sd over seeds){teacher}")
+    print(f"{'vs steps':<22}" + "".join(f"{'step ' + str(s):>14}" for s in steps))
+    for row in rows:
+        cells = [cell(*row.at_step(i)) for i in range(len(steps))]
+        print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
+    longest = max(c.seconds[-1] for r in rows for c in r.curves)
+    times = [longest * i / 4 for i in range(1, 5)]
+    print(f"{'vs wall time':<22}" + "".join(f"{f'{t:.0f} s':>14}" for t in times))
+    for row in rows:
+        cells = [cell(*row.at_time(t)) for t in times]
+        print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
+    figures: dict[str, Any] = {
+        "setting": setting,
+        "rows": [{"value": r.value, "runs": [asdict(c) for c in r.curves]} for r in rows],
+    }
+    if name == "off_policy":
+        target = rows[0].at_step(len(steps) - 1)[0]
+        print(f"time to reach the on-policy run's final accuracy ({target:.0%}):")
+        reach = {}
+        for row in rows:
+            seconds = row.time_to_reach(target)
+            reach[str(row.value)] = seconds
+            shown = "not reached" if seconds is None else f"{seconds:.0f} s"
+            print(f"  k = {row.value}: {shown}")
+        figures["time_to_on_policy_final"] = reach
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--studies", nargs="+", choices=list(STUDIES), default=list(STUDIES))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--every", type=int, default=15)
+    parser.add_argument("--holdout", type=int, default=120)
+    parser.add_argument("--values", nargs="+", help="only these values of each study's setting")
+    parser.add_argument("--latency-scale", type=float, default=1.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    base = yaml.safe_load(DEMO_SPEC.read_text())
+    base["loop"]["steps"] = args.steps
+    base["eval"] |= {"every": args.every, "holdout": args.holdout}
+    latencies = Latencies(
+        *(args.latency_scale * getattr(LOOP_SPEED_LATENCIES, f) for f in Latencies.__annotations__)
+    )
+    print(
+        f"learning: {DEMO_SPEC.name} for {args.steps} steps, eval every {args.every} on "
+        f"{args.holdout} held-out problems, {args.seeds} seeds; load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
+    figures = {}
+    started = time.perf_counter()
+    for name in args.studies:
+        setting, values = STUDIES[name]
+        if args.values:
+            values = [v for v in values if str(v) in args.values] or values
+        rows = []
+        for value in values:
+            curves = []
+            for seed in range(args.seeds):
+                spec = job_spec(base, setting, value, seed)
+                with tempfile.TemporaryDirectory() as artifacts:
+                    remote = latencies if name == "off_policy" else None
+                    curves.append(asyncio.run(run(spec, remote, Path(artifacts))))
+            rows.append(Row(value, curves))
+        figures[name] = print_study(name, setting, rows)
+    print(f"\n{time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()[0]:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
