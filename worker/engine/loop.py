@@ -516,20 +516,19 @@ async def run_job(
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
     from worker.engine.backends import connect
-    from worker.engine.datasets import load_prompts
-    from worker.engine.eval.prompts import load_eval_prompts, open_grader
+    from worker.engine.datasets import load_datasets
+    from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
 
     try:
-        prompts = {}
+        prompts = await asyncio.to_thread(load_datasets, spec, data_root, confine_data)
         for share in spec.dataset_shares():
-            pool = await asyncio.to_thread(load_prompts, share, data_root, confine_data)
+            pool = prompts[share.name]
             several = f" (dataset {share.name})" if spec.several_datasets() else ""
             sink.event(
                 "info",
                 f"Loaded {len(pool)} prompts from {share.source}{several}",
                 {"prompts": len(pool)} | ({"dataset": share.name} if several else {}),
             )
-            prompts[share.name] = pool
         eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:
             eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
@@ -537,7 +536,7 @@ async def run_job(
             connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
         )
         async with AsyncExitStack() as stack:
-            graded = [*eval_prompts.values(), *(prompts.values() if spec.loop.reward.coef else [])]
+            graded = graded_prompts(spec, prompts, eval_prompts)
             grade = await stack.enter_async_context(open_grader(graded))
             return await run_loop(
                 spec,

@@ -26,6 +26,14 @@ def load_eval_prompts(spec: JobSpec, data_root: Path, confine: bool) -> dict[str
     }
 
 
+def graded_prompts(
+    spec: JobSpec, prompts: dict[str, Prompts], eval_prompts: dict[str, Prompts]
+) -> list[Prompts]:
+    """The prompts whose answers are graded: the eval's, and the training prompts' with a
+    reward (`loop.reward`)."""
+    return [*eval_prompts.values(), *(prompts.values() if spec.loop.reward.coef else [])]
+
+
 @asynccontextmanager
 async def open_grader(prompts: Iterable[Prompts]) -> AsyncIterator[Grade | None]:
     """A grader for the answers (its process pool lives as long as the run), or None when
