@@ -1,8 +1,10 @@
-"""A job with several datasets gets its per-dataset curves charted beside the overall ones."""
+"""A job with several datasets and teachers on its page: the per-dataset curves charted
+beside the overall ones, and each teacher named."""
 
 from __future__ import annotations
 
 from app.web.charts import job_charts
+from app.web.templating import templates
 
 
 def test_each_datasets_curves_share_a_chart_with_their_figure():
@@ -29,3 +31,10 @@ def test_each_datasets_curves_share_a_chart_with_their_figure():
         "eval-accuracy": ["eval/accuracy", "eval/accuracy/add", "eval/accuracy/mul"],
         "eval-reverse_kl_mean": ["eval/reverse_kl_mean/add"],
     }
+
+
+def test_a_jobs_teachers_are_shown_by_name_and_model():
+    shown = templates.env.get_template("macros.html").module.teacher_models
+    two = {"teachers": {"add": {"base_model": "t-add"}, "mul": {"base_model": "t-mul"}}}
+    assert str(shown(two | {"teacher": {"base_model": "the-default"}})) == "add: t-add, mul: t-mul"
+    assert str(shown({"teacher": {"base_model": "one"}, "teachers": None})) == "one"
