@@ -12,8 +12,8 @@ from worker.engine.loop import run_job
 from worker.engine.sinks import Sink
 
 ROOT = Path(__file__).resolve().parents[3]
-STEPS = 30
-RISE = 0.15
+STEPS = 50
+RISE = 0.1
 
 
 class Accuracy(Sink):

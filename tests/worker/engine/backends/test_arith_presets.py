@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import torch
 
 from kernel.spec import ArithmeticDataset, LocalBackendSpec
@@ -37,7 +38,11 @@ TARGETS = {
 }
 
 
-@pytest.fixture(scope="module")
+# The tests that share one grader share its event loop too.
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def grader() -> AsyncIterator[Grader]:
     async with Grader(workers=2) as shared:
         yield shared
@@ -70,6 +75,7 @@ def test_a_preset_whose_file_changed_is_refused(tmp_path: Path) -> None:
         trained_model(name, tmp_path)
 
 
+@in_module_loop
 @pytest.mark.parametrize("name", TRAINED_PRESETS)
 async def test_the_preset_answers_as_measured(name: str, grader: Grader, tmp_path: Path) -> None:
     service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
