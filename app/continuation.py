@@ -41,40 +41,53 @@ class SpecRefused(Exception):
 
 @dataclass(frozen=True)
 class Use:
-    """One way a spec uses saved weights: which field, what must match, what to find."""
+    """One way a spec uses saved weights: which field, what must match, what to find, and
+    how the spec takes the reference back with its path filled in."""
 
     field: str
     ref: SavedWeights | None
     purpose: str
     matches: Matches
     find: Find
+    fill: Callable[[JobSpec, SavedWeights], JobSpec]
 
 
 def uses(spec: JobSpec) -> list[Use]:
+    """`student.init_from`, and the `init_from` of each teacher (`teacher` or every one of
+    `teachers`)."""
     same_backend = ("backend", spec.backend, lambda trained: trained.backend)
-    return [
-        Use(
-            "student.init_from",
-            spec.student.init_from,
-            "continuing it",
-            [
-                same_backend,
-                ("student.base_model", spec.student.base_model, lambda t: t.student.base_model),
-                ("student.lora_rank", spec.student.lora_rank, lambda t: t.student.lora_rank),
-            ],
-            training_state,
+    student = Use(
+        "student.init_from",
+        spec.student.init_from,
+        "continuing it",
+        [
+            same_backend,
+            ("student.base_model", spec.student.base_model, lambda t: t.student.base_model),
+            ("student.lora_rank", spec.student.lora_rank, lambda t: t.student.lora_rank),
+        ],
+        training_state,
+        lambda s, ref: s.model_copy(
+            update={"student": s.student.model_copy(update={"init_from": ref})}
         ),
-        Use(
-            "teacher.init_from",
-            spec.teacher.init_from,
-            "a teacher of its weights",
-            [
-                same_backend,
-                ("teacher.base_model", spec.teacher.base_model, lambda t: t.student.base_model),
-            ],
-            sampler_weights,
+    )
+    return [student, *(teacher_use(spec, name) for name in spec.teacher_specs())]
+
+
+def teacher_use(spec: JobSpec, name: str) -> Use:
+    teacher, field = spec.teacher_specs()[name], spec.teacher_field(name)
+    return Use(
+        f"{field}.init_from",
+        teacher.init_from,
+        "a teacher of its weights",
+        [
+            ("backend", spec.backend, lambda trained: trained.backend),
+            (f"{field}.base_model", teacher.base_model, lambda t: t.student.base_model),
+        ],
+        sampler_weights,
+        lambda s, ref: s.with_teacher(
+            name, s.teacher_specs()[name].model_copy(update={"init_from": ref})
         ),
-    ]
+    )
 
 
 async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
@@ -109,18 +122,24 @@ async def continued(session: AsyncSession, scope: int | None, spec: JobSpec) -> 
         if use.ref is None:
             continue
         filled = use.ref.model_copy(update={"path": await saved_path(session, scope, use)})
-        group, name = use.field.split(".")
-        part = getattr(spec, group).model_copy(update={name: filled})
-        spec = spec.model_copy(update={group: part})
+        spec = use.fill(spec, filled)
     return spec
 
 
 def editable(spec: dict[str, Any]) -> dict[str, Any]:
     """A stored spec as the start of a new one (a clone, the dashboard's form): without the
     paths the service filled, which it fills again for the new job."""
-    for group in ("student", "teacher"):
-        init = (spec.get(group) or {}).get("init_from")
-        if isinstance(init, dict) and "path" in init:
-            bare = {k: v for k, v in init.items() if k != "path"}
-            spec = {**spec, group: {**spec[group], "init_from": bare}}
+
+    def bare(part: Any) -> Any:
+        init = part.get("init_from") if isinstance(part, dict) else None
+        if not (isinstance(init, dict) and "path" in init):
+            return part
+        return {**part, "init_from": {k: v for k, v in init.items() if k != "path"}}
+
+    spec = {
+        **spec,
+        **{group: bare(spec[group]) for group in ("student", "teacher") if group in spec},
+    }
+    if isinstance(spec.get("teachers"), dict):
+        spec["teachers"] = {name: bare(part) for name, part in spec["teachers"].items()}
     return spec

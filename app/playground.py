@@ -26,7 +26,7 @@ REJECTED = {
     "invalid_prompt",
     "backend_rejected",
     "model_not_found",
-    "tokenizer_mismatch",
+    "incompatible_models",
     "checkpoint_config_mismatch",
     "model_too_large",
 }
@@ -65,14 +65,17 @@ async def try_checkpoint(
     """The completions the request asks for, from a worker, waited for in one of the
     caller's team's places (TooManyWaiting when it has none left); PlaygroundError
     otherwise."""
+    spec = JobSpec.model_validate(job.spec)
+    teachers = spec.teacher_specs()
+    if request.teacher is not None and request.teacher not in teachers:
+        message = f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
+        raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
     try:
         checkpoint = await sampler_weights(session, job, request.checkpoint)
     except CheckpointUnavailable as error:
         raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
     try:
-        spec = await checked_weights(
-            session, job.team_id, JobSpec.model_validate(job.spec), settings
-        )
+        spec = await checked_weights(session, job.team_id, spec, settings)
     except SpecRefused as error:
         raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
     timeout = request.timeout_seconds or settings.sample_timeout

@@ -90,28 +90,32 @@ async def recorded_for_others(session: AsyncSession, team_id: int, paths: list[s
 async def checked_weights(
     session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
 ) -> JobSpec:
-    """`spec` with a local teacher.model_path replaced by where it really is (what the
+    """`spec` with each teacher's local model_path replaced by where it really is (what the
     backend loads); SpecRefused naming the field when a path breaks a rule above."""
     if spec.backend == "local":
-        for param, model in (
-            ("student.base_model", spec.student.base_model),
-            ("teacher.base_model", spec.teacher.base_model),
-        ):
-            if not is_path(model):
-                continue
-            if not model.startswith("/"):  # relative to the worker's directory, unknowable
-                raise SpecRefused(param, BASE_MODEL_RULE)
-            local_folder(param, model, settings, BASE_MODEL_RULE)
-    path = spec.teacher.model_path
-    if path is None:
-        return spec
-    if spec.backend == "local":
-        folder = local_folder("teacher.model_path", path, settings, MODEL_PATH_RULE)
-        loaded, candidates = str(folder), [str(folder), *map(str, folder.parents)]
-    else:
-        loaded, candidates = path, uri_and_parents(path)
-    if await recorded_for_others(session, team_id, candidates):
-        raise SpecRefused("teacher.model_path", MODEL_PATH_RULE)
-    return spec.model_copy(
-        update={"teacher": spec.teacher.model_copy(update={"model_path": loaded})}
-    )
+        local_base_model("student.base_model", spec.student.base_model, settings)
+    for name, teacher in spec.teacher_specs().items():
+        field = spec.teacher_field(name)
+        if spec.backend == "local":
+            local_base_model(f"{field}.base_model", teacher.base_model, settings)
+        path = teacher.model_path
+        if path is None:
+            continue
+        if spec.backend == "local":
+            folder = local_folder(f"{field}.model_path", path, settings, MODEL_PATH_RULE)
+            loaded, candidates = str(folder), [str(folder), *map(str, folder.parents)]
+        else:
+            loaded, candidates = path, uri_and_parents(path)
+        if await recorded_for_others(session, team_id, candidates):
+            raise SpecRefused(f"{field}.model_path", MODEL_PATH_RULE)
+        spec = spec.with_teacher(name, teacher.model_copy(update={"model_path": loaded}))
+    return spec
+
+
+def local_base_model(param: str, model: str, settings: Settings) -> None:
+    """A base_model the local backend reads as a folder: absolute, under the data root."""
+    if not is_path(model):
+        return
+    if not model.startswith("/"):  # relative to the worker's directory, unknowable
+        raise SpecRefused(param, BASE_MODEL_RULE)
+    local_folder(param, model, settings, BASE_MODEL_RULE)

@@ -1,7 +1,8 @@
 """How fast the student learns the arithmetic task: held-out accuracy against steps and
 against wall time, for the losses, max_steps_off_policy and the main settings.
 
-    python benchmarks/learning.py [--studies losses off_policy lr rank group kl]
+    python benchmarks/learning.py [--studies losses off_policy lr rank group kl teachers
+                                            reward]
                                   [--seeds 3] [--steps 60] [--every 15] [--holdout 120]
                                   [--json out.json]
 
@@ -41,8 +42,8 @@ from tests.fakes.trio import validated_request
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
-from worker.engine.datasets import load_prompts
-from worker.engine.eval.prompts import load_eval_prompts, open_grader
+from worker.engine.datasets import load_datasets
+from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
 from worker.engine.loop import run_loop
 from worker.engine.sinks import Sink
 
@@ -57,7 +58,14 @@ STUDIES: dict[str, tuple[str, list[Any]]] = {
     "rank": ("student.lora_rank", [8, 32, 64]),
     "group": ("loop.group_size", [2, 4, 8]),
     "kl": ("loop.kl_discount_factor", [0.0, 0.5, 0.9]),
+    "teachers": ("teacher_mixture", ["route", "mixture"]),
+    "reward": ("loop.reward.coef", [0.0, 0.5, 2.0]),
 }
+MOPD_SPEC = DEMO_SPEC.with_name("mopd-arith.yaml")
+STUDY_SPECS = {"teachers": MOPD_SPEC}
+"""Studies of another job than the demo's: `teachers` runs examples/mopd-arith.yaml (add
+from the addition teacher, mul from the multiplication teacher), its accuracy over both
+domains' held-out problems."""
 
 
 class ServedSampler:
@@ -150,19 +158,38 @@ class Curve(Sink):
 def job_spec(base: dict[str, Any], setting: str, value: Any, seed: int) -> JobSpec:
     data = json.loads(json.dumps(base))
     data["student"]["seed"] = seed
-    group, key = setting.split(".")
-    data[group][key] = value
+    *groups, key = setting.split(".")
+    target = data
+    for group in groups:
+        target = target.setdefault(group, {})
+    target[key] = value
+    if data.get("teacher_mixture") == "mixture":
+        # Every teacher scores every prompt: no dataset names one, and no mixture answers.
+        for dataset in data["datasets"]:
+            dataset.pop("teacher", None)
+        data["eval"]["teacher_baseline"] = False
     return JobSpec.model_validate(data)
 
 
+def study_base(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """A study's job with the run's steps and evals; the holdout is the demo's only (a
+    spec of several datasets keeps its own, taken from each)."""
+    base = yaml.safe_load(path.read_text())
+    base["loop"]["steps"] = args.steps
+    base["eval"]["every"] = args.every
+    if "datasets" not in base:
+        base["eval"]["holdout"] = args.holdout
+    return base
+
+
 async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path) -> Curve:
-    prompts = load_prompts(spec.dataset, artifacts, False)
+    prompts = load_datasets(spec, artifacts, False)
     eval_prompts = load_eval_prompts(spec, artifacts, False)
     local = LocalServiceClient(spec.local, artifacts)
     backend = local if remote is None else ServedService(local, Engine(remote))
     service = resilient(backend, ERRORS, lambda *_: None)  # type: ignore[arg-type]
     curve = Curve()
-    async with open_grader(eval_prompts) as grade:
+    async with open_grader(graded_prompts(spec, prompts, eval_prompts)) as grade:
         await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
     return curve
 
@@ -249,9 +276,6 @@ def main() -> None:
     parser.add_argument("--latency-scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    base = yaml.safe_load(DEMO_SPEC.read_text())
-    base["loop"]["steps"] = args.steps
-    base["eval"] |= {"every": args.every, "holdout": args.holdout}
     latencies = Latencies(
         *(args.latency_scale * getattr(LOOP_SPEED_LATENCIES, f) for f in Latencies.__annotations__)
     )
@@ -264,6 +288,7 @@ def main() -> None:
     started = time.perf_counter()
     for name in args.studies:
         setting, values = STUDIES[name]
+        base = study_base(STUDY_SPECS.get(name, DEMO_SPEC), args)
         if args.values:
             values = [v for v in values if str(v) in args.values] or values
         rows = []

@@ -22,6 +22,12 @@ class TokenizerMismatch(OPDError):
     code = "tokenizer_mismatch"
 
 
+class IncompatibleModels(TokenizerMismatch):
+    """A teacher that cannot score the student's tokens as the student means them."""
+
+    code = "incompatible_models"
+
+
 class BackendFailure(OPDError):
     code = "backend_error"
 

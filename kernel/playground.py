@@ -8,7 +8,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.spec import MAX_PROMPT_CHARS, CheckpointRef, JobSpec, SpecModel
+from kernel.spec import MAX_PROMPT_CHARS, CheckpointRef, JobSpec, Name, SpecModel
 
 T = TypeVar("T")
 
@@ -85,6 +85,11 @@ class SampleRequest(SpecModel):
         json_schema_extra={"uniqueItems": True},
         description="Also complete the prompt with the teacher and/or the untrained student; "
         "with the teacher, every completion gets its per-token reverse KL.",
+    )
+    teacher: Name | None = Field(
+        None,
+        description="A job with several teachers (`teachers:`): the one compared, by name; "
+        "default the first.",
     )
     timeout_seconds: float | None = Field(
         None,

@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
@@ -137,6 +138,14 @@ class TeacherSpec(SpecModel):
     def weights(self) -> str | None:
         """The weights loaded on top of base_model, if any."""
         return self.init_from.path if self.init_from is not None else self.model_path
+
+
+class MixedTeacher(TeacherSpec):
+    """One of several teachers (`teachers:`), with its weight in a mixture."""
+
+    weight: float = Field(
+        1.0, gt=0.0, le=1e6, description="teacher_mixture: mixture: its share of the mixture."
+    )
 
 
 def require_source(schema: dict[str, Any]) -> None:
@@ -261,6 +270,42 @@ DatasetSpec = Annotated[
 ]
 
 
+class DatasetShare(SpecModel):
+    """What a dataset under `datasets:` adds to its source: a name, its share of each
+    step's prompts and, with teacher_mixture: route, the teacher that scores them."""
+
+    name: Name
+    weight: float = Field(1.0, gt=0.0, le=1e6, description="Its share of each step's prompts.")
+    teacher: Name | None = Field(None, description="route: the teacher (under teachers) to use.")
+
+
+class SharedDeepMath(DeepMathDataset, DatasetShare):
+    pass
+
+
+class SharedFile(FileDataset, DatasetShare):
+    pass
+
+
+class SharedInline(InlineDataset, DatasetShare):
+    pass
+
+
+class SharedArithmetic(ArithmeticDataset, DatasetShare):
+    pass
+
+
+SharedDataset = Annotated[
+    SharedDeepMath | SharedFile | SharedInline | SharedArithmetic,
+    Field(discriminator="source"),
+]
+MAX_TEACHERS = 8
+MAX_DATASETS = 16
+SINGLE_TEACHER = "teacher"
+"""The name `teacher:` goes by where teachers are named (usage, the playground)."""
+SINGLE_DATASET = "dataset"
+
+
 class SamplingSpec(SpecModel):
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, gt=0.0, le=10.0)
@@ -313,6 +358,17 @@ class LossConfig(SpecModel):
     )
 
 
+class RewardSpec(SpecModel):
+    """A verifiable outcome reward beside the teacher's: r = 1 for a completion whose
+    answer the grader accepts, else 0; each token's advantage gains coef * (r - mean r of
+    the completions of its prompt)."""
+
+    coef: float = Field(0.0, ge=0.0, le=1000.0, description="0 = pure OPD (the reference).")
+    grader: Literal["boxed"] = Field(
+        "boxed", description="The eval's grader: the last \\boxed{} against the reference answer."
+    )
+
+
 class LoopSpec(SpecModel):
     steps: int = Field(10, ge=1, le=MAX_STEPS)
     batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
@@ -338,6 +394,7 @@ class LoopSpec(SpecModel):
     )
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
     save_weights_name: Name = "opd-deepmath-qwen35-4b"
+    reward: RewardSpec = Field(default_factory=RewardSpec)
     keep_samples: int = Field(
         2,
         ge=0,
@@ -536,6 +593,23 @@ class JobSpec(SpecModel):
     student: StudentSpec = Field(default_factory=StudentSpec)
     teacher: TeacherSpec = Field(default_factory=TeacherSpec)
     dataset: DatasetSpec = Field(default_factory=DeepMathDataset)
+    teachers: dict[Name, MixedTeacher] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TEACHERS,
+        description="Several teachers by name, instead of `teacher`.",
+    )
+    datasets: list[SharedDataset] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_DATASETS,
+        description="Several datasets, each taking its share of every step, instead of `dataset`.",
+    )
+    teacher_mixture: Literal["route", "mixture"] = Field(
+        "route",
+        description="route: each prompt is scored by its dataset's teacher; mixture: by the "
+        "weighted mixture of every teacher, log sum_i w_i p_i.",
+    )
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     optim: OptimSpec = Field(default_factory=OptimSpec)
     loop: LoopSpec = Field(default_factory=LoopSpec)
@@ -554,11 +628,144 @@ class JobSpec(SpecModel):
         "changes the order between teams. Ignored by `opd run`.",
     )
 
+    @model_validator(mode="after")
+    def _teachers_and_datasets_fit(self) -> JobSpec:
+        # A stored spec is dumped with every field, so `teacher` and `dataset` count as
+        # given when they differ from their defaults.
+        for single, several, default in (
+            ("teacher", "teachers", TeacherSpec()),
+            ("dataset", "datasets", DeepMathDataset()),
+        ):
+            if getattr(self, single) != default and getattr(self, several) is not None:
+                raise field_error((several,), f"give either {single} or {several}, not both")
+        shares = self.dataset_shares()
+        names = [share.name for share in shares]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise field_error(("datasets", index, "name"), f"{name!r} names two datasets")
+        teachers = self.teacher_specs()
+        if self.teacher_mixture == "route":
+            if self.datasets is None and len(teachers) > 1:
+                raise field_error(
+                    ("datasets",), "route with several teachers needs datasets naming them"
+                )
+            for index, share in enumerate(shares):
+                if self.route_of(share) not in teachers:
+                    raise field_error(
+                        ("datasets", index, "teacher"),
+                        f"names no teacher under teachers ({', '.join(sorted(teachers))})",
+                    )
+            if unused := sorted(teachers.keys() - {self.route_of(share) for share in shares}):
+                raise field_error(("teachers", unused[0]), "no dataset routes to this teacher")
+        else:
+            for index, share in enumerate(shares):
+                if share.teacher is not None:
+                    raise field_error(
+                        ("datasets", index, "teacher"),
+                        "with teacher_mixture: mixture every teacher scores every dataset",
+                    )
+        if self.loop.batch_size < len(shares):
+            raise field_error(
+                ("loop", "batch_size"),
+                f"must be at least the number of datasets ({len(shares)}): each step takes "
+                "a prompt from each",
+            )
+        self._eval_fits_the_teachers()
+        return self
 
-def dataset_files(spec: JobSpec) -> list[tuple[str, str]]:
-    """(field, path) of each dataset file the spec reads: the service confines them all."""
-    datasets = [("dataset", spec.dataset), ("eval.dataset", spec.eval and spec.eval.dataset)]
-    return [(f"{field}.path", d.path) for field, d in datasets if isinstance(d, FileDataset)]
+    def _eval_fits_the_teachers(self) -> None:
+        if self.eval is None or len(self.teacher_specs()) < 2:
+            return
+        if self.eval.dataset is not None and self.teacher_mixture == "route":
+            raise field_error(
+                ("eval", "dataset"),
+                "with several routed teachers no teacher is the eval dataset's: use "
+                "eval.holdout (each dataset's held-out prompts go to its teacher)",
+            )
+        if self.eval.teacher_baseline and self.teacher_mixture == "mixture":
+            raise field_error(
+                ("eval", "teacher_baseline"), "a mixture of teachers cannot answer prompts"
+            )
+
+    def teacher_specs(self) -> dict[str, TeacherSpec]:
+        """Every teacher by name: `teachers`, or `teacher` as the one named "teacher"."""
+        return dict(self.teachers) if self.teachers is not None else {SINGLE_TEACHER: self.teacher}
+
+    def with_teacher(self, name: str, teacher: TeacherSpec) -> JobSpec:
+        """The spec with teacher `name` (as `teacher_specs` names it) replaced."""
+        if self.teachers is None:
+            return self.model_copy(update={"teacher": teacher})
+        return self.model_copy(update={"teachers": {**self.teachers, name: teacher}})
+
+    def teacher_field(self, name: str) -> str:
+        """Where teacher `name` is written in the spec: `teacher` or `teachers.<name>`."""
+        return "teacher" if self.teachers is None else f"teachers.{name}"
+
+    def teacher_weights(self) -> dict[str, float]:
+        """Each teacher's weight in a mixture (1 for the one `teacher`)."""
+        return {name: getattr(spec, "weight", 1.0) for name, spec in self.teacher_specs().items()}
+
+    def dataset_shares(self) -> list[SharedDataset]:
+        """Every dataset with its name and weight: `datasets`, or `dataset` as the one
+        named "dataset"."""
+        if self.datasets is not None:
+            return list(self.datasets)
+        return [named(self.dataset, SINGLE_DATASET)]
+
+    def route_of(self, share: DatasetShare) -> str | None:
+        """The teacher that scores a dataset's prompts under route (its own, or the only
+        one); None under mixture, where every teacher does."""
+        if self.teacher_mixture == "mixture":
+            return None
+        teachers = self.teacher_specs()
+        return share.teacher or (next(iter(teachers)) if len(teachers) == 1 else None)
+
+    def dataset_files(self) -> list[tuple[str, str]]:
+        """(field, path) of each dataset file the spec reads (`dataset.path`,
+        `datasets.1.path`, `eval.dataset.path`): the service confines them all."""
+        shares = [
+            (f"datasets.{i}" if self.datasets is not None else "dataset", share)
+            for i, share in enumerate(self.dataset_shares())
+        ]
+        read = [*shares, ("eval.dataset", self.eval and self.eval.dataset)]
+        return [(f"{field}.path", d.path) for field, d in read if isinstance(d, FileDataset)]
+
+    def several_datasets(self) -> bool:
+        """Whether per-dataset metrics (ending in `/<dataset>`) are recorded."""
+        return self.datasets is not None
+
+
+SEVERAL_TEACHER_MODELS = "(several teacher models)"
+
+
+def priced_teacher(teacher_model: str, teachers: dict[str, Any] | None) -> str:
+    """The teacher model a job's scored tokens are priced at: its one teacher's, the one
+    model all its teachers share, or a name no price table has (the cost is then unknown,
+    never a wrong model's). Takes the stored spec's parts, so the usage query can too."""
+    if not teachers:
+        return teacher_model
+    models = {teacher["base_model"] for teacher in teachers.values()}
+    return models.pop() if len(models) == 1 else SEVERAL_TEACHER_MODELS
+
+
+def named(dataset: DatasetSpec, name: str) -> SharedDataset:
+    """A dataset as one of several, with a name (weight 1, no teacher of its own)."""
+    shared = {
+        DeepMathDataset: SharedDeepMath,
+        FileDataset: SharedFile,
+        InlineDataset: SharedInline,
+        ArithmeticDataset: SharedArithmetic,
+    }[type(dataset)]
+    return shared.model_construct(**dict(dataset), name=name)
+
+
+def field_error(loc: tuple[str | int, ...], message: str) -> ValidationError:
+    """A validation error at `loc` (a 422 whose param names the field), for the checks
+    that span several fields of the spec."""
+    return ValidationError.from_exception_data(
+        "JobSpec",
+        [InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=None)],
+    )
 
 
 class SpecError(ValueError):

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Job, Team, UsageDay
 from app.store.rows import insert_for
+from kernel.spec import priced_teacher
 
 USAGE_METRICS = {
     "usage/sampled_tokens": "sampled_tokens",
@@ -96,6 +97,7 @@ async def usage_rows(
             Job.spec["backend"].as_string(),
             Job.spec["student"]["base_model"].as_string(),
             Job.spec["teacher"]["base_model"].as_string(),
+            Job.spec["teachers"],
             *(getattr(UsageDay, column) for column in COUNTERS),
         )
         .join(Job, Job.id == UsageDay.job_id)
@@ -106,7 +108,14 @@ async def usage_rows(
     if team_id is not None:
         query = query.where(UsageDay.team_id == team_id)
     rows: list[Any] = list(await session.execute(query))
-    return [UsageRow(*row[:7], counts=dict(zip(COUNTERS, row[7:], strict=True))) for row in rows]
+    return [
+        UsageRow(
+            *row[:6],
+            teacher=priced_teacher(row[6], row[7]),
+            counts=dict(zip(COUNTERS, row[8:], strict=True)),
+        )
+        for row in rows
+    ]
 
 
 async def add_usage(

@@ -12,6 +12,7 @@ LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
 TOKENS_PER_SECOND = "data/completion_tokens_per_second"
 TIME_PREFIX = "time/"
 EVAL_PREFIX = "eval/"
+REWARD = "reward/mean"
 MAX_POINTS = 500
 """Buckets a chart asks the curves endpoint for: with min and max kept per bucket, up to
 twice as many points, more than a chart's width in pixels."""
@@ -32,13 +33,18 @@ class Chart:
 
 
 def job_charts(names: Sequence[str]) -> list[Chart]:
-    """Reverse KL (with its std band), loss, tokens/s, per-phase times and every eval
-    curve; a chart whose metrics the job never recorded is left out."""
+    """Reverse KL (with its std band, and one curve per dataset beside it), reward, loss,
+    tokens/s, per-phase times and every eval curve (each dataset's on its figure's chart);
+    a chart whose metrics the job never recorded is left out."""
     present = set(names)
     charts = []
     if REVERSE_KL in present:
         band = REVERSE_KL_STD if REVERSE_KL_STD in present else None
         charts.append(Chart("reverse-kl", "Reverse KL (mean ± std)", [REVERSE_KL], band))
+    if per_dataset := sorted(name for name in present if name.startswith(f"{REVERSE_KL}/")):
+        charts.append(Chart("reverse-kl-datasets", "Reverse KL by dataset", per_dataset))
+    if rewards := sorted(name for name in present if name.split("/")[:2] == REWARD.split("/")):
+        charts.append(Chart("reward", "Reward (mean; by dataset)", rewards))
     loss = next((name for name in LOSSES if name in present), None)
     if loss is not None:
         charts.append(Chart("loss", f"Loss ({loss.removeprefix('trainer/')})", [loss]))
@@ -47,9 +53,12 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
     times = sorted(name for name in present if name.startswith(TIME_PREFIX))
     if times:
         charts.append(Chart("times", "Time per step and phase (s)", times))
+    figures: dict[str, list[str]] = {}
     for name in sorted(name for name in present if name.startswith(EVAL_PREFIX)):
-        slug = name.removeprefix(EVAL_PREFIX).replace("/", "-")
-        charts.append(Chart(f"eval-{slug}", name, [name]))
+        figures.setdefault("/".join(name.split("/")[:2]), []).append(name)
+    for figure, series in figures.items():
+        slug = figure.removeprefix(EVAL_PREFIX)
+        charts.append(Chart(f"eval-{slug}", figure, series))
     return charts
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, SpecError, dataset_files, parse_spec, unlisted_tracker
+from kernel.spec import JobSpec, SpecError, parse_spec, unlisted_tracker
 
 MAX_SPEC_CHARS = 200_000
 
@@ -58,7 +58,7 @@ def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) ->
             None,
             [FieldError(path, line_of(root, path), message) for path, message in error.problems],
         )
-    for field, path in dataset_files(spec):
+    for field, path in spec.dataset_files():
         try:
             confine_data_path(path, data_root)
         except DataPathError as error:

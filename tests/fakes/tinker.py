@@ -55,6 +55,8 @@ class Call:
     name: str
     request: Any
     result: Any = None
+    weights: str | None = None
+    """The weights of the sampler that answered a sample (a teacher's, or the student's)."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +120,10 @@ class FakeServiceClient:
         self.model_ids = itertools.count()
         self.sampler_ids = itertools.count()
 
-    def record(self, name: str, request: Any, result: Any = None) -> None:
-        self.calls.append(Call(name, request, result))
+    def record(
+        self, name: str, request: Any, result: Any = None, weights: str | None = None
+    ) -> None:
+        self.calls.append(Call(name, request, result, weights))
 
     def calls_named(self, name: str) -> list[Call]:
         return [call for call in self.calls if call.name == name]
@@ -516,7 +520,7 @@ class FakeSamplingClient:
             for index, draw in enumerate(draws)
         ]
         scored = model.score(self.weights, tokens) if include_prompt_logprobs else None
-        self.service.record("sample", request)
+        self.service.record("sample", request, weights=self.weights)
         return types.SampleResponse(
             sequences=sequences,
             prompt_logprobs_np=None

@@ -34,6 +34,7 @@ from kernel.spec import (
     DeepMathDataset,
     FileDataset,
     InlineDataset,
+    JobSpec,
 )
 from worker.engine.arithmetic import Problem, held_out_problems, training_problems
 
@@ -87,6 +88,11 @@ def load_prompts(dataset: DatasetSpec, data_root: Path, confine: bool) -> Prompt
     if table.sample_size is not None:
         rows = rows.select(range(min(table.sample_size, len(rows))))
     return prompts_of(rows, table)
+
+
+def load_datasets(spec: JobSpec, data_root: Path, confine: bool) -> dict[str, Prompts]:
+    """Every dataset's training prompts, by name (`dataset:` goes by "dataset")."""
+    return {share.name: load_prompts(share, data_root, confine) for share in spec.dataset_shares()}
 
 
 def load_holdout(

@@ -25,15 +25,26 @@ from typing import Any
 import numpy as np
 from pytrio.types import AdamParams, Datum, SamplingParams
 
-from kernel.errors import OPDError, TokenizerMismatch
+from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
-from kernel.spec import InitFrom, JobSpec, SavedWeights
+from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec, named
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
+from worker.engine.eval.prompts import EVAL_DATASET
+from worker.engine.mix import Item, Mix, Pool, TeacherMixture, pools_of, training_pools
 from worker.engine.pipeline import Rollouts, sampler_weights_name
-from worker.engine.rollouts import Batch, Completion, opd_datums
+from worker.engine.preflight import PROMPTS_CHECKED, check_compatible
+from worker.engine.reward import group_rewards, require_answers, reward_bonus, reward_metrics
+from worker.engine.rollouts import (
+    Batch,
+    Completion,
+    Scorer,
+    opd_datums,
+    sample_and_score,
+    teacher_logprobs,
+)
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
 
@@ -74,22 +85,13 @@ def state_name(spec: JobSpec, steps_done: int) -> str:
     return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
 
 
-def check_tokenizers(student: Any, teacher: Any, student_model: str, teacher_model: str) -> None:
-    """The teacher scores the student's token ids, so both must share one vocabulary."""
-    if student.get_vocab() != teacher.get_vocab():
-        raise TokenizerMismatch(
-            f"student {student_model!r} and teacher {teacher_model!r} use different "
-            f"vocabularies ({len(student.get_vocab())} vs {len(teacher.get_vocab())} tokens); "
-            "OPD needs a teacher that shares the student's tokenizer"
-        )
-
-
 def stop_sequences(tokenizer: Any) -> list[str]:
     return list(dict.fromkeys(x for x in (tokenizer.eos_token, "<|im_end|>") if x))
 
 
 def step_metrics(
     batch: Batch,
+    items: list[Item],
     trainer_metrics: dict[str, float],
     lr: float,
     step: int,
@@ -116,11 +118,41 @@ def step_metrics(
         "train/staleness_max": max(staleness),
         "time/step_elapsed_time": elapsed,
         "usage/sampled_tokens": batch.sampled_tokens,
-        "usage/teacher_tokens": batch.scored_tokens,
         "usage/trained_tokens": batch.datum_tokens,
     }
+    metrics.update(teacher_usage(batch, items))
+    metrics.update(dataset_metrics(batch, items))
     metrics.update({f"time/{name}": seconds for name, seconds in phases.items()})
     metrics.update({f"trainer/{k}": float(v) for k, v in trainer_metrics.items()})
+    return metrics
+
+
+def teacher_usage(batch: Batch, items: list[Item]) -> dict[str, float]:
+    """Tokens each teacher scored (`usage/teacher_tokens`: all of them; with several
+    teachers also `usage/teacher_tokens/<teacher>`)."""
+    teachers = {name for item in items for name in item.teachers}
+    per_teacher = dict.fromkeys(sorted(teachers), 0)
+    for completion in batch.completions:
+        for name in items[completion.group].teachers:
+            per_teacher[name] += len(completion.prompt) + len(completion.tokens)
+    metrics: dict[str, float] = {"usage/teacher_tokens": sum(per_teacher.values())}
+    if len(per_teacher) > 1:
+        metrics |= {f"usage/teacher_tokens/{name}": n for name, n in per_teacher.items()}
+    return metrics
+
+
+def dataset_metrics(batch: Batch, items: list[Item]) -> dict[str, float]:
+    """`data/datums/<dataset>` and `opd/reverse_kl_mean/<dataset>`, with several datasets."""
+    pools = {item.pool.name for item in items}
+    if len(pools) < 2:
+        return {}
+    metrics: dict[str, float] = {}
+    for name in sorted(pools):
+        mine = [c for c in batch.completions if items[c.group].pool.name == name]
+        metrics[f"data/datums/{name}"] = len(mine)
+        if mine:
+            kls = np.concatenate([c.reverse_kl for c in mine])
+            metrics[f"opd/reverse_kl_mean/{name}"] = float(np.mean(kls))
     return metrics
 
 
@@ -130,13 +162,26 @@ class Run:
 
     spec: JobSpec
     training: TrainingClient
-    teacher: SamplingClient
+    teachers: dict[str, SamplingClient]
     tokenizer: Any
     params: SamplingParams
     adam: AdamParams
     sink: Sink
-    rendered: dict[str, list[int]] = field(default_factory=dict)
+    rendered: dict[tuple[str, str, bool], list[int]] = field(default_factory=dict)
     """Questions rendered recently: each step renders its own, and again for its samples."""
+    mixture: Scorer | None = None
+    """teacher_mixture: mixture: every teacher's weighted mixture."""
+
+    def scorer(self, pool: Pool) -> Scorer:
+        """What scores a pool's completions: its teacher (route) or the mixture."""
+        if pool.teacher is not None:
+            return self.teachers[pool.teacher]
+        assert self.mixture is not None
+        return self.mixture
+
+    def answerer(self, pool: Pool) -> SamplingClient:
+        """The teacher that answers a pool's prompts for the eval's baseline."""
+        return self.teachers[pool.teacher or next(iter(self.teachers))]
 
     async def train(self, datums: list[Datum]) -> dict[str, float]:
         """One forward_backward and one optim_step, both submitted before either is awaited."""
@@ -163,17 +208,16 @@ class Run:
         self.sink.checkpoint(steps_done, "sampler", saved.path)
         return state, saved.path
 
-    def kept(self, completions: list[Completion], questions: list[str]) -> list[KeptSample]:
+    def kept(self, completions: list[Completion], items: list[Item]) -> list[KeptSample]:
         """Completions as people read them: the question, the text, each token's KL."""
-        by_prompt = {tuple(prompt_tokens(self, q)): q for q in questions}
         decode = self.tokenizer.decode
-        kept = []
+        kept: list[KeptSample] = []
         for completion in completions:
             tokens = completion.tokens[:MAX_SAMPLE_TOKENS]
             pieces = {token: decode([token]) for token in set(tokens)}
             kept.append(
                 KeptSample(
-                    prompt=by_prompt[tuple(completion.prompt)][:MAX_PROMPT_CHARS],
+                    prompt=items[completion.group].question[:MAX_PROMPT_CHARS],
                     completion=decode(tokens, skip_special_tokens=True),
                     tokens=[pieces[token] for token in tokens],
                     reverse_kl=completion.reverse_kl[: len(tokens)].tolist(),
@@ -181,6 +225,9 @@ class Run:
                 )
             )
         return kept
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """The student's eval at this boundary; at step 0 the teacher's baseline too."""
@@ -191,9 +238,14 @@ class Run:
 
 
 async def open_run(
-    spec: JobSpec, service: ServiceClient, sink: Sink, resume: SavedState | None
+    spec: JobSpec,
+    service: ServiceClient,
+    sink: Sink,
+    resume: SavedState | None,
+    pools: list[Pool] | None = None,
 ) -> Run:
-    """Create the clients, restore a saved state, and check the tokenizers agree."""
+    """Create the clients, restore a saved state, and check that every teacher can score
+    the student's tokens (`preflight`), on the first prompts of each of `pools`."""
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
@@ -208,13 +260,22 @@ async def open_run(
     elif spec.student.init_from is not None:
         await start_from(training, spec.student.init_from, sink)
     tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
-    if spec.teacher.init_from is not None:
-        service_filled(spec.teacher.init_from, "teacher.init_from")
-    teacher = await service.create_sampling_client_async(
-        base_model=spec.teacher.base_model, model_path=spec.teacher.weights()
-    )
-    teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
-    check_tokenizers(tokenizer, teacher_tokenizer, spec.student.base_model, spec.teacher.base_model)
+    checked = [
+        (question, pool.options)
+        for pool in pools or []
+        for question in pool.prompts.questions[:PROMPTS_CHECKED]
+    ]
+    teachers = {}
+    for name, teacher_spec in spec.teacher_specs().items():
+        if teacher_spec.init_from is not None:
+            service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
+        teacher = await service.create_sampling_client_async(
+            base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
+        )
+        teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
+        who = teacher_named(spec, name, teacher_spec)
+        check_compatible(tokenizer, teacher_tokenizer, spec.student.base_model, who, checked)
+        teachers[name] = teacher
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
         seed=spec.student.seed,
@@ -223,9 +284,37 @@ async def open_run(
         top_k=spec.sampling.top_k,
         stop=stop_sequences(tokenizer),
     )
-    return Run(
-        spec, training, teacher, tokenizer, params, AdamParams(**spec.optim.model_dump()), sink
-    )
+    mixture = None
+    if spec.teacher_mixture == "mixture":
+        weights = spec.teacher_weights()
+        mixture = TeacherMixture(list(teachers.values()), [weights[name] for name in teachers])
+    adam = AdamParams(**spec.optim.model_dump())
+    return Run(spec, training, teachers, tokenizer, params, adam, sink, mixture=mixture)
+
+
+def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
+    """How messages name a teacher: its model, and its name when there are several."""
+    if spec.teachers is None:
+        return f"teacher {teacher.base_model!r}"
+    return f"teacher {name!r} ({teacher.base_model!r})"
+
+
+async def probe(run: Run, pools: list[Pool]) -> None:
+    """Before step 0 with several teachers: the reverse KL of each teacher on one
+    completion of each dataset's first prompt, from a sampler of its own (an event)."""
+    sampler = await run.training.save_weights_and_get_sampling_client_async()
+    prompts = [render(run, pool.prompts.questions[0], pool.options) for pool in pools]
+    teachers = list(run.teachers.values())
+    completions = (await sample_and_score(sampler, teachers[0], prompts, 1, run.params)).completions
+    kls: dict[str, float | None] = {}
+    for name, teacher in run.teachers.items():
+        scored = await asyncio.gather(
+            *(teacher_logprobs(teacher, c.prompt, c.tokens) for c in completions)
+        )
+        kl = [np.subtract(c.student_logprobs, s) for c, s in zip(completions, scored, strict=True)]
+        kls[name] = float(np.mean(np.concatenate(kl))) if kl else None
+    figures = ", ".join(f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items())
+    run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
 
 
 async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> None:
@@ -253,28 +342,38 @@ def service_filled(ref: SavedWeights, field: str) -> str:
     return ref.path
 
 
-def prompt_tokens(run: Run, question: str) -> list[int]:
-    if question not in run.rendered:
+def render(run: Run, question: str, options: PromptOptions) -> list[int]:
+    """A question as prompt tokens, rendered as its dataset says (kept for a while)."""
+    key = (question, options.question_suffix, options.enable_thinking)
+    if key not in run.rendered:
         if len(run.rendered) >= RENDERED_KEPT:
             run.rendered.clear()
-        dataset = run.spec.dataset
-        run.rendered[question] = build_prompt(
-            run.tokenizer, question, dataset.question_suffix, dataset.enable_thinking
+        run.rendered[key] = build_prompt(
+            run.tokenizer, question, options.question_suffix, options.enable_thinking
         )
-    return run.rendered[question]
+    return run.rendered[key]
 
 
-def evaluation_for(run: Run, prompts: Prompts, grade: Grade | None) -> Evaluation:
+def eval_pools(spec: JobSpec, prompts: Prompts | Mapping[str, Prompts]) -> list[Pool]:
+    """The eval's prompts by dataset: each dataset's held-out prompts, or eval.dataset's."""
+    assert spec.eval is not None
+    if spec.eval.dataset is None:
+        return pools_of(spec, spec.dataset_shares(), prompts)
+    return pools_of(spec, [named(spec.eval.dataset, EVAL_DATASET)], prompts)
+
+
+def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluation:
     spec = run.spec.eval
     assert spec is not None
-    source = spec.dataset or run.spec.dataset
+    items = [
+        Item(q, a, pool)
+        for pool in pools
+        for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
+    ]
     return Evaluation(
         spec=spec,
-        prompts=[
-            build_prompt(run.tokenizer, q, source.question_suffix, source.enable_thinking)
-            for q in prompts.questions
-        ],
-        answers=prompts.answers,
+        prompts=[render(run, item.question, item.pool.options) for item in items],
+        answers=[item.answer for item in items],
         params=run.params.model_copy(
             update={
                 "max_tokens": spec.max_tokens or run.spec.sampling.max_tokens,
@@ -282,26 +381,29 @@ def evaluation_for(run: Run, prompts: Prompts, grade: Grade | None) -> Evaluatio
                 "seed": spec.seed,
             }
         ),
-        teacher=run.teacher,
-        decode=lambda tokens: run.tokenizer.decode(tokens, skip_special_tokens=True),
+        teachers=[run.scorer(item.pool) for item in items],
+        answerers=[run.answerer(item.pool) for item in items],
+        decode=run.decode,
         grade=grade,
+        sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
     )
 
 
 async def run_loop(
     spec: JobSpec,
     service: ServiceClient,
-    prompts: Prompts,
+    prompts: Prompts | Mapping[str, Prompts],
     sink: Sink,
     *,
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
-    eval_prompts: Prompts | None = None,
+    eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
     grade: Grade | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
-    exactly (`Rollouts.resumable_at`)."""
+    exactly (`Rollouts.resumable_at`). `prompts` (and `eval_prompts`) are by dataset name;
+    a one-dataset spec may give its `Prompts` alone."""
     loop = spec.loop
     start = resume.step if resume else 0
     if not 0 <= start <= loop.steps:
@@ -316,16 +418,24 @@ async def run_loop(
             f"saved after steps {missing}, which were not given",
             code="bad_resume_state",
         )
-    run = await open_run(spec, service, sink, resume)
-    evaluation = evaluation_for(run, eval_prompts, grade) if eval_prompts is not None else None
-    sink.start(RunInfo(spec=spec, dataset_size=len(prompts), start_step=start))
+    pools = training_pools(spec, prompts)
+    if loop.reward.coef:
+        require_answers(pools, grade)
+    mix = Mix(pools, loop.batch_size)
+    run = await open_run(spec, service, sink, resume, pools)
+    evaluation = None
+    if eval_prompts is not None:
+        evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
+    if start == 0 and len(run.teachers) > 1:
+        await probe(run, pools)
+    sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
     rollouts = Rollouts(
         spec,
         run.training,
-        run.teacher,
+        run.scorer,
         run.params,
-        lambda question: prompt_tokens(run, question),
-        prompts.questions,
+        lambda item: render(run, item.question, item.pool.options),
+        mix,
         sink,
         start=start,
         kept=resume.samplers if resume else {},
@@ -365,7 +475,16 @@ async def run_loop(
             phase = time.perf_counter()
             batch = await rollouts.batch(step)
             wait_seconds = time.perf_counter() - phase
-            datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor)
+            items = rollouts.items_of(step)
+            bonus, rewarded = None, {}
+            if loop.reward.coef:
+                assert grade is not None
+                rewards = await group_rewards(batch.completions, items, run.decode, grade)
+                bonus = reward_bonus(batch.completions, rewards, loop.reward.coef)
+                rewarded = reward_metrics(batch.completions, items, rewards)
+            datums = opd_datums(
+                batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus
+            )
             if not datums:
                 raise OPDError(
                     "No OPD datums were built: every completion was empty", code="no_datums"
@@ -382,12 +501,12 @@ async def run_loop(
             }
             elapsed = time.time() - step_start
             metrics = step_metrics(
-                batch, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
+                batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
             )
-            sink.step(step, metrics | evaluated)
+            sink.step(step, metrics | rewarded | evaluated)
             if keeps_samples(step, loop.steps, loop.keep_samples):
                 kept = batch.completions[: loop.keep_samples]
-                sink.samples(step, run.kept(kept, rollouts.questions_of(step)))
+                sink.samples(step, run.kept(kept, items))
 
             done = step + 1
             save_seconds = 0.0
@@ -424,24 +543,28 @@ async def run_job(
 ) -> RunResult:
     """Load the prompts, open the backend and run the loop; the sink is always closed."""
     from worker.engine.backends import connect
-    from worker.engine.datasets import load_prompts
-    from worker.engine.eval.prompts import load_eval_prompts, open_grader
+    from worker.engine.datasets import load_datasets
+    from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
 
     try:
-        prompts = await asyncio.to_thread(load_prompts, spec.dataset, data_root, confine_data)
-        sink.event(
-            "info",
-            f"Loaded {len(prompts)} prompts from {spec.dataset.source}",
-            {"prompts": len(prompts)},
-        )
-        eval_prompts = None
+        prompts = await asyncio.to_thread(load_datasets, spec, data_root, confine_data)
+        for share in spec.dataset_shares():
+            pool = prompts[share.name]
+            several = f" (dataset {share.name})" if spec.several_datasets() else ""
+            sink.event(
+                "info",
+                f"Loaded {len(pool)} prompts from {share.source}{several}",
+                {"prompts": len(pool)} | ({"dataset": share.name} if several else {}),
+            )
+        eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:
             eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
         service = await asyncio.to_thread(
             connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
         )
         async with AsyncExitStack() as stack:
-            grade = await stack.enter_async_context(open_grader(eval_prompts))
+            graded = graded_prompts(spec, prompts, eval_prompts)
+            grade = await stack.enter_async_context(open_grader(graded))
             return await run_loop(
                 spec,
                 service,
@@ -449,7 +572,7 @@ async def run_job(
                 sink,
                 resume=resume,
                 should_stop=should_stop,
-                eval_prompts=eval_prompts,
+                eval_prompts=eval_prompts if spec.eval is not None else None,
                 grade=grade,
             )
     finally:

@@ -23,8 +23,8 @@ from pytrio.types import SamplingParams
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
-from worker.engine.datums import batch_indices
-from worker.engine.rollouts import Batch, sample_and_score
+from worker.engine.mix import Item, Mix, Pool
+from worker.engine.rollouts import Batch, Scorer, sample_and_score
 from worker.engine.schedule import (
     kept_for_a_save,
     last_step_sampled_by,
@@ -47,18 +47,18 @@ class Rollouts:
         self,
         spec: JobSpec,
         training: TrainingClient,
-        teacher: SamplingClient,
+        scorer_of: Callable[[Pool], Scorer],
         params: SamplingParams,
-        render: Callable[[str], list[int]],
-        questions: list[str],
+        render: Callable[[Item], list[int]],
+        mix: Mix,
         sink: Sink,
         *,
         start: int,
         kept: Mapping[int, str],
     ) -> None:
         self.spec, self.loop = spec, spec.loop
-        self.training, self.teacher = training, teacher
-        self.params, self.render, self.questions, self.sink = params, render, questions, sink
+        self.training, self.scorer_of = training, scorer_of
+        self.params, self.render, self.mix, self.sink = params, render, mix, sink
         self.kept = dict(kept)
         """Saved sampler weights by version (the optimizer steps they had taken)."""
         self.keep_all = False
@@ -69,9 +69,8 @@ class Rollouts:
         self.shared: dict[int, SamplingClient] = {}
         """k = 0: one sampler per refresh block, shared by its steps, as the reference does."""
 
-    def questions_of(self, step: int) -> list[str]:
-        indices = batch_indices(step, self.loop.batch_size, len(self.questions))
-        return [self.questions[i] for i in indices]
+    def items_of(self, step: int) -> list[Item]:
+        return self.mix.items(step)
 
     async def refresh(self, boundary: int) -> None:
         """At a step boundary (the weights have taken `boundary` steps), make the samplers
@@ -118,10 +117,11 @@ class Rollouts:
         params = self.params
         if self.loop.max_steps_off_policy:
             params = params.model_copy(update={"seed": step_seed(params.seed, step)})
+        items = self.items_of(step)
         return await sample_and_score(
             sampler,
-            self.teacher,
-            [self.render(question) for question in self.questions_of(step)],
+            [self.scorer_of(item.pool) for item in items],
+            [self.render(item) for item in items],
             self.loop.group_size,
             params,
             version,

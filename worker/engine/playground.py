@@ -18,9 +18,11 @@ from pytrio.types import ModelInput, SampleSequence, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, SampleTask
+from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.datums import build_prompt
-from worker.engine.loop import check_tokenizers, stop_sequences
+from worker.engine.loop import stop_sequences
+from worker.engine.preflight import check_compatible
 from worker.engine.rollouts import teacher_logprobs
 from worker.engine.sampler_cache import Loaded, SamplerCache
 
@@ -30,9 +32,20 @@ def finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
+    """The teacher a request compares with: the one it names, or the job's first."""
+    teachers = task.spec.teacher_specs()
+    name = task.request.teacher or next(iter(teachers))
+    return name, teachers[name]
+
+
 def render(task: SampleTask, tokenizer: Any) -> list[int]:
-    """The prompt tokens every model completes."""
-    request, dataset = task.request, task.spec.dataset
+    """The prompt tokens every model completes, rendered as the compared teacher's dataset
+    (the first routed to it, or the first) renders its prompts."""
+    request, spec = task.request, task.spec
+    name, _ = compared_teacher(task)
+    shares = spec.dataset_shares()
+    dataset = next((d for d in shares if spec.route_of(d) == name), shares[0])
     try:
         if request.prompt is not None:
             return build_prompt(
@@ -81,7 +94,8 @@ def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
     """(base model, saved weights) of each model a request may ask for."""
     spec = task.spec
     if role == "teacher":
-        return spec.teacher.base_model, spec.teacher.weights()
+        _, teacher = compared_teacher(task)
+        return teacher.base_model, teacher.weights()
     return spec.student.base_model, task.weights_path if role == "checkpoint" else None
 
 
@@ -141,15 +155,16 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     loaded = dict(zip(roles, clients, strict=True))
     tokenizer = await asyncio.to_thread(loaded[roles[0]].client.get_tokenizer)
     teacher = loaded["teacher"].client if "teacher" in loaded else None
+    prompt = render(task, tokenizer)
     if teacher is not None and roles != ["teacher"]:
         student = next(loaded[role].client for role in roles if role != "teacher")
-        check_tokenizers(
+        check_compatible(
             await asyncio.to_thread(student.get_tokenizer),
             await asyncio.to_thread(teacher.get_tokenizer),
             task.spec.student.base_model,
-            task.spec.teacher.base_model,
+            f"teacher {compared_teacher(task)[1].base_model!r}",
+            [],
         )
-    prompt = render(task, tokenizer)
     request = task.request
     params = SamplingParams(
         max_tokens=request.max_tokens,

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from pytrio.types import Datum, ModelInput, SamplingParams
@@ -32,6 +33,8 @@ class Completion:
     stop_reason: str
     version: int = 0
     """The optimizer steps taken by the weights that sampled it."""
+    group: int = 0
+    """The index of its prompt in the batch."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -61,8 +64,14 @@ class Batch:
         return sum(len(c.prompt) + len(c.tokens) - 1 for c in self.completions)
 
 
+class Scorer(Protocol):
+    """What scores tokens: a teacher's sampling client, or a mixture of teachers."""
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]: ...
+
+
 async def teacher_logprobs(
-    teacher: SamplingClient, prompt: list[int], completion: list[int]
+    teacher: Scorer, prompt: list[int], completion: list[int]
 ) -> list[float]:
     """The teacher's logprob of each completion token, in the prompt's context."""
     all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
@@ -98,21 +107,23 @@ class ScoringTurn:
 
 async def sample_and_score(
     sampler: SamplingClient,
-    teacher: SamplingClient,
+    teacher: Scorer | Sequence[Scorer],
     prompts: Sequence[list[int]],
     num_samples: int,
     params: SamplingParams,
     version: int = 0,
     scoring: asyncio.Lock | None = None,
 ) -> Batch:
-    """`num_samples` completions of each prompt, each scored by the teacher; `version` is
-    the optimizer steps taken by the sampler's weights. Batches sampled at the same time
-    pass the same `scoring` lock: their scoring never interleaves (`ScoringTurn`)."""
+    """`num_samples` completions of each prompt, each scored by the teacher (or by the
+    prompt's own, one per prompt); `version` is the optimizer steps taken by the sampler's
+    weights. Batches sampled at the same time pass the same `scoring` lock: their scoring
+    never interleaves (`ScoringTurn`)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
+    teachers = teacher if isinstance(teacher, Sequence) else [teacher] * len(prompts)
 
-    async def group(prompt: list[int]) -> list[Completion]:
+    async def group(index: int, prompt: list[int]) -> list[Completion]:
         result = await sampler.sample_async(
             prompt=ModelInput.from_ints(prompt),
             num_samples=num_samples,
@@ -130,7 +141,7 @@ async def sample_and_score(
                 )
         await turn.wait()
         scores = await asyncio.gather(
-            *(teacher_logprobs(teacher, prompt, seq.tokens) for seq in sequences)
+            *(teacher_logprobs(teachers[index], prompt, seq.tokens) for seq in sequences)
         )
         return [
             Completion(
@@ -140,12 +151,13 @@ async def sample_and_score(
                 scored,
                 seq.stop_reason,
                 version,
+                index,
             )
             for seq, scored in zip(sequences, scores, strict=True)
         ]
 
     try:
-        groups = await asyncio.gather(*(group(prompt) for prompt in prompts))
+        groups = await asyncio.gather(*(group(i, prompt) for i, prompt in enumerate(prompts)))
     finally:
         turn.end()
     done = time.perf_counter()
@@ -158,17 +170,23 @@ async def sample_and_score(
 
 
 def opd_datums(
-    completions: Sequence[Completion], kl_penalty_coef: float, kl_discount_factor: float
+    completions: Sequence[Completion],
+    kl_penalty_coef: float,
+    kl_discount_factor: float,
+    bonus: Sequence[float] | None = None,
 ) -> list[Datum]:
-    """One training datum per completion, its advantage the (discounted) negative KL."""
+    """One training datum per completion, its advantage the (discounted) negative KL,
+    plus the completion's `bonus` (the reward term) on every token."""
     datums = []
-    for completion in completions:
+    for index, completion in enumerate(completions):
         _, advantages = kl_advantages(
             completion.student_logprobs,
             completion.teacher_logprobs,
             kl_penalty_coef,
             kl_discount_factor,
         )
+        if bonus is not None:
+            advantages = advantages + bonus[index]
         datums.append(
             build_opd_datum(
                 completion.prompt, completion.tokens, completion.student_logprobs, advantages

@@ -190,7 +190,12 @@ class SwanLabSink(Sink):
             workspace=spec.swanlab.workspace,
             mode=spec.swanlab.mode,
             config=config,
-            tags=["TRIO", "OPD", spec.dataset.source, spec.backend],
+            tags=[
+                "TRIO",
+                "OPD",
+                *dict.fromkeys(share.source for share in spec.dataset_shares()),
+                spec.backend,
+            ],
             log_dir=str(self.log_dir),
         )
 

@@ -36,7 +36,7 @@ from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, dataset_files, unlisted_tracker
+from kernel.spec import JobSpec, priced_teacher, unlisted_tracker
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -60,7 +60,7 @@ def priced(body: JobPublic, prices: PriceTable) -> JobPublic:
     usage.estimated_cost = prices.cost(
         spec.backend,
         spec.student.base_model,
-        spec.teacher.base_model,
+        priced_teacher(spec.teacher.base_model, spec.model_dump(include={"teachers"})["teachers"]),
         sampled=usage.sampled_tokens,
         teacher_tokens=usage.teacher_tokens,
         trained=usage.trained_tokens,
@@ -75,7 +75,7 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
 
 def check_dataset_paths(spec: JobSpec, data_root: Path) -> None:
     """A 422 for a dataset file outside the data root, before the job is stored."""
-    for field, path in dataset_files(spec):
+    for field, path in spec.dataset_files():
         try:
             confine_data_path(path, data_root)
         except DataPathError as error:

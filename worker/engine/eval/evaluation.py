@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from pytrio.types import SamplingParams
 
 from kernel.spec import EvalSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
-from worker.engine.rollouts import Batch, Completion, sample_and_score
+from worker.engine.rollouts import Batch, Completion, Scorer, sample_and_score
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""
@@ -38,30 +38,64 @@ class Evaluation:
     prompts: Sequence[list[int]]
     answers: Sequence[str | None]
     params: SamplingParams
-    teacher: SamplingClient
+    teachers: Sequence[Scorer]
+    """What scores each prompt's completions (its dataset's teacher, or the mixture)."""
+    answerers: Sequence[SamplingClient]
+    """The teacher that answers each prompt for the baseline."""
     decode: Callable[[list[int]], str]
     grade: Grade | None
+    sources: Sequence[str] = ()
+    """Each prompt's dataset, when the figures are also recorded per dataset."""
 
     async def student(self, training: TrainingClient) -> dict[str, float]:
         """The student with the training client's current weights, against the teacher."""
         started = time.perf_counter()
         sampler = await training.save_weights_and_get_sampling_client_async()
-        batch = await self.sample(sampler)
-        metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
-        metrics |= await self.answers_metrics(batch, "eval/")
+        batch = await self.sample(sampler, range(len(self.prompts)))
+        metrics = await self.per_source(batch, self.student_figures)
         metrics[EVAL_TOKENS] = batch.sampled_tokens + batch.scored_tokens
         return metrics | {"time/eval": time.perf_counter() - started}
 
-    async def teacher_baseline(self) -> dict[str, float]:
-        """The teacher answering the same prompts: what the student is reaching for."""
-        batch = await self.sample(self.teacher)
-        metrics = await self.answers_metrics(batch, "eval/teacher_")
-        return metrics | {EVAL_TOKENS: batch.sampled_tokens + batch.scored_tokens}
+    async def student_figures(self, batch: Batch) -> dict[str, float]:
+        metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
+        return metrics | await self.answers_metrics(batch, "eval/")
 
-    async def sample(self, sampler: SamplingClient) -> Batch:
-        return await sample_and_score(
-            sampler, self.teacher, self.prompts, self.spec.samples_per_prompt, self.params
+    async def teacher_baseline(self) -> dict[str, float]:
+        """The teachers answering the same prompts: what the student is reaching for."""
+        completions, tokens = [], 0
+        for answerer in {id(a): a for a in self.answerers}.values():
+            asked = [i for i, a in enumerate(self.answerers) if a is answerer]
+            batch = await self.sample(answerer, asked)
+            completions += batch.completions
+            tokens += batch.sampled_tokens + batch.scored_tokens
+        metrics = await self.per_source(
+            Batch(completions), lambda batch: self.answers_metrics(batch, "eval/teacher_")
         )
+        return metrics | {EVAL_TOKENS: tokens}
+
+    async def sample(self, sampler: SamplingClient, asked: Sequence[int]) -> Batch:
+        """The completions of the prompts `asked` (by index), each knowing its index."""
+        batch = await sample_and_score(
+            sampler,
+            [self.teachers[i] for i in asked],
+            [self.prompts[i] for i in asked],
+            self.spec.samples_per_prompt,
+            self.params,
+        )
+        batch.completions = [replace(c, group=asked[c.group]) for c in batch.completions]
+        return batch
+
+    async def per_source(
+        self, batch: Batch, figures: Callable[[Batch], Awaitable[dict[str, float]]]
+    ) -> dict[str, float]:
+        """The figures of the whole batch and, with several datasets, of each one's
+        completions (the names end in `/<dataset>`)."""
+        metrics = await figures(batch)
+        for source in dict.fromkeys(self.sources):
+            part = Batch([c for c in batch.completions if self.sources[c.group] == source])
+            if part.completions:
+                metrics |= {f"{k}/{source}": v for k, v in (await figures(part)).items()}
+        return metrics
 
     async def answers_metrics(self, batch: Batch, prefix: str) -> dict[str, float]:
         """Length, truncation and, where there are reference answers, accuracy."""
@@ -89,8 +123,7 @@ class Evaluation:
         return metrics
 
     def answer_per_completion(self, batch: Batch) -> list[str | None]:
-        by_prompt = {tuple(p): a for p, a in zip(self.prompts, self.answers, strict=True)}
-        return [by_prompt[tuple(c.prompt)] for c in batch.completions]
+        return [self.answers[c.group] for c in batch.completions]
 
 
 def with_baseline(student: dict[str, float], baseline: dict[str, float]) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -10,20 +10,35 @@ from kernel.spec import JobSpec
 from worker.engine.datasets import Prompts, load_holdout, load_prompts
 from worker.engine.eval.evaluation import Grade
 
+EVAL_DATASET = "eval"
+"""The name eval.dataset's prompts go by."""
 
-def load_eval_prompts(spec: JobSpec, data_root: Path, confine: bool) -> Prompts:
-    """The eval's own dataset, or `holdout` prompts the training pool does not use."""
+
+def load_eval_prompts(spec: JobSpec, data_root: Path, confine: bool) -> dict[str, Prompts]:
+    """The eval's own dataset, or `holdout` prompts of each dataset that its training pool
+    does not use, by dataset name."""
     assert spec.eval is not None
     if spec.eval.dataset is not None:
-        return load_prompts(spec.eval.dataset, data_root, confine)
-    return load_holdout(spec.dataset, spec.eval.holdout, spec.eval.seed, data_root, confine)
+        return {EVAL_DATASET: load_prompts(spec.eval.dataset, data_root, confine)}
+    return {
+        share.name: load_holdout(share, spec.eval.holdout, spec.eval.seed, data_root, confine)
+        for share in spec.dataset_shares()
+    }
+
+
+def graded_prompts(
+    spec: JobSpec, prompts: dict[str, Prompts], eval_prompts: dict[str, Prompts]
+) -> list[Prompts]:
+    """The prompts whose answers are graded: the eval's, and the training prompts' with a
+    reward (`loop.reward`)."""
+    return [*eval_prompts.values(), *(prompts.values() if spec.loop.reward.coef else [])]
 
 
 @asynccontextmanager
-async def open_grader(prompts: Prompts | None) -> AsyncIterator[Grade | None]:
-    """A grader for the eval's answers (its process pool lives as long as the run), or
-    None when no prompt has a reference answer: the eval then records the KL figures only."""
-    if prompts is None or all(answer is None for answer in prompts.answers):
+async def open_grader(prompts: Iterable[Prompts]) -> AsyncIterator[Grade | None]:
+    """A grader for the answers (its process pool lives as long as the run), or None when
+    no prompt has a reference answer: the eval then records the KL figures only."""
+    if all(answer is None for pool in prompts for answer in pool.answers):
         yield None
         return
     from worker.engine.eval.grading import Grader

@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 from transformers import AutoTokenizer
 
+from kernel.spec import PromptOptions
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.datums import build_prompt
-from worker.engine.loop import check_tokenizers
+from worker.engine.preflight import check_compatible
 
 TEXT = "Solve 2x + 3 = 7 — café ✓\n"
 
@@ -41,7 +42,7 @@ def test_the_tokenizer_survives_save_pretrained(tmp_path):
     tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
-    check_tokenizers(tokenizer, reloaded, "tiny", "reloaded")
+    check_compatible(tokenizer, reloaded, "tiny", "teacher 'reloaded'", [("hi", PromptOptions())])
     assert reloaded.encode(TEXT, add_special_tokens=False) == list(TEXT.encode())
     assert reloaded.eos_token == "<|im_end|>"
     assert reloaded.apply_chat_template(
