@@ -184,3 +184,34 @@ async def test_an_eval_dataset_file_is_confined_like_the_training_one(client, ke
     spec = small_spec(eval={"dataset": {"source": "file", "path": "../secret.jsonl"}})
     message = await refusal(client, key, spec, "eval.dataset.path")
     assert "outside the server's data root" in message
+
+
+def two_teachers(mul: dict[str, Any]) -> dict[str, Any]:
+    """A routed two-teacher trio spec whose `mul` teacher is `mul`."""
+    spec = small_spec(
+        backend="trio",
+        teachers={"add": {"base_model": "Qwen/Qwen3.5-4B"}, "mul": mul},
+        datasets=[
+            {"name": "add", "source": "arithmetic", "ops": ["add"], "teacher": "add"},
+            {"name": "mul", "source": "arithmetic", "ops": ["mul"], "teacher": "mul"},
+        ],
+    )
+    del spec["dataset"]
+    return spec
+
+
+async def test_every_teacher_under_teachers_follows_the_same_rules(client, key, make_key, trained):
+    await trained(backend="trio", as_key=await make_key())
+    refused = two_teachers({"base_model": "Qwen/Qwen3.5-4B", "model_path": REMOTE + "/final"})
+    await refusal(client, key, refused, "teachers.mul.model_path")
+
+    ours = await trained(root="trio://fake/run-8/weights", backend="trio")
+    named = two_teachers({"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": ours["id"]}})
+    response = await post(client, key, named)
+    assert response.status_code == 201, response.text
+    init_from = response.json()["spec"]["teachers"]["mul"]["init_from"]
+    assert init_from["path"] == "trio://fake/run-8/weights/final"
+    filled = two_teachers(
+        {"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": ours["id"], "path": "/etc"}}
+    )
+    await refusal(client, key, filled, "teachers.mul.init_from.path")
