@@ -806,7 +806,11 @@ class SweepCreate(BaseModel):
     name: SweepName
     base: dict[str, Any] | None = Field(None, description="A job spec.")
     base_job: int | None = Field(None, ge=1, le=2**31 - 1, description="Or that job's spec.")
-    parameters: dict[DottedPath, Parameter] = Field(min_length=1, max_length=MAX_PARAMETERS)
+    parameters: dict[DottedPath, Parameter] = Field(
+        min_length=1,
+        max_length=MAX_PARAMETERS,
+        schema_extra={"json_schema_extra": {"additionalProperties": False}},  # dotted paths only
+    )
     method: SweepMethod = SweepMethod.random
     metric: SweepMetric
     max_trials: int = Field(10, ge=1, le=MAX_TRIALS)

@@ -60,6 +60,12 @@ RULES_BEYOND_JSON_SCHEMA = {
     "POST /v1/jobs/{job_id}/clone",
     # A chat's last message must be the user's.
     "POST /v1/jobs/{job_id}/sample",
+    # A sweep's base or base_job (one of them), each parameter's values or range (min below
+    # max), values for every parameter of a grid, and a base that is a valid job spec.
+    "POST /v1/sweeps",
+    # OpenAI's wire format, checked as the playground's request: a chat's last message the
+    # user's, the playground's bounds on n, max_tokens, top_p (a 400 in OpenAI's shape).
+    "POST /v1/chat/completions",
 }
 
 
