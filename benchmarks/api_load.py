@@ -23,6 +23,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event as StopEvent
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import uvloop
@@ -245,7 +246,8 @@ def sample_metrics(step: int) -> dict[str, float]:
         ]
     )
     elapsed = noise.uniform(0.5, 1.5)
-    return step_metrics(batch, trainer, lr=1e-3, step=step, elapsed=elapsed, phases={})
+    one_prompt = [SimpleNamespace(teachers=("teacher",), pool=SimpleNamespace(name="dataset"))]
+    return step_metrics(batch, one_prompt, trainer, lr=1e-3, step=step, elapsed=elapsed, phases={})
 
 
 async def write_step(

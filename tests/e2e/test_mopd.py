@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from opd.sdk import Client
 from tests.e2e.conftest import Service
 
 
@@ -41,14 +42,17 @@ def test_a_two_teacher_job_records_each_datasets_curves(service: Service):
     assert done["status"] == "succeeded", service.logs()
     client = service.client()
     for key, value in (("data/datums/add", 2.0), ("data/datums/mul", 4.0)):
-        assert [v for _, v in client.curve(job["id"], key)] == [value] * 3
+        assert [v for _, v in curve(client, job["id"], key)] == [value] * 3
     for key in ("opd/reverse_kl_mean/add", "opd/reverse_kl_mean/mul", "reward/mean/mul"):
-        assert [step for step, _ in client.curve(job["id"], key)] == [0, 1, 2], key
+        assert [step for step, _ in curve(client, job["id"], key)] == [0, 1, 2], key
     for key in ("usage/teacher_tokens/a", "usage/teacher_tokens/b"):
-        assert all(v > 0 for _, v in client.curve(job["id"], key)), key
+        assert all(v > 0 for _, v in curve(client, job["id"], key)), key
     for key in ("eval/accuracy/add", "eval/reverse_kl_mean/mul"):
-        assert [step for step, _ in client.curve(job["id"], key)] == [0, 3], key
-    events = client.request("GET", f"/v1/jobs/{job['id']}/events")["data"]
-    messages = " | ".join(event["message"] for event in events)
+        assert [step for step, _ in curve(client, job["id"], key)] == [0, 3], key
+    messages = " | ".join(event.message for event in service.events(job["id"]))
     assert "Probe reverse KL per teacher: a " in messages
     assert "(dataset mul)" in messages
+
+
+def curve(client: Client, job_id: int, key: str) -> list[tuple[int, float | None]]:
+    return client.jobs.metrics(job_id, key, max_points=10_000).points(key)
