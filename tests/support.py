@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -36,18 +36,22 @@ def temporary_postgres_database() -> Iterator[str]:
 
 
 @contextmanager
-def migrated_database(kind: str, folder: Path) -> Iterator[str]:
+def migrated_database(
+    kind: str, folder: Path, prepare: Callable[[str], None] | None = None
+) -> Iterator[str]:
     """A fresh database of `kind` (`sqlite`: a file in `folder`; `postgres`: a temporary
-    database), migrated to the latest schema, for tests that look at every row there is."""
+    database), migrated to the latest schema for tests that look at every row there is, or
+    made ready by `prepare(url)` instead (a migration's test: an older revision, filled)."""
     from app.core.db import migrate
 
+    prepare = prepare or migrate
     if kind == "sqlite":
         url = f"sqlite:///{folder / 'opd.db'}"
-        migrate(url)
+        prepare(url)
         yield url
         return
     with temporary_postgres_database() as url:
-        migrate(url)
+        prepare(url)
         yield url
 
 

@@ -22,7 +22,7 @@ from app.core.db import (
 )
 from app.core.encryption import SecretBox
 from app.store.webhooks import new_secret, take_due
-from tests.support import temporary_postgres_database
+from tests.support import migrated_database
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 SECRETS = [new_secret(), new_secret()]
@@ -32,13 +32,7 @@ SECRETS = [new_secret(), new_secret()]
 def old_database(request, tmp_path) -> Iterator[str]:
     """A database at revision 0004 with two webhooks whose secrets are in plaintext, and
     a delivery due to the first."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-        fill(url)
-        yield url
-        return
-    with temporary_postgres_database() as url:
-        fill(url)
+    with migrated_database(request.param, tmp_path, fill) as url:
         yield url
 
 

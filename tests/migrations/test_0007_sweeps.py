@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.core.db import alembic_config, create_sync_engine, migrate
 from tests.app.conftest import small_spec
-from tests.support import temporary_postgres_database
+from tests.support import migrated_database
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -22,13 +22,7 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 @pytest.fixture(params=["sqlite", "postgres"])
 def old_database(request, tmp_path) -> Iterator[str]:
     """A database at revision 0004 with a team and a job."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'old.db'}"
-        fill(url)
-        yield url
-        return
-    with temporary_postgres_database() as url:
-        fill(url)
+    with migrated_database(request.param, tmp_path, fill) as url:
         yield url
 
 
