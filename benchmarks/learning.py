@@ -3,7 +3,7 @@ against wall time, for the losses, max_steps_off_policy and the main settings.
 
     python benchmarks/learning.py [--studies losses off_policy lr rank group kl teachers
                                             reward]
-                                  [--seeds 3] [--steps 60] [--every 15] [--holdout 120]
+                                  [--seeds 3] [--steps 60] [--every 15] [--holdout 100]
                                   [--json out.json]
 
 Every run is the demo's job (examples/arith.yaml: arith-student learning from
@@ -43,7 +43,9 @@ from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
 from worker.engine.datasets import load_datasets
-from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
+from worker.engine.eval.evaluation import Grade
+from worker.engine.eval.grading import Grader
+from worker.engine.eval.prompts import load_eval_prompts
 from worker.engine.loop import run_loop
 from worker.engine.sinks import Sink
 
@@ -182,15 +184,14 @@ def study_base(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     return base
 
 
-async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path) -> Curve:
+async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path, grade: Grade) -> Curve:
     prompts = load_datasets(spec, artifacts, False)
     eval_prompts = load_eval_prompts(spec, artifacts, False)
     local = LocalServiceClient(spec.local, artifacts)
     backend = local if remote is None else ServedService(local, Engine(remote))
     service = resilient(backend, ERRORS, lambda *_: None)  # type: ignore[arg-type]
     curve = Curve()
-    async with open_grader(graded_prompts(spec, prompts, eval_prompts)) as grade:
-        await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
+    await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
     return curve
 
 
@@ -265,13 +266,42 @@ def print_study(name: str, setting: str, rows: list[Row]) -> dict[str, Any]:
     return figures
 
 
+async def run_studies(args: argparse.Namespace, latencies: Latencies) -> dict[str, Any]:
+    """Every study's rows; one grader serves every run (a pool's start costs seconds)."""
+    figures = {}
+    async with Grader() as grader:
+        for name in args.studies:
+            setting, values = STUDIES[name]
+            base = study_base(STUDY_SPECS.get(name, DEMO_SPEC), args)
+            if args.values:
+                values = [v for v in values if str(v) in args.values] or values
+            rows = []
+            for value in values:
+                curves = []
+                for seed in range(args.seeds):
+                    spec = job_spec(base, setting, value, seed)
+                    remote = latencies if name == "off_policy" else None
+                    with tempfile.TemporaryDirectory() as artifacts:
+                        curve = await run(spec, remote, Path(artifacts), grader.grade_answers)
+                    curves.append(curve)
+                    print(
+                        f"  {name} {value} seed {seed}: "
+                        + " ".join(f"{a:.0%}" for a in curve.accuracy)
+                        + f" ({curve.trained_seconds:.0f} s of steps)",
+                        flush=True,
+                    )
+                rows.append(Row(value, curves))
+            figures[name] = print_study(name, setting, rows)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", nargs="+", choices=list(STUDIES), default=list(STUDIES))
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--every", type=int, default=15)
-    parser.add_argument("--holdout", type=int, default=120)
+    parser.add_argument("--holdout", type=int, default=100)
     parser.add_argument("--values", nargs="+", help="only these values of each study's setting")
     parser.add_argument("--latency-scale", type=float, default=1.0)
     parser.add_argument("--json", type=Path)
@@ -284,23 +314,8 @@ def main() -> None:
         f"{args.holdout} held-out problems, {args.seeds} seeds; load average "
         f"{os.getloadavg()[0]:.2f}"
     )
-    figures = {}
     started = time.perf_counter()
-    for name in args.studies:
-        setting, values = STUDIES[name]
-        base = study_base(STUDY_SPECS.get(name, DEMO_SPEC), args)
-        if args.values:
-            values = [v for v in values if str(v) in args.values] or values
-        rows = []
-        for value in values:
-            curves = []
-            for seed in range(args.seeds):
-                spec = job_spec(base, setting, value, seed)
-                with tempfile.TemporaryDirectory() as artifacts:
-                    remote = latencies if name == "off_policy" else None
-                    curves.append(asyncio.run(run(spec, remote, Path(artifacts))))
-            rows.append(Row(value, curves))
-        figures[name] = print_study(name, setting, rows)
+    figures = asyncio.run(run_studies(args, latencies))
     print(f"\n{time.perf_counter() - started:.0f} s in all; load average {os.getloadavg()[0]:.2f}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

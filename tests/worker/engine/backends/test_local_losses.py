@@ -71,6 +71,16 @@ def test_dro_adds_a_quadratic_penalty_on_the_log_ratio():
     assert_close(logprobs.grad, [-0.5 + 0.2 * 1.0, -1.0])
 
 
+def test_dro_leaves_positions_without_an_advantage_alone():
+    """A prompt position's sampling logprob is a 0 placeholder: no penalty pulls towards it."""
+    logprobs = torch.tensor([-2.0, -1.0], requires_grad=True)
+    inputs = {"logprobs": torch.tensor([0.0, -2.0]), "advantages": torch.tensor([0.0, 0.5])}
+    losses = dro(logprobs, inputs, {"beta": 0.2})
+    losses.sum().backward()
+    assert_close(losses, [0.0, 0.5 + 0.1 * 1.0])
+    assert_close(logprobs.grad, [0.0, -0.5 + 0.2 * 1.0])
+
+
 def reference_logprobs(trainer: LocalTrainingClient, datum: Datum) -> torch.Tensor:
     """One datum alone, no padding: log p(target_t | input_<=t)."""
     ids = torch.tensor([datum.model_input.to_ints()])
@@ -100,7 +110,7 @@ def reference_loss(loss_fn: str, new: torch.Tensor, old: torch.Tensor, adv: torc
         return -torch.minimum(ratio * adv, ratio.clamp(low, high) * adv).sum()
     if loss_fn == "cispo":
         return -(ratio.clamp(low, high).detach() * new * adv).sum()
-    return -(new * adv - 0.5 * options["beta"] * (new - old) ** 2).sum()
+    return -((new * adv - 0.5 * options["beta"] * (new - old) ** 2) * (adv != 0)).sum()
 
 
 @pytest.mark.parametrize("loss_fn", list(LOSS_OPTIONS))

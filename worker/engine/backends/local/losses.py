@@ -41,9 +41,15 @@ def cispo(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]
 
 
 def dro(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]) -> Tensor:
-    """-(logprob * A - beta / 2 * (logprob - sampling logprob)^2)."""
+    """-(logprob * A - beta / 2 * (logprob - sampling logprob)^2) on the advantage tokens.
+
+    Only tokens with an advantage count, as only they make its denominator: a prompt
+    position's sampling logprob is a 0 placeholder, and a penalty towards it would pull every
+    prompt token's probability to 1 instead of keeping the policy near its sampler.
+    """
+    advantages = inputs["advantages"]
     penalty = (logprobs - inputs["logprobs"]) ** 2
-    return -(logprobs * inputs["advantages"] - 0.5 * options["beta"] * penalty)
+    return -(logprobs * advantages - 0.5 * options["beta"] * penalty) * (advantages != 0)
 
 
 LOSSES: dict[str, Loss] = {
