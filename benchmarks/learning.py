@@ -3,12 +3,13 @@ against wall time, for the losses, max_steps_off_policy and the main settings.
 
     python benchmarks/learning.py [--studies losses off_policy lr rank group kl teachers
                                             reward]
-                                  [--seeds 3] [--steps 60] [--every 15] [--holdout 100]
+                                  [--seeds 3] [--steps 100] [--every 25] [--holdout 100]
                                   [--json out.json]
 
 Every run is the demo's job (examples/arith.yaml: arith-student learning from
 arith-teacher) with one setting changed, run by the real loop with the eval's grader.
-`losses`, `lr`, `rank`, `group` and `kl` run on the local backend; `off_policy` runs
+`losses` (at max_steps_off_policy 2, where the losses differ), `lr`, `rank`, `group`, `kl`
+and `reward` run on the local backend; `off_policy` runs
 k = 0, 1, 2 against the PyTRIO fake made to answer like a remote engine with the
 latencies of loop_speed.py (its `Engine`), the fake serving the arithmetic models
 themselves. Each setting runs once per seed (student.seed: the LoRA's init and the
@@ -63,6 +64,10 @@ STUDIES: dict[str, tuple[str, list[Any]]] = {
     "teachers": ("teacher_mixture", ["route", "mixture"]),
     "reward": ("loop.reward.coef", [0.0, 0.5, 2.0]),
 }
+STUDY_FIXED: dict[str, dict[str, Any]] = {"losses": {"loop.max_steps_off_policy": 2}}
+"""Settings a study holds fixed apart from the demo's: on-policy (k = 0) every loss takes
+the same gradient (each ratio is 1, nothing clips), so the losses are compared where their
+corrections for stale rollouts differ."""
 MOPD_SPEC = DEMO_SPEC.with_name("mopd-arith.yaml")
 STUDY_SPECS = {"teachers": MOPD_SPEC}
 """Studies of another job than the demo's: `teachers` runs examples/mopd-arith.yaml (add
@@ -160,11 +165,7 @@ class Curve(Sink):
 def job_spec(base: dict[str, Any], setting: str, value: Any, seed: int) -> JobSpec:
     data = json.loads(json.dumps(base))
     data["student"]["seed"] = seed
-    *groups, key = setting.split(".")
-    target = data
-    for group in groups:
-        target = target.setdefault(group, {})
-    target[key] = value
+    set_setting(data, setting, value)
     if data.get("teacher_mixture") == "mixture":
         # Every teacher scores every prompt: no dataset names one, and no mixture answers.
         for dataset in data["datasets"]:
@@ -173,10 +174,21 @@ def job_spec(base: dict[str, Any], setting: str, value: Any, seed: int) -> JobSp
     return JobSpec.model_validate(data)
 
 
-def study_base(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+def set_setting(data: dict[str, Any], setting: str, value: Any) -> None:
+    """Set a dotted setting (`loop.loss_fn`) of a spec's data."""
+    *groups, key = setting.split(".")
+    target = data
+    for group in groups:
+        target = target.setdefault(group, {})
+    target[key] = value
+
+
+def study_base(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """A study's job with the run's steps and evals; the holdout is the demo's only (a
     spec of several datasets keeps its own, taken from each)."""
-    base = yaml.safe_load(path.read_text())
+    base = yaml.safe_load(STUDY_SPECS.get(name, DEMO_SPEC).read_text())
+    for setting, value in STUDY_FIXED.get(name, {}).items():
+        set_setting(base, setting, value)
     base["loop"]["steps"] = args.steps
     base["eval"]["every"] = args.every
     if "datasets" not in base:
@@ -272,7 +284,7 @@ async def run_studies(args: argparse.Namespace, latencies: Latencies) -> dict[st
     async with Grader() as grader:
         for name in args.studies:
             setting, values = STUDIES[name]
-            base = study_base(STUDY_SPECS.get(name, DEMO_SPEC), args)
+            base = study_base(name, args)
             if args.values:
                 values = [v for v in values if str(v) in args.values] or values
             rows = []
@@ -299,8 +311,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", nargs="+", choices=list(STUDIES), default=list(STUDIES))
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--every", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--holdout", type=int, default=100)
     parser.add_argument("--values", nargs="+", help="only these values of each study's setting")
     parser.add_argument("--latency-scale", type=float, default=1.0)

@@ -473,7 +473,7 @@ class EvalSpec(SpecModel):
     @model_validator(mode="after")
     def _one_source(self) -> EvalSpec:
         if (self.holdout > 0) == (self.dataset is not None):
-            raise ValueError("give eval prompts as either holdout: N or a dataset, not both")
+            raise ValueError("give eval prompts as one of holdout: N or a dataset (not both)")
         return self
 
 

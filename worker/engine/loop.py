@@ -386,6 +386,7 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
         decode=run.decode,
         grade=grade,
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
+        scorings=[len(item.teachers) for item in items],
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from kernel.errors import IncompatibleModels
 from kernel.playground import SampleRequest, SampleTask
-from kernel.spec import JobSpec
+from kernel.spec import EvalSpec, JobSpec
 from tests.fakes import model
 from tests.fakes import tinker as tinker_fake
 from tests.fakes.sinks import RecordingSink
@@ -189,6 +189,26 @@ async def test_mixture_trains_toward_log_sum_of_weighted_teacher_probabilities()
     scored = fake.calls_named("compute_logprobs")
     assert {c.args["weights"] for c in scored} == set(teachers)
     assert len(scored) % 2 == 0
+
+
+async def test_an_evals_usage_counts_the_tokens_every_teacher_of_the_mixture_scored():
+    fake = FakeServiceClient()
+    spec = make_spec("mixture", steps=1).model_copy(
+        update={"eval": EvalSpec(every=1, holdout=3, teacher_baseline=False)}
+    )
+
+    sink, _ = await run(spec, fake, eval_prompts=POOLS)
+
+    # The last eval's calls follow the last optimizer step: each of its completions scored
+    # by both teachers.
+    last_step = max(i for i, c in enumerate(fake.calls) if c.name == "optim_step")
+    scored = [c for c in fake.calls[last_step:] if c.name == "compute_logprobs"]
+    assert {c.args["weights"] for c in scored} == {base_weights(t) for t in TEACHERS.values()}
+    assert len(scored) == 2 * (len(ADD) + len(MUL))
+    scored_tokens = sum(len(c.args["request"].prompt.chunks[0].tokens) for c in scored)
+    metrics = sink.evals[1]
+    sampled = metrics["eval/completion_tokens_mean"] * (len(ADD) + len(MUL))
+    assert metrics["usage/eval_tokens"] == pytest.approx(scored_tokens + sampled)
 
 
 async def test_reward_adds_coef_times_reward_minus_its_groups_mean_to_every_token():

@@ -46,6 +46,9 @@ class Evaluation:
     grade: Grade | None
     sources: Sequence[str] = ()
     """Each prompt's dataset, when the figures are also recorded per dataset."""
+    scorings: Sequence[int] = ()
+    """How many teachers score each prompt's tokens (all of them under a mixture); 1 when
+    not given."""
 
     async def student(self, training: TrainingClient) -> dict[str, float]:
         """The student with the training client's current weights, against the teacher."""
@@ -53,7 +56,7 @@ class Evaluation:
         sampler = await training.save_weights_and_get_sampling_client_async()
         batch = await self.sample(sampler, range(len(self.prompts)))
         metrics = await self.per_source(batch, self.student_figures)
-        metrics[EVAL_TOKENS] = batch.sampled_tokens + batch.scored_tokens
+        metrics[EVAL_TOKENS] = self.tokens(batch)
         return metrics | {"time/eval": time.perf_counter() - started}
 
     async def student_figures(self, batch: Batch) -> dict[str, float]:
@@ -67,11 +70,19 @@ class Evaluation:
             asked = [i for i, a in enumerate(self.answerers) if a is answerer]
             batch = await self.sample(answerer, asked)
             completions += batch.completions
-            tokens += batch.sampled_tokens + batch.scored_tokens
+            tokens += self.tokens(batch)
         metrics = await self.per_source(
             Batch(completions), lambda batch: self.answers_metrics(batch, "eval/teacher_")
         )
         return metrics | {EVAL_TOKENS: tokens}
+
+    def tokens(self, batch: Batch) -> int:
+        """The tokens sampled, and those scored by each teacher that scored them."""
+        scored = sum(
+            (len(c.prompt) + len(c.tokens)) * (self.scorings[c.group] if self.scorings else 1)
+            for c in batch.completions
+        )
+        return batch.sampled_tokens + scored
 
     async def sample(self, sampler: SamplingClient, asked: Sequence[int]) -> Batch:
         """The completions of the prompts `asked` (by index), each knowing its index."""
