@@ -5,6 +5,7 @@ against wall time, for the losses, max_steps_off_policy and the main settings.
                                             reward]
                                   [--seeds 3] [--steps 100] [--every 25] [--holdout 100]
                                   [--json out.json]
+    python benchmarks/learning.py --tables out.json     # the tables again, from the curves
 
 Every run is the demo's job (examples/arith.yaml: arith-student learning from
 arith-teacher) with one setting changed, run by the real loop with the eval's grader.
@@ -227,15 +228,16 @@ class Row:
         return statistics.mean(values), spread(values)
 
     def time_to_reach(self, target: float) -> float | None:
-        """The mean wall time of the first eval at or above `target`; None if a run never got
-        there."""
-        times = []
-        for curve in self.curves:
-            reached = [t for t, a in zip(curve.seconds, curve.accuracy, strict=True) if a >= target]
-            if not reached:
-                return None
-            times.append(reached[0])
-        return statistics.mean(times)
+        """The mean wall time of the first eval whose mean accuracy over seeds is at or above
+        `target`; None if none is."""
+        for index in range(len(self.curves[0].accuracy)):
+            if self.at_step(index)[0] >= target - 1e-9:
+                return statistics.mean(c.seconds[index] for c in self.curves)
+        return None
+
+    def seconds(self) -> float:
+        """The mean wall time of all the steps."""
+        return statistics.mean(c.trained_seconds for c in self.curves)
 
 
 def spread(values: list[float]) -> float:
@@ -261,6 +263,7 @@ def print_study(name: str, setting: str, rows: list[Row]) -> dict[str, Any]:
     for row in rows:
         cells = [cell(*row.at_time(t)) for t in times]
         print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
+    print("the steps took: " + ", ".join(f"{r.value}: {r.seconds():.0f} s" for r in rows))
     figures: dict[str, Any] = {
         "setting": setting,
         "rows": [{"value": r.value, "runs": [asdict(c) for c in r.curves]} for r in rows],
@@ -316,8 +319,16 @@ def main() -> None:
     parser.add_argument("--holdout", type=int, default=100)
     parser.add_argument("--values", nargs="+", help="only these values of each study's setting")
     parser.add_argument("--latency-scale", type=float, default=1.0)
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--json", type=Path, help="keep every curve in this file")
+    parser.add_argument(
+        "--tables", type=Path, help="print the tables of a --json file, run nothing"
+    )
     args = parser.parse_args()
+    if args.tables:
+        for name, study in json.loads(args.tables.read_text()).items():
+            rows = [Row(r["value"], [Curve(**c) for c in r["runs"]]) for r in study["rows"]]
+            print_study(name, study["setting"], rows)
+        return
     latencies = Latencies(
         *(args.latency_scale * getattr(LOOP_SPEED_LATENCIES, f) for f in Latencies.__annotations__)
     )

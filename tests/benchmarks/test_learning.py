@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
-from tests.benchmarks.scripts import run_benchmark
+from tests.benchmarks.scripts import BENCHMARKS, run_benchmark
+
+sys.path.insert(0, str(BENCHMARKS))
+from learning import Curve, Row  # the benchmarks folder is no package
 
 TINY = (
     *("--studies", "losses", "off_policy", "--values", "importance_sampling", "0", "1"),
@@ -40,3 +44,22 @@ def test_reports_accuracy_against_steps_and_wall_time(tmp_path: Path) -> None:
     assert runs[0]["steps"] == [0, 1, 2] and len(runs[0]["accuracy"]) == 3
     assert 0 <= runs[0]["seconds"][0] <= runs[0]["seconds"][-1]
     assert set(figures["off_policy"]["time_to_on_policy_final"]) == {"0", "1"}
+    assert re.search(r"^the steps took: 0: \d+ s, 1: \d+ s$", out, re.M), out
+
+    again = run_benchmark(
+        "learning.py", "--tables", str(figures_file), tmp_path=tmp_path, timeout=120
+    )
+    assert again.returncode == 0, again.stderr
+    # The same tables: the output less its first and last lines and each run's own line.
+    kept = [line for line in out.splitlines() if not re.match(r"  \S+ \S+ seed \d+: ", line)]
+    assert again.stdout.splitlines() == kept[1:-2]
+
+
+def test_the_time_to_reach_an_accuracy_is_where_the_mean_over_seeds_reaches_it() -> None:
+    low = Curve(steps=[0, 10, 20], seconds=[0.0, 5.0, 10.0], accuracy=[0.0, 0.2, 0.3])
+    high = Curve(steps=[0, 10, 20], seconds=[0.0, 7.0, 12.0], accuracy=[0.0, 0.3, 0.5])
+    row = Row(0, [low, high])
+
+    assert row.time_to_reach(0.4) == 11.0  # the mean is 0.4 at the last eval only
+    assert row.time_to_reach(0.25) == 6.0
+    assert row.time_to_reach(0.41) is None
