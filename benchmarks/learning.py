@@ -333,8 +333,8 @@ def main() -> None:
         *(args.latency_scale * getattr(LOOP_SPEED_LATENCIES, f) for f in Latencies.__annotations__)
     )
     print(
-        f"learning: {DEMO_SPEC.name} for {args.steps} steps, eval every {args.every} on "
-        f"{args.holdout} held-out problems, {args.seeds} seeds; load average "
+        f"learning: {args.steps} steps, eval every {args.every} (the demo's on "
+        f"{args.holdout} held-out problems), {args.seeds} seeds; load average "
         f"{os.getloadavg()[0]:.2f}"
     )
     started = time.perf_counter()
