@@ -1,18 +1,28 @@
 """The suite runs on two xdist workers (scripts/test.sh). Tests that start processes,
 browsers or servers of their own share one worker and run there one after another: two at
-once would fight over the CPU their heartbeats and timings need, and over Chromium."""
+once would fight over the CPU their heartbeats and timings need, and over Chromium.
+
+The grouping is a scheduler of our own rather than `xdist_group` marks: pytest 9.2 no
+longer lets xdist 3.8 put a mark's group into the test's id, so those marks group nothing
+(pytest-dev/pytest-xdist#1386)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
-HERE = Path(__file__).resolve().parent
-ONE_AT_A_TIME = (HERE / "e2e", HERE / "benchmarks")
+ONE_AT_A_TIME = ("tests/e2e/", "tests/benchmarks/")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if any(item.path.is_relative_to(folder) for folder in ONE_AT_A_TIME):
-            item.add_marker(pytest.mark.xdist_group("processes"))
+class ProcessesOnOneWorker(LoadScopeScheduling):
+    """`--dist loadgroup` with one group: every test under ONE_AT_A_TIME is one work unit,
+    every other test a unit of its own."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "processes" if nodeid.startswith(ONE_AT_A_TIME) else nodeid
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> LoadScopeScheduling | None:
+    return ProcessesOnOneWorker(config, log) if config.getvalue("dist") == "loadgroup" else None
