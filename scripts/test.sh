@@ -19,5 +19,5 @@ for _ in $(seq 30); do
 done
 .venv/bin/ruff check .
 .venv/bin/lint-imports
-# Two workers; tests that start processes of their own share one (tests/conftest.py).
-exec .venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"
+# Two workers; an idle one takes queued tests from the other (long tests are uneven).
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
