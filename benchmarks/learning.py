@@ -235,7 +235,7 @@ class Row:
                 return statistics.mean(c.seconds[index] for c in self.curves)
         return None
 
-    def seconds(self) -> float:
+    def trained_seconds(self) -> float:
         """The mean wall time of all the steps."""
         return statistics.mean(c.trained_seconds for c in self.curves)
 
@@ -263,7 +263,7 @@ def print_study(name: str, setting: str, rows: list[Row]) -> dict[str, Any]:
     for row in rows:
         cells = [cell(*row.at_time(t)) for t in times]
         print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
-    print("the steps took: " + ", ".join(f"{r.value}: {r.seconds():.0f} s" for r in rows))
+    print("the steps took: " + ", ".join(f"{r.value}: {r.trained_seconds():.0f} s" for r in rows))
     figures: dict[str, Any] = {
         "setting": setting,
         "rows": [{"value": r.value, "runs": [asdict(c) for c in r.curves]} for r in rows],
@@ -290,12 +290,12 @@ async def run_studies(args: argparse.Namespace, latencies: Latencies) -> dict[st
             base = study_base(name, args)
             if args.values:
                 values = [v for v in values if str(v) in args.values] or values
+            remote = latencies if name == "off_policy" else None
             rows = []
             for value in values:
                 curves = []
                 for seed in range(args.seeds):
                     spec = job_spec(base, setting, value, seed)
-                    remote = latencies if name == "off_policy" else None
                     with tempfile.TemporaryDirectory() as artifacts:
                         curve = await run(spec, remote, Path(artifacts), grader.grade_answers)
                     curves.append(curve)

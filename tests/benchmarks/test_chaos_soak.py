@@ -1,6 +1,6 @@
-"""benchmarks/chaos_soak.py, shrunk to 12 jobs of 10 steps and 3 faults in 30 s (a worker killed -9,
-Redis restarted empty, Postgres restarted): every check holds, and nothing is left
-behind. The table's figures are asserted, not its timings."""
+"""benchmarks/chaos_soak.py, shrunk to 12 jobs of 10 steps and 3 faults in 30 s (a worker
+killed -9, Redis restarted empty, Postgres restarted): every check holds, and nothing is
+left behind. The table's figures are asserted, not its timings."""
 
 from __future__ import annotations
 

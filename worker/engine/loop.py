@@ -382,11 +382,11 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
             }
         ),
         teachers=[run.scorer(item.pool) for item in items],
+        scorings=[len(item.teachers) for item in items],
         answerers=[run.answerer(item.pool) for item in items],
         decode=run.decode,
         grade=grade,
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
-        scorings=[len(item.teachers) for item in items],
     )
 
 

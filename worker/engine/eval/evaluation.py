@@ -40,15 +40,14 @@ class Evaluation:
     params: SamplingParams
     teachers: Sequence[Scorer]
     """What scores each prompt's completions (its dataset's teacher, or the mixture)."""
+    scorings: Sequence[int]
+    """How many teachers score each prompt's tokens (all of them under a mixture)."""
     answerers: Sequence[SamplingClient]
     """The teacher that answers each prompt for the baseline."""
     decode: Callable[[list[int]], str]
     grade: Grade | None
     sources: Sequence[str] = ()
     """Each prompt's dataset, when the figures are also recorded per dataset."""
-    scorings: Sequence[int] = ()
-    """How many teachers score each prompt's tokens (all of them under a mixture); 1 when
-    not given."""
 
     async def student(self, training: TrainingClient) -> dict[str, float]:
         """The student with the training client's current weights, against the teacher."""
@@ -79,8 +78,7 @@ class Evaluation:
     def tokens(self, batch: Batch) -> int:
         """The tokens sampled, and those scored by each teacher that scored them."""
         scored = sum(
-            (len(c.prompt) + len(c.tokens)) * (self.scorings[c.group] if self.scorings else 1)
-            for c in batch.completions
+            (len(c.prompt) + len(c.tokens)) * self.scorings[c.group] for c in batch.completions
         )
         return batch.sampled_tokens + scored
 
