@@ -194,15 +194,22 @@ async def test_a_teacher_the_team_trained_is_loaded_through_its_init_from(monkey
     assert final is not None and teachers == [final]
 
 
+async def trained_weights(context: WorkerContext) -> tuple[int, str]:
+    """A job of team "team" run to its end, and the final weights it saved."""
+    trained = await submit(context)
+    await run_job({"opd": context}, trained)
+    async with context.sessions() as session:
+        final = (await get_job(session, trained)).final_weights_path
+    assert final is not None
+    return trained, final
+
+
 async def test_the_worker_refuses_another_teams_weights_before_loading_anything(
     monkeypatch, context
 ):
     fake = FakeServiceClient()
     patch_pytrio(monkeypatch, fake)
-    trained = await submit(context)
-    await run_job({"opd": context}, trained)
-    async with context.sessions() as session:
-        final = (await get_job(session, trained)).final_weights_path
+    _, final = await trained_weights(context)
     # Stored past the API's check (as a job submitted before the check existed would be).
     job_id = await submit(context, distilling(model_path=final), team="another")
     calls = len(fake.calls)
@@ -278,11 +285,7 @@ async def test_the_worker_loads_an_init_from_path_only_if_recorded_for_the_jobs_
     teacher's init_from.path: each job fails with the same words, having loaded nothing."""
     fake = FakeServiceClient()
     patch_pytrio(monkeypatch, fake)
-    trained = await submit(context)
-    await run_job({"opd": context}, trained)
-    async with context.sessions() as session:
-        theirs = (await get_job(session, trained)).final_weights_path
-    assert theirs is not None
+    trained, theirs = await trained_weights(context)
     answers = set()
     for n, path in enumerate((theirs, "/etc", "/nonexistent-xyz")):
         spec = distilling(init_from={"job": trained, "path": path})
