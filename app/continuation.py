@@ -2,11 +2,12 @@
 training state) and `teacher.init_from` (distil from sampler weights a job trained), each
 checked against the job it names and completed with the path of what it names.
 
-The job must be the caller's team's (any team's for an admin key), trained on the same
-backend and base model (and, to continue it, LoRA rank), and have the checkpoint asked for
-(`final` is what a job saves when it succeeds). Every refusal names the field to change.
-The path is always the service's to fill: a path in a submitted spec could point anywhere
-on the workers' file system, so one given is refused.
+The job must be one of the team's whose job the new one becomes (an admin key's too: the
+worker loads only weights the database records for the job's own team), trained on the
+same backend and base model (and, to continue it, LoRA rank), and have the checkpoint
+asked for (`final` is what a job saves when it succeeds). Every refusal names the field to
+change. The path is always the service's to fill: a path in a submitted spec could point
+anywhere on the workers' file system, so one given is refused.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def teacher_use(spec: JobSpec, name: str) -> Use:
     )
 
 
-async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
+async def saved_path(session: AsyncSession, team_id: int, use: Use) -> str:
     """The path of the checkpoint `use.ref` names, once it passed every check."""
     ref = use.ref
     assert ref is not None
@@ -99,7 +100,7 @@ async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
     if ref.job is None:
         raise SpecRefused(f"{use.field}.job", "name the job whose weights to use")
     try:
-        source = await get_job(session, ref.job, scope)
+        source = await get_job(session, ref.job, team_id)
     except JobNotFound:
         raise SpecRefused(
             f"{use.field}.job", f"job {ref.job} is not one of your team's jobs"
@@ -116,12 +117,13 @@ async def saved_path(session: AsyncSession, scope: int | None, use: Use) -> str:
         raise SpecRefused(f"{use.field}.checkpoint", str(error)) from None
 
 
-async def continued(session: AsyncSession, scope: int | None, spec: JobSpec) -> JobSpec:
-    """`spec` with the path of each `init_from` filled in (unchanged without one)."""
+async def continued(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
+    """`spec` with the path of each `init_from` filled in from team `team_id`'s jobs
+    (unchanged without one)."""
     for use in uses(spec):
         if use.ref is None:
             continue
-        filled = use.ref.model_copy(update={"path": await saved_path(session, scope, use)})
+        filled = use.ref.model_copy(update={"path": await saved_path(session, team_id, use)})
         spec = use.fill(spec, filled)
     return spec
 

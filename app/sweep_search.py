@@ -24,6 +24,7 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState
 
+from app.continuation import SpecRefused
 from app.models import Parameter, ParameterValue, SweepCreate, SweepMethod
 from kernel.merge_patch import dotted_patch, merge_patch
 from kernel.spec import JobSpec, SpecError, parse_spec
@@ -42,12 +43,11 @@ class Observation:
     metric: float | None = None
 
 
-class InvalidTrial(ValueError):
+class InvalidTrial(SpecRefused):
     """A parameter value that makes the spec invalid; `param` names the parameter."""
 
     def __init__(self, param: str, message: str) -> None:
-        super().__init__(f"parameters.{param}: {message}")
-        self.param = f"parameters.{param}"
+        super().__init__(f"parameters.{param}", message)
 
 
 def get_path(spec: dict[str, Any], path: str) -> Any:

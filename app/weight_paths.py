@@ -3,10 +3,12 @@ the worker (and the playground) right before anything is loaded.
 
 - Weights this service saved are reached through `student.init_from` / `teacher.init_from`
   (app/continuation.py), whose paths the service fills; never through a path a team writes.
+  An `init_from.path` is loaded only if the database records it for a job of the team.
 - A raw `teacher.model_path` that equals or lies under a path the service recorded for
   another team's job (a checkpoint, final weights, a saved state) is refused.
 - A path on the local backend (`teacher.model_path`, a `base_model` folder) must lie under
   the data root once every `..` and symlink is followed, and not under the artifact root.
+  A `base_model` is a folder when it looks like one or is one (`is_path`); else a name.
 
 A refusal reads the same whatever lies at the path, so it says nothing about other teams'
 files or what the workers' disks hold.
@@ -14,14 +16,15 @@ files or what the workers' disks hold.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sqlalchemy import or_, select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.continuation import SpecRefused
+from app.continuation import SpecRefused, uses
 from app.core.config import Settings
 from app.models import Checkpoint, Job
 from kernel.datapaths import DataPathError, confine_data_path
@@ -34,13 +37,26 @@ MODEL_PATH_RULE = (
 )
 BASE_MODEL_RULE = (
     "a model folder must be an absolute path under the server's data root; or give a "
-    "built-in preset or a hub id in the workers' cache"
+    "built-in preset or a hub id (name or org/name) in the workers' cache"
+)
+SAVED_WEIGHTS_RULE = (
+    "not weights a job of this team saved: name them with init_from: {job, checkpoint}; "
+    "the service fills the path"
 )
 
 
 def is_path(model: str) -> bool:
-    """A base_model the local backend would read as a folder rather than a name."""
-    return model.startswith(("/", ".", "~"))
+    """Whether the local backend would read `model` as a folder rather than a name: a hub
+    id is `name` or `org/name`, so anything with `..`, a backslash, a leading `.`, `/` or
+    `~`, or a second `/` is a path, and so is a name that is a folder relative to this
+    process's working directory (the library loading it would open that folder)."""
+    return (
+        model.startswith(("/", ".", "~"))
+        or ".." in model
+        or "\\" in model
+        or model.count("/") > 1
+        or os.path.isdir(model)
+    )
 
 
 def local_folder(param: str, path: str, settings: Settings, rule: str) -> Path:
@@ -67,18 +83,18 @@ def uri_and_parents(uri: str) -> list[str]:
     return [uri, *(root + path for path in above)]
 
 
-async def recorded_for_others(session: AsyncSession, team_id: int, paths: list[str]) -> bool:
-    """Whether any of `paths` is recorded as saved by a job of another team."""
-    others = Job.team_id != team_id
+async def recorded(session: AsyncSession, teams: ColumnElement[bool], paths: list[str]) -> bool:
+    """Whether any of `paths` is recorded as saved (a checkpoint, final weights, a saved
+    state) by a job of the `teams` clause."""
     saved = (
         select(Checkpoint.id)
         .join(Job, Job.id == Checkpoint.job_id)
-        .where(others, Checkpoint.path.in_(paths))
+        .where(teams, Checkpoint.path.in_(paths))
         .limit(1)
     )
     ended = (
         select(Job.id)
-        .where(others, or_(Job.final_weights_path.in_(paths), Job.last_state_path.in_(paths)))
+        .where(teams, or_(Job.final_weights_path.in_(paths), Job.last_state_path.in_(paths)))
         .limit(1)
     )
     for query in (saved, ended):
@@ -92,6 +108,10 @@ async def checked_weights(
 ) -> JobSpec:
     """`spec` with each teacher's local model_path replaced by where it really is (what the
     backend loads); SpecRefused naming the field when a path breaks a rule above."""
+    for use in uses(spec):
+        path = use.ref.path if use.ref is not None else None
+        if path is not None and not await recorded(session, Job.team_id == team_id, [path]):
+            raise SpecRefused(f"{use.field}.path", SAVED_WEIGHTS_RULE)
     if spec.backend == "local":
         local_base_model("student.base_model", spec.student.base_model, settings)
     for name, teacher in spec.teacher_specs().items():
@@ -106,7 +126,7 @@ async def checked_weights(
             loaded, candidates = str(folder), [str(folder), *map(str, folder.parents)]
         else:
             loaded, candidates = path, uri_and_parents(path)
-        if await recorded_for_others(session, team_id, candidates):
+        if await recorded(session, Job.team_id != team_id, candidates):
             raise SpecRefused(f"{field}.model_path", MODEL_PATH_RULE)
         spec = spec.with_teacher(name, teacher.model_copy(update={"model_path": loaded}))
     return spec

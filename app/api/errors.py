@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.admission import SpecRefused
 from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SweepNotFound
 from app.store.teams import TeamNotFound
 from app.store.webhooks import WebhookNotFound
@@ -151,6 +152,12 @@ async def on_conflict(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(409, "conflict", str(exc))
 
 
+async def on_spec_refused(_request: Request, exc: Exception) -> JSONResponse:
+    """What admission (app/admission.py) refuses: a 422 naming the field."""
+    assert isinstance(exc, SpecRefused)
+    return error_response(422, "invalid_request", str(exc), exc.param)
+
+
 async def on_idempotency_mismatch(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "idempotency_key_reused", str(exc), "Idempotency-Key")
 
@@ -180,6 +187,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TeamNotFound, on_not_found)
     app.add_exception_handler(IllegalTransition, on_conflict)
     app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
+    app.add_exception_handler(SpecRefused, on_spec_refused)
     app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
     app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(InterfaceError, on_database_down)

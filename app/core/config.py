@@ -51,6 +51,13 @@ class Settings(BaseSettings):
     sweeps_interval: float = Field(
         2.0, gt=0, description="Seconds between a worker's passes over the running sweeps."
     )
+    sweep_max_values: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Values a sweep's parameters may give in all (each listed value, and a "
+        "range's two ends); each one is a spec checked when the sweep is created.",
+    )
     migrate_on_start: bool = Field(True, description="Apply migrations when the API starts.")
     max_body_bytes: int = Field(MIB, ge=1024, description="Largest request body accepted.")
     stream_poll_interval: float = Field(

@@ -7,7 +7,10 @@ compare-and-set from `running`, the end a compare-and-set from the sweep's `runn
 new trial an insert of (sweep, trial number), unique per sweep. So a controller killed at
 any point loses nothing (its successor makes the same decisions from the same rows) and
 two controllers racing double nothing (the loser's insert or update finds the row taken).
-A lease (`Sweep.lease_owner`) keeps one process advancing a sweep at a time.
+A lease (`Sweep.lease_owner`) keeps one process advancing a sweep at a time, and a trial is
+inserted only in a transaction that sees its sweep running under that lease, so a
+cancelled sweep starts nothing. Each trial's spec is admitted as any job's
+(app/admission.py); one refused is stored `failed` with the reason, and the search goes on.
 """
 
 from __future__ import annotations
@@ -16,13 +19,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from optuna.trial import TrialState
-from sqlalchemy import or_, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.admission import SpecRefused, admit
+from app.continuation import editable
+from app.core.config import Settings
 from app.early_stopping import stop_step
 from app.models import (
     TERMINAL_STATUSES,
+    EventLevel,
     Job,
     JobAction,
     JobStatus,
@@ -30,7 +37,8 @@ from app.models import (
     SweepStatus,
     utcnow,
 )
-from app.store.jobs import compare_and_set, create_job
+from app.store.errors import IllegalTransition
+from app.store.jobs import apply_action, compare_and_set, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.sweeps import (
     EARLY_STOPPED,
@@ -49,6 +57,9 @@ from app.sweep_search import (
     suggest,
     trial_spec,
 )
+from kernel.spec import JobSpec
+
+SPEC_REFUSED = "spec_refused"
 
 
 @dataclass
@@ -57,6 +68,8 @@ class Pass:
 
     created: list[int] = field(default_factory=list)
     """Trial jobs created (queued; the caller sends them to the queue)."""
+    refused: list[int] = field(default_factory=list)
+    """Trial jobs created `failed`: admission refused their spec."""
     stopped: list[int] = field(default_factory=list)
     ended: SweepStatus | None = None
 
@@ -123,32 +136,134 @@ async def stop_losers(session: AsyncSession, state: SweepState) -> list[int]:
     return stopped
 
 
-async def add_trials(session: AsyncSession, state: SweepState, limits: Limits, done: Pass) -> None:
+async def add_trials(
+    session: AsyncSession,
+    state: SweepState,
+    limits: Limits,
+    done: Pass,
+    settings: Settings | None = None,
+) -> None:
     """Create trials up to `parallel` unfinished ones and the sweep's planned count; stop
-    at the team's queued limit (the next pass tries again) or at a trial that exists."""
+    at the team's queued limit (the next pass tries again), at a trial that exists, or at a
+    sweep no longer running and held as `state` read it. `settings`: the rules each trial
+    is admitted by (None: the environment's)."""
     definition, sweep = state.definition, state.sweep
     assert sweep.id is not None and definition.base is not None
+    settings = settings or Settings()
+    base = editable(definition.base)  # a sweep stored with its base's paths filled
     history = [observation(state, job) for job in state.trials]
     unfinished = sum(JobStatus(job.status) not in TERMINAL_STATUSES for job in state.trials)
     number = max((job.sweep_trial or 0 for job in state.trials), default=0)
     while unfinished < definition.parallel and number < planned_trials(definition):
         number += 1
         values = suggest(definition, number, history)
-        spec = trial_spec(definition.base, values, f"{sweep.name}-{number}"[:200])
+        spec = trial_spec(base, values, f"{sweep.name}-{number}"[:200])
         try:
-            result = await create_job(
-                session, sweep.team_id, spec, limits=limits, trial=(sweep.id, number)
-            )
+            trial = await insert_trial(session, sweep, number, spec, limits, settings)
         except (QueueFull, IntegrityError):
             await session.rollback()
             return
-        done.created.append(result.job.id or 0)
+        if trial is None:
+            return
+        if trial.status == JobStatus.failed:
+            done.refused.append(trial.id or 0)
+            history.append(Observation(values, TrialState.FAIL))
+            continue
+        done.created.append(trial.id or 0)
         history.append(Observation(values, TrialState.RUNNING))
         unfinished += 1
 
 
-async def advance(session: AsyncSession, sweep_id: int, owner: str, limits: Limits) -> Pass:
-    """One pass over a sweep this controller holds the lease of."""
+async def insert_trial(
+    session: AsyncSession,
+    sweep: Sweep,
+    number: int,
+    spec: JobSpec,
+    limits: Limits,
+    settings: Settings,
+) -> Job | None:
+    """Trial `number` as a job, its spec admitted as any job's is: queued, or stored
+    `failed` with the refusal as its error when admission refuses it (nothing runs). It is
+    inserted only in a transaction that first marks the sweep row, on the condition that
+    the sweep is running and held as it was read (`held`), so a cancel either comes first
+    and no trial is inserted, or waits for the insert and then cancels the trial. None:
+    the sweep ended or changed hands."""
+    try:
+        admitted, refusal = await admit(session, sweep.team_id, spec, settings), None
+    except SpecRefused as refused:
+        admitted, refusal = spec, refused
+    await session.commit()  # the admission's reads; the insert's transaction starts here
+    if not await held(session, sweep):
+        await session.rollback()
+        return None
+    trial = (
+        await create_job(
+            session, sweep.team_id, admitted, limits=limits, trial=(sweep.id, number), commit=False
+        )
+    ).job
+    if refusal is not None:
+        plan = Plan(
+            JobStatus.failed,
+            f"Failed ({SPEC_REFUSED}): {refusal}",
+            {"error_code": SPEC_REFUSED, "error_message": str(refusal)},
+        )
+        if not await compare_and_set(
+            session, trial, plan, event_level=EventLevel.error, commit=False
+        ):
+            return None
+        trial.status = JobStatus.failed
+    await session.commit()
+    return trial
+
+
+async def held(session: AsyncSession, sweep: Sweep) -> bool:
+    """In the caller's transaction: whether the sweep is still running and leased to the
+    controller `sweep` was read with. A conditional UPDATE, so that the sweep row stays
+    locked until the transaction ends (Postgres: a cancel's update of it waits; SQLite:
+    one writer at a time)."""
+    result = await session.execute(
+        update(Sweep)
+        .where(
+            Sweep.id == sweep.id,
+            Sweep.status == SweepStatus.running,
+            Sweep.lease_owner == sweep.lease_owner,
+        )
+        .values(updated_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+async def cancel_stray_trials(session: AsyncSession) -> list[int]:
+    """Cancel every unfinished trial of a sweep that has ended (one whose cancel was cut
+    short before it reached its trials, or stored before trials were inserted under the
+    sweep's lock); returns the trials asked to stop."""
+    query = (
+        select(Job.id)
+        .join(Sweep, Sweep.id == Job.sweep_id)
+        .where(Sweep.status != SweepStatus.running, Job.status.not_in(TERMINAL_STATUSES))
+    )
+    strays = list((await session.execute(query)).scalars())
+    await session.rollback()
+    cancelled = []
+    for job_id in strays:
+        try:
+            if (await apply_action(session, job_id, JobAction.cancel)).changed:
+                cancelled.append(job_id)
+        except IllegalTransition:
+            continue  # it ended meanwhile
+    return cancelled
+
+
+async def advance(
+    session: AsyncSession,
+    sweep_id: int,
+    owner: str,
+    limits: Limits,
+    settings: Settings | None = None,
+) -> Pass:
+    """One pass over a sweep this controller holds the lease of (`settings`: the rules its
+    trials are admitted by; None: the environment's)."""
     done = Pass()
     sweep = await get_sweep(session, sweep_id)
     if sweep.status != SweepStatus.running or sweep.lease_owner != owner:
@@ -161,7 +276,7 @@ async def advance(session: AsyncSession, sweep_id: int, owner: str, limits: Limi
             done.ended = SweepStatus.completed
         return done
     try:
-        await add_trials(session, state, limits, done)
+        await add_trials(session, state, limits, done, settings)
     except InvalidTrial as error:
         if await end_sweep(session, sweep, SweepStatus.failed, str(error)):
             done.ended = SweepStatus.failed

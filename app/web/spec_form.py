@@ -1,17 +1,14 @@
-"""The new-job form's YAML: checked by the API's own rules (`parse_spec`, and the data-root
-rule for dataset files), with each problem placed at the line of its field."""
+"""The new-job form's YAML: parsed and validated as the API's JSON is (`parse_spec`), with
+each problem placed at the line of its field (admission's refusals too, by `line_of`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, SpecError, parse_spec, unlisted_tracker
+from kernel.spec import JobSpec, SpecError, parse_spec
 
 MAX_SPEC_CHARS = 200_000
 
@@ -34,9 +31,8 @@ class SpecCheck:
     """The document as written (parsed), when it is a spec."""
 
 
-def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) -> SpecCheck:
-    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors.
-    `trackers`: the MLflow servers the service may mirror to."""
+def check_spec_text(text: str) -> SpecCheck:
+    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors."""
     if len(text) > MAX_SPEC_CHARS:
         return failed("spec", 1, f"a spec has at most {MAX_SPEC_CHARS:,} characters")
     try:
@@ -58,14 +54,6 @@ def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) ->
             None,
             [FieldError(path, line_of(root, path), message) for path, message in error.problems],
         )
-    for field, path in spec.dataset_files():
-        try:
-            confine_data_path(path, data_root)
-        except DataPathError as error:
-            return failed(field, line_of(yaml.compose(text), field), str(error))
-    if refusal := unlisted_tracker(spec, trackers):
-        path = "trackers.mlflow.tracking_uri"
-        return failed(path, line_of(yaml.compose(text), path), refusal)
     return SpecCheck(spec, [], data)
 
 

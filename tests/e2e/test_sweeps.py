@@ -1,10 +1,12 @@
 """Sweeps against real processes: the API and workers, driven over HTTP and `opd sweep`.
 A grid runs every point once within `parallel` and the team's running limit; a worker
 killed with -9 while it holds the controller loses and doubles no trial; ASHA stops the
-trials that lose at a rung, keeping their state."""
+trials that lose at a rung, keeping their state; no sweep trains on another team's
+weights."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import signal
 import time
@@ -12,12 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 
-from app.core.db import sync_url
-from app.models import SweepDetail
+from app.core.db import create_db_engine, session_factory, sync_url
+from app.models import TERMINAL_STATUSES, SweepCreate, SweepDetail, Team
+from app.store.sweeps import create_sweep
+from opd.sdk import Client
 from tests.e2e.conftest import Service, deployment, tiny_spec
 from tests.e2e.test_faults import metric_rows
 
@@ -228,3 +233,76 @@ def stop_rung(service: Service, job_id: int) -> int | None:
 
 def value_at(curve: list[tuple[int, float | None]], step: int) -> float:
     return next(value for at, value in reversed(curve) if at <= step and value is not None)
+
+
+def store_sweep(service: Service, team: str, definition: dict[str, Any]) -> int:
+    """A sweep written straight to the database, past the API's checks (as one stored
+    before they existed would be); returns its id."""
+
+    async def store() -> int:
+        engine = create_db_engine(service.env["OPD_DATABASE_URL"])
+        try:
+            async with session_factory(engine)() as session:
+                query = select(Team.id).where(Team.name == team)
+                team_id = (await session.execute(query)).scalar_one()
+                sweep = await create_sweep(session, team_id, SweepCreate.model_validate(definition))
+                return sweep.id or 0
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(store())
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_sweep_never_trains_on_another_teams_weights(tmp_path: Path, database_url: str) -> None:
+    """The finding, against real processes: a sweep over `teacher.init_from.path` with the
+    weights another team's job saved is a 422 naming the parameter (so is one over its job);
+    a sweep stored past that check gets a trial that fails with the reason, having run
+    nothing, and ends."""
+    with deployment(tmp_path, database_url, sweeps_interval="0.2") as service:
+        service.start_worker()
+        other = service.opd("keys", "create", "--team", "other").stdout.strip()
+        with Client(service.url, other) as client:
+            trained = client.jobs.create(tiny_spec(steps=2, batch_size=1, group_size=2) | FAST)
+            deadline = time.monotonic() + 180
+            while (theirs := client.jobs.get(trained.id)).status not in TERMINAL_STATUSES:
+                assert time.monotonic() < deadline, service.logs()
+                time.sleep(0.25)
+        assert theirs.status == "succeeded", service.logs()
+        weights = theirs.final_weights_path
+        assert weights is not None
+
+        base = tiny_spec(steps=2, batch_size=1, group_size=2) | FAST
+        base["teacher"] = {"base_model": "tiny-student"}
+        definition = {
+            "name": "borrowed",
+            "base": base,
+            "parameters": {"teacher.init_from.path": {"values": [weights]}},
+            "method": "grid",
+            "metric": {"name": METRIC, "goal": "minimize"},
+            "max_trials": 1,
+        }
+        headers = {"Authorization": f"Bearer {service.key}"}
+        for parameter in (
+            {"teacher.init_from.path": {"values": [weights]}},
+            {"teacher.init_from.job": {"values": [trained.id]}},
+        ):
+            response = httpx.post(
+                f"{service.url}/v1/sweeps",
+                json=definition | {"parameters": parameter},
+                headers=headers,
+                timeout=30,
+            )
+            assert response.status_code == 422, response.text
+            assert response.json()["error"]["param"] == f"parameters.{next(iter(parameter))}"
+            assert weights not in response.text
+
+        sweep = wait_sweep(service, store_sweep(service, "e2e", definition))
+        assert sweep.status == "completed", service.logs()
+        (trial,) = sweep.trials
+        job = service.wait(trial.job_id)
+        assert (job["status"], job["error"]["code"]) == ("failed", "spec_refused")
+        assert job["error"]["message"].startswith(
+            "teacher.init_from.path: is filled by the service"
+        )
+        assert job["started_at"] is None and metric_rows(service, trial.job_id) == []

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.core.config import Settings
 from app.queue import JobQueue, enqueue_job
 from app.store.limits import Limits
-from app.store.sweep_control import advance, claim_sweeps
+from app.store.sweep_control import advance, cancel_stray_trials, claim_sweeps
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +31,11 @@ async def control_sweeps(
     limits = Limits.of(settings)
     created = []
     async with sessions() as session:
+        if stray := await cancel_stray_trials(session):
+            log.info("cancelled trials %s of ended sweeps", stray)
         for sweep_id in await claim_sweeps(session, owner, settings.heartbeat_timeout):
             try:
-                done = await advance(session, sweep_id, owner, limits)
+                done = await advance(session, sweep_id, owner, limits, settings)
             except Exception:  # one sweep's trouble must not hold up the others
                 log.exception("sweep %s: pass failed; the next pass retries", sweep_id)
                 await session.rollback()
@@ -41,6 +43,8 @@ async def control_sweeps(
             for job_id in done.created:
                 await enqueue_job(session, queue, job_id)
             created.extend(done.created)
+            if done.refused:
+                log.info("sweep %s: admission refused trials %s", sweep_id, done.refused)
             if done.stopped:
                 log.info("sweep %s stopped trials %s early", sweep_id, done.stopped)
             if done.ended:

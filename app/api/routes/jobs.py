@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -24,19 +23,17 @@ from app.api.deps import (
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
 from app.auth import Principal
-from app.continuation import SpecRefused, continued
 from app.core.config import Settings
 from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
 from app.pricing import PriceTable
 from app.queue import JobQueue, enqueue_job
 from app.store.audit import record_audit
 from app.store.errors import JobNotFound
-from app.store.jobs import ActionResult, Idempotency, apply_action, create_job
-from app.store.limits import Limits, QueueFull
+from app.store.jobs import ActionResult, Idempotency, apply_action
+from app.store.limits import QueueFull
 from app.store.rows import get_job
-from app.weight_paths import checked_weights
-from kernel.datapaths import DataPathError, confine_data_path
-from kernel.spec import JobSpec, priced_teacher, unlisted_tracker
+from app.submission import API, submit_spec
+from kernel.spec import JobSpec, priced_teacher
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
@@ -73,31 +70,6 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
     return priced(JobPublic.model_validate(job), prices)
 
 
-def check_dataset_paths(spec: JobSpec, data_root: Path) -> None:
-    """A 422 for a dataset file outside the data root, before the job is stored."""
-    for field, path in spec.dataset_files():
-        try:
-            confine_data_path(path, data_root)
-        except DataPathError as error:
-            raise ApiError(422, "invalid_request", f"{field}: {error}", field) from error
-
-
-async def check_submittable(
-    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
-) -> None:
-    """A 422 naming the field for what the team may not submit: a dataset file outside
-    the data root, an MLflow server the operator did not list, weights paths that break
-    app/weight_paths.py's rules. Every route that stores a spec (jobs, sweeps' trials)."""
-    check_dataset_paths(spec, settings.data_root)
-    if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
-        param = "trackers.mlflow.tracking_uri"
-        raise ApiError(422, "invalid_request", f"{param}: {refusal}", param)
-    try:
-        await checked_weights(session, team_id, spec, settings)
-    except SpecRefused as error:
-        raise ApiError(422, "invalid_request", str(error), error.param) from None
-
-
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
     **error_responses(400, 403, 413, 429),
@@ -119,19 +91,18 @@ class Submitter:
         self, spec: JobSpec, idempotency_key: str | None, route: str, body: Any
     ) -> JobPublic:
         """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
-        session, principal, settings = self.session, self.principal, self.settings
-        try:
-            spec = await continued(session, principal.scope, spec)
-        except SpecRefused as error:
-            raise ApiError(422, "invalid_request", str(error), error.param) from None
-        await check_submittable(session, principal.team_id, spec, settings)
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         try:
-            result = await create_job(
-                session, principal.team_id, spec, idempotency, Limits.of(settings), commit=False
+            result = await submit_spec(
+                self.session,
+                self.principal,
+                self.queue,
+                self.settings,
+                spec,
+                idempotency,
+                API,
             )
         except QueueFull as full:
-            await record_audit(session, principal, "job.submit", None, 429, {"error": str(full)})
             raise ApiError(
                 429,
                 "too_many_requests",
@@ -141,9 +112,7 @@ class Submitter:
         if not result.changed:
             self.response.status_code = 200
             return job_body(result.job, self.prices)
-        await record_audit(session, principal, "job.submit", f"job {result.job.id}", 201)
-        await enqueue_job(session, self.queue, result.job.id)
-        return job_body(await get_job(session, result.job.id), self.prices)
+        return job_body(await get_job(self.session, result.job.id), self.prices)
 
 
 def get_submitter(
@@ -168,11 +137,12 @@ async def submit_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
-    (queued, with `queue_reason`) and is sent when the queue is back. A dataset file must
-    lie under the server's data root; a `student.init_from` / `teacher.init_from` must name
-    weights one of the team's jobs saved (their path is filled in); a `teacher.model_path`
-    must not name another team's (app/weight_paths.py). Over the team's queued limit: 429
-    with Retry-After; at its running limit the job waits, its `queue_reason` says so."""
+    (queued, with `queue_reason`) and is sent when the queue is back. The spec is admitted
+    as on every road in (app/admission.py): a dataset file must lie under the server's data
+    root; a `student.init_from` / `teacher.init_from` must name weights one of the team's
+    jobs saved (their path is filled in); a `teacher.model_path` must not name another
+    team's (app/weight_paths.py). Over the team's queued limit: 429 with Retry-After; at its
+    running limit the job waits, its `queue_reason` says so."""
     body = await request.json() if idempotency_key is not None else None
     return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)
 

@@ -1,5 +1,6 @@
 """A new job from a YAML spec: prefilled from the tiny example or cloned from a job,
-checked by the API's rules with each error at its field, submitted once per form."""
+submitted as the API submits one (app/submission.py) with each error at its field, once
+per form."""
 
 from __future__ import annotations
 
@@ -11,18 +12,17 @@ import yaml
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
+from app.admission import SpecRefused
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
-from app.continuation import SpecRefused, continued, editable
-from app.queue import enqueue_job
-from app.store.audit import record_audit
-from app.store.jobs import Idempotency, create_job
-from app.store.limits import Limits, QueueFull
+from app.continuation import editable
+from app.store.jobs import Idempotency
+from app.store.limits import QueueFull
 from app.store.rows import get_job
+from app.submission import DASHBOARD, submit_spec
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
-from app.weight_paths import checked_weights
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -91,24 +91,17 @@ async def submit_job(
     with the `submit` scope; audited."""
     text = form.get("spec", "")
     key = form.get("idempotency_key", "")[:MAX_KEY_CHARS] or str(uuid.uuid4())
-    check = check_spec_text(text, settings.data_root, settings.mlflow_tracking_uris)
+    check = check_spec_text(text)
     if check.spec is None:
         return form_page(request, viewer, text, key, check.errors, status_code=422)
+    idempotency = Idempotency(key, "POST /ui/new", check.data)
     try:
-        spec = await continued(session, viewer.scope, check.spec)
-        await checked_weights(session, viewer.team_id, spec, settings)
+        result = await submit_spec(
+            session, viewer, queue, settings, check.spec, idempotency, DASHBOARD
+        )
     except SpecRefused as error:
         errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
         return form_page(request, viewer, text, key, errors, status_code=422)
-    try:
-        idempotency = Idempotency(key, "POST /ui/new", check.data)
-        result = await create_job(
-            session, viewer.team_id, spec, idempotency, Limits.of(settings), commit=False
-        )
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
-    if result.changed:
-        target = f"job {result.job.id}"
-        await record_audit(session, viewer, "job.submit", target, 303, {"via": "dashboard"})
-        await enqueue_job(session, queue, result.job.id)
     return RedirectResponse(f"/ui/jobs/{result.job.id}", status_code=303)

@@ -10,14 +10,15 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
+from app.admission import SpecRefused
 from app.api.deps import MAX_ID, SessionDep, SettingsDep
-from app.api.errors import ApiError
-from app.api.routes.sweeps import SweepId, check_trials, resolved
+from app.api.routes.sweeps import SweepId
 from app.models import Scope, SweepCreate, SweepDetail, SweepStatus, TrialPublic
 from app.store.audit import record_audit
 from app.store.errors import JobNotFound
 from app.store.rows import get_job
-from app.store.sweeps import cancel_sweep, create_sweep, list_sweeps, read_sweep
+from app.store.sweeps import cancel_sweep, list_sweeps, read_sweep
+from app.submission import DASHBOARD, submit_definition
 from app.web.charts import MAX_POINTS
 from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
 from app.web.templating import render
@@ -102,22 +103,16 @@ async def submit_sweep(
     form again with the message. Needs the `submit` scope; audited."""
     text = form.get("definition", "")
     try:
-        data = yaml.safe_load(text)
-        body = SweepCreate.model_validate(data)
-        definition = await resolved(body, session, viewer)
-        await check_trials(definition, session, viewer, settings)
+        body = SweepCreate.model_validate(yaml.safe_load(text))
+        sweep = await submit_definition(session, viewer, body, settings, DASHBOARD)
     except yaml.YAMLError as error:
         return form_page(request, viewer, text, f"Not valid YAML: {error}")
     except ValidationError as error:
         return form_page(request, viewer, text, format_validation_error(error))
-    except ApiError as error:
-        return form_page(request, viewer, text, error.detail.message)
+    except SpecRefused as error:
+        return form_page(request, viewer, text, str(error))
     except JobNotFound as error:
         return form_page(request, viewer, text, f"base_job: {error}")
-    sweep = await create_sweep(session, viewer.team_id, definition, commit=False)
-    await record_audit(
-        session, viewer, "sweep.create", f"sweep {sweep.id}", 303, {"via": "dashboard"}
-    )
     return RedirectResponse(f"/ui/sweeps/{sweep.id}", status_code=303)
 
 

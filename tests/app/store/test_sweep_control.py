@@ -1,12 +1,16 @@
 """The controller's decisions on a real database: trials up to `parallel`, reproducible
 draws, one controller per sweep (the lease), racing controllers that double nothing, the
-team's queued limit, and the end of a sweep once its last trial ended."""
+team's queued limit, the end of a sweep once its last trial ended; each trial admitted as
+any job is, and none inserted once its sweep was cancelled."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import DBAPIError
 
 from app.models import (
     EarlyStop,
@@ -19,11 +23,27 @@ from app.models import (
     Team,
     utcnow,
 )
-from app.store.jobs import claim_job, complete_job
+from app.store.jobs import claim_job, complete_job, create_job
 from app.store.limits import Limits
+from app.store.records import record_checkpoint
 from app.store.rows import get_job
-from app.store.sweep_control import Pass, add_trials, advance, claim_sweeps
-from app.store.sweeps import create_sweep, get_sweep, read_state, trials_of
+from app.store.sweep_control import (
+    Pass,
+    add_trials,
+    advance,
+    cancel_stray_trials,
+    claim_sweeps,
+    held,
+)
+from app.store.sweeps import (
+    cancel_sweep,
+    create_sweep,
+    end_sweep,
+    get_sweep,
+    read_state,
+    trials_of,
+)
+from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 
 OWNER = "controller-a"
@@ -164,3 +184,122 @@ async def test_a_trial_that_lost_at_a_rung_is_asked_to_stop_once(session, key):
     assert (await get_job(session, leader)).status == JobStatus.running
     finished = await complete_job(session, loser, "w", "weights")  # it ended first
     assert (finished.status, finished.stop_reason) == (JobStatus.succeeded, None)
+
+
+async def trained_weights(session, team_id: int, root: str) -> Job:
+    """A succeeded trio job of team `team_id` that saved its final weights at `root`/final."""
+    spec = JobSpec.model_validate(small_spec(backend="trio"))
+    job = (await create_job(session, team_id, spec)).job
+    await claim_job(session, job.id, "w", heartbeat_timeout=60)
+    await record_checkpoint(session, job.id, "w", 3, "final", f"{root}/final")
+    return await complete_job(session, job.id, "w", f"{root}/final")
+
+
+def stored_grid(parameters: dict[str, Any], parallel: int = 1) -> SweepCreate:
+    """A trio grid sweep as stored, past the creation checks (as one stored before a check
+    existed would be)."""
+    return SweepCreate.model_validate(
+        {
+            "name": "stored",
+            "base": small_spec(backend="trio", teacher={"base_model": "Qwen/Qwen3.5-4B"}),
+            "parameters": {path: {"values": values} for path, values in parameters.items()},
+            "method": "grid",
+            "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            "max_trials": 4,
+            "parallel": parallel,
+        }
+    )
+
+
+async def test_a_trial_admission_refuses_ends_failed_and_the_sweep_goes_on(session, key, make_key):
+    """Each trial passes the same admission as any job: a value naming another team's
+    weights makes a `failed` trial with the reason (queued for nothing), the next value a
+    queued trial, and once every trial ended the sweep completes."""
+    other = await make_key()
+    theirs = await trained_weights(session, other.team.id, "trio://fake/theirs")
+    loaded = await create_sweep(
+        session, key.team.id, stored_grid({"teacher.init_from.path": [theirs.final_weights_path]})
+    )
+    mixed = await create_sweep(
+        session,
+        key.team.id,
+        stored_grid(
+            {"teacher.model_path": [theirs.final_weights_path, "trio://fake/ours/final"]},
+            parallel=2,
+        ),
+    )
+
+    refused = await step(session, loaded.id)
+    assert (refused.created, len(refused.refused)) == ([], 1)
+    trial = await get_job(session, refused.refused[0])
+    assert (trial.status, trial.error_code) == (JobStatus.failed, "spec_refused")
+    assert trial.error_message.startswith("teacher.init_from.path: is filled by the service")
+    assert trial.started_at is None and trial.worker_id is None
+    assert (await step(session, loaded.id)).ended is SweepStatus.completed
+
+    both = await step(session, mixed.id)
+    assert (len(both.refused), len(both.created)) == (1, 1)
+    failed, queued = await trials_of(session, mixed.id)
+    assert (failed.status, failed.error_code) == (JobStatus.failed, "spec_refused")
+    assert failed.error_message.startswith("teacher.model_path: not weights this team may load")
+    assert (queued.status, queued.spec["teacher"]["model_path"]) == (
+        JobStatus.queued,
+        "trio://fake/ours/final",
+    )
+
+
+async def test_a_trial_of_init_from_job_gets_its_path_from_the_teams_job(session, key):
+    ours = await trained_weights(session, key.team.id, "trio://fake/ours")
+    definition = stored_grid({"loop.loss_fn": ["importance_sampling"]})
+    assert definition.base is not None
+    definition.base["teacher"] = {"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": ours.id}}
+    sweep = await create_sweep(session, key.team.id, definition)
+    (created,) = (await step(session, sweep.id)).created
+    init_from = (await get_job(session, created)).spec["teacher"]["init_from"]
+    assert init_from["path"] == "trio://fake/ours/final"
+
+
+async def test_a_cancel_between_the_controllers_read_and_its_insert_starts_nothing(sessions, key):
+    """The controller read the sweep running, then the sweep was cancelled, then it would
+    insert: the insert's transaction sees the sweep ended, and no trial exists."""
+    async with sessions() as controller, sessions() as api:
+        sweep = await create_sweep(controller, key.team.id, random_sweep())
+        assert sweep.id in await claim_sweeps(controller, OWNER, 60)
+        read = await read_state(controller, await get_sweep(controller, sweep.id))
+
+        await cancel_sweep(api, sweep.id, key.team.id)
+        done = Pass()
+        await add_trials(controller, read, Limits(), done)
+
+        assert done.created == done.refused == []
+        assert await trials_of(controller, sweep.id) == []
+
+
+async def test_a_trial_is_inserted_under_a_lock_of_its_sweeps_row(sessions, key, database_url):
+    """Postgres: while the insert's transaction is open the sweep row is locked, so a
+    cancel's update of it waits until the trial is there for the cancel to see."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has one writer at a time")
+    async with sessions() as controller, sessions() as api:
+        sweep = await create_sweep(controller, key.team.id, random_sweep())
+        assert await held(controller, await get_sweep(controller, sweep.id))
+        locked = select(Sweep.id).where(Sweep.id == sweep.id).with_for_update(nowait=True)
+        with pytest.raises(DBAPIError, match="could not obtain lock"):
+            await api.execute(locked)
+        await controller.rollback()
+        await api.rollback()
+        assert (await api.execute(locked)).scalar_one() == sweep.id
+
+
+async def test_the_controller_cancels_unfinished_trials_of_an_ended_sweep(session, key):
+    sweep = await create_sweep(session, key.team.id, random_sweep(parallel=2))
+    created = (await step(session, sweep.id)).created
+    await finish(session, created[:1])
+    assert await end_sweep(session, await get_sweep(session, sweep.id), SweepStatus.cancelled)
+
+    assert await cancel_stray_trials(session) == created[1:]
+    assert [job.status for job in await trials_of(session, sweep.id)] == [
+        JobStatus.succeeded,
+        JobStatus.cancelled,
+    ]
+    assert await cancel_stray_trials(session) == []

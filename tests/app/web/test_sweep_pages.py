@@ -28,6 +28,12 @@ async def test_a_sweep_from_a_job_is_checked_then_created(client, key, sign_in, 
     refused = await post_form(client, "/ui/sweeps/new", form, definition=bad)
     assert refused.status_code == 422
     assert "parameters.student.lora_rank" in refused.text
+    path = {"teacher.init_from.path": {"values": ["/elsewhere/final"]}}
+    named = await post_form(
+        client, "/ui/sweeps/new", form, definition=yaml.safe_dump(definition | {"parameters": path})
+    )
+    assert named.status_code == 422
+    assert "parameters.teacher.init_from.path: only init_from.job" in html.unescape(named.text)
     broken = await post_form(client, "/ui/sweeps/new", form, definition="name: [")
     assert broken.status_code == 422 and "Not valid YAML" in broken.text
     assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []

@@ -194,15 +194,22 @@ async def test_a_teacher_the_team_trained_is_loaded_through_its_init_from(monkey
     assert final is not None and teachers == [final]
 
 
+async def trained_weights(context: WorkerContext) -> tuple[int, str]:
+    """A job of team "team" run to its end, and the final weights it saved."""
+    trained = await submit(context)
+    await run_job({"opd": context}, trained)
+    async with context.sessions() as session:
+        final = (await get_job(session, trained)).final_weights_path
+    assert final is not None
+    return trained, final
+
+
 async def test_the_worker_refuses_another_teams_weights_before_loading_anything(
     monkeypatch, context
 ):
     fake = FakeServiceClient()
     patch_pytrio(monkeypatch, fake)
-    trained = await submit(context)
-    await run_job({"opd": context}, trained)
-    async with context.sessions() as session:
-        final = (await get_job(session, trained)).final_weights_path
+    _, final = await trained_weights(context)
     # Stored past the API's check (as a job submitted before the check existed would be).
     job_id = await submit(context, distilling(model_path=final), team="another")
     calls = len(fake.calls)
@@ -251,3 +258,65 @@ async def test_a_cancelled_off_policy_job_stops_at_the_next_boundary_without_sam
         steps_done,
     )
     assert saved == [("state",)] and not fake.calls_named("save_weights")
+
+
+async def store_past_the_api(context: WorkerContext, spec: dict[str, Any], team: str) -> int:
+    """Store a job as no road in would now (a path given where the service fills one), as
+    one stored before the rule existed would be."""
+    async with context.sessions() as session:
+        team_id = (await create_key(session, team)).team.id
+        return (await create_job(session, team_id, JobSpec.model_validate(spec))).job.id
+
+
+async def failure(context: WorkerContext, job_id: int) -> tuple[str | None, str | None, str]:
+    """The failed job's code and message, and the message of its last event."""
+    async with context.sessions() as session:
+        failed = await get_job(session, job_id)
+        query = select(Event.message).where(Event.job_id == job_id).order_by(Event.id.desc())
+        last = (await session.execute(query)).scalars().first()
+    assert failed.status == "failed" and last is not None
+    return failed.error_code, failed.error_message, last
+
+
+async def test_the_worker_loads_an_init_from_path_only_if_recorded_for_the_jobs_team(
+    monkeypatch, context
+):
+    """Another team's saved weights, a system folder and a missing one, each given as a
+    teacher's init_from.path: each job fails with the same words, having loaded nothing."""
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    trained, theirs = await trained_weights(context)
+    answers = set()
+    for n, path in enumerate((theirs, "/etc", "/nonexistent-xyz")):
+        spec = distilling(init_from={"job": trained, "path": path})
+        job_id = await store_past_the_api(context, spec, team=f"other-{n}")
+        calls = len(fake.calls)
+
+        assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+        code, message, event = await failure(context, job_id)
+        assert code == "bad_model_path" and message is not None
+        assert message.startswith("teacher.init_from.path: not weights a job of this team saved")
+        assert path not in message and path not in event
+        assert fake.calls[calls:] == [], "nothing was loaded"
+        answers.add((message, event))
+    assert len(answers) == 1
+
+    own = await store_past_the_api(
+        context, distilling(init_from={"job": trained, "path": theirs}), "team"
+    )
+    assert await run_job({"opd": context}, own) == f"job {own}: succeeded"
+
+
+async def test_the_worker_treats_a_relative_base_model_folder_as_a_path(context):
+    """A base_model that climbs out of the worker's directory is a folder the worker will
+    not open, worded the same whether what it names exists or not."""
+    answers = set()
+    for folder in ("etc", "nonexistent-xyz"):
+        spec = SPEC | {"backend": "local", "student": {"base_model": "x/" + "../" * 12 + folder}}
+        job_id = await store_past_the_api(context, spec, team=f"team-{folder}")
+        assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+        code, message, event = await failure(context, job_id)
+        assert code == "bad_model_path" and message is not None
+        assert message.startswith("student.base_model: a model folder must be an absolute path")
+        answers.add((message, event))
+    assert len(answers) == 1

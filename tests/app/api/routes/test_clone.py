@@ -97,13 +97,17 @@ async def test_init_from_is_refused_naming_the_field(client, key, trained, chang
 
 
 async def test_init_from_names_only_the_callers_teams_jobs(client, key, make_key, trained):
+    """An admin key too: the job it submits is its own team's, and the worker loads only
+    weights the database records for a job of the job's team."""
     theirs = await trained()
     missing = await refusal(client, await make_key(), continuing(theirs["id"]))
     assert missing["param"] == "student.init_from.job"
     assert f"job {theirs['id']} is not one of your team's jobs" in missing["message"]
     nowhere = await refusal(client, key, continuing(999_999))
     assert nowhere["param"] == "student.init_from.job"
-    admin = await make_key(admin=True)
+    elsewhere = await refusal(client, await make_key(admin=True), continuing(theirs["id"]))
+    assert elsewhere == missing
+    admin = await make_key(key.team.name, admin=True)
     response = await client.post("/v1/jobs", json=continuing(theirs["id"]), headers=auth(admin))
     assert response.status_code == 201, response.text
 

@@ -4,10 +4,17 @@ says so by webhook; the trials the controller starts show in the job list."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import pytest
+
+from app import admission
 from app.models import Scope
+from app.store.jobs import claim_job, complete_job
 from app.store.limits import Limits
+from app.store.records import record_checkpoint
+from app.store.rows import get_job
 from app.store.sweep_control import advance, claim_sweeps
 from tests.app.conftest import auth, small_spec
 
@@ -141,3 +148,101 @@ async def test_cancel_ends_the_sweep_cancels_its_trials_and_sends_sweep_complete
     ] == [("sweep.completed", sweep["id"], "cancelled")]
     async with sessions() as session:
         assert sweep["id"] not in await claim_sweeps(session, "test-controller", 60)  # ended
+
+
+@pytest.fixture
+def trained(session, submit):
+    """A succeeded trio job of `as_key`'s team that saved final weights under `root`."""
+
+    async def make(root: str, as_key=None) -> dict[str, Any]:
+        job = await submit(as_key, backend="trio")
+        await claim_job(session, job["id"], "w", heartbeat_timeout=60)
+        await record_checkpoint(session, job["id"], "w", 3, "final", f"{root}/final")
+        await complete_job(session, job["id"], "w", f"{root}/final")
+        return job
+
+    return make
+
+
+def distilling(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A trio sweep whose teacher may be weights the team trained."""
+    base = small_spec(backend="trio", teacher={"base_model": "Qwen/Qwen3.5-4B"})
+    return {"base": base, "parameters": parameters, "max_trials": 2}
+
+
+async def test_a_sweep_names_saved_weights_only_by_init_from_job_and_checkpoint(
+    client, key, make_key, trained, sessions
+):
+    """A sweep over `*.init_from.path` (with another team's weights, or anything) is a 422
+    naming the parameter, as is one over another team's job; a sweep over the team's own
+    jobs is stored, and each trial's path is filled in from its job."""
+    theirs = await trained("trio://fake/theirs", await make_key())
+    ours = await trained("trio://fake/ours")
+    saved = ["trio://fake/theirs/final"]
+    refused = {
+        "teacher.init_from.path": {"values": saved},
+        "student.init_from.path": {"values": saved},
+        "student.init_from.with_optimizer": {"values": [True, False]},
+        "teacher.init_from": {"values": saved},
+        "teachers.mul.init_from.path": {"values": saved},
+    }
+    for path, parameter in refused.items():
+        response = await create(client, key, **distilling({path: parameter}))
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["param"] == f"parameters.{path}", error
+        assert "only init_from.job and init_from.checkpoint may be swept" in error["message"]
+
+    jobs = {"teacher.init_from.job": {"values": [ours["id"], theirs["id"]]}}
+    other = (await create(client, key, **distilling(jobs))).json()["error"]
+    assert other["param"] == "parameters.teacher.init_from.job"
+    assert f"job {theirs['id']} is not one of your team's jobs" in other["message"]
+
+    jobs = {"teacher.init_from.job": {"values": [ours["id"]]}}
+    response = await create(client, key, **distilling(jobs))
+    assert response.status_code == 201, response.text
+    (trial,) = await start_trials(sessions, response.json()["id"])
+    async with sessions() as session:
+        init_from = (await get_job(session, trial)).spec["teacher"]["init_from"]
+    assert init_from == {"job": ours["id"], "checkpoint": "final", "path": "trio://fake/ours/final"}
+    listed = (await client.get("/v1/jobs", headers=auth(key))).json()["data"]
+    assert all("theirs" not in str(job["spec"]) for job in listed)
+
+
+def many_values(count: int) -> dict[str, Any]:
+    """Parameters giving `count` values in all (random search: no grid to bound)."""
+    rates = [round(1e-4 * (n + 1), 6) for n in range(count)]
+    chunks = [rates[at : at + 100] for at in range(0, count, 100)]
+    paths = ["optim.learning_rate", "optim.beta1", "optim.beta2", "optim.eps"]
+    return {
+        "parameters": {path: {"values": chunk} for path, chunk in zip(paths, chunks, strict=False)},
+        "method": "random",
+    }
+
+
+async def test_a_sweep_gives_at_most_sweep_max_values_values(client, key, settings):
+    limit = settings.sweep_max_values
+    over = await create(client, key, **many_values(limit + 1))
+    assert over.status_code == 422, over.text
+    error = over.json()["error"]
+    assert error["param"] == "parameters"
+    assert f"{limit + 1} values in all" in error["message"]
+    ranged = many_values(limit - 1)
+    ranged["parameters"]["optim.weight_decay"] = {"min": 0.0, "max": 0.1}
+    assert (await create(client, key, **ranged)).status_code == 422, "a range counts two"
+    assert (await create(client, key, **many_values(limit))).status_code == 201
+
+
+async def test_a_sweeps_probes_are_parsed_off_the_event_loop(client, key, monkeypatch):
+    """Parsing each probe's spec is CPU work: it runs in a thread, so other requests on
+    the API's event loop go on meanwhile."""
+    parsed_in = []
+    probe_specs = admission.probe_specs
+
+    def spying(*args: Any) -> Any:
+        parsed_in.append(threading.current_thread())
+        return probe_specs(*args)
+
+    monkeypatch.setattr(admission, "probe_specs", spying)
+    assert (await create(client, key)).status_code == 201
+    assert parsed_in and threading.main_thread() not in parsed_in

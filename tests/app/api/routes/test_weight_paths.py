@@ -215,3 +215,63 @@ async def test_every_teacher_under_teachers_follows_the_same_rules(client, key, 
         {"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": ours["id"], "path": "/etc"}}
     )
     await refusal(client, key, filled, "teachers.mul.init_from.path")
+
+
+@pytest.mark.parametrize("group", ["student", "teacher"])
+async def test_a_relative_base_model_that_names_a_folder_is_a_path(
+    client, key, roots, group, tmp_path, monkeypatch
+):
+    """A hub id is `name` or `org/name`: anything else is a folder, and so is a name that is
+    one relative to the API's working directory; a folder must be absolute, under the data
+    root, so each of these is refused alike."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights" / "qwen").mkdir(parents=True)
+    refused = [
+        "app/../etc",
+        "weights/../weights/qwen",
+        "weights\\qwen",
+        "org/name/extra",
+        ".hidden",
+        "weights",
+        "weights/qwen",
+    ]
+    param = f"{group}.base_model"
+    messages = {
+        await refusal(client, key, small_spec(**{group: {"base_model": model}}), param)
+        for model in refused
+    }
+    assert len(messages) == 1, messages
+    for model in ("Qwen/Qwen3-0.6B", "org/not-here", "tiny-student"):
+        response = await post(client, key, small_spec(**{group: {"base_model": model}}))
+        assert response.status_code == 201, (model, response.text)
+
+
+async def test_a_system_folder_and_a_missing_one_are_refused_alike(client, key, roots, trained):
+    """Whatever road names it (init_from.path, a base_model absolute or relative, a local
+    model_path, a sweep's value), /etc and a folder that does not exist get one answer."""
+    source = await trained(backend="trio")
+    up = "x/" + "../" * 12
+
+    def specs(folder: str) -> list[dict[str, Any]]:
+        return [
+            teacher(init_from={"job": source["id"], "path": folder}),
+            small_spec(student={"init_from": {"job": source["id"], "path": folder}}),
+            small_spec(student={"base_model": folder}),
+            small_spec(teacher={"base_model": up + folder.lstrip("/")}),
+            local(model_path=folder),
+        ]
+
+    answers = {}
+    for folder in ("/etc", "/nonexistent-xyz"):
+        answers[folder] = [(await post(client, key, spec)).json() for spec in specs(folder)]
+        sweep = {
+            "name": "where",
+            "base": small_spec(),
+            "parameters": {"student.base_model": {"values": [folder]}},
+            "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+        }
+        answer = await client.post("/v1/sweeps", json=sweep, headers=auth(key))
+        answers[folder].append(answer.json())
+    assert all(answer["error"]["code"] == "invalid_request" for answer in answers["/etc"])
+    named_alike = str(answers["/nonexistent-xyz"]).replace("nonexistent-xyz", "etc")
+    assert str(answers["/etc"]) == named_alike

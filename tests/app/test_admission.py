@@ -1,0 +1,63 @@
+"""Admission on a real database: a sweep's probes ask the database once per distinct set of
+weights they name, however many probes there are; which parameter paths lie under an
+`init_from`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+
+from app.admission import admit_sweep, under_init_from
+from app.auth import Principal
+from app.models import SweepCreate
+from app.store.jobs import claim_job, complete_job, create_job
+from app.store.records import record_checkpoint
+from kernel.spec import JobSpec
+from tests.app.conftest import small_spec
+
+
+def test_under_init_from_finds_the_field_below_each_init_from() -> None:
+    assert under_init_from("student.init_from.job") == "job"
+    assert under_init_from("teacher.init_from.path") == "path"
+    assert under_init_from("teachers.mul.init_from.checkpoint") == "checkpoint"
+    assert under_init_from("teacher.init_from") == ""
+    for elsewhere in ("teachers.init_from.base_model", "optim.learning_rate", "student", "x"):
+        assert under_init_from(elsewhere) is None, elsewhere
+
+
+async def test_a_sweeps_probes_ask_the_database_once_per_weights_named(session, key, settings):
+    spec = JobSpec.model_validate(small_spec(backend="trio"))
+    trained = (await create_job(session, key.team.id, spec)).job
+    await claim_job(session, trained.id, "w", heartbeat_timeout=60)
+    await record_checkpoint(session, trained.id, "w", 3, "final", "trio://fake/ours/final")
+    await complete_job(session, trained.id, "w", "trio://fake/ours/final")
+    teacher = {"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": trained.id}}
+
+    def definition(rates: int) -> SweepCreate:
+        values: list[Any] = [1e-4 * (n + 1) for n in range(rates)]
+        return SweepCreate.model_validate(
+            {
+                "name": "batched",
+                "base": small_spec(backend="trio", teacher=teacher),
+                "parameters": {"optim.learning_rate": {"values": values}},
+                "method": "random",
+                "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            }
+        )
+
+    async def statements(rates: int) -> int:
+        executed: list[str] = []
+
+        def count(*args: Any) -> None:
+            executed.append(args[2])
+
+        engine = session.bind.sync_engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            await admit_sweep(session, Principal(key.team.id), definition(rates), settings)
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        return len(executed)
+
+    assert await statements(100) == await statements(1)
