@@ -146,6 +146,16 @@ class Settings(BaseSettings):
     webhook_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between a worker's looks for deliveries to send."
     )
+    webhook_concurrency: int = Field(
+        20, ge=1, le=500, description="Deliveries one worker process sends at once."
+    )
+    webhook_team_concurrency: int = Field(
+        4,
+        ge=1,
+        le=500,
+        description="Deliveries of one team a worker process sends at once (so one team's "
+        "slow receivers cannot hold every place).",
+    )
 
     @field_validator("secret_key")
     @classmethod
