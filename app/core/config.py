@@ -56,6 +56,20 @@ class Settings(BaseSettings):
     stream_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between database polls of a metrics stream."
     )
+    team_max_streams: int = Field(
+        16,
+        ge=1,
+        le=100_000,
+        description="Metric streams (SSE) of one team an API process holds open at once; one "
+        "more is a 429 with Retry-After.",
+    )
+    max_streams: int = Field(
+        128,
+        ge=1,
+        le=100_000,
+        description="Metric streams an API process holds open at once, every team's "
+        "together (each polls the database); one more is a 429 with Retry-After.",
+    )
     auth_cache_seconds: float = Field(
         10.0, ge=0, description="How long a process trusts a checked API key; 0 = always check."
     )
