@@ -1,14 +1,17 @@
-"""Requests that wait for a worker (the playground, checkpoint downloads) hold no database
-connection while they wait: their reads are done first and the session's connection goes
-back to the pool, so however many wait, every other request still gets one. Each team may
-have only OPD_TEAM_MAX_WAITING such requests waiting at once in an API process; one more
-is refused at once (a 429 with Retry-After) rather than piling up."""
+"""Requests that hold a place in an API process for a long while: those that wait for a
+worker (the playground, checkpoint downloads) and metric streams. They hold no database
+connection meanwhile: their reads are done first and the session's connection goes back to
+the pool, so however many there are, every other request still gets one. Each team may
+hold only so many places of a kind at once in an API process (OPD_TEAM_MAX_WAITING
+requests waiting, OPD_TEAM_MAX_STREAMS streams; streams also OPD_MAX_STREAMS in all); one
+more is refused at once (a 429 with Retry-After) rather than piling up."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,30 +19,62 @@ RETRY_AFTER_SECONDS = 5
 
 
 class TooManyWaiting(Exception):
-    """The team already has as many requests waiting here as it may."""
+    """The team (or the whole process) already holds as many places of a kind here as it
+    may."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    count: int
+    setting: str
+    """The variable that sets it, named in a refusal."""
+
+
+class Places:
+    """The places of one kind (`what`, as a refusal says it) each team holds in this
+    process: at most `per_team` of one team, and at most `in_all` together."""
+
+    def __init__(self, what: str, per_team: Limit, in_all: Limit | None = None) -> None:
+        self.what = what
+        self.per_team = per_team
+        self.in_all = in_all
+        self.held: Counter[int] = Counter()
+
+    def take(self, team_id: int) -> None:
+        """Take one of the team's places, else TooManyWaiting."""
+        if self.held[team_id] >= self.per_team.count:
+            raise self.refusal("this team already has", self.per_team)
+        if self.in_all is not None and self.held.total() >= self.in_all.count:
+            raise self.refusal("this API process already has", self.in_all)
+        self.held[team_id] += 1
+
+    def give_back(self, team_id: int) -> None:
+        self.held[team_id] -= 1
+        if not self.held[team_id]:
+            del self.held[team_id]
+
+    def refusal(self, who: str, limit: Limit) -> TooManyWaiting:
+        return TooManyWaiting(
+            f"{who} as many {self.what} as it may ({limit.count}, {limit.setting}); "
+            f"retry in {RETRY_AFTER_SECONDS} s"
+        )
 
 
 class Waits:
-    """The requests each team has waiting in this process."""
+    """The requests each team has waiting for a worker in this process."""
 
     def __init__(self, per_team: int) -> None:
-        self.per_team = per_team
-        self.waiting: Counter[int] = Counter()
+        self.places = Places(
+            "requests waiting for a worker", Limit(per_team, "OPD_TEAM_MAX_WAITING")
+        )
 
     @asynccontextmanager
     async def released(self, session: AsyncSession, team_id: int) -> AsyncIterator[None]:
         """Take one of the team's places (else TooManyWaiting) and close `session`, whose
         reads are done, for the wait inside the block."""
-        if self.waiting[team_id] >= self.per_team:
-            raise TooManyWaiting(
-                "this team already has as many requests waiting for a worker as it may "
-                f"({self.per_team}, OPD_TEAM_MAX_WAITING); retry in {RETRY_AFTER_SECONDS} s"
-            )
-        self.waiting[team_id] += 1
+        self.places.take(team_id)
         try:
             await session.close()
             yield
         finally:
-            self.waiting[team_id] -= 1
-            if not self.waiting[team_id]:
-                del self.waiting[team_id]
+            self.places.give_back(team_id)

@@ -25,7 +25,7 @@ from app.queue import JobQueue
 from app.sessions import session_principal
 from app.store.audit import record_audit
 from app.store.rows import get_job
-from app.waits import Waits
+from app.waits import Places, Waits
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,10 @@ def get_waits(request: Request) -> Waits:
     return request.app.state.waits
 
 
+def get_streams(request: Request) -> Places:
+    return request.app.state.streams
+
+
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
@@ -76,6 +80,7 @@ SnapshotsDep = Annotated[TTLCache[int, JobSnapshot], Depends(get_snapshots)]
 PricesDep = Annotated[PriceTable, Depends(get_prices)]
 SecretBoxDep = Annotated[SecretBox, Depends(get_secret_box)]
 WaitsDep = Annotated[Waits, Depends(get_waits)]
+StreamsDep = Annotated[Places, Depends(get_streams)]
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})

@@ -46,7 +46,7 @@ from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import secret_box
 from app.pricing import PriceTable
 from app.queue import JobQueue
-from app.waits import Waits
+from app.waits import Limit, Places, Waits
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])
@@ -100,6 +100,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.prices = PriceTable(settings.prices)
     app.state.secret_box = secret_box(settings)
     app.state.waits = Waits(settings.team_max_waiting)
+    app.state.streams = Places(
+        "metric streams open",
+        Limit(settings.team_max_streams, "OPD_TEAM_MAX_STREAMS"),
+        Limit(settings.max_streams, "OPD_MAX_STREAMS"),
+    )
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)

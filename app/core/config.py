@@ -63,6 +63,20 @@ class Settings(BaseSettings):
     stream_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between database polls of a metrics stream."
     )
+    team_max_streams: int = Field(
+        16,
+        ge=1,
+        le=100_000,
+        description="Metric streams (SSE) of one team an API process holds open at once; one "
+        "more is a 429 with Retry-After.",
+    )
+    max_streams: int = Field(
+        128,
+        ge=1,
+        le=100_000,
+        description="Metric streams an API process holds open at once, every team's "
+        "together (each polls the database); one more is a 429 with Retry-After.",
+    )
     auth_cache_seconds: float = Field(
         10.0, ge=0, description="How long a process trusts a checked API key; 0 = always check."
     )
@@ -152,6 +166,16 @@ class Settings(BaseSettings):
     )
     webhook_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between a worker's looks for deliveries to send."
+    )
+    webhook_concurrency: int = Field(
+        20, ge=1, le=500, description="Deliveries one worker process sends at once."
+    )
+    webhook_team_concurrency: int = Field(
+        4,
+        ge=1,
+        le=500,
+        description="Deliveries of one team a worker process sends at once (so one team's "
+        "slow receivers cannot hold every place).",
     )
 
     @field_validator("secret_key")

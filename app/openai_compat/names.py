@@ -15,6 +15,8 @@ from kernel.playground import ModelRole
 from kernel.spec import MAX_STEPS, CheckpointRef
 
 NAME = re.compile(r"job-([1-9][0-9]{0,9})(?:@step-(0|[1-9][0-9]{0,5})|:(teacher|base))?")
+NAME_PATTERN = f"^{NAME.pattern}$"
+"""The names `spelled` reads, as the OpenAPI document states them."""
 
 
 @dataclass(frozen=True)
@@ -31,17 +33,68 @@ class ModelName:
         return f"job-{self.job_id}@step-{self.checkpoint}"
 
 
-def parse_model(name: str) -> ModelName | None:
-    """The model a name means; None for a name no job's model can have."""
+def spelled(name: str) -> ModelName | None:
+    """What a name says, whether or not a job's model can have it (a page's cursor may
+    name any); None when it does not spell a model's name at all."""
     match = NAME.fullmatch(name)
     if match is None:
         return None
     job, step, role = match.groups()
-    if int(job) > MAX_ID or (step is not None and int(step) > MAX_STEPS):
-        return None
     if step is not None:
         return ModelName(int(job), int(step))
     return ModelName(int(job), role=role or "checkpoint")
+
+
+def parse_model(name: str) -> ModelName | None:
+    """The model a name means; None for a name no job's model can have."""
+    meant = spelled(name)
+    if meant is None or meant.job_id > MAX_ID:
+        return None
+    if isinstance(meant.checkpoint, int) and meant.checkpoint > MAX_STEPS:
+        return None
+    return meant
+
+
+ROLE_SLOTS: dict[ModelRole, int] = {"checkpoint": -3, "teacher": -2, "base": -1}
+"""Where the names of a job's final weights sort among its steps': before every step."""
+
+
+def position(name: ModelName) -> tuple[int, int]:
+    """Where a name is listed: its job (newest first), then its place in `names_of`'s order
+    (a step, or a slot before every step)."""
+    if name.checkpoint == "final":
+        return name.job_id, ROLE_SLOTS[name.role]
+    return name.job_id, name.checkpoint
+
+
+def listed_after(name: ModelName, after: tuple[int, int]) -> bool:
+    job_id, slot = position(name)
+    return job_id < after[0] or (job_id == after[0] and slot > after[1])
+
+
+def resumes_after(after: str | None) -> tuple[int, int] | None:
+    """The `position` a page of names after `after` starts from; None for the first page
+    (no cursor, or one past every job's id)."""
+    cursor = None if after is None else spelled(after)
+    if cursor is None or cursor.job_id > MAX_ID:
+        return None
+    return position(cursor)
+
+
+def listed(
+    jobs: Iterable[int], saved: Iterable[Checkpoint], after: tuple[int, int] | None
+) -> list[tuple[ModelName, Checkpoint]]:
+    """The names the jobs' saved sampler weights give, the jobs in the order given (newest
+    first), those listed after the `position` `after` only."""
+    of_job: dict[int, list[Checkpoint]] = {job_id: [] for job_id in jobs}
+    for checkpoint in saved:
+        of_job[checkpoint.job_id].append(checkpoint)
+    return [
+        (name, checkpoint)
+        for job_id, checkpoints in of_job.items()
+        for name, checkpoint in names_of(job_id, checkpoints)
+        if after is None or listed_after(name, after)
+    ]
 
 
 def names_of(job_id: int, saved: Iterable[Checkpoint]) -> list[tuple[ModelName, Checkpoint]]:

@@ -177,8 +177,14 @@ class Model(BaseModel):
 
 
 class ModelList(BaseModel):
+    """One page of models, in OpenAI's list shape with its cursor fields: pass `last_id` as
+    `after` for the next page while `has_more`."""
+
     object: Literal["list"] = "list"
     data: list[Model]
+    first_id: str | None = Field(None, description="The first model's id on this page.")
+    last_id: str | None = Field(None, description="The last model's id on this page.")
+    has_more: bool = Field(False, description="More models follow this page.")
 
 
 def token_logprobs(completion: Completion) -> ChoiceLogprobs:

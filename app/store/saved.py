@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import select
+from sqlalchemy import func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Checkpoint, CheckpointKind, Job, JobStatus, Team
@@ -81,24 +81,50 @@ async def job_checkpoint(session: AsyncSession, job_id: int, checkpoint_id: int)
 
 
 async def saved_samplers(
-    session: AsyncSession, team_id: int | None, jobs: int
-) -> list[tuple[Checkpoint, str]]:
-    """The sampler weights the `jobs` newest jobs of a team (None: of every team) saved,
-    with the name of each one's team, newest job first."""
-    scoped = select(Checkpoint.job_id).join(Job, Job.id == Checkpoint.job_id)
+    session: AsyncSession, team_id: int | None, after: tuple[int, int] | None, limit: int
+) -> tuple[dict[int, str], list[Checkpoint]]:
+    """What the first `limit` names of a job's sampler weights after `after` can come from,
+    the names sorted newest job first, then by step (`after` = a job and a step; a step
+    before 0 lists the job's every step). The team's (None: every team's) newest `limit +
+    1` jobs with sampler weights from `after`'s job down, each with its team's name; each
+    one's newest final weights; and the newest record of each of the first `limit` steps
+    saved after `after`. It reads that many rows, however many checkpoints the jobs saved."""
+    scope = Checkpoint.kind.in_(SAMPLERS)
     if team_id is not None:
-        scoped = scoped.where(Job.team_id == team_id)
-    newest_jobs = (
-        scoped.where(Checkpoint.kind.in_(SAMPLERS))
-        .group_by(Checkpoint.job_id)
-        .order_by(Checkpoint.job_id.desc())
-        .limit(jobs)
+        scope &= Job.team_id == team_id
+    upto = Checkpoint.job_id <= after[0] if after is not None else true()
+    jobs = (
+        await session.execute(
+            select(Checkpoint.job_id, Team.name)
+            .join(Job, Job.id == Checkpoint.job_id)
+            .join(Team, Team.id == Job.team_id)
+            .where(scope, upto)
+            .group_by(Checkpoint.job_id, Team.name)
+            .order_by(Checkpoint.job_id.desc())
+            .limit(limit + 1)
+        )
+    ).all()
+    if not jobs:
+        return {}, []
+    in_range = scope & upto & (Checkpoint.job_id >= jobs[-1][0])
+    later = (
+        true() if after is None else (Checkpoint.job_id < after[0]) | (Checkpoint.step > after[1])
     )
-    query = (
-        select(Checkpoint, Team.name)
+    steps = (
+        select(func.max(Checkpoint.id))
         .join(Job, Job.id == Checkpoint.job_id)
-        .join(Team, Team.id == Job.team_id)
-        .where(Checkpoint.job_id.in_(newest_jobs), Checkpoint.kind.in_(SAMPLERS))
-        .order_by(Checkpoint.job_id.desc(), Checkpoint.id)
+        .where(in_range, later)
+        .group_by(Checkpoint.job_id, Checkpoint.step)
+        .order_by(Checkpoint.job_id.desc(), Checkpoint.step)
+        .limit(limit)
     )
-    return [(checkpoint, team) for checkpoint, team in (await session.execute(query)).all()]
+    finals = (
+        select(func.max(Checkpoint.id))
+        .join(Job, Job.id == Checkpoint.job_id)
+        .where(in_range, Checkpoint.kind == CheckpointKind.final)
+        .group_by(Checkpoint.job_id)
+    )
+    found = await session.execute(
+        select(Checkpoint).where(Checkpoint.id.in_(steps) | Checkpoint.id.in_(finals))
+    )
+    return dict(jobs), list(found.scalars())

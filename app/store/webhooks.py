@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import base64
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.encryption import SecretBox, SecretUnreadable
@@ -183,29 +184,59 @@ class Outgoing:
     payload: dict[str, Any]
     url: str
     sealed_secret: str
+    team_id: int
 
 
 async def take_due(
-    session: AsyncSession, lease_seconds: float, limit: int, now: datetime | None = None
+    session: AsyncSession,
+    lease_seconds: float,
+    limit: int,
+    team_limit: int,
+    sending: Mapping[int, int] | None = None,
+    now: datetime | None = None,
 ) -> list[Outgoing]:
-    """Lease up to `limit` due deliveries for `lease_seconds`: pending, due, and not leased
-    by a live sender. The UPDATE re-checks the lease on each row it takes, so two workers
-    never take one delivery at once."""
+    """Lease up to `limit` due deliveries for `lease_seconds`, the longest due first, at
+    most `team_limit` of one team less what the caller is `sending` of it already (team id:
+    deliveries in flight): pending, due, and not leased by a live sender. One team's backlog
+    then cannot take every place while another team's deliveries wait. The UPDATE re-checks
+    the lease on each row it takes, so two workers never take one delivery at once."""
     now = now or utcnow()
+    sending = sending or {}
     free = or_(WebhookDelivery.lease_until.is_(None), WebhookDelivery.lease_until < now)
     due = (WebhookDelivery.status == DeliveryStatus.pending) & (
         WebhookDelivery.next_attempt_at <= now
     )
-    candidates = (
-        select(WebhookDelivery.id)
+    order = (WebhookDelivery.next_attempt_at, WebhookDelivery.id)
+    in_team = func.row_number().over(partition_by=Webhook.team_id, order_by=order)
+    ranked = (
+        select(
+            WebhookDelivery.id,
+            WebhookDelivery.next_attempt_at,
+            Webhook.team_id,
+            in_team.label("rank"),
+        )
+        .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
         .where(due, free)
-        .order_by(WebhookDelivery.next_attempt_at)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
+        .subquery()
     )
+    # A team's rows past its room here are dropped below: at most as many as are in flight.
+    candidates = await session.execute(
+        select(ranked.c.id, ranked.c.team_id, ranked.c.rank)
+        .where(ranked.c.rank <= team_limit)
+        .order_by(ranked.c.next_attempt_at, ranked.c.id)
+        .limit(limit + sum(sending.values()))
+    )
+    chosen = [
+        delivery_id
+        for delivery_id, team_id, rank in candidates
+        if rank <= team_limit - sending.get(team_id, 0)
+    ][:limit]
+    if not chosen:
+        await session.commit()
+        return []
     taken = await session.execute(
         update(WebhookDelivery)
-        .where(WebhookDelivery.id.in_(candidates), due, free)
+        .where(WebhookDelivery.id.in_(chosen), due, free)
         .values(lease_until=now + timedelta(seconds=lease_seconds))
         .returning(WebhookDelivery.id)
         .execution_options(synchronize_session=False)
@@ -221,6 +252,7 @@ async def take_due(
             WebhookDelivery.payload,
             Webhook.url,
             Webhook.secret,
+            Webhook.team_id,
         )
         .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
         .where(WebhookDelivery.id.in_(ids))

@@ -1,6 +1,7 @@
 """A real HTTP receiver of webhooks, as a team would write one: it verifies each delivery's
 Standard Webhooks signature and keeps each `webhook-id` once. It can be told to fail the
-next requests, or to hold the next one without answering (to kill a sender meanwhile)."""
+next requests, to hold the next one (or every one) without answering (to kill a sender
+meanwhile, or to be a slow receiver), or to answer with a huge body."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from standardwebhooks import Webhook, WebhookVerificationError
 
 HOLD_SECONDS = 30.0
+ANSWER_CHUNK = 64 * 1024
 
 
 @dataclass
@@ -28,6 +30,14 @@ class Receiver:
     secret: str = ""
     fail_next: int = 0
     hold_next: bool = False
+    hold_all: bool = False
+    """Hold every request, not only the next, until `release`."""
+    holding: int = 0
+    """Requests held now."""
+    answer_bytes: int = 0
+    """The size of each answer's body (a 200 rather than a 204 when not 0)."""
+    answered: list[int] = field(default_factory=list)
+    """The body bytes each answer got out before it ended or its connection was closed."""
     held: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     arrivals: list[Arrival] = field(default_factory=list)
@@ -47,9 +57,10 @@ class Receiver:
         arrival = Arrival(headers["webhook-id"], payload, time.time())
         with self.lock:
             self.arrivals.append(arrival)
-            if self.hold_next:
+            if self.hold_next or self.hold_all:
                 self.hold_next = False
                 holding = True
+                self.holding += 1
             else:
                 holding = False
             if not holding and self.fail_next > 0:
@@ -58,10 +69,25 @@ class Receiver:
         if holding:
             self.held.set()
             self.release.wait(HOLD_SECONDS)
+            with self.lock:
+                self.holding -= 1
             return 503
         with self.lock:
             self.delivered.setdefault(arrival.message_id, arrival)
-        return 204
+        return 200 if self.answer_bytes else 204
+
+    def answer(self, out: Any) -> None:
+        """Write the answer's body to `out`, a chunk at a time, until all is out or the
+        sender closed the connection."""
+        chunk = b"x" * ANSWER_CHUNK
+        written = 0
+        try:
+            while written < self.answer_bytes:
+                written += out.write(chunk[: self.answer_bytes - written])
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        with self.lock:
+            self.answered.append(written)
 
     def of_type(self, event: str) -> list[Arrival]:
         with self.lock:
@@ -83,8 +109,10 @@ class Server:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 status = outer.handle(body, dict(self.headers))
                 self.send_response(status)
-                self.send_header("content-length", "0")
+                self.send_header("content-length", str(outer.answer_bytes))
                 self.end_headers()
+                if outer.answer_bytes:
+                    outer.answer(self.wfile)
 
             def log_message(self, *args: Any) -> None:
                 return

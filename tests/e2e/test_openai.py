@@ -97,10 +97,20 @@ def test_a_chat_completion_with_logprobs_is_the_playgrounds_answer_and_counts_as
 def test_the_team_sees_the_jobs_models_and_each_can_be_sampled(service, finished):
     client = client_of(service)
     job = finished["id"]
-    listed = [model.id for model in client.models.list()]
+    page = client.models.list()
+    listed = [model.id for model in page]
     assert listed == [f"job-{job}", f"job-{job}:teacher", f"job-{job}:base"] + [
         f"job-{job}@step-{step}" for step in (2, 4)
     ]
+    assert (page.object, page.has_more, page.first_id, page.last_id) == (
+        "list",
+        False,
+        listed[0],
+        listed[-1],
+    )
+    first = client.models.list(extra_query={"limit": 3})
+    rest = client.models.list(extra_query={"after": first.last_id})
+    assert first.has_more and [m.id for m in first.data + rest.data] == listed, "paged"
     assert client.models.retrieve(f"job-{job}@step-2").owned_by == "e2e"
     for model in (f"job-{job}@step-2", f"job-{job}:teacher", f"job-{job}:base"):
         answer = client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4)

@@ -107,7 +107,7 @@ async def test_upgrade_encrypts_every_plaintext_secret_once(old_database, tmp_pa
     engine = create_db_engine(old_database)
     try:
         async with session_factory(engine)() as session:
-            (due,) = await take_due(session, 30, 10)
+            (due,) = await take_due(session, 30, 10, team_limit=10)
     finally:
         await engine.dispose()
     assert box.open(due.sealed_secret) == SECRETS[1], "the sender gets what it can open"

@@ -2,9 +2,11 @@
 
 Every worker runs a sender: it leases due deliveries, POSTs each (never following a
 redirect, within OPD_WEBHOOK_TIMEOUT, only to public addresses unless
-OPD_WEBHOOK_ALLOW_PRIVATE), records the attempt and schedules the next one with
-exponential backoff. It looks every OPD_WEBHOOK_POLL_INTERVAL seconds, and at once when
-this worker has just changed a job.
+OPD_WEBHOOK_ALLOW_PRIVATE), reads at most ANSWER_BYTES of the answer, records the attempt
+and schedules the next one with exponential backoff. It sends at most
+OPD_WEBHOOK_CONCURRENCY deliveries at once, OPD_WEBHOOK_TEAM_CONCURRENCY of one team, and
+fills a place as soon as a send ends. It looks every OPD_WEBHOOK_POLL_INTERVAL seconds, at
+once when this worker has just changed a job, and when one of its sends ends.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import Counter
 from datetime import UTC, datetime
 
 import httpx
@@ -26,10 +29,12 @@ from app.outbound import UnsafeUrl, resolve
 from app.store.webhooks import Outcome, Outgoing, record_attempt, take_due
 
 log = logging.getLogger(__name__)
-BATCH = 20
 LEASE_MARGIN_SECONDS = 5.0
 USER_AGENT = "opd-webhooks/1"
 MAX_ERROR_CHARS = 500
+ANSWER_BYTES = 4096
+"""How much of an answer is read (and dropped: only its status counts). A receiver that
+sends more has its connection closed, so a huge answer never fills a worker's memory."""
 
 
 def body_of(payload: dict) -> str:
@@ -54,6 +59,17 @@ def address_url(url: str, address: str, port: int) -> httpx.URL:
     return httpx.URL(url).copy_with(host=address, port=port)
 
 
+async def read_at_most(response: httpx.Response, limit: int) -> None:
+    """Read and drop the answer's first `limit` bytes (about: one read may bring more). An
+    answer read whole leaves its connection for the next request; a longer one's is closed
+    when the stream is left."""
+    read = 0
+    async for chunk in response.aiter_raw():
+        read += len(chunk)
+        if read >= limit:
+            return
+
+
 class Sender:
     """One worker's sender of deliveries."""
 
@@ -68,6 +84,8 @@ class Sender:
         self.worker_id = worker_id
         self.box = secret_box(settings)
         self.woken = asyncio.Event()
+        self.sending: dict[asyncio.Task[None], int] = {}
+        """Each send in flight, with its delivery's team."""
         self.http = httpx.AsyncClient(
             follow_redirects=False, timeout=settings.webhook_timeout, trust_env=False
         )
@@ -84,21 +102,38 @@ class Sender:
     async def run_forever(self) -> None:
         while True:
             try:
-                sent = await self.send_due()
+                await self.send_due()
             except Exception as error:  # the database may be away: try again later
                 log.warning("webhook sending failed: %s", error)
-                sent = 0
-            if sent < BATCH:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.woken.wait(), self.settings.webhook_poll_interval)
-                self.woken.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), self.settings.webhook_poll_interval)
+            self.woken.clear()
 
-    async def send_due(self) -> int:
-        """Lease the due deliveries and send them concurrently; returns how many."""
+    async def send_due(self) -> list[asyncio.Task[None]]:
+        """Lease as many due deliveries as there are free places (in all, and for each
+        team) and start sending them; returns the sends started. Each one, as it ends,
+        frees its place and wakes the sender."""
+        room = self.settings.webhook_concurrency - len(self.sending)
+        if room <= 0:
+            return []
+        team_limit = self.settings.webhook_team_concurrency
+        busy = Counter(self.sending.values())
         async with self.sessions() as session:
-            taken = await take_due(session, self.lease_seconds, BATCH)
-        await asyncio.gather(*(self.deliver(delivery) for delivery in taken))
-        return len(taken)
+            taken = await take_due(session, self.lease_seconds, room, team_limit, busy)
+        started = []
+        for delivery in taken:
+            task = asyncio.create_task(self.deliver(delivery))
+            self.sending[task] = delivery.team_id
+            task.add_done_callback(self.sent)
+            started.append(task)
+        return started
+
+    def sent(self, task: asyncio.Task[None]) -> None:
+        del self.sending[task]
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # The database may be away: the lease runs out and the delivery is sent again.
+            log.warning("webhook sending failed: %s", error)
+        self.wake()
 
     async def deliver(self, delivery: Outgoing) -> None:
         started = time.perf_counter()
@@ -123,13 +158,17 @@ class Sender:
             body = body_of(delivery.payload)
             headers = signed_headers(delivery, secret, body, datetime.now(UTC))
             headers["host"] = httpx.URL(delivery.url).netloc.decode()
-            async with asyncio.timeout(self.settings.webhook_timeout):
-                response = await self.http.post(
+            async with (
+                asyncio.timeout(self.settings.webhook_timeout),
+                self.http.stream(
+                    "POST",
                     address_url(delivery.url, target.address, target.port),
                     content=body.encode(),
                     headers=headers,
                     extensions={"sni_hostname": target.host},
-                )
+                ) as response,
+            ):
+                await read_at_most(response, ANSWER_BYTES)
         except SecretUnreadable as error:
             log.error("webhook %s (delivery %s): %s", delivery.message_id, delivery.id, error)
             return None, "the service cannot sign this delivery (its operator is told why)"
@@ -148,4 +187,8 @@ class Sender:
         return response.status_code, None if response.is_success else "the answer was not 2xx"
 
     async def close(self) -> None:
+        """Stop the sends in flight (their leases run out and they are sent again)."""
+        for task in list(self.sending):
+            task.cancel()
+        await asyncio.gather(*self.sending, return_exceptions=True)
         await self.http.aclose()

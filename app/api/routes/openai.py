@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
@@ -17,7 +17,13 @@ from app.api.errors import ApiError, error_responses
 from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.auth import Principal
 from app.models import Job, Team, utcnow
-from app.openai_compat.names import ModelName, names_of, parse_model
+from app.openai_compat.names import (
+    NAME_PATTERN,
+    ModelName,
+    listed,
+    parse_model,
+    resumes_after,
+)
 from app.openai_compat.wire import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -34,9 +40,9 @@ from app.store.saved import CheckpointUnavailable, sampler_weights, saved_sample
 from app.store.usage import add_usage
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
-LISTED_JOBS = 100
-"""`GET /v1/models` lists the models of this many of the newest jobs with saved weights
-(any job's models can be named, listed or not)."""
+MODELS_PAGE = 1000
+MAX_MODELS_PAGE = 10_000
+"""`GET /v1/models` answers pages of models (a job saving every step has one per step)."""
 
 
 async def model_job(
@@ -95,20 +101,39 @@ async def create_chat_completion(
     return completion
 
 
-@router.get("/models", response_model=ModelList, responses=openai_error_responses(401, 403))
-async def list_models(principal: PrincipalDep, session: SessionDep) -> ModelList:
-    """The models of the team's newest jobs with saved weights (at most LISTED_JOBS jobs):
-    each job's final weights, teacher and base once it has final weights, and each step
-    it saved sampler weights after."""
-    saved = await saved_samplers(session, principal.scope, LISTED_JOBS)
-    teams = {checkpoint.job_id: team for checkpoint, team in saved}
-    jobs = {job_id: [c for c, _ in saved if c.job_id == job_id] for job_id in teams}
+@router.get("/models", response_model=ModelList, responses=openai_error_responses(400, 401, 403))
+async def list_models(
+    principal: PrincipalDep,
+    session: SessionDep,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=NAME_PATTERN,
+            description="List the models after this one (a page's `last_id`).",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_MODELS_PAGE)] = MODELS_PAGE,
+) -> ModelList:
+    """The models of the team's jobs with saved weights, newest job first: each job's final
+    weights, teacher and base once it has final weights, then each step it saved sampler
+    weights after. A page holds `limit` models; while `has_more`, pass `last_id` as `after`
+    for the next one (`client.models.list()` of the `openai` package reads the first page;
+    `extra_query={"after": ...}` reads the next)."""
+    start = resumes_after(after)
+    teams, saved = await saved_samplers(session, principal.scope, start, limit + 1)
+    named = listed(teams, saved, start)[: limit + 1]
+    models = [
+        Model(
+            id=str(name), created=int(weights.created_at.timestamp()), owned_by=teams[name.job_id]
+        )
+        for name, weights in named[:limit]
+    ]
     return ModelList(
-        data=[
-            Model(id=str(name), created=int(checkpoint.created_at.timestamp()), owned_by=team)
-            for job_id, team in teams.items()
-            for name, checkpoint in names_of(job_id, jobs[job_id])
-        ]
+        data=models,
+        first_id=models[0].id if models else None,
+        last_id=models[-1].id if models else None,
+        has_more=len(named) > limit,
     )
 
 

@@ -80,13 +80,13 @@ async def test_racing_senders_never_take_the_same_delivery(sessions, session, jo
 
     async def take() -> list[int]:
         async with sessions() as own:
-            return [d.id for d in await take_due(own, lease_seconds=30, limit=1000)]
+            return [d.id for d in await take_due(own, 30, 1000, team_limit=1000)]
 
     taken = await asyncio.gather(*(take() for _ in range(4)))
 
     assert sum(batch.count(mine.id) for batch in taken) == 1
     later = utcnow() + timedelta(seconds=31)  # the lease ran out: a sender died
-    assert mine.id in [d.id for d in await take_due(session, 30, 1000, now=later)]
+    assert mine.id in [d.id for d in await take_due(session, 30, 1000, team_limit=1000, now=later)]
 
 
 async def test_failures_back_off_exponentially_then_give_up(session, job, box):

@@ -10,7 +10,7 @@ import httpx
 from sqlalchemy import event
 
 from app.api.main import create_app
-from app.store.jobs import claim_job, complete_job
+from app.store.jobs import claim_job, complete_job, stop_job
 from app.store.records import record_eval, record_step
 from tests.app.conftest import auth, small_spec
 
@@ -176,6 +176,18 @@ async def test_stream_sends_each_step_then_the_end(client, key, submit, session)
         f"/v1/jobs/{job['id']}/metrics/stream", headers=auth(key) | {"Last-Event-ID": "1"}
     )
     assert [e.get("id") for e in parse_sse(resumed.text)] == ["2", None]
+
+
+async def test_a_paused_jobs_stream_ends_like_a_finished_ones(client, key, submit, session):
+    job = await submit(loop={"steps": 5})
+    await run_steps(session, job["id"], range(2))
+    await client.post(f"/v1/jobs/{job['id']}/pause", headers=auth(key))
+    await stop_job(session, job["id"], WORKER, reason="pause", state_path="/s/1", state_step=1)
+    async with asyncio.timeout(60):  # without the end, the stream would never stop
+        response = await client.get(f"/v1/jobs/{job['id']}/metrics/stream", headers=auth(key))
+    events = parse_sse(response.text)
+    assert [e.get("id") for e in events] == ["0", "1", None]
+    assert json.loads(events[-1]["data"]) == {"status": "paused"}
 
 
 async def test_stream_follows_a_running_job(client, key, submit, sessions):

@@ -5,11 +5,13 @@ tests/e2e/test_openai.py."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
+from sqlalchemy import event, insert
 
-from app.models import Checkpoint, CheckpointKind, Scope
+from app.models import Checkpoint, CheckpointKind, Scope, utcnow
 from app.openai_compat.names import ModelName, names_of, parse_model
 from app.openai_compat.wire import ChatCompletionRequest
 from app.store.jobs import claim_job
@@ -269,3 +271,80 @@ async def test_the_models_listed_are_the_teams_saved_weights(
     )
     assert not any(str(theirs["id"]) in model_id for model_id in ids)
     assert one.status_code == 200 and one.json()["id"] == f"job-{ours['id']}:teacher"
+
+
+async def saved_steps(session, job_id: int, steps: range, kind: str = "sampler") -> None:
+    """Sampler weights recorded after each step, as a job with `save_every: 1` records them."""
+    rows = [
+        {"job_id": job_id, "step": step, "kind": kind, "path": f"/w/{step}", "created_at": utcnow()}
+        for step in steps
+    ]
+    await session.execute(insert(Checkpoint), rows)
+    await session.commit()
+
+
+async def pages_of(client, key, limit: int) -> list[dict[str, Any]]:
+    """Every page of the models, each read after the previous one's `last_id`."""
+    pages, params = [], {"limit": limit}
+    while True:
+        page = (await client.get("/v1/models", params=params, headers=auth(key))).json()
+        pages.append(page)
+        if not page["has_more"]:
+            return pages
+        params = {"limit": limit, "after": page["last_id"]}
+
+
+async def test_models_come_in_pages_that_resume_after_the_last_id(
+    client, key, make_key, saved_job, session
+):
+    older, newer = await saved_job(), await saved_job()
+    await saved_job(as_key=await make_key())  # another team's, listed between them by id
+    await saved_steps(session, older["id"], range(3, 6))
+    await record_checkpoint(session, older["id"], "w", 4, "sampler", "/w/4-replayed")
+    await record_checkpoint(session, older["id"], "w", 6, "final", "/w/6")
+    whole = (await client.get("/v1/models", headers=auth(key))).json()
+    ids = [model["id"] for model in whole["data"]]
+    finals = [f"job-{older['id']}{role}" for role in ("", ":teacher", ":base")]
+    steps = [f"job-{older['id']}@step-{step}" for step in range(2, 7)]
+    assert ids == [f"job-{newer['id']}@step-2", *finals, *steps]
+    assert (whole["first_id"], whole["last_id"], whole["has_more"]) == (ids[0], ids[-1], False)
+
+    for limit in (1, 2, 3, 4):
+        pages = await pages_of(client, key, limit)
+        assert [model["id"] for page in pages for model in page["data"]] == ids
+        assert all(len(page["data"]) == limit for page in pages[:-1])
+        assert all(page["first_id"] == page["data"][0]["id"] for page in pages)
+
+    refused = await client.get("/v1/models", params={"after": "gpt-4o"}, headers=auth(key))
+    assert_openai_error(refused, 400, "invalid_request_error", "invalid_request", "after")
+    beyond = {"after": "job-9999999999@step-999999"}  # no job has it, yet it names a place
+    everything = await client.get("/v1/models", params=beyond, headers=auth(key))
+    assert [model["id"] for model in everything.json()["data"]] == ids
+    too_many = await client.get("/v1/models", params={"limit": 10_001}, headers=auth(key))
+    assert_openai_error(too_many, 400, "invalid_request_error", "invalid_request", "limit")
+
+
+async def test_a_page_of_models_reads_a_page_of_checkpoints(client, key, saved_job, session):
+    job = await saved_job()
+    await saved_steps(session, job["id"], range(3, 3_000))
+    loaded = Counter[str]()
+
+    def count(_checkpoint: Checkpoint, _context: Any) -> None:
+        loaded["checkpoints"] += 1
+
+    event.listen(Checkpoint, "load", count)
+    try:
+        page = await client.get("/v1/models", params={"limit": 10}, headers=auth(key))
+        later = await client.get(
+            "/v1/models",
+            params={"limit": 10, "after": f"job-{job['id']}@step-2000"},
+            headers=auth(key),
+        )
+    finally:
+        event.remove(Checkpoint, "load", count)
+    assert loaded["checkpoints"] <= 2 * 12, f"{loaded} loaded for two pages of 10"
+    assert [model["id"] for model in later.json()["data"]][:2] == [
+        f"job-{job['id']}@step-2001",
+        f"job-{job['id']}@step-2002",
+    ]
+    assert page.json()["has_more"] and len(page.json()["data"]) == 10
