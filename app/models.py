@@ -433,7 +433,11 @@ class JobsMetricsPublic(BaseModel):
 
 class Checkpoint(SQLModel, table=True):
     __tablename__ = "checkpoints"
-    __table_args__ = (Index("ix_checkpoints_job_id_id", "job_id", "id"),)
+    __table_args__ = (
+        Index("ix_checkpoints_job_id_id", "job_id", "id"),
+        Index("ix_checkpoints_job_id_step", "job_id", "step"),
+        Index("ix_checkpoints_path", "path"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE")

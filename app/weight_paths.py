@@ -8,7 +8,7 @@ the worker (and the playground) right before anything is loaded.
   another team's job (a checkpoint, final weights, a saved state) is refused.
 - A path on the local backend (`teacher.model_path`, a `base_model` folder) must lie under
   the data root once every `..` and symlink is followed, and not under the artifact root.
-  A `base_model` is a folder when it looks like one or is one (`is_path`); else a name.
+  A `base_model` is a folder when it looks like one (`is_model_path`); else a hub id.
 
 A refusal reads the same whatever lies at the path, so it says nothing about other teams'
 files or what the workers' disks hold.
@@ -16,7 +16,6 @@ files or what the workers' disks hold.
 
 from __future__ import annotations
 
-import os
 import posixpath
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.continuation import SpecRefused, uses
 from app.core.config import Settings
 from app.models import Checkpoint, Job
-from kernel.datapaths import DataPathError, confine_data_path
+from kernel.datapaths import DataPathError, confine_data_path, is_model_path
 from kernel.spec import JobSpec
 
 MODEL_PATH_RULE = (
@@ -43,20 +42,6 @@ SAVED_WEIGHTS_RULE = (
     "not weights a job of this team saved: name them with init_from: {job, checkpoint}; "
     "the service fills the path"
 )
-
-
-def is_path(model: str) -> bool:
-    """Whether the local backend would read `model` as a folder rather than a name: a hub
-    id is `name` or `org/name`, so anything with `..`, a backslash, a leading `.`, `/` or
-    `~`, or a second `/` is a path, and so is a name that is a folder relative to this
-    process's working directory (the library loading it would open that folder)."""
-    return (
-        model.startswith(("/", ".", "~"))
-        or ".." in model
-        or "\\" in model
-        or model.count("/") > 1
-        or os.path.isdir(model)
-    )
 
 
 def local_folder(param: str, path: str, settings: Settings, rule: str) -> Path:
@@ -134,7 +119,7 @@ async def checked_weights(
 
 def local_base_model(param: str, model: str, settings: Settings) -> None:
     """A base_model the local backend reads as a folder: absolute, under the data root."""
-    if not is_path(model):
+    if not is_model_path(model):
         return
     if not model.startswith("/"):  # relative to the worker's directory, unknowable
         raise SpecRefused(param, BASE_MODEL_RULE)

@@ -5,15 +5,17 @@ record a step's checkpoint twice: the newest record wins."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
-from sqlalchemy import func, select, true
+from sqlalchemy import distinct, func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Checkpoint, CheckpointKind, Job, JobStatus, Team
 from kernel.spec import CheckpointRef
 
 SAMPLERS = (CheckpointKind.sampler, CheckpointKind.final)
+SHOWN = 3
+"""How many of the first and of the last saved steps a message names."""
 
 
 class CheckpointUnavailable(Exception):
@@ -30,10 +32,23 @@ async def newest(
 
 
 async def steps_saved(session: AsyncSession, job_id: int, kinds: Collection[str]) -> str:
-    """The steps a job saved checkpoints of these kinds after, for a message."""
-    query = select(Checkpoint.step).where(Checkpoint.job_id == job_id, Checkpoint.kind.in_(kinds))
-    steps = sorted(set((await session.execute(query)).scalars()))
-    return ", ".join(map(str, steps)) if steps else "none yet"
+    """The steps a job saved checkpoints of these kinds after, for a message: every one when
+    there are few, else the first and last few and how many (`1, 2, 3, ..., 98, 99, 100
+    (100 in all)`). It reads that many rows, however many checkpoints the job saved."""
+    scope = (Checkpoint.job_id == job_id) & Checkpoint.kind.in_(kinds)
+    steps = select(Checkpoint.step).where(scope).group_by(Checkpoint.step)
+    first = (await session.execute(steps.order_by(Checkpoint.step).limit(2 * SHOWN + 1))).scalars()
+    head = list(first)
+    if len(head) <= 2 * SHOWN:
+        return listed(head) or "none yet"
+    last = (await session.execute(steps.order_by(Checkpoint.step.desc()).limit(SHOWN))).scalars()
+    count = select(func.count(distinct(Checkpoint.step))).where(scope)
+    total = (await session.execute(count)).scalar_one()
+    return f"{listed(head[:SHOWN])}, ..., {listed(reversed(list(last)))} ({total:,} in all)"
+
+
+def listed(steps: Iterable[int]) -> str:
+    return ", ".join(map(str, steps))
 
 
 async def sampler_weights(session: AsyncSession, job: Job, ref: CheckpointRef) -> Checkpoint:

@@ -25,6 +25,7 @@ from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio
 from tests.support import REDIS_URL
+from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.loop import run_loop
 from worker.service.tasks import WorkerContext, run_job
@@ -320,3 +321,22 @@ async def test_the_worker_treats_a_relative_base_model_folder_as_a_path(context)
         assert message.startswith("student.base_model: a model folder must be an absolute path")
         answers.add((message, event))
     assert len(answers) == 1
+
+
+async def test_the_worker_reads_a_hub_id_from_the_hub_cache_only(context, tmp_path, monkeypatch):
+    """A base_model shaped like a hub id is never a folder of the worker's directory: with
+    a loadable model in `tests` and `org/model` there, each fails word for word as a hub id
+    the cache lacks does, having loaded nothing from there."""
+    monkeypatch.chdir(tmp_path)
+    for folder in ("tests", "org/model"):
+        tiny_model("tiny-student").save_pretrained(tmp_path / folder)
+        tiny_tokenizer().save_pretrained(tmp_path / folder)
+    answers = set()
+    for n, model in enumerate(("tests", "no-such-xyz", "org/model", "org/no-such-xyz")):
+        models = {"student": {"base_model": model}, "teacher": {"base_model": "tiny-teacher"}}
+        job_id = await submit(context, SPEC | {"backend": "local", **models}, team=f"team-{n}")
+        assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+        code, message, event = await failure(context, job_id)
+        assert code == "model_not_found" and message is not None
+        answers.add((message.replace(model, "NAME"), event.replace(model, "NAME")))
+    assert len(answers) == 1, answers

@@ -218,22 +218,15 @@ async def test_every_teacher_under_teachers_follows_the_same_rules(client, key, 
 
 
 @pytest.mark.parametrize("group", ["student", "teacher"])
-async def test_a_relative_base_model_that_names_a_folder_is_a_path(
-    client, key, roots, group, tmp_path, monkeypatch
-):
-    """A hub id is `name` or `org/name`: anything else is a folder, and so is a name that is
-    one relative to the API's working directory; a folder must be absolute, under the data
-    root, so each of these is refused alike."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "weights" / "qwen").mkdir(parents=True)
+async def test_a_relative_base_model_that_names_a_folder_is_a_path(client, key, roots, group):
+    """A hub id is `name` or `org/name`: anything else is a folder, and a folder must be
+    absolute, under the data root, so each of these is refused alike."""
     refused = [
         "app/../etc",
         "weights/../weights/qwen",
         "weights\\qwen",
         "org/name/extra",
         ".hidden",
-        "weights",
-        "weights/qwen",
     ]
     param = f"{group}.base_model"
     messages = {
@@ -244,6 +237,25 @@ async def test_a_relative_base_model_that_names_a_folder_is_a_path(
     for model in ("Qwen/Qwen3-0.6B", "org/not-here", "tiny-student"):
         response = await post(client, key, small_spec(**{group: {"base_model": model}}))
         assert response.status_code == 201, (model, response.text)
+
+
+@pytest.mark.parametrize("group", ["student", "teacher"])
+async def test_a_name_gets_one_answer_whatever_folders_the_apis_directory_holds(
+    client, key, roots, group, tmp_path, monkeypatch
+):
+    """A name shaped like a hub id is one, whether or not a folder of that name lies in the
+    API's working directory: were it a folder there, the answer would say it exists."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "weights" / "qwen").mkdir(parents=True)
+    for here, missing in (("tests", "no-such-xyz"), ("weights/qwen", "weights/no-such-xyz")):
+        answers = [
+            await post(client, key, small_spec(**{group: {"base_model": model}}))
+            for model in (here, missing)
+        ]
+        assert [answer.status_code for answer in answers] == [201, 201], answers[0].text
+        spec, other = (answer.json()["spec"] for answer in answers)
+        assert spec == other | {group: other[group] | {"base_model": here}}
 
 
 async def test_a_system_folder_and_a_missing_one_are_refused_alike(client, key, roots, trained):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import huggingface_hub
 import pytest
 import torch
 from pytrio.errors.base import ValidationError
@@ -46,6 +47,29 @@ async def test_a_hugging_face_folder_loads_like_the_preset(tmp_path):
     assert_close(scored[1:], expected[1:])
     trainer = await service.create_lora_training_client_async(str(tmp_path / "teacher"), 4, 0)
     assert trainer.trainable and all(p.dtype == torch.float32 for p in trainer.trainable.values())
+
+
+async def test_a_hub_id_loads_from_the_hub_cache_never_from_a_folder_of_that_name(
+    tmp_path, monkeypatch
+):
+    """`org/tiny` in the hub cache is the teacher; a folder `org/tiny` in the working
+    directory holds the student, and is not what loads."""
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--org--tiny" / "snapshots" / "abc123"
+    for model, folder in (("tiny-teacher", snapshot), ("tiny-student", tmp_path / "org/tiny")):
+        tiny_model(model).save_pretrained(folder)
+        tiny_tokenizer().save_pretrained(folder)
+    (cache / "models--org--tiny" / "refs").mkdir()
+    (cache / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path / "artifacts")
+    cached = await service.create_sampling_client_async("org/tiny")
+    expected = await service.create_sampling_client_async("tiny-teacher")
+    assert_close(
+        (await cached.compute_logprobs_async(PROBE))[1:],
+        (await expected.compute_logprobs_async(PROBE))[1:],
+    )
 
 
 async def test_an_unknown_model_names_what_to_pass(tmp_path):

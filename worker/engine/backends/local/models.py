@@ -1,9 +1,9 @@
 """Where the local backend's models come from and where they run.
 
 A base model is a built-in preset (tiny ones made in process, arithmetic ones trained
-and shipped as weights) or a Hugging Face model available offline (a folder,
-or a hub id already in the local cache); it runs on CUDA in bfloat16 when present, else
-on the CPU in float32, unless the spec says otherwise.
+and shipped as weights) or a Hugging Face model available offline (a folder by its
+absolute path, or a hub id already in the hub cache, read from there only); it runs on
+CUDA in bfloat16 when present, else on the CPU in float32, unless the spec says otherwise.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from kernel.datapaths import is_model_path
 from kernel.errors import OPDError
 from kernel.spec import LocalBackendSpec
 from worker.engine.backends.local.presets import PRESETS, tiny_model, tiny_tokenizer
@@ -59,8 +61,9 @@ def resolve_placement(spec: LocalBackendSpec) -> Placement:
 def load_tokenizer(base_model: str) -> Any:
     if base_model in BUILT_IN:
         return tiny_tokenizer()
+    folder = located(base_model)
     try:
-        return AutoTokenizer.from_pretrained(base_model, local_files_only=True)
+        return AutoTokenizer.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError) as error:
         raise not_found(base_model, error) from error
 
@@ -71,16 +74,33 @@ def load_model(base_model: str, dtype: torch.dtype) -> PreTrainedModel:
         return tiny_model(base_model).to(dtype)
     if base_model in TRAINED_PRESETS:
         return trained_model(base_model).to(dtype)
+    folder = located(base_model)
     try:
-        model = AutoModelForCausalLM.from_pretrained(base_model, local_files_only=True, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype)
     except (OSError, ValueError) as error:
         raise not_found(base_model, error) from error
+    model.name_or_path = model.config.name_or_path = base_model  # what a saved adapter names
     return model.eval()
 
 
-def not_found(base_model: str, error: Exception) -> ModelNotFound:
+def located(base_model: str) -> str:
+    """The folder `base_model`'s files are in: a folder is given as a path (by the service,
+    an absolute one: the API and the worker's check refuse any other); a hub id is read
+    from the hub cache only, never as a folder relative to the worker's directory, which
+    would load what lies there and answer differently whether it exists."""
+    if is_model_path(base_model):
+        return base_model
+    try:
+        return snapshot_download(base_model, local_files_only=True)
+    except (OSError, ValueError) as error:
+        raise not_found(
+            base_model, "not a built-in preset, nor in this worker's hub cache"
+        ) from error
+
+
+def not_found(base_model: str, reason: object) -> ModelNotFound:
     return ModelNotFound(
         f"the local backend cannot load {base_model!r}: pass a path to a Hugging Face model "
-        f"folder (config, weights and tokenizer), a hub id already in the local cache, or "
-        f"one of the built-in presets {', '.join(BUILT_IN)} ({error})"
+        f"folder (config, weights and tokenizer), a hub id already in the workers' hub cache, "
+        f"or one of the built-in presets {', '.join(BUILT_IN)} ({reason})"
     )
