@@ -1,5 +1,6 @@
-"""The new-job form's YAML: checked by the API's own rules (`parse_spec`, and the data-root
-rule for dataset files), with each problem placed at the line of its field."""
+"""The forms' YAML: read with the limits the API's JSON has (`read_yaml`); the new-job form's
+checked by the API's own rules (`parse_spec`, the data-root rule for dataset files, the
+model names), with each problem placed at the line of its field."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 
 from kernel.datapaths import DataPathError, confine_data_path
+from kernel.model_names import model_name_refusals
 from kernel.spec import JobSpec, SpecError, parse_spec, unlisted_tracker
 
 MAX_SPEC_CHARS = 200_000
@@ -34,20 +36,39 @@ class SpecCheck:
     """The document as written (parsed), when it is a spec."""
 
 
-def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) -> SpecCheck:
-    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors.
-    `trackers`: the MLflow servers the service may mirror to."""
+class YamlRefused(ValueError):
+    """A form's YAML that is not read: too long, with aliases, or not YAML; `line` (1-based)
+    where, if known."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def read_yaml(text: str, what: str = "a spec") -> Any:
+    """The document a form's YAML holds, read with the limits the API's JSON has: at most
+    MAX_SPEC_CHARS characters, and no anchors or aliases, which let a short text stand for
+    a huge tree (a "billion laughs"); specs and sweeps never need one."""
     if len(text) > MAX_SPEC_CHARS:
-        return failed("spec", 1, f"a spec has at most {MAX_SPEC_CHARS:,} characters")
+        raise YamlRefused(f"{what} has at most {MAX_SPEC_CHARS:,} characters", 1)
     try:
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
-            # An alias may stand for a huge tree (a "billion laughs"); specs never need one.
-            return failed("spec", None, "YAML anchors and aliases (&name, *name) are not accepted")
-        data = yaml.safe_load(text)
+            raise YamlRefused("YAML anchors and aliases (&name, *name) are not accepted", None)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error)
-        return failed("spec", None if mark is None else mark.line + 1, f"not valid YAML: {problem}")
+        line = None if mark is None else mark.line + 1
+        raise YamlRefused(f"not valid YAML: {problem}", line) from None
+
+
+def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) -> SpecCheck:
+    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors.
+    `trackers`: the MLflow servers the service may mirror to."""
+    try:
+        data = read_yaml(text)
+    except YamlRefused as refused:
+        return failed("spec", refused.line, str(refused))
     if not isinstance(data, dict):
         return failed("spec", 1, f"a spec must be a mapping of groups, got {type(data).__name__}")
     try:
@@ -66,6 +87,9 @@ def check_spec_text(text: str, data_root: Path, trackers: Sequence[str] = ()) ->
     if refusal := unlisted_tracker(spec, trackers):
         path = "trackers.mlflow.tracking_uri"
         return failed(path, line_of(yaml.compose(text), path), refusal)
+    if refusals := model_name_refusals(spec):
+        root = yaml.compose(text)
+        return SpecCheck(None, [FieldError(f, line_of(root, f), why) for f, why in refusals])
     return SpecCheck(spec, [], data)
 
 

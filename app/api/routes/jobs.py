@@ -36,6 +36,7 @@ from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
 from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
+from kernel.model_names import model_name_refusals
 from kernel.spec import JobSpec, priced_teacher, unlisted_tracker
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
@@ -86,11 +87,15 @@ async def check_submittable(
     session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
 ) -> None:
     """A 422 naming the field for what the team may not submit: a dataset file outside
-    the data root, an MLflow server the operator did not list, weights paths that break
-    app/weight_paths.py's rules. Every route that stores a spec (jobs, sweeps' trials)."""
+    the data root, an MLflow server the operator did not list, a model name its backend
+    cannot load (kernel/model_names.py), weights paths that break app/weight_paths.py's
+    rules. Every route that stores a spec (jobs, sweeps' trials)."""
     check_dataset_paths(spec, settings.data_root)
     if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
         param = "trackers.mlflow.tracking_uri"
+        raise ApiError(422, "invalid_request", f"{param}: {refusal}", param)
+    if refusals := model_name_refusals(spec):
+        param, refusal = refusals[0]
         raise ApiError(422, "invalid_request", f"{param}: {refusal}", param)
     try:
         await checked_weights(session, team_id, spec, settings)

@@ -76,7 +76,9 @@ async def submit_sweep(
     of the team's jobs."""
     definition = await resolved(body, session, principal)
     await check_trials(definition, session, principal, settings)
-    sweep = await create_sweep(session, principal.team_id, definition, commit=False)
+    sweep = await create_sweep(
+        session, principal.team_id, definition, settings.max_spec_bytes, commit=False
+    )
     await record_audit(session, principal, "sweep.create", f"sweep {sweep.id}", 201)
     return await read_sweep(session, sweep.id or 0)
 

@@ -15,6 +15,7 @@ from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.continuation import SpecRefused, continued, editable
 from app.queue import enqueue_job
 from app.store.audit import record_audit
+from app.store.errors import TooLargeToStore
 from app.store.jobs import Idempotency, create_job
 from app.store.limits import Limits, QueueFull
 from app.store.rows import get_job
@@ -107,6 +108,9 @@ async def submit_job(
         )
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
+    except TooLargeToStore as error:
+        errors = [FieldError("spec", None, str(error))]
+        return form_page(request, viewer, text, key, errors, status_code=422)
     if result.changed:
         target = f"job {result.job.id}"
         await record_audit(session, viewer, "job.submit", target, 303, {"via": "dashboard"})

@@ -15,11 +15,12 @@ from app.api.errors import ApiError
 from app.api.routes.sweeps import SweepId, check_trials, resolved
 from app.models import Scope, SweepCreate, SweepDetail, SweepStatus, TrialPublic
 from app.store.audit import record_audit
-from app.store.errors import JobNotFound
+from app.store.errors import JobNotFound, TooLargeToStore
 from app.store.rows import get_job
 from app.store.sweeps import cancel_sweep, create_sweep, list_sweeps, read_sweep
 from app.web.charts import MAX_POINTS
 from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
+from app.web.spec_form import YamlRefused, read_yaml
 from app.web.templating import render
 from kernel.spec import format_validation_error
 
@@ -102,19 +103,24 @@ async def submit_sweep(
     form again with the message. Needs the `submit` scope; audited."""
     text = form.get("definition", "")
     try:
-        data = yaml.safe_load(text)
-        body = SweepCreate.model_validate(data)
+        body = SweepCreate.model_validate(read_yaml(text, "a sweep"))
         definition = await resolved(body, session, viewer)
         await check_trials(definition, session, viewer, settings)
-    except yaml.YAMLError as error:
-        return form_page(request, viewer, text, f"Not valid YAML: {error}")
+    except YamlRefused as refused:
+        where = "" if refused.line is None else f" (line {refused.line})"
+        return form_page(request, viewer, text, f"{refused}{where}")
     except ValidationError as error:
         return form_page(request, viewer, text, format_validation_error(error))
     except ApiError as error:
         return form_page(request, viewer, text, error.detail.message)
     except JobNotFound as error:
         return form_page(request, viewer, text, f"base_job: {error}")
-    sweep = await create_sweep(session, viewer.team_id, definition, commit=False)
+    try:
+        sweep = await create_sweep(
+            session, viewer.team_id, definition, settings.max_spec_bytes, commit=False
+        )
+    except TooLargeToStore as error:
+        return form_page(request, viewer, text, str(error))
     await record_audit(
         session, viewer, "sweep.create", f"sweep {sweep.id}", 303, {"via": "dashboard"}
     )

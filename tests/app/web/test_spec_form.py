@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.web.spec_form import check_spec_text
+from tests.app.web.conftest import NAMED_YAML
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = (ROOT / "examples" / "tiny.yaml").read_text()
@@ -28,9 +29,9 @@ def test_each_error_names_its_field_and_line(tmp_path):
 
 
 def test_a_missing_field_points_at_its_group_and_a_list_item_at_its_line(tmp_path):
-    missing = check_spec_text("name: x\ndataset:\n  source: inline\n", tmp_path)
+    missing = check_spec_text("name: x\ndataset:\n  source: inline\n" + NAMED_YAML, tmp_path)
     assert [(e.field, e.line) for e in missing.errors] == [("dataset.inline.prompts", 2)]
-    text = "name: x\ndataset:\n  source: inline\n  prompts:\n    - ok\n    - ''\n"
+    text = "name: x\ndataset:\n  source: inline\n  prompts:\n    - ok\n    - ''\n" + NAMED_YAML
     empty = check_spec_text(text, tmp_path)
     assert [(e.field, e.line) for e in empty.errors] == [("dataset.inline.prompts.1", 6)]
 
@@ -48,8 +49,23 @@ def test_bad_yaml_aliases_and_non_mappings_are_errors_not_crashes(tmp_path):
 
 
 def test_dataset_files_stay_under_the_data_root(tmp_path):
-    text = "name: x\ndataset:\n  source: file\n  path: ../outside.jsonl\n"
+    text = "name: x\ndataset:\n  source: file\n  path: ../outside.jsonl\n" + NAMED_YAML
     check = check_spec_text(text, tmp_path)
     assert [(e.field, e.line) for e in check.errors] == [("dataset.path", 4)]
     inside = check_spec_text(text.replace("../outside", "inside"), tmp_path)
     assert inside.errors == []
+
+
+def test_a_model_name_and_a_non_finite_number_are_errors_at_their_lines(tmp_path):
+    text = TINY.replace("base_model: tiny-teacher", "base_model: tiny-teachr")
+    [error] = check_spec_text(text, tmp_path).errors
+    assert error.field == "teacher.base_model" and "did you mean tiny-teacher?" in error.message
+    assert text.splitlines()[error.line - 1].strip() == "base_model: tiny-teachr"
+
+    text = TINY.replace("learning_rate: 1.0e-3", "learning_rate: .nan")
+    [error] = check_spec_text(text, tmp_path).errors
+    assert (error.field, error.message) == (
+        "optim.learning_rate",
+        "Input should be a finite number",
+    )
+    assert text.splitlines()[error.line - 1].strip() == "learning_rate: .nan"
