@@ -4,6 +4,7 @@ each of its grid points (else each listed value and range end) when it is create
 each trial as the controller inserts it. It enforces:
 
 - dataset files lie under the data root; an MLflow tracker is one the operator listed;
+  a model name is one its backend can load (a preset, a hub id, or a path);
 - an `init_from` names a job of the team by `{job, checkpoint}`, and its path is filled by
   the service from them, never taken from a request (app/continuation.py);
 - weights paths and `base_model` folders follow app/weight_paths.py (which the worker and
@@ -31,6 +32,7 @@ from app.store.rows import get_job
 from app.sweep_search import InvalidTrial, Values, extremes, grid, grid_size, trial_spec
 from app.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
+from kernel.model_names import model_name_refusals
 from kernel.spec import JobSpec, SpecError, parse_spec, unlisted_tracker
 
 __all__ = ["SpecRefused", "admit", "admit_sweep"]
@@ -48,7 +50,8 @@ async def admit(session: AsyncSession, team_id: int, spec: JobSpec, settings: Se
 
 
 def check_names(spec: JobSpec, settings: Settings) -> None:
-    """The rules that need no database: dataset files, MLflow trackers."""
+    """The rules that need no database: dataset files, MLflow trackers, model names its
+    backend can load (kernel/model_names.py)."""
     for field, path in spec.dataset_files():
         try:
             confine_data_path(path, settings.data_root)
@@ -56,6 +59,8 @@ def check_names(spec: JobSpec, settings: Settings) -> None:
             raise SpecRefused(field, str(error)) from None
     if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
         raise SpecRefused(TRACKER, refusal)
+    if refusals := model_name_refusals(spec):
+        raise SpecRefused(*refusals[0])
 
 
 async def with_weights(

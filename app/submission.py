@@ -68,7 +68,9 @@ async def submit_definition(
     """Admit a sweep and store it; the workers' controller starts its trials. Raises
     SpecRefused, or JobNotFound for a `base_job` the caller cannot read."""
     definition = await admit_sweep(session, principal, body, settings)
-    sweep = await create_sweep(session, principal.team_id, definition, commit=False)
+    sweep = await create_sweep(
+        session, principal.team_id, definition, settings.max_spec_bytes, commit=False
+    )
     await record_audit(
         session, principal, "sweep.create", f"sweep {sweep.id}", door.status_code, door.detail
     )

@@ -23,11 +23,12 @@ from optuna.distributions import (
     IntDistribution,
 )
 from optuna.trial import TrialState
+from pydantic import ValidationError
 
 from app.continuation import SpecRefused
 from app.models import Parameter, ParameterValue, SweepCreate, SweepMethod
 from kernel.merge_patch import dotted_patch, merge_patch
-from kernel.spec import JobSpec, SpecError, parse_spec
+from kernel.spec import JobSpec, format_validation_error, validation_problems
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -60,19 +61,30 @@ def get_path(spec: dict[str, Any], path: str) -> Any:
     return node
 
 
+WHOLE_NUMBERS = (
+    "; a uniform or log_uniform range draws fractional values, so a field of whole numbers "
+    "needs distribution: int_uniform (or values: [...])"
+)
+
+
 def trial_spec(base: dict[str, Any], values: Values, name: str) -> JobSpec:
     """`base` with the trial's values, validated as any job spec; InvalidTrial names the
     parameter whose value the spec refuses."""
     spec = merge_patch(base, dotted_patch(dict(values)) | {"name": name})
     try:
-        return parse_spec(spec)
-    except SpecError as error:
-        for problem_path, message in error.problems:
+        return JobSpec.model_validate(spec)
+    except ValidationError as error:
+        for problem, (problem_path, message) in zip(
+            error.errors(), validation_problems(error), strict=True
+        ):
             for param in values:
                 if problem_path == param or problem_path.startswith(f"{param}."):
-                    raise InvalidTrial(param, f"{values[param]!r}: {message}") from None
+                    hint = WHOLE_NUMBERS if problem["type"] == "int_from_float" else ""
+                    raise InvalidTrial(param, f"{values[param]!r}: {message}{hint}") from None
         first = sorted(values)[0]
-        raise InvalidTrial(first, f"these values make an invalid spec: {error}") from None
+        raise InvalidTrial(
+            first, f"these values make an invalid spec: {format_validation_error(error)}"
+        ) from None
 
 
 def grid(sweep: SweepCreate) -> list[Values]:
@@ -95,13 +107,24 @@ def planned_trials(sweep: SweepCreate) -> int:
 
 def extremes(sweep: SweepCreate) -> list[Values]:
     """Values that test each parameter alone against the base: each listed value, and
-    each range's ends (the others at their first value or low end)."""
+    each range's ends and, for a range of fractional numbers, one inside it (a field of
+    whole numbers takes the ends, 1.0 and 4.0, but not what is drawn between them); the
+    others at their first value or low end."""
     first = {path: lowest(p) for path, p in sweep.parameters.items()}
     probes = []
     for path, parameter in sweep.parameters.items():
-        ends = parameter.values or [lowest(parameter), highest(parameter)]
-        probes.extend(first | {path: value} for value in ends)
+        tried = parameter.values or [lowest(parameter), highest(parameter)]
+        if parameter.values is None and parameter.distribution != "int_uniform":
+            tried.append(fractional_inside(parameter))
+        probes.extend(first | {path: value} for value in tried)
     return probes
+
+
+def fractional_inside(parameter: Parameter) -> float:
+    """A value of the range that is not a whole number: its middle, or the float just above."""
+    assert parameter.min is not None and parameter.max is not None
+    middle = (parameter.min + parameter.max) / 2
+    return middle if not middle.is_integer() else math.nextafter(middle, parameter.max)
 
 
 def lowest(parameter: Parameter) -> ParameterValue:

@@ -62,7 +62,14 @@ async def fill(database_url: str, steps: int) -> tuple[str, int]:
     async with standalone_session(database_url) as session:
         key = (await create_key(session, "benchmark", scope=Scope.admin)).key
         spec = JobSpec.model_validate(
-            {"name": "long-job", "backend": "local", "loop": {"steps": steps}}
+            {
+                "name": "long-job",
+                "backend": "local",
+                "student": {"base_model": "tiny-student"},
+                "teacher": {"base_model": "tiny-teacher"},
+                "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
+                "loop": {"steps": steps},
+            }
         )
         job = (await create_job(session, 1, spec)).job
         await claim_job(session, job.id, WRITER, heartbeat_timeout=3600)

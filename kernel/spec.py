@@ -48,9 +48,10 @@ ModelName = Annotated[str, Field(min_length=1, max_length=500)]
 
 
 class SpecModel(BaseModel):
-    """Base for every spec group: unknown keys are an error, not a silent no-op."""
+    """Base for every spec group: unknown keys are an error, not a silent no-op, and a
+    number must be finite (JSON has no NaN or Infinity, and a database's JSON refuses them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def checkpoint_ref(value: Any) -> str | int:
@@ -107,7 +108,10 @@ class InitFrom(SavedWeights):
 
 
 class StudentSpec(SpecModel):
-    base_model: ModelName = "Qwen/Qwen3.5-4B"
+    base_model: ModelName = Field(
+        description="A built-in preset (local backend), a hub id (org/name) or, on the local "
+        "backend, a model folder."
+    )
     lora_rank: int = Field(32, ge=4, le=64, description="PyTRIO accepts 4..64.")
     seed: int = Field(42, ge=0, le=2**31 - 1)
     init_from: InitFrom | None = Field(
@@ -116,7 +120,7 @@ class StudentSpec(SpecModel):
 
 
 class TeacherSpec(SpecModel):
-    base_model: ModelName = "Qwen/Qwen3.6-27B"
+    base_model: ModelName = Field(description="As student.base_model; frozen.")
     model_path: str | None = Field(
         None,
         max_length=1000,
@@ -585,14 +589,35 @@ Metadata = Annotated[
 ]
 
 
+ABSENT_TEACHER = TeacherSpec(base_model="Qwen/Qwen3.6-27B")
+ABSENT_DATASET = DeepMathDataset()
+"""What `teacher` and `dataset` hold when `teachers` and `datasets` are given instead: the
+reference's, as the specs stored before they were required record them (a spec is stored
+with every field)."""
+
+
+def one_of_each_required(schema: dict[str, Any]) -> None:
+    """The schema says what validation does: `teacher` or `teachers`, `dataset` or
+    `datasets`, each pair's first required unless its second is given."""
+    schema["required"] = [f for f in schema["required"] if f not in ("teacher", "dataset")]
+    schema["allOf"] = [
+        {"anyOf": [{"required": [single]}, {"required": [several]}]}
+        for single, several in (("teacher", "teachers"), ("dataset", "datasets"))
+    ]
+
+
 class JobSpec(SpecModel):
-    """Everything one OPD run needs; the public contract of the service."""
+    """Everything one OPD run needs; the public contract of the service. What it trains
+    (backend, student, teacher(s), dataset(s)) is always written; the algorithm's settings
+    default to the reference's."""
+
+    model_config = ConfigDict(json_schema_extra=one_of_each_required)
 
     name: Name = "opd-deepmath-qwen35-4b"
-    backend: Literal["local", "trio", "tinker"] = "trio"
-    student: StudentSpec = Field(default_factory=StudentSpec)
-    teacher: TeacherSpec = Field(default_factory=TeacherSpec)
-    dataset: DatasetSpec = Field(default_factory=DeepMathDataset)
+    backend: Literal["local", "trio", "tinker"]
+    student: StudentSpec
+    teacher: TeacherSpec = Field(description="The teacher; or several under `teachers`.")
+    dataset: DatasetSpec = Field(description="The prompts; or several under `datasets`.")
     teachers: dict[Name, MixedTeacher] | None = Field(
         None,
         min_length=1,
@@ -628,13 +653,28 @@ class JobSpec(SpecModel):
         "changes the order between teams. Ignored by `opd run`.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _several_instead_of_one(cls, data: Any) -> Any:
+        """`teachers` (`datasets`) given and `teacher` (`dataset`) not: the latter holds
+        ABSENT_TEACHER (ABSENT_DATASET), so that every spec has both."""
+        if not isinstance(data, dict):
+            return data
+        for single, several, absent in (
+            ("teacher", "teachers", ABSENT_TEACHER),
+            ("dataset", "datasets", ABSENT_DATASET),
+        ):
+            if data.get(several) is not None and data.get(single) is None:
+                data = {**data, single: absent}
+        return data
+
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:
         # A stored spec is dumped with every field, so `teacher` and `dataset` count as
-        # given when they differ from their defaults.
+        # given when they differ from what they hold when absent.
         for single, several, default in (
-            ("teacher", "teachers", TeacherSpec()),
-            ("dataset", "datasets", DeepMathDataset()),
+            ("teacher", "teachers", ABSENT_TEACHER),
+            ("dataset", "datasets", ABSENT_DATASET),
         ):
             if getattr(self, single) != default and getattr(self, several) is not None:
                 raise field_error((several,), f"give either {single} or {several}, not both")

@@ -32,21 +32,14 @@ from transformers import Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER, ARITH_TEACHER_ADD, ARITH_TEACHER_MUL
 from kernel.spec import ArithmeticDataset, ArithmeticOp
 from worker.engine.arithmetic import Problem, training_problems
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import preset_config, tiny_tokenizer
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
-from worker.engine.backends.local.trained import (
-    ARITH_STUDENT,
-    ARITH_TEACHER,
-    ARITH_TEACHER_ADD,
-    ARITH_TEACHER_MUL,
-    WEIGHTS_DIR,
-    save_trained,
-    trained_model,
-)
+from worker.engine.backends.local.trained import WEIGHTS_DIR, save_trained, trained_model
 from worker.engine.backends.local.trainer import attach_lora
 from worker.engine.datums import build_prompt
 from worker.engine.eval.grading import Grader

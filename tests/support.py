@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,30 @@ def migrated_database(
     with temporary_postgres_database() as url:
         prepare(url)
         yield url
+
+
+REFERENCE_NAMES: dict[str, Any] = {
+    "backend": "trio",
+    "student": {"base_model": "Qwen/Qwen3.5-4B"},
+    "teacher": {"base_model": "Qwen/Qwen3.6-27B"},
+    "dataset": {"source": "deepmath"},
+}
+"""What the reference job trains (examples/deepmath-trio.yaml): what specs left out before a
+spec had to name it."""
+
+
+def named(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with what a spec must name and it leaves out taken from the reference job: its
+    backend, a `student` / `teacher` group's base_model, its dataset (unless `teachers` /
+    `datasets` are given). For tests about something else than what a spec names."""
+    spec = dict(data)
+    spec.setdefault("backend", REFERENCE_NAMES["backend"])
+    spec["student"] = REFERENCE_NAMES["student"] | (spec.get("student") or {})
+    if spec.get("teachers") is None:
+        spec["teacher"] = REFERENCE_NAMES["teacher"] | (spec.get("teacher") or {})
+    if spec.get("datasets") is None and spec.get("dataset") is None:
+        spec["dataset"] = REFERENCE_NAMES["dataset"]
+    return spec
 
 
 def assert_close(actual: Any, expected: Any, *, rtol: float = 1e-5, what: str = "") -> None:

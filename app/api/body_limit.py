@@ -1,15 +1,18 @@
-"""Rejects request bodies over the configured size with a 413, before any route reads them."""
+"""Rejects request bodies over the configured size with a 413, and JSON bodies holding NaN or
+Infinity with a 422, before any route reads them."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_response
+from app.api.finite_json import non_finite_field
 
 
 class BodyLimitMiddleware:
     """Buffers at most `max_bytes` of a request body; a declared or actual larger body is
-    answered with 413 without reaching the app. The buffered body is replayed to the app."""
+    answered with 413 without reaching the app, a JSON body with NaN or Infinity in it with
+    422 naming where. The buffered body is replayed to the app."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -37,6 +40,10 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body: Message | None = {"type": "http.request", "body": b"".join(chunks)}
+        if is_json(scope) and (field := non_finite_field(body["body"])) is not None:
+            message = f"{field}: NaN and Infinity are not JSON numbers; give a finite number"
+            await error_response(422, "invalid_request", message, field)(scope, receive, send)
+            return
 
         async def replay() -> Message:
             nonlocal body
@@ -52,3 +59,10 @@ class BodyLimitMiddleware:
             413, "body_too_large", f"the request body is larger than {self.max_bytes} bytes"
         )
         await response(scope, receive, send)
+
+
+def is_json(scope: Scope) -> bool:
+    """Whether the routes read the body as JSON (they do when no content type is given)."""
+    content_type = dict(scope["headers"]).get(b"content-type", b"application/json")
+    media = content_type.split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")

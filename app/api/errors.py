@@ -18,7 +18,13 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.admission import SpecRefused
-from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SweepNotFound
+from app.store.errors import (
+    IdempotencyMismatch,
+    IllegalTransition,
+    JobNotFound,
+    SweepNotFound,
+    TooLargeToStore,
+)
 from app.store.teams import TeamNotFound
 from app.store.webhooks import WebhookNotFound
 from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
@@ -45,7 +51,8 @@ DESCRIPTIONS = {
     403: "The key's scope does not allow this; the message names the scope needed.",
     404: "No such job (or it belongs to another team).",
     409: "The job's status does not allow this action; the message says why.",
-    413: "The request body is larger than OPD_MAX_BODY_BYTES.",
+    413: "The request body is larger than OPD_MAX_BODY_BYTES, or the spec or sweep it makes "
+    "larger than OPD_MAX_SPEC_BYTES.",
     429: "The team has as many queued jobs as it may; retry after `Retry-After` seconds.",
     422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
     503: "A dependency (database or Redis) is unavailable.",
@@ -158,6 +165,10 @@ async def on_spec_refused(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", str(exc), exc.param)
 
 
+async def on_too_large_to_store(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(413, "too_large_to_store", str(exc))
+
+
 async def on_idempotency_mismatch(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "idempotency_key_reused", str(exc), "Idempotency-Key")
 
@@ -188,6 +199,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IllegalTransition, on_conflict)
     app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
     app.add_exception_handler(SpecRefused, on_spec_refused)
+    app.add_exception_handler(TooLargeToStore, on_too_large_to_store)
     app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
     app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(InterfaceError, on_database_down)

@@ -18,6 +18,7 @@ from app.pricing import Price
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
+DEFAULT_MAX_SPEC_BYTES = 256 * 1024
 
 
 class Settings(BaseSettings):
@@ -60,6 +61,13 @@ class Settings(BaseSettings):
     )
     migrate_on_start: bool = Field(True, description="Apply migrations when the API starts.")
     max_body_bytes: int = Field(MIB, ge=1024, description="Largest request body accepted.")
+    max_spec_bytes: int = Field(
+        DEFAULT_MAX_SPEC_BYTES,
+        ge=16 * 1024,
+        description="Largest job spec or sweep definition stored, as JSON (every road in: the "
+        "API, the dashboard's YAML, a clone); a larger one is a 413. Every listing that shows "
+        "them is bounded by it.",
+    )
     stream_poll_interval: float = Field(
         1.0, gt=0, description="Seconds between database polls of a metrics stream."
     )

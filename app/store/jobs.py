@@ -32,6 +32,7 @@ from app.store.errors import (
     IllegalTransition,
     JobNotFound,
     JobNotHeld,
+    stored_json,
 )
 from app.store.fairness import fair_pick
 from app.store.limits import (
@@ -133,9 +134,11 @@ async def create_job(
     """Store a new queued job (commit=False: the caller commits). With an idempotency key
     already used by this team, return that job (`changed` False) if the request is the
     same, else raise IdempotencyMismatch. Over the team's queued limit, nothing is stored:
-    QueueFull. A sweep's trial names (sweep id, trial number): an IntegrityError if that
-    trial exists already."""
+    QueueFull. A spec larger than limits.max_spec_bytes is not stored: TooLargeToStore. A
+    sweep's trial names (sweep id, trial number): an IntegrityError if that trial exists
+    already."""
     limits = limits or Limits()
+    stored = stored_json(spec.model_dump(mode="json"), "the spec", limits.max_spec_bytes)
     await lock_team(session, team_id)
     now = utcnow()
     job = Job(
@@ -144,7 +147,7 @@ async def create_job(
         updated_at=now,
         queued_at=now,
         name=spec.name,
-        spec=spec.model_dump(mode="json"),
+        spec=stored,
         total_steps=spec.loop.steps,
         priority=spec.priority,
         idempotency_key=idempotency.key if idempotency else None,

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.config import Settings
+from app.core.config import DEFAULT_MAX_SPEC_BYTES, Settings
 from app.models import ACTIVE_STATUSES, Job, JobStatus, Team
 
 UNLIMITED = 2**31 - 1
@@ -24,14 +24,15 @@ LIMIT_REASON = "Over its team's running limit"
 
 @dataclass(frozen=True)
 class Limits:
-    """The service-wide defaults; None = no limit."""
+    """The service-wide defaults; None = no limit. And the largest spec a job may store."""
 
     max_running: int | None = None
     max_queued: int | None = None
+    max_spec_bytes: int = DEFAULT_MAX_SPEC_BYTES
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
-        return cls(settings.team_max_running, settings.team_max_queued)
+        return cls(settings.team_max_running, settings.team_max_queued, settings.max_spec_bytes)
 
 
 class QueueFull(Exception):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.config import DEFAULT_MAX_SPEC_BYTES
 from app.early_stopping import Curve
 from app.models import (
     TERMINAL_STATUSES,
@@ -30,7 +31,7 @@ from app.models import (
     utcnow,
 )
 from app.store.audit import settle
-from app.store.errors import IllegalTransition, SweepNotFound
+from app.store.errors import IllegalTransition, SweepNotFound, stored_json
 from app.store.jobs import apply_action
 from app.store.outbox import stage
 from app.store.rows import detach
@@ -40,16 +41,22 @@ EARLY_STOPPED = "early_stopped"
 
 
 async def create_sweep(
-    session: AsyncSession, team_id: int, definition: SweepCreate, *, commit: bool = True
+    session: AsyncSession,
+    team_id: int,
+    definition: SweepCreate,
+    max_bytes: int = DEFAULT_MAX_SPEC_BYTES,
+    *,
+    commit: bool = True,
 ) -> Sweep:
     """Store a running sweep (its base already validated: `base_job`'s spec, if it names
     one, is its base); the controller starts its trials (commit=False: the caller
-    commits)."""
+    commits). A definition larger than `max_bytes` is not stored: TooLargeToStore."""
     now = utcnow()
+    stored = definition.model_dump(mode="json", exclude={"base_job"})
     sweep = Sweep(
         team_id=team_id,
         name=definition.name,
-        definition=definition.model_dump(mode="json", exclude={"base_job"}),
+        definition=stored_json(stored, "the sweep's definition", max_bytes),
         base_job_id=definition.base_job,
         created_at=now,
         updated_at=now,

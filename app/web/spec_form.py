@@ -1,5 +1,6 @@
-"""The new-job form's YAML: parsed and validated as the API's JSON is (`parse_spec`), with
-each problem placed at the line of its field (admission's refusals too, by `line_of`)."""
+"""The forms' YAML: read with the limits the API's JSON has (`read_yaml`); the new-job form's
+parsed and validated as the API's JSON is (`parse_spec`), with each problem placed at the
+line of its field (admission's refusals too, by `line_of`)."""
 
 from __future__ import annotations
 
@@ -31,19 +32,38 @@ class SpecCheck:
     """The document as written (parsed), when it is a spec."""
 
 
-def check_spec_text(text: str) -> SpecCheck:
-    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors."""
+class YamlRefused(ValueError):
+    """A form's YAML that is not read: too long, with aliases, or not YAML; `line` (1-based)
+    where, if known."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def read_yaml(text: str, what: str = "a spec") -> Any:
+    """The document a form's YAML holds, read with the limits the API's JSON has: at most
+    MAX_SPEC_CHARS characters, and no anchors or aliases, which let a short text stand for
+    a huge tree (a "billion laughs"); specs and sweeps never need one."""
     if len(text) > MAX_SPEC_CHARS:
-        return failed("spec", 1, f"a spec has at most {MAX_SPEC_CHARS:,} characters")
+        raise YamlRefused(f"{what} has at most {MAX_SPEC_CHARS:,} characters", 1)
     try:
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
-            # An alias may stand for a huge tree (a "billion laughs"); specs never need one.
-            return failed("spec", None, "YAML anchors and aliases (&name, *name) are not accepted")
-        data = yaml.safe_load(text)
+            raise YamlRefused("YAML anchors and aliases (&name, *name) are not accepted", None)
+        return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error)
-        return failed("spec", None if mark is None else mark.line + 1, f"not valid YAML: {problem}")
+        line = None if mark is None else mark.line + 1
+        raise YamlRefused(f"not valid YAML: {problem}", line) from None
+
+
+def check_spec_text(text: str) -> SpecCheck:
+    """Parse and validate a YAML (or JSON) spec; `spec` is None when there are errors."""
+    try:
+        data = read_yaml(text)
+    except YamlRefused as refused:
+        return failed("spec", refused.line, str(refused))
     if not isinstance(data, dict):
         return failed("spec", 1, f"a spec must be a mapping of groups, got {type(data).__name__}")
     try:

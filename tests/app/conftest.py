@@ -27,7 +27,7 @@ from app.core.encryption import SecretBox, secret_box
 from app.models import Scope
 from app.queue import JobQueue
 from kernel.spec import JobSpec, LoopSpec
-from tests.support import REDIS_URL, temporary_postgres_database
+from tests.support import REDIS_URL, named, temporary_postgres_database
 
 CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
 
@@ -35,14 +35,15 @@ MakeKey = Callable[..., Awaitable[NewKey]]
 
 
 def small_spec(**overrides: Any) -> dict[str, Any]:
-    """A valid spec with an inline dataset; top-level groups can be replaced."""
+    """A valid spec with an inline dataset; top-level groups can be replaced (a student or
+    teacher group given keeps the reference's base_model unless it names one)."""
     spec: dict[str, Any] = {
         "name": "test-job",
         "backend": "local",
         "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
         "loop": {"steps": 3},
     }
-    return spec | overrides
+    return named(spec | overrides)
 
 
 def auth(key: NewKey) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -73,6 +74,32 @@ def test_a_bad_field_is_a_422_that_names_it(service: Service):
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["param"] == "loop.steps" and "loop.steps" in error["message"]
+
+
+def test_what_a_spec_may_contain_is_checked_by_the_running_api(service: Service):
+    """Found against `opd api` on Postgres: `{}` was a 201 (the reference's trio job), a
+    misspelt preset failed only in the worker, and a sweep's Infinity dropped the
+    connection. Each is now a 422 naming the field, and nothing is stored."""
+    headers = {"Authorization": f"Bearer {service.key}", "Content-Type": "application/json"}
+    sweep = {
+        "name": "inf",
+        "base": tiny_spec(),
+        "parameters": {"optim.grad_clip_norm": {"values": [1.0, float("inf")]}},
+        "method": "grid",
+        "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+    }
+    misspelt = tiny_spec() | {"teacher": {"base_model": "tiny-teachr"}}
+    for path, body, param, says in (
+        ("/v1/jobs", {}, "backend", "student: Field required"),
+        ("/v1/jobs", misspelt, "teacher.base_model", "did you mean tiny-teacher?"),
+        ("/v1/sweeps", sweep, "parameters.optim.grad_clip_norm.values.1", "not JSON numbers"),
+    ):
+        response = httpx.post(f"{service.url}{path}", content=json.dumps(body), headers=headers)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["param"] == param and says in error["message"], error
+    for listing in ("/v1/jobs", "/v1/sweeps"):
+        assert httpx.get(f"{service.url}{listing}", headers=headers).json()["data"] == []
 
 
 def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):

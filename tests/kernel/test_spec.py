@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import math
+import typing
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
+from kernel.merge_patch import dotted_patch, merge_patch
 from kernel.spec import (
     DEFAULT_QUESTION_SUFFIX,
     JobSpec,
@@ -14,6 +20,7 @@ from kernel.spec import (
     parse_spec,
     unlisted_tracker,
 )
+from tests.support import REFERENCE_NAMES, named
 
 EXAMPLES = sorted(
     path
@@ -23,7 +30,7 @@ EXAMPLES = sorted(
 
 
 def test_defaults_are_the_reference_scripts_defaults():
-    spec = JobSpec()
+    spec = JobSpec.model_validate(named({}))
     assert (spec.student.base_model, spec.student.lora_rank, spec.student.seed) == (
         "Qwen/Qwen3.5-4B",
         32,
@@ -75,12 +82,12 @@ def test_defaults_are_the_reference_scripts_defaults():
 )
 def test_a_bad_spec_names_its_field(data, field):
     with pytest.raises(SpecError, match=rf"^{field}[.:]"):
-        parse_spec(data)
+        parse_spec(named(data))
 
 
 def test_spec_files_are_yaml_or_json(tmp_path):
-    (tmp_path / "a.yaml").write_text("name: a\nloop: {steps: 3}\n")
-    (tmp_path / "b.json").write_text('{"name": "b", "loop": {"steps": 4}}')
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(named({"name": "a", "loop": {"steps": 3}})))
+    (tmp_path / "b.json").write_text(json.dumps(named({"name": "b", "loop": {"steps": 4}})))
     (tmp_path / "c.yaml").write_text("- not a mapping\n")
     assert load_spec(tmp_path / "a.yaml").loop.steps == 3
     assert load_spec(tmp_path / "b.json").loop.steps == 4
@@ -106,14 +113,87 @@ def test_every_example_spec_is_valid(example):
 )
 def test_an_mlflow_tracker_is_an_http_server_named_without_credentials(uri, problem):
     with pytest.raises(SpecError, match=r"trackers\.mlflow\.tracking_uri") as raised:
-        parse_spec({"trackers": {"mlflow": {"tracking_uri": uri}}})
+        parse_spec(named({"trackers": {"mlflow": {"tracking_uri": uri}}}))
     assert problem in str(raised.value)
 
 
 def test_only_the_listed_mlflow_servers_are_allowed():
-    spec = parse_spec({"trackers": {"mlflow": {"tracking_uri": "http://mlflow:5000/"}}})
+    spec = parse_spec(named({"trackers": {"mlflow": {"tracking_uri": "http://mlflow:5000/"}}}))
     assert spec.trackers.mlflow.experiment == "opd" and spec.trackers.mlflow.run_name is None
     assert unlisted_tracker(spec, ["http://mlflow:5000"]) is None
     assert "none are" in unlisted_tracker(spec, [])
     assert "http://other:5000" in unlisted_tracker(spec, ["http://other:5000"])
-    assert unlisted_tracker(parse_spec({}), []) is None
+    assert unlisted_tracker(parse_spec(named({})), []) is None
+
+
+def test_a_spec_names_what_it_trains():
+    with pytest.raises(SpecError) as empty:
+        parse_spec({})
+    assert [path for path, _ in empty.value.problems] == [
+        "backend",
+        "student",
+        "teacher",
+        "dataset",
+    ]
+    with pytest.raises(SpecError, match=r"^student\.base_model: Field required"):
+        parse_spec(named({"student": {"lora_rank": 8}}) | {"student": {"lora_rank": 8}})
+    with pytest.raises(SpecError, match=r"^teachers\.a\.base_model: Field required"):
+        parse_spec(named({"teachers": {"a": {"weight": 2}}}))
+
+
+def test_the_reference_job_is_an_example_file():
+    reference = load_spec(Path(__file__).parents[2] / "examples" / "deepmath-trio.yaml")
+    assert reference.backend == REFERENCE_NAMES["backend"]
+    assert reference.student.base_model == REFERENCE_NAMES["student"]["base_model"]
+    assert reference.teacher.base_model == REFERENCE_NAMES["teacher"]["base_model"]
+    assert reference.dataset.source == REFERENCE_NAMES["dataset"]["source"]
+
+
+def float_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """The dotted path of every float field under `model`'s groups (not inside unions)."""
+    paths = []
+    for name, field in model.model_fields.items():
+        kinds = typing.get_args(field.annotation) or (field.annotation,)
+        for kind in kinds:
+            if kind is float:
+                paths.append(f"{prefix}{name}")
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                paths.extend(float_fields(kind, f"{prefix}{name}."))
+    return paths
+
+
+FLOAT_FIELDS = float_fields(JobSpec)
+
+
+def test_every_float_field_is_found():
+    some = {"optim.grad_clip_norm", "loop.loss_fn_config.beta", "trio.call_retry_delay_seconds"}
+    assert some <= set(FLOAT_FIELDS)
+
+
+def with_value(path: str, value: float) -> dict[str, object]:
+    """A valid spec but for `value` at `path` (a loss whose options `path` may set)."""
+    loss = "dro" if path.endswith(".beta") else "ppo"
+    return named(merge_patch({"loop": {"loss_fn": loss}}, dotted_patch({path: value})))
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan], ids=str)
+@pytest.mark.parametrize("path", FLOAT_FIELDS)
+def test_every_float_field_refuses_a_non_finite_number(path, value):
+    """JSON has no NaN or Infinity (Postgres refuses them in a JSON column); Python's json
+    and YAML's .inf / .nan make them."""
+    with pytest.raises(SpecError) as refused:
+        parse_spec(with_value(path, value))
+    assert refused.value.problems == [(path, "Input should be a finite number")]
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan], ids=str)
+def test_a_teachers_or_a_datasets_weight_refuses_a_non_finite_number(value):
+    teachers = {"a": {"base_model": "org/a", "weight": value}}
+    datasets = [{"name": "d", "source": "inline", "prompts": ["q"], "weight": value}]
+    for groups, path in (
+        ({"teachers": teachers}, "teachers.a.weight"),
+        ({"datasets": datasets}, "datasets.0.inline.weight"),
+    ):
+        with pytest.raises(SpecError) as refused:
+            parse_spec(named(groups))
+        assert refused.value.problems == [(path, "Input should be a finite number")]

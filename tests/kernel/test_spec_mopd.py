@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kernel.spec import SpecError, parse_spec
+from tests.support import named
 
 
 def inline(name: str, **extra: Any) -> dict[str, Any]:
@@ -19,7 +20,7 @@ ROUTED = [inline("add", teacher="add"), inline("mul", teacher="mul")]
 
 
 def spec(**groups: Any) -> dict[str, Any]:
-    return {"backend": "local", "loop": {"batch_size": 4}, **groups}
+    return named({"backend": "local", "loop": {"batch_size": 4}, **groups})
 
 
 def problems(data: dict[str, Any]) -> list[tuple[str, str]]:

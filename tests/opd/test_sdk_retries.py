@@ -26,6 +26,7 @@ from opd.sdk import (
     ServerError,
     ValidationError,
 )
+from tests.support import named
 
 FAST = Retries(attempts=3, backoff=Backoff(initial=0.01, cap=0.05))
 KEYS = (200, {}, {"data": []})
@@ -141,7 +142,7 @@ def test_a_job_is_submitted_as_written_so_a_retry_survives_an_upgrade(serve):
     """Defaults are the service's to fill, not part of the request: the same key and spec
     are the same request after either side gains a field with a default."""
     server = serve(failure(503, "database_unavailable"), failure(422, "invalid_request"))
-    written = {"name": "mine", "loop": {"steps": 3}}
+    written = named({"name": "mine", "loop": {"steps": 3}})
     with Client(server.url, "k", retries=FAST) as client, pytest.raises(ValidationError):
         client.jobs.create(parse_spec(written), idempotency_key="retry-1")
     assert server.bodies == [written, written]

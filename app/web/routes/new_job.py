@@ -15,6 +15,7 @@ from fastapi.responses import RedirectResponse
 from app.admission import SpecRefused
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.continuation import editable
+from app.store.errors import TooLargeToStore
 from app.store.jobs import Idempotency
 from app.store.limits import QueueFull
 from app.store.rows import get_job
@@ -104,4 +105,7 @@ async def submit_job(
         return form_page(request, viewer, text, key, errors, status_code=422)
     except QueueFull as full:
         raise WebError(429, f"Not submitted: {full}.") from None
+    except TooLargeToStore as error:
+        errors = [FieldError("spec", None, str(error))]
+        return form_page(request, viewer, text, key, errors, status_code=422)
     return RedirectResponse(f"/ui/jobs/{result.job.id}", status_code=303)

@@ -15,12 +15,13 @@ from app.api.deps import MAX_ID, SessionDep, SettingsDep
 from app.api.routes.sweeps import SweepId
 from app.models import Scope, SweepCreate, SweepDetail, SweepStatus, TrialPublic
 from app.store.audit import record_audit
-from app.store.errors import JobNotFound
+from app.store.errors import JobNotFound, TooLargeToStore
 from app.store.rows import get_job
 from app.store.sweeps import cancel_sweep, list_sweeps, read_sweep
 from app.submission import DASHBOARD, submit_definition
 from app.web.charts import MAX_POINTS
 from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
+from app.web.spec_form import YamlRefused, read_yaml
 from app.web.templating import render
 from kernel.spec import format_validation_error
 
@@ -103,16 +104,19 @@ async def submit_sweep(
     form again with the message. Needs the `submit` scope; audited."""
     text = form.get("definition", "")
     try:
-        body = SweepCreate.model_validate(yaml.safe_load(text))
+        body = SweepCreate.model_validate(read_yaml(text, "a sweep"))
         sweep = await submit_definition(session, viewer, body, settings, DASHBOARD)
-    except yaml.YAMLError as error:
-        return form_page(request, viewer, text, f"Not valid YAML: {error}")
+    except YamlRefused as refused:
+        where = "" if refused.line is None else f" (line {refused.line})"
+        return form_page(request, viewer, text, f"{refused}{where}")
     except ValidationError as error:
         return form_page(request, viewer, text, format_validation_error(error))
     except SpecRefused as error:
         return form_page(request, viewer, text, str(error))
     except JobNotFound as error:
         return form_page(request, viewer, text, f"base_job: {error}")
+    except TooLargeToStore as error:
+        return form_page(request, viewer, text, str(error))
     return RedirectResponse(f"/ui/sweeps/{sweep.id}", status_code=303)
 
 

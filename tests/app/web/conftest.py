@@ -14,6 +14,10 @@ from app.auth import NewKey
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 SignIn = Callable[[NewKey], Awaitable[httpx.Response]]
+NAMED_YAML = (
+    "backend: local\nstudent: {base_model: tiny-student}\nteacher: {base_model: tiny-teacher}\n"
+)
+"""What a spec must name (backend and models), to follow a test's own YAML."""
 
 
 def csrf_of(page: httpx.Response) -> str:

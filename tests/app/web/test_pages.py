@@ -15,7 +15,7 @@ from app.store.jobs import claim_job
 from app.store.records import record_checkpoint, record_samples, record_step
 from kernel.samples import KeptSample
 from tests.app.conftest import auth, small_spec, upgraded_spec
-from tests.app.web.conftest import csrf_of, post_form
+from tests.app.web.conftest import NAMED_YAML, csrf_of, post_form
 
 WORKER = "worker-web"
 
@@ -275,7 +275,7 @@ async def test_new_job_idempotency_key_makes_one_job_of_a_double_submit(
 ):
     await sign_in(key)
     page = await client.get("/ui/new")
-    text = "name: twice\nbackend: local\ndataset: {source: inline, prompts: [hi]}\n"
+    text = "name: twice\ndataset: {source: inline, prompts: [hi]}\n" + NAMED_YAML
     first = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
     again = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
     assert first.status_code == again.status_code == 303
@@ -293,7 +293,7 @@ async def test_new_job_idempotency_key_makes_one_job_of_a_double_submit(
 async def test_new_job_resubmitted_after_an_upgrade_is_the_same_job(client, key, sign_in):
     await sign_in(key)
     page = await client.get("/ui/new")
-    text = "name: upgraded\nbackend: local\ndataset: {source: inline, prompts: [hi]}\n"
+    text = "name: upgraded\ndataset: {source: inline, prompts: [hi]}\n" + NAMED_YAML
     first = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
     with upgraded_spec():
         again = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
@@ -304,7 +304,7 @@ async def test_new_job_resubmitted_after_an_upgrade_is_the_same_job(client, key,
 async def test_new_job_refuses_a_dataset_outside_the_data_root(client, key, sign_in):
     await sign_in(key)
     page = await client.get("/ui/new")
-    text = "name: esc\nbackend: local\ndataset: {source: file, path: ../../etc/passwd}\n"
+    text = "name: esc\ndataset: {source: file, path: ../../etc/passwd}\n" + NAMED_YAML
     response = await post_form(client, "/ui/new", page, spec=text, idempotency_key="k-esc")
     assert response.status_code == 422
     assert 'data-field="dataset.path"' in response.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.web.spec_form import check_spec_text
+from tests.app.web.conftest import NAMED_YAML
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = (ROOT / "examples" / "tiny.yaml").read_text()
@@ -29,9 +30,9 @@ def test_each_error_names_its_field_and_line():
 
 
 def test_a_missing_field_points_at_its_group_and_a_list_item_at_its_line():
-    missing = check_spec_text("name: x\ndataset:\n  source: inline\n")
+    missing = check_spec_text("name: x\ndataset:\n  source: inline\n" + NAMED_YAML)
     assert [(e.field, e.line) for e in missing.errors] == [("dataset.inline.prompts", 2)]
-    text = "name: x\ndataset:\n  source: inline\n  prompts:\n    - ok\n    - ''\n"
+    text = "name: x\ndataset:\n  source: inline\n  prompts:\n    - ok\n    - ''\n" + NAMED_YAML
     empty = check_spec_text(text)
     assert [(e.field, e.line) for e in empty.errors] == [("dataset.inline.prompts.1", 6)]
 
@@ -42,3 +43,13 @@ def test_bad_yaml_aliases_and_non_mappings_are_errors_not_crashes():
     bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
     assert "aliases" in check_spec_text(bomb).errors[0].message
     assert "at most" in check_spec_text("#" * 300_000).errors[0].message
+
+
+def test_a_non_finite_number_is_an_error_at_its_line():
+    text = TINY.replace("learning_rate: 1.0e-3", "learning_rate: .nan")
+    [error] = check_spec_text(text).errors
+    assert (error.field, error.message) == (
+        "optim.learning_rate",
+        "Input should be a finite number",
+    )
+    assert text.splitlines()[error.line - 1].strip() == "learning_rate: .nan"

@@ -10,7 +10,7 @@ import re
 import yaml
 
 from app.models import Scope
-from tests.app.conftest import auth
+from tests.app.conftest import auth, small_spec
 from tests.app.web.conftest import post_form
 
 TEXTAREA = re.compile(r'<textarea name="definition"[^>]*>(.*?)</textarea>', re.S)
@@ -35,7 +35,7 @@ async def test_a_sweep_from_a_job_is_checked_then_created(client, key, sign_in, 
     assert named.status_code == 422
     assert "parameters.teacher.init_from.path: only init_from.job" in html.unescape(named.text)
     broken = await post_form(client, "/ui/sweeps/new", form, definition="name: [")
-    assert broken.status_code == 422 and "Not valid YAML" in broken.text
+    assert broken.status_code == 422 and "not valid YAML" in broken.text
     assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
 
     created = await post_form(client, "/ui/sweeps/new", form, definition=yaml.safe_dump(definition))
@@ -54,10 +54,7 @@ async def test_a_read_key_sees_the_page_but_cannot_cancel(client, key, make_key,
             "/v1/sweeps",
             json={
                 "name": "looked-at",
-                "base": {
-                    "backend": "local",
-                    "dataset": {"source": "inline", "prompts": ["1 + 1?"]},
-                },
+                "base": small_spec(),
                 "parameters": {"optim.learning_rate": {"values": [1e-3]}},
                 "method": "grid",
                 "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
@@ -77,3 +74,27 @@ async def test_a_read_key_sees_the_page_but_cannot_cancel(client, key, make_key,
     await sign_in(stranger)
     assert (await client.get(f"/ui/sweeps/{sweep['id']}")).status_code == 404
     assert "looked-at" not in (await client.get("/ui/sweeps")).text
+
+
+async def test_the_sweep_form_reads_yaml_with_the_apis_limits(client, key, sign_in, submit):
+    """An alias can stand for a huge tree: 58 KB of them became a 100 MB definition that
+    every GET /v1/sweeps then answered. Aliases, an overlong text and non-finite numbers
+    are refused; nothing is stored."""
+    job = await submit()
+    await sign_in(key)
+    form = await client.get(f"/ui/sweeps/new?base_job={job['id']}")
+    definition = yaml.safe_load(html.unescape(TEXTAREA.search(form.text).group(1)))
+    aliased = yaml.safe_dump(definition | {"parameters": {}}).replace(
+        "parameters: {}",
+        "parameters:\n  metadata.a: {values: &v [x, y]}\n  metadata.b: {values: *v}",
+    )
+    assert yaml.safe_load(aliased)["parameters"]["metadata.b"] == {"values": ["x", "y"]}
+    infinite = definition | {"parameters": {"optim.grad_clip_norm": {"values": [float("inf")]}}}
+    for text, says in (
+        (aliased, "YAML anchors and aliases (&amp;name, *name) are not accepted"),
+        ("#" * 200_001, "a sweep has at most 200,000 characters"),
+        (yaml.safe_dump(infinite), "Input should be a finite number"),
+    ):
+        refused = await post_form(client, "/ui/sweeps/new", form, definition=text)
+        assert refused.status_code == 422 and says in refused.text, refused.text[-2000:]
+    assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []

@@ -8,6 +8,7 @@ import pytest
 
 from kernel.errors import OPDError
 from kernel.spec import ArithmeticDataset, SpecError, parse_spec
+from tests.support import named
 from worker.engine.arithmetic import held_out_problems, nth_problem, training_problems
 from worker.engine.datasets import load_holdout, load_prompts
 
@@ -65,7 +66,7 @@ def test_held_out_prompts_never_meet_the_pool_and_carry_answers(tmp_path: Path) 
 
 
 def test_the_spec_names_the_source_and_checks_its_options() -> None:
-    spec = parse_spec({"dataset": {"source": "arithmetic", "ops": ["mul"], "count": 10}})
+    spec = parse_spec(named({"dataset": {"source": "arithmetic", "ops": ["mul"], "count": 10}}))
     assert isinstance(spec.dataset, ArithmeticDataset)
     assert "\\boxed{}" in spec.dataset.question_suffix
     for bad, field in (
@@ -76,5 +77,5 @@ def test_the_spec_names_the_source_and_checks_its_options() -> None:
         ({"count": 0}, "dataset.arithmetic.count"),
     ):
         with pytest.raises(SpecError) as caught:
-            parse_spec({"dataset": {"source": "arithmetic", **bad}})
+            parse_spec(named({"dataset": {"source": "arithmetic", **bad}}))
         assert field in [path for path, _ in caught.value.problems], caught.value.problems

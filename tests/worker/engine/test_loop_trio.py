@@ -13,7 +13,7 @@ from kernel.errors import BackendFailure, TokenizerMismatch
 from kernel.spec import FileDataset, JobSpec, SpecError, TrioBackendSpec, parse_spec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
-from tests.support import assert_close
+from tests.support import assert_close, named
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.trio import connect_trio
 from worker.engine.datasets import Prompts
@@ -26,6 +26,7 @@ PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
 def make_spec(**loop: Any) -> JobSpec:
     return JobSpec.model_validate(
         {
+            "backend": "trio",
             "student": {"base_model": "student/model", "lora_rank": 8},
             "teacher": {"base_model": "teacher/model"},
             "dataset": {"source": "inline", "prompts": PROMPTS, "question_suffix": "Box it."},
@@ -300,7 +301,7 @@ async def test_every_policy_loss_reaches_the_backend_with_its_options(loss_fn, c
 
 def test_cross_entropy_is_refused_for_opd_datums() -> None:
     with pytest.raises(SpecError, match=r"loop\.loss_fn"):
-        parse_spec({"loop": {"loss_fn": "cross_entropy"}})
+        parse_spec(named({"loop": {"loss_fn": "cross_entropy"}}))
 
 
 async def test_every_step_says_where_its_time_went() -> None:

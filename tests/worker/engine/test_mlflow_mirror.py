@@ -5,6 +5,7 @@ against a real `mlflow server`.)"""
 from __future__ import annotations
 
 from kernel.spec import MlflowSpec, parse_spec
+from tests.support import named
 from worker.engine.mlflow_mirror import MAX_VALUE_CHARS, MlflowSink, mlflow_key, spec_params
 
 TRACKER = MlflowSpec(tracking_uri="http://127.0.0.1:1")
@@ -22,11 +23,13 @@ def test_names_mlflow_refuses_are_spelled_so_it_accepts_them():
 
 def test_the_spec_goes_over_flattened_with_long_values_cut():
     spec = parse_spec(
-        {
-            "loop": {"steps": 30},
-            "dataset": {"source": "inline", "prompts": ["x" * 7000]},
-            "metadata": {"owner": "ana"},
-        }
+        named(
+            {
+                "loop": {"steps": 30},
+                "dataset": {"source": "inline", "prompts": ["x" * 7000]},
+                "metadata": {"owner": "ana"},
+            }
+        )
     )
     params = spec_params(spec)
     assert params["loop.steps"] == "30" and params["loop.kl_discount_factor"] == "0.0"

@@ -36,6 +36,7 @@ def make_spec(mixture: str = "route", **loop: Any) -> JobSpec:
     routed = mixture == "route"
     return JobSpec.model_validate(
         {
+            "backend": "trio",
             "student": {"base_model": "student/model", "lora_rank": 8},
             "teachers": {
                 "add": {"base_model": TEACHERS["add"], "weight": 1.0},

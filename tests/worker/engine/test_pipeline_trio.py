@@ -23,6 +23,7 @@ PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?", "What is 2 * 5?", 
 def make_spec(**loop: Any) -> JobSpec:
     return JobSpec.model_validate(
         {
+            "backend": "trio",
             "student": {"base_model": "student/model", "lora_rank": 8},
             "teacher": {"base_model": "teacher/model"},
             "dataset": {"source": "inline", "prompts": PROMPTS, "question_suffix": "Box it."},

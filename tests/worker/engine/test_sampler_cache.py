@@ -13,12 +13,13 @@ import pytest
 
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
+from tests.support import named
 from worker.engine.backends import connect
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.sampler_cache import SamplerCache
 
-SPEC = JobSpec.model_validate({"backend": "local", "local": {"device": "cpu"}})
+SPEC = JobSpec.model_validate(named({"backend": "local", "local": {"device": "cpu"}}))
 STUDENT, TEACHER = "tiny-student", "tiny-teacher"
 
 

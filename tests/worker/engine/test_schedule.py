@@ -11,6 +11,7 @@ from pytrio.types import ModelInput, SamplingParams
 
 from kernel.spec import LoopSpec, SpecError, parse_spec
 from tests.fakes.trio import FakeServiceClient
+from tests.support import named
 from worker.engine.rollouts import sample_and_score
 from worker.engine.schedule import (
     kept_for_a_save,
@@ -74,10 +75,10 @@ def test_each_step_samples_with_a_seed_of_its_own():
 
 def test_off_policy_needs_a_refresh_every_step():
     with pytest.raises(SpecError, match="sampler_refresh_steps: 1"):
-        parse_spec({"loop": {"max_steps_off_policy": 1, "sampler_refresh_steps": 2}})
+        parse_spec(named({"loop": {"max_steps_off_policy": 1, "sampler_refresh_steps": 2}}))
     with pytest.raises(SpecError, match="max_steps_off_policy"):
-        parse_spec({"loop": {"max_steps_off_policy": 9}})
-    assert parse_spec({}).loop.max_steps_off_policy == 0
+        parse_spec(named({"loop": {"max_steps_off_policy": 9}}))
+    assert parse_spec(named({})).loop.max_steps_off_policy == 0
 
 
 def batch_of(tokens: tuple[int, ...]) -> str:

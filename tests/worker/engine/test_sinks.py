@@ -12,6 +12,8 @@ SPEC = JobSpec.model_validate(
     {
         "name": "sink-test",
         "backend": "local",
+        "student": {"base_model": "tiny-student"},
+        "teacher": {"base_model": "tiny-teacher"},
         "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
         "swanlab": {"enabled": True, "mode": "offline", "project": "opd-tests"},
     }

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.models import AuditEntry
 from tests.app.conftest import auth, serve, small_spec
-from tests.app.web.conftest import post_form
+from tests.app.web.conftest import NAMED_YAML, post_form
 
 HOOK = {"url": "https://hooks.example.com/opd", "events": ["job.succeeded"]}
 
@@ -104,7 +104,7 @@ async def test_without_its_audit_row_the_dashboard_neither_cancels_nor_submits(a
     job = (await api.post("/v1/jobs", json=small_spec(), headers=auth(key))).json()
     await post_form(api, "/ui/sign-in", await api.get("/ui/sign-in"), key=key.key)
     job_page, new_page = await api.get(f"/ui/jobs/{job['id']}"), await api.get("/ui/new")
-    spec = "name: web\nbackend: local\ndataset: {source: inline, prompts: [hi]}\n"
+    spec = "name: web\ndataset: {source: inline, prompts: [hi]}\n" + NAMED_YAML
     async with refused(sessions, "audit_log", "INSERT"):
         cancelled = await post_form(api, f"/ui/jobs/{job['id']}/cancel", job_page)
         submitted = await post_form(api, "/ui/new", new_page, spec=spec, idempotency_key="k")

@@ -6,6 +6,7 @@ from typing import Any
 
 from kernel.spec import JobSpec
 from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
+from tests.support import named
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.datasets import Prompts
 from worker.engine.loop import RunResult, run_loop
@@ -15,18 +16,20 @@ def live_spec(**groups: Any) -> JobSpec:
     """One prompt, one completion of at most 16 tokens, one step; `groups` add the backend
     and the models."""
     return JobSpec.model_validate(
-        {
-            "name": "opd-live-test",
-            "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
-            "sampling": {"max_tokens": 16},
-            "loop": {
-                "steps": 1,
-                "batch_size": 1,
-                "group_size": 1,
-                "save_weights_name": "opd-live-test",
-            },
-        }
-        | groups
+        named(
+            {
+                "name": "opd-live-test",
+                "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
+                "sampling": {"max_tokens": 16},
+                "loop": {
+                    "steps": 1,
+                    "batch_size": 1,
+                    "group_size": 1,
+                    "save_weights_name": "opd-live-test",
+                },
+            }
+            | groups
+        )
     )
 
 

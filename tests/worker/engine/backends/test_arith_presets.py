@@ -12,12 +12,12 @@ import pytest
 import pytest_asyncio
 import torch
 
+from kernel.model_names import TRAINED_PRESETS
 from kernel.spec import ArithmeticDataset, LocalBackendSpec
 from worker.engine.arithmetic import training_problems
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.local.trained import (
-    TRAINED_PRESETS,
     WEIGHTS_DIR,
     PresetCorrupt,
     read_manifest,

@@ -26,7 +26,7 @@ from kernel.spec import JobSpec
 from tests.fakes import tinker as tinker_fake
 from tests.fakes import trio as trio_fake
 from tests.fakes.faults import fail_first
-from tests.support import assert_close
+from tests.support import assert_close, named
 from worker.engine.backends import connect
 from worker.engine.backends.contract import (
     SamplingClient,
@@ -60,12 +60,14 @@ class Harness:
 
 def spec_for(backend: str) -> JobSpec:
     return JobSpec.model_validate(
-        {
-            "backend": backend,
-            "local": {"device": "cpu"},
-            "trio": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
-            "tinker": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
-        }
+        named(
+            {
+                "backend": backend,
+                "local": {"device": "cpu"},
+                "trio": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
+                "tinker": {"call_attempts": 2, "call_retry_delay_seconds": 0.001},
+            }
+        )
     )
 
 

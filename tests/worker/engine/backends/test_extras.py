@@ -30,7 +30,8 @@ from tests.fakes.sinks import RecordingSink
 from worker.engine.loop import run_job
 
 dataset = {"source": "inline", "prompts": ["a"]}
-spec = JobSpec.model_validate({"backend": "tinker", "dataset": dataset})
+models = {"student": {"base_model": "org/s"}, "teacher": {"base_model": "org/t"}}
+spec = JobSpec.model_validate({"backend": "tinker", "dataset": dataset, **models})
 try:
     asyncio.run(run_job(spec, RecordingSink(), artifact_dir=sys.argv[1], data_root=sys.argv[1]))
 except OPDError as error:

@@ -22,6 +22,7 @@ from tinker.types import RequestErrorCategory
 from kernel.errors import OPDError, ResultLost
 from kernel.spec import JobSpec
 from tests.fakes import tinker as fake
+from tests.support import named
 from tests.worker.engine.backends.live import live_spec, one_tiny_step
 from worker.engine.backends import connect
 from worker.engine.datums import build_opd_datum
@@ -33,7 +34,7 @@ REQUEST = httpx.Request("POST", "https://tinker.example/api/v1/asample")
 
 def spec(**tinker_options: Any) -> JobSpec:
     options = {"call_attempts": 2, "call_retry_delay_seconds": 0.001} | tinker_options
-    return JobSpec.model_validate({"backend": "tinker", "tinker": options})
+    return JobSpec.model_validate(named({"backend": "tinker", "tinker": options}))
 
 
 def connected(monkeypatch: pytest.MonkeyPatch, service: fake.FakeServiceClient, **options: Any):

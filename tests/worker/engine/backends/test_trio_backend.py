@@ -12,8 +12,9 @@ from pytrio.errors.auth import AuthError
 from pytrio.errors.base import PyTrioError
 
 from kernel.errors import OPDError
-from kernel.spec import JobSpec, TrioBackendSpec
+from kernel.spec import TrioBackendSpec
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
+from tests.support import REFERENCE_NAMES
 from tests.worker.engine.backends.live import live_spec, one_tiny_step
 from worker.engine.backends.trio import connect_trio
 
@@ -100,6 +101,8 @@ def test_session_failures_carry_a_code(monkeypatch, error: PyTrioError, code: st
 )
 @pytest.mark.timeout(1800)
 async def test_one_tiny_step_against_the_real_service() -> None:
-    spec = live_spec(student={"lora_rank": 4}, teacher={"base_model": JobSpec().student.base_model})
+    spec = live_spec(
+        student={"lora_rank": 4}, teacher={"base_model": REFERENCE_NAMES["student"]["base_model"]}
+    )
 
     await one_tiny_step(spec, connect_trio(spec.trio))

@@ -24,6 +24,7 @@ def make_spec(eval_group: dict[str, Any] | None = None, **loop: Any) -> JobSpec:
     held_out = {"source": "inline", "prompts": EVAL_PROMPTS, "answers": ["4", "9"]}
     return JobSpec.model_validate(
         {
+            "backend": "trio",
             "student": {"base_model": "student/model", "lora_rank": 8},
             "teacher": {"base_model": "teacher/model"},
             "dataset": {"source": "inline", "prompts": PROMPTS},

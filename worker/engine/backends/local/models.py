@@ -17,11 +17,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from kernel.datapaths import is_model_path
 from kernel.errors import OPDError
+from kernel.model_names import PRESETS, TINY_PRESETS, TRAINED_PRESETS
 from kernel.spec import LocalBackendSpec
-from worker.engine.backends.local.presets import PRESETS, tiny_model, tiny_tokenizer
-from worker.engine.backends.local.trained import TRAINED_PRESETS, trained_model
-
-BUILT_IN = (*PRESETS, *TRAINED_PRESETS)
+from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
+from worker.engine.backends.local.trained import trained_model
 
 
 class ModelNotFound(OPDError):
@@ -59,7 +58,7 @@ def resolve_placement(spec: LocalBackendSpec) -> Placement:
 
 
 def load_tokenizer(base_model: str) -> Any:
-    if base_model in BUILT_IN:
+    if base_model in PRESETS:
         return tiny_tokenizer()
     folder = located(base_model)
     try:
@@ -70,7 +69,7 @@ def load_tokenizer(base_model: str) -> Any:
 
 def load_model(base_model: str, dtype: torch.dtype) -> PreTrainedModel:
     """The base model on the CPU in `dtype`, in eval mode (no dropout: training is exact)."""
-    if base_model in PRESETS:
+    if base_model in TINY_PRESETS:
         return tiny_model(base_model).to(dtype)
     if base_model in TRAINED_PRESETS:
         return trained_model(base_model).to(dtype)
@@ -102,5 +101,5 @@ def not_found(base_model: str, reason: object) -> ModelNotFound:
     return ModelNotFound(
         f"the local backend cannot load {base_model!r}: pass a path to a Hugging Face model "
         f"folder (config, weights and tokenizer), a hub id already in the workers' hub cache, "
-        f"or one of the built-in presets {', '.join(BUILT_IN)} ({reason})"
+        f"or one of the built-in presets {', '.join(PRESETS)} ({reason})"
     )

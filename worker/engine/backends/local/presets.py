@@ -13,9 +13,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-TINY_STUDENT = "tiny-student"
-TINY_TEACHER = "tiny-teacher"
-PRESETS = (TINY_STUDENT, TINY_TEACHER)
+from kernel.model_names import TINY_PRESETS, TINY_TEACHER
+
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
 across threads: a worker's playground loads models while its jobs train."""
@@ -104,8 +103,8 @@ def preset_config(tokenizer: PreTrainedTokenizerFast, **sizes: int | float) -> Q
 
 def tiny_model(name: str) -> Qwen3ForCausalLM:
     """The preset `name` (tiny-student or tiny-teacher), identical on every call."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; presets are {', '.join(PRESETS)}")
+    if name not in TINY_PRESETS:
+        raise ValueError(f"unknown preset {name!r}; presets are {', '.join(TINY_PRESETS)}")
     with SEEDED_INIT, torch.random.fork_rng(devices=[]):
         torch.manual_seed(BASE_SEED)
         model = Qwen3ForCausalLM(preset_config(tiny_tokenizer()))

@@ -20,11 +20,6 @@ from transformers import Qwen3ForCausalLM
 from kernel.errors import OPDError
 from worker.engine.backends.local.presets import SEEDED_INIT, preset_config, tiny_tokenizer
 
-ARITH_TEACHER = "arith-teacher"
-ARITH_STUDENT = "arith-student"
-ARITH_TEACHER_ADD = "arith-teacher-add"
-ARITH_TEACHER_MUL = "arith-teacher-mul"
-TRAINED_PRESETS = (ARITH_TEACHER, ARITH_STUDENT, ARITH_TEACHER_ADD, ARITH_TEACHER_MUL)
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 MANIFEST = "manifest.json"
 STORED_DTYPE = torch.float16

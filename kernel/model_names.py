@@ -1,0 +1,74 @@
+"""What a spec may name as a model: the local backend's built-in presets (this list is the one
+the backend builds them from), a hub id (`org/name`), or, on the local backend, a folder.
+
+The service refuses any other name when a spec is submitted, with the nearest preset named,
+instead of letting the worker fail on it with a hub connection error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import TYPE_CHECKING
+
+from kernel.datapaths import is_model_path
+
+if TYPE_CHECKING:
+    from kernel.spec import JobSpec
+
+TINY_STUDENT = "tiny-student"
+TINY_TEACHER = "tiny-teacher"
+TINY_PRESETS = (TINY_STUDENT, TINY_TEACHER)
+"""Made in process from fixed seeds (worker/engine/backends/local/presets.py)."""
+ARITH_TEACHER = "arith-teacher"
+ARITH_STUDENT = "arith-student"
+ARITH_TEACHER_ADD = "arith-teacher-add"
+ARITH_TEACHER_MUL = "arith-teacher-mul"
+TRAINED_PRESETS = (ARITH_TEACHER, ARITH_STUDENT, ARITH_TEACHER_ADD, ARITH_TEACHER_MUL)
+"""Trained on the arithmetic task and shipped as weights (.../local/trained.py)."""
+PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
+REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def is_hub_id(name: str) -> bool:
+    """`org/name`, as the Hugging Face hub, PyTRIO and Tinker name models."""
+    return HUB_ID.match(name) is not None and ".." not in name
+
+
+def nearest_preset(name: str) -> str | None:
+    close = difflib.get_close_matches(name, PRESETS, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def model_name_refusal(backend: str, name: str) -> str | None:
+    """Why `name` names no model `backend` can load, or None. The local backend loads a
+    preset, a hub id or a folder; PyTRIO and Tinker take their models' hub ids."""
+    near = nearest_preset(name)
+    if backend == "local":
+        if name in PRESETS or is_hub_id(name) or is_model_path(name):
+            return None
+        hint = f"did you mean {near}?" if near else f"the presets are {', '.join(PRESETS)}"
+        return (
+            f"{name!r} is no built-in preset, hub id (org/name) or model folder (an absolute "
+            f"path); {hint}"
+        )
+    if is_hub_id(name):
+        return None
+    refusal = f"{backend} takes a model's hub id (org/name, e.g. {REMOTE_EXAMPLE}), not {name!r}"
+    if near:
+        return f"{refusal}; {near} is a preset of backend: local"
+    return refusal
+
+
+def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
+    """(field, why) for each model name of the spec that its backend cannot load."""
+    named = [("student.base_model", spec.student.base_model)]
+    for teacher, teacher_spec in spec.teacher_specs().items():
+        named.append((f"{spec.teacher_field(teacher)}.base_model", teacher_spec.base_model))
+    return [
+        (field, refusal)
+        for field, name in named
+        if (refusal := model_name_refusal(spec.backend, name)) is not None
+    ]
