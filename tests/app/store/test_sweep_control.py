@@ -217,6 +217,7 @@ async def test_a_trial_admission_refuses_ends_failed_and_the_sweep_goes_on(sessi
     queued trial, and once every trial ended the sweep completes."""
     other = await make_key()
     theirs = await trained_weights(session, other.team.id, "trio://fake/theirs")
+    ours = f"trio://fake/{key.team.name}/final"  # no other test's team records it
     loaded = await create_sweep(
         session, key.team.id, stored_grid({"teacher.init_from.path": [theirs.final_weights_path]})
     )
@@ -224,7 +225,7 @@ async def test_a_trial_admission_refuses_ends_failed_and_the_sweep_goes_on(sessi
         session,
         key.team.id,
         stored_grid(
-            {"teacher.model_path": [theirs.final_weights_path, "trio://fake/ours/final"]},
+            {"teacher.model_path": [theirs.final_weights_path, ours]},
             parallel=2,
         ),
     )
@@ -244,7 +245,7 @@ async def test_a_trial_admission_refuses_ends_failed_and_the_sweep_goes_on(sessi
     assert failed.error_message.startswith("teacher.model_path: not weights this team may load")
     assert (queued.status, queued.spec["teacher"]["model_path"]) == (
         JobStatus.queued,
-        "trio://fake/ours/final",
+        ours,
     )
 
 

@@ -210,7 +210,7 @@ async def test_a_spec_or_definition_larger_than_the_cap_is_a_413(capped, key):
     assert error["code"] == "too_large_to_store"
     assert "the spec is" in error["message"] and "OPD_MAX_SPEC_BYTES" in error["message"]
 
-    values = [f"{n:0>40}" for n in range(100)]
+    values = [f"{n:0>200}" for n in range(30)]  # 240 values in all, under OPD_SWEEP_MAX_VALUES
     parameters = {f"metadata.k{i}": {"values": values} for i in range(8)}
     definition = sweep_of(method="random", parameters=parameters)
     assert SMALL_CAP < len(json.dumps(definition)) < 64 * 1024  # under the body limit

@@ -243,17 +243,25 @@ async def test_a_relative_base_model_that_names_a_folder_is_a_path(client, key, 
 async def test_a_name_gets_one_answer_whatever_folders_the_apis_directory_holds(
     client, key, roots, group, tmp_path, monkeypatch
 ):
-    """A name shaped like a hub id is one, whether or not a folder of that name lies in the
-    API's working directory: were it a folder there, the answer would say it exists."""
+    """A name gets the answer its shape gives, whether or not a folder of that name lies in
+    the API's working directory: were it a folder there, the answer would say it exists.
+    `org/name` is a hub id (stored); a bare name that is no preset is refused, alike."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tests").mkdir()
     (tmp_path / "weights" / "qwen").mkdir(parents=True)
-    for here, missing in (("tests", "no-such-xyz"), ("weights/qwen", "weights/no-such-xyz")):
+    for here, missing, status in (
+        ("tests", "no-such-xyz", 422),
+        ("weights/qwen", "weights/no-such-xyz", 201),
+    ):
         answers = [
             await post(client, key, small_spec(**{group: {"base_model": model}}))
             for model in (here, missing)
         ]
-        assert [answer.status_code for answer in answers] == [201, 201], answers[0].text
+        assert [answer.status_code for answer in answers] == [status, status], answers[0].text
+        if status == 422:
+            error, other = (answer.json()["error"] for answer in answers)
+            assert error["message"] == other["message"].replace(missing, here)
+            continue
         spec, other = (answer.json()["spec"] for answer in answers)
         assert spec == other | {group: other[group] | {"base_model": here}}
 
