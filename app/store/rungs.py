@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
@@ -67,13 +67,14 @@ async def points_at(
     return points
 
 
-def judgment(row: SweepRung) -> Judgment:
-    return Judgment(row.rung, row.value, row.kept, row.competing)
+JUDGMENT_COLUMNS = (SweepRung.rung, SweepRung.value, SweepRung.kept, SweepRung.competing)
 
 
-async def latest_judgments(session: AsyncSession, sweep_ids: Sequence[int]) -> dict[int, Judgment]:
-    """Each trial's judgment at its latest rung, by job id (trials not judged left out):
-    one index seek per trial, however many rungs it was judged at."""
+async def latest_judgments(
+    session: AsyncSession, trials: ColumnElement[bool]
+) -> dict[int, Judgment]:
+    """The judgment at its latest rung of each trial (a condition on Job) that has one, by
+    job id: one index seek per trial, however many rungs it was judged at."""
     judged = aliased(SweepRung)
     latest = (
         select(func.max(judged.rung))
@@ -82,11 +83,11 @@ async def latest_judgments(session: AsyncSession, sweep_ids: Sequence[int]) -> d
         .scalar_subquery()
     )
     rows = await session.execute(
-        select(SweepRung)
+        select(SweepRung.job_id, *JUDGMENT_COLUMNS)
         .join(Job, and_(SweepRung.job_id == Job.id, SweepRung.rung == latest))
-        .where(Job.sweep_id.in_(sweep_ids))
+        .where(trials)
     )
-    return {row.job_id: judgment(row) for row in rows.scalars()}
+    return {job_id: Judgment(*judged) for job_id, *judged in rows}
 
 
 async def values_judged_at(session: AsyncSession, sweep_id: int, rung: int) -> list[float | None]:

@@ -109,7 +109,7 @@ async def judge_rungs(
     deadline no further rung is taken up: the next pass carries on from the stored ones."""
     sweep_id = state.sweep.id or 0
     maximize = state.definition.metric.goal == "maximize"
-    latest = await latest_judgments(session, [sweep_id])
+    latest = await latest_judgments(session, Job.sweep_id == sweep_id)
     pending = {
         job.id or 0: pending_rungs(rule, job.total_steps, job.steps_done, latest.get(job.id or 0))
         for job in state.trials
@@ -146,7 +146,7 @@ async def stop_losers(
     if rule is None:
         return []
     await judge_rungs(session, state, rule, deadline)
-    latest = await latest_judgments(session, [state.sweep.id or 0])
+    latest = await latest_judgments(session, Job.sweep_id == state.sweep.id)
     await session.rollback()
     stopped = []
     for job in state.trials:

@@ -8,7 +8,7 @@ no metric point, however long its trials.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -148,40 +148,30 @@ def best_of(trials: Sequence[TrialRow], metric: SweepMetric) -> TrialRow | None:
 
 
 def trial_public(
-    job: Job, definition: SweepCreate, best_so_far: float | None, judged: Judgment | None
+    trial: TrialRow,
+    values: dict[str, Any],
+    definition: SweepCreate,
+    best_so_far: float | None,
+    judged: Judgment | None,
 ) -> TrialPublic:
-    step, value = last_point(job, definition.metric.name) or (None, None)
+    step, value = last_point(trial, definition.metric.name) or (None, None)
     return TrialPublic(
-        number=job.sweep_trial or 0,
-        job_id=job.id or 0,
-        status=JobStatus(job.status),
-        values={path: get_path(job.spec, path) for path in definition.parameters},
+        number=trial.sweep_trial or 0,
+        job_id=trial.id or 0,
+        status=JobStatus(trial.status),
+        values=values,
         metric=value,
         metric_step=step,
         best_so_far=best_so_far,
-        steps_done=job.steps_done,
-        total_steps=job.total_steps,
-        stop_reason=job.stop_reason,
+        steps_done=trial.steps_done,
+        total_steps=trial.total_steps,
+        stop_reason=trial.stop_reason,
         judged=None
         if judged is None
         else RungPublic(
             step=judged.rung, value=judged.value, kept=judged.kept, competing=judged.competing
         ),
     )
-
-
-def trial_view(state: SweepState, judged: Mapping[int, Judgment]) -> list[TrialPublic]:
-    """Every trial with its values and metric; `best_so_far` over the succeeded trials up
-    to it."""
-    metric = state.definition.metric
-    views = []
-    best: float | None = None
-    for job in state.trials:
-        value = comparable(job, metric.name)
-        if value is not None and (best is None or better(value, best, metric.goal == "maximize")):
-            best = value
-        views.append(trial_public(job, state.definition, best, judged.get(job.id or 0)))
-    return views
 
 
 def sweep_fields(
@@ -218,23 +208,6 @@ def sweep_fields(
     }
 
 
-def sweep_view(state: SweepState, judged: Mapping[int, Judgment]) -> SweepDetail:
-    trials = trial_view(state, judged)
-    best = best_of(state.trials, state.definition.metric)
-    shown = next((t for t in trials if t.job_id == (best.id if best else None)), None)
-    return SweepDetail(
-        **sweep_fields(state.sweep, state.definition, state.trials, shown), trials=trials
-    )
-
-
-async def read_sweep(
-    session: AsyncSession, sweep_id: int, team_id: int | None = None
-) -> SweepDetail:
-    """The sweep and every trial: their rows and judgments, no metric read."""
-    state = await read_state(session, await get_sweep(session, sweep_id, team_id))
-    return sweep_view(state, await latest_judgments(session, [sweep_id]))
-
-
 TRIAL_COLUMNS = (
     Job.id,
     Job.sweep_id,
@@ -245,14 +218,51 @@ TRIAL_COLUMNS = (
     Job.stop_reason,
     Job.metric_ends,
 )
+"""What reading a sweep needs of its trials' rows: not their specs, nor any metric point."""
+
+
+def value_column(path: str, index: int) -> Any:
+    """The value at a parameter's dotted path of a trial's spec, read in the database (the
+    spec itself is not read)."""
+    return Job.spec[tuple(path.split("."))].label(f"value_{index}")
+
+
+async def read_sweep(
+    session: AsyncSession, sweep_id: int, team_id: int | None = None
+) -> SweepDetail:
+    """The sweep and every trial, with `best_so_far` over the succeeded trials up to it:
+    three queries (the sweep, its trials' columns with their values, their judgments)."""
+    sweep = await get_sweep(session, sweep_id, team_id)
+    definition = SweepCreate.model_validate(sweep.definition)
+    paths = list(definition.parameters)
+    rows = await session.execute(
+        select(*TRIAL_COLUMNS, *(value_column(path, i) for i, path in enumerate(paths)))
+        .where(Job.sweep_id == sweep_id)
+        .order_by(Job.sweep_trial)
+    )
+    trials = list(rows)
+    judged = await latest_judgments(session, Job.sweep_id == sweep_id)
+    await session.rollback()
+    maximize = definition.metric.goal == "maximize"
+    views = []
+    best: float | None = None
+    for row in trials:
+        value = comparable(row, definition.metric.name)
+        if value is not None and (best is None or better(value, best, maximize)):
+            best = value
+        values = {path: row[len(TRIAL_COLUMNS) + i] for i, path in enumerate(paths)}
+        views.append(trial_public(row, values, definition, best, judged.get(row.id)))
+    top = best_of(trials, definition.metric)
+    shown = next((view for view in views if top is not None and view.job_id == top.id), None)
+    return SweepDetail(**sweep_fields(sweep, definition, trials, shown), trials=views)
 
 
 async def list_sweeps(
     session: AsyncSession, team_id: int | None, after: int | None, limit: int
 ) -> tuple[list[SweepPublic], int | None]:
     """A page of sweeps, newest first, and the cursor of the next page (None: the last).
-    Four queries whatever the page holds: the sweeps, their trials' columns (no spec, no
-    metric), and the best trials with their judgments."""
+    Four queries whatever the page holds: the sweeps, their trials' columns, and the best
+    trials' specs and judgments."""
     query = select(Sweep).order_by(Sweep.id.desc()).limit(limit + 1)
     if team_id is not None:
         query = query.where(Sweep.team_id == team_id)
@@ -273,19 +283,19 @@ async def list_sweeps(
         sweep.id: best_of(trials[sweep.id or 0], definitions[sweep.id].metric) for sweep in shown
     }
     best_ids = [best.id for best in bests.values() if best is not None]
-    jobs = {
-        job.id: detach(session, job)
-        for job in (await session.execute(select(Job).where(Job.id.in_(best_ids)))).scalars()
-    }
-    judged = await latest_judgments(session, [sweep.id or 0 for sweep in shown])
+    specs = dict(
+        (await session.execute(select(Job.id, Job.spec).where(Job.id.in_(best_ids)))).all()
+    )
+    judged = await latest_judgments(session, Job.id.in_(best_ids))
     await session.rollback()
     page = []
     for sweep in shown:
         definition, best = definitions[sweep.id], bests[sweep.id]
         public = None
         if best is not None:
+            values = {path: get_path(specs[best.id], path) for path in definition.parameters}
             value = comparable(best, definition.metric.name)
-            public = trial_public(jobs[best.id], definition, value, judged.get(best.id or 0))
+            public = trial_public(best, values, definition, value, judged.get(best.id or 0))
         page.append(SweepPublic(**sweep_fields(sweep, definition, trials[sweep.id or 0], public)))
     return page, (sweeps[limit - 1].id if len(sweeps) > limit else None)
 

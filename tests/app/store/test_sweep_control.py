@@ -27,6 +27,7 @@ from app.store.rows import get_job
 from app.store.sweep_control import Pass, add_trials, advance, claim_sweeps, judge_rungs
 from app.store.sweeps import create_sweep, get_sweep, read_state, trials_of
 from tests.app.conftest import small_spec
+from tests.app.store.test_sweep_reads import statements
 
 OWNER = "controller-a"
 
@@ -287,3 +288,54 @@ async def expire_lease(session, sweep_id: int) -> None:
         .values(lease_until=utcnow() - timedelta(seconds=1))
     )
     await session.commit()
+
+
+def asha_every_power_of_two() -> SweepCreate:
+    """Two trials of 40 steps, ASHA at steps 4, 8, 16 and 32 (eta 2)."""
+    return random_sweep(parallel=2, max_trials=2).model_copy(
+        update={
+            "base": small_spec(loop={"steps": 40}),
+            "early_stop": EarlyStop(type="asha", min_steps=4, eta=2),
+        }
+    )
+
+
+async def trials_at_step_20(session, sweep_id: int) -> list[int]:
+    job_ids = await running_trials(session, sweep_id, [1.0, 1.0])
+    for job_id in job_ids:
+        await record(session, job_id, range(1, 21), {"opd/reverse_kl_mean": 1.0})
+    return job_ids
+
+
+async def test_a_pass_reads_the_points_at_newly_reached_rungs_only(sessions, session, key):
+    """Caught up at rungs 4, 8 and 16 at once, a pass reads one block of step rows per rung
+    (not the curves); the next pass, with no trial at a new rung, reads no metric at all."""
+    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    await trials_at_step_20(session, sweep.id)
+
+    with statements(sessions) as first:
+        await step(session, sweep.id)
+    reads = [s for s in first if "step_metrics" in s or "metric_summaries" in s]
+    assert len(reads) == 3 and all("BETWEEN" in s for s in reads), reads
+    assert sorted({r[0] for r in (await judgments_by_rung(session, sweep.id))}) == [4, 8, 16]
+    with statements(sessions) as second:
+        await step(session, sweep.id)
+    assert not [s for s in second if "step_metrics" in s or "metric_summaries" in s]
+
+
+async def test_a_pass_past_its_deadline_takes_up_no_further_rung(session, key):
+    """With its time spent after the first rung, each pass judges one rung; the next pass
+    carries on from the stored judgments."""
+    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    await trials_at_step_20(session, sweep.id)
+    for judged in ([4], [4, 8], [4, 8, 16], [4, 8, 16]):
+        assert sweep.id in await claim_sweeps(session, OWNER, 60)
+        await advance(session, sweep.id, OWNER, Limits(), deadline=0.0)
+        assert sorted({r[0] for r in await judgments_by_rung(session, sweep.id)}) == judged
+
+
+async def judgments_by_rung(session, sweep_id: int) -> list[tuple[int, int]]:
+    rows = await session.execute(
+        select(SweepRung.rung, SweepRung.job_id).where(SweepRung.sweep_id == sweep_id)
+    )
+    return [tuple(row) for row in rows]

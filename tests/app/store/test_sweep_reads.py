@@ -43,7 +43,7 @@ async def running_job(session, team_id: int, sweep: tuple[int, int] | None = Non
     return job.id
 
 
-def last_by(rows: list[tuple[int, dict]], key: str, step: int) -> float | None | str:
+def last_by(rows: list[tuple[int, dict]], key: str, step: int) -> float | str | None:
     """The brute-force answer: the last recorded value at or before `step` ("none")."""
     found = [metrics[key] for at, metrics in rows if at <= step and key in metrics]
     return found[-1] if found else "none"
