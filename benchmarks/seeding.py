@@ -1,15 +1,19 @@
 """Filling a database in bulk with what real runs would have left in it: a job's step rows
 under the real metric names, the block summaries and summary points that recording them one
-by one keeps, and sweeps whose trials are such jobs. (Scripts run from this folder and
-import it as `seeding`.)"""
+by one keeps, and sweeps whose trials are such jobs; then running on those trials as their
+workers would. (Scripts run from this folder and import it as `seeding`.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import random
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.synchronize import Event as StopEvent
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +22,11 @@ from psycopg import sql
 from sqlalchemy import insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import create_db_engine, session_factory
 from app.models import (
+    ACTIVE_STATUSES,
     Job,
+    JobAction,
     JobStatus,
     MetricSummary,
     StepMetric,
@@ -28,6 +35,8 @@ from app.models import (
     finite_or_none,
     utcnow,
 )
+from app.store.jobs import complete_job, stop_job
+from app.store.records import record_step
 from app.store.sweeps import create_sweep
 from app.summaries import complete_blocks
 from app.sweep_search import suggest, trial_spec
@@ -37,6 +46,7 @@ from kernel.summary import advance_ends
 ROOT = Path(__file__).resolve().parents[1]
 TINY_SPEC = ROOT / "examples" / "tiny.yaml"
 INSERT_BATCH = 5_000
+SEEDER = "benchmark-seeder"
 SWEEP_METRIC = "opd/reverse_kl_mean"
 METRIC_NAMES = (  # what a local job records each step (DESIGN.md section 1): 14 names
     "data/datums",
@@ -153,14 +163,14 @@ async def seed_sweep(
     names: tuple[str, ...] = METRIC_NAMES,
 ) -> tuple[int, list[int]]:
     """A running sweep with all its planned trials, trial n `progress(n)` = (status, steps
-    recorded); running ones held by `worker_id`. The sweep is leased to `worker_id` (no
+    recorded); running ones held by `worker_id`. The sweep is leased to SEEDER (no
     controller takes it) until `release` is called. Returns the sweep's and trials' ids."""
     sweep = await create_sweep(session, team_id, definition)
     now = utcnow()
     await session.execute(
         update(Sweep)
         .where(Sweep.id == sweep.id)
-        .values(lease_owner=worker_id, lease_until=now + timedelta(days=1))
+        .values(lease_owner=SEEDER, lease_until=now + timedelta(days=1))
     )
     assert definition.base is not None and sweep.id is not None
     job_ids = []
@@ -204,3 +214,70 @@ async def release(session: AsyncSession, sweep_ids: list[int]) -> None:
         update(Sweep).where(Sweep.id.in_(sweep_ids)).values(lease_owner=None, lease_until=None)
     )
     await session.commit()
+
+
+@dataclass
+class Trial:
+    """A seeded trial the writer runs on: its sweep's trial number and next step."""
+
+    number: int
+    step: int
+    total: int
+
+
+@dataclass
+class TrialWriter:
+    """Runs on seeded trials as their workers would: records their next steps through
+    record_step, `per_second` steps a second in turn; beats for every trial it holds every
+    `beat_seconds` (one statement); ends a trial that was asked to stop (early stopping's
+    cancel) at its step boundary, and one that recorded its last step as succeeded."""
+
+    url: str
+    trials: dict[int, Trial]
+    worker_id: str
+    names: tuple[str, ...]
+    per_second: float
+    beat_seconds: float
+
+    def write(self, stop: StopEvent) -> dict[str, int]:
+        """Until `stop` is set or every trial ended (a child process's work)."""
+        return asyncio.run(self.run(stop))
+
+    async def run(self, stop: StopEvent) -> dict[str, int]:
+        engine = create_db_engine(self.url)
+        sessions = session_factory(engine)
+        running = dict(self.trials)
+        written = stopped = completed = 0
+        began = next_beat = time.perf_counter()
+        try:
+            while running and not stop.is_set():
+                async with sessions() as session:
+                    if time.perf_counter() >= next_beat:
+                        await self.beat(session)
+                        next_beat = time.perf_counter() + self.beat_seconds
+                    job_id, trial = next(iter(running.items()))
+                    del running[job_id]
+                    values = metrics_at(trial.step, self.names, trial.number)
+                    action = await record_step(session, job_id, self.worker_id, trial.step, values)
+                    written += 1
+                    if action is JobAction.cancel:
+                        await stop_job(session, job_id, self.worker_id, reason="stopped")
+                        stopped += 1
+                    elif trial.step + 1 == trial.total:
+                        await complete_job(session, job_id, self.worker_id, "weights")
+                        completed += 1
+                    else:
+                        running[job_id] = Trial(trial.number, trial.step + 1, trial.total)
+                pause = began + written / self.per_second - time.perf_counter()
+                await asyncio.sleep(max(0.0, pause))
+        finally:
+            await engine.dispose()
+        return {"steps_written": written, "trials_stopped": stopped, "trials_completed": completed}
+
+    async def beat(self, session: AsyncSession) -> None:
+        await session.execute(
+            update(Job)
+            .where(Job.worker_id == self.worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .values(heartbeat_at=utcnow())
+        )
+        await session.commit()

@@ -38,7 +38,7 @@ from app.models import JobStatus
 from app.store.limits import Limits
 from app.store.sweep_control import advance, claim_sweeps
 
-SEEDER = "benchmark-seeder"
+WRITER = "benchmark-writer"
 CONTROLLER = "benchmark-controller"
 RUNNING = 10
 """Trials still running (the last ones, a step before their end); the others succeeded."""
@@ -56,7 +56,7 @@ async def seed(url: str, trials: int, steps: int) -> tuple[str, int]:
                 return JobStatus.running, steps - 1
             return JobStatus.succeeded, steps
 
-        sweep_id, _ = await seed_sweep(session, key.team.id, definition, progress_of, SEEDER)
+        sweep_id, _ = await seed_sweep(session, key.team.id, definition, progress_of, WRITER)
         await release(session, [sweep_id])
         await session.execute(text("ANALYZE"))  # as autovacuum would have by now
         await session.commit()
@@ -88,7 +88,7 @@ def timings(client: httpx.Client, path: str, repeats: int) -> dict[str, Any]:
             seconds.append(time.perf_counter() - began)
         response.raise_for_status()
         size = len(response.content)
-    return {**latency_summary(seconds), "bytes": size}
+    return {"requests": len(seconds), **latency_summary(seconds), "bytes": size}
 
 
 def benchmark(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,10 +1,13 @@
 """The sweep controller's decisions, each written to the database as it is made.
 
-One pass over a sweep stops the trials that lost at a rung, ends the sweep once its last
-trial ended, and creates trials until `parallel` of them are unfinished. Every decision is
-a function of what the database holds, and every write is safe to repeat: a stop is a
-compare-and-set from `running`, the end a compare-and-set from the sweep's `running`, and a
-new trial an insert of (sweep, trial number), unique per sweep. So a controller killed at
+One pass over a sweep judges the trials at the rungs they reached since the last pass
+(each judgment stored once, in `sweep_rungs`), stops the running trials that lost, ends the
+sweep once its last trial ended, and creates trials until `parallel` of them are
+unfinished. Every decision is a function of what the database holds, and every write is
+safe to repeat: a judgment is an insert of (trial, rung) that keeps the first one stored,
+a stop is a compare-and-set from `running` made by any pass that finds its judgment, the
+end a compare-and-set from the sweep's `running`, and a new trial an insert of (sweep,
+trial number), unique per sweep. So a controller killed at
 any point loses nothing (its successor makes the same decisions from the same rows) and
 two controllers racing double nothing (the loser's insert or update finds the row taken).
 A lease (`Sweep.lease_owner`) keeps one process advancing a sweep at a time.
