@@ -107,5 +107,7 @@ async def test_reading_a_sweep_reads_no_metric_point(sessions, session, key):
         (0.9, 12),
     ]
     assert [t.best_so_far for t in detail.trials] == [0.5, 0.7, 0.7, 0.7]
+    rate = JobSpec.model_validate(small_spec()).optim.learning_rate  # read out of each spec
+    assert [t.values for t in detail.trials] == [{"optim.learning_rate": rate}] * 4
     assert detail.best is not None and detail.best.number == 2
     assert listed[0].model_dump() == detail.model_dump(exclude={"trials"})
