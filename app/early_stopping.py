@@ -1,31 +1,43 @@
-"""Which running trials a sweep stops: pure decisions on recorded curves.
+"""Which trials a sweep stops: ASHA and the median rule, each trial judged once per rung.
 
-A curve is a trial's (step, value) points of the sweep's metric in step order; its value
-at step s is the last point at or before s, and it has reached s once it has a point at s
-or later. A trial is judged at each rung it has reached, against the other trials that
-reached the same rung; a decision needs nothing but the curves, so it is the same
-whichever process makes it, and making it twice does no harm.
+A trial's rungs are the steps it is judged at (`rungs`); it has reached a rung once it has
+recorded that step, and its value there is the sweep metric's last point recorded at or
+before it (None when that point was not finite, or there is none: it ranks last).
+
+The controller judges a trial at a rung once, when it first finds the trial there, against
+every trial judged at that rung before (their values as recorded then) and the trials it
+finds there in the same pass; the judgment is stored and never revisited. So a trial that
+reaches a rung early is judged against the few that were there before it (alone, it is the
+best so far and continues), and a better trial arriving later does not stop it. A trial
+that lost at a rung is judged at no later rung. Every trial that reached a rung is judged
+there, a finished one too: the decision then stops nothing, but its value competes.
+These functions are the pure rule; app/store/sweep_control.py stores what they decide.
 """
 
 from __future__ import annotations
 
-import bisect
-import statistics
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from app.models import EarlyStop
 
-Curve = Sequence[tuple[int, float | None]]
+K = TypeVar("K")
+
+MEDIAN_MIN_OTHERS = 2
+"""The median rule judges a trial at a rung once this many others are there."""
 
 
-def value_at(curve: Curve, step: int) -> float | None:
-    """The last value recorded at or before `step` (None: none, or not finite)."""
-    index = bisect.bisect_right([point for point, _ in curve], step)
-    return curve[index - 1][1] if index else None
+@dataclass(frozen=True)
+class Judgment:
+    """A trial's judgment at a rung, as stored."""
 
-
-def reached(curve: Curve, step: int) -> bool:
-    return bool(curve) and curve[-1][0] >= step
+    rung: int
+    value: float | None
+    kept: bool
+    competing: int
+    """Trials at the rung it was judged against, itself included."""
 
 
 def rungs(rule: EarlyStop, total_steps: int) -> list[int]:
@@ -39,52 +51,53 @@ def rungs(rule: EarlyStop, total_steps: int) -> list[int]:
     return steps
 
 
-def ranked(values: Sequence[float | None], maximize: bool) -> list[float]:
-    """Best first; a missing (non-finite) value ranks last."""
-    worst = float("-inf") if maximize else float("inf")
-    filled = [worst if value is None else value for value in values]
-    return sorted(filled, reverse=maximize)
+def pending_rungs(
+    rule: EarlyStop, total_steps: int, steps_done: int, last: Judgment | None
+) -> list[int]:
+    """The rungs a trial has reached (recorded their step) and was not judged at yet, in
+    order; none after it lost at one."""
+    if last is not None and not last.kept:
+        return []
+    after = -1 if last is None else last.rung
+    return [rung for rung in rungs(rule, total_steps) if after < rung < steps_done]
 
 
-def asha_promotes(
-    mine: float | None, others: Sequence[float | None], eta: int, maximize: bool
-) -> bool:
-    """Optuna's successive-halving rule: among the trials at a rung (this one included),
-    the best len // eta continue; with fewer than eta, only the best so far does."""
-    competing = ranked([mine, *others], maximize)
-    keep = max(1, len(competing) // eta)
-    value = ranked([mine], maximize)[0]
-    return value >= competing[keep - 1] if maximize else value <= competing[keep - 1]
+def cost(value: float | None, maximize: bool) -> float:
+    """Lower is better; a missing (non-finite) value is the worst."""
+    if value is None:
+        return math.inf
+    return -value if maximize else value
 
 
-MEDIAN_MIN_OTHERS = 2
-"""The median rule judges a rung once this many other trials have reached it."""
+def decide(
+    rule: EarlyStop,
+    maximize: bool,
+    recorded: Sequence[float | None],
+    arriving: Mapping[K, float | None],
+) -> dict[K, bool]:
+    """Whether each trial arriving at a rung continues, judged against the values recorded
+    there before and the others arriving with it. ASHA (Optuna's successive-halving rule):
+    it continues if it is among the best max(1, n // eta) of the n trials there, ties kept.
+    Median: it continues unless worse than the median of the others there (it always
+    continues while fewer than MEDIAN_MIN_OTHERS others are)."""
+    field = sorted(cost(value, maximize) for value in [*recorded, *arriving.values()])
+    if rule.type == "asha":
+        bar = field[max(1, len(field) // rule.eta) - 1]
+        return {key: cost(value, maximize) <= bar for key, value in arriving.items()}
+    return {
+        key: len(field) - 1 < MEDIAN_MIN_OTHERS
+        or cost(value, maximize) <= median_without(field, cost(value, maximize))
+        for key, value in arriving.items()
+    }
 
 
-def median_keeps(mine: float | None, others: Sequence[float | None], maximize: bool) -> bool:
-    """The median stopping rule: continue unless worse than the others' median."""
-    if len(others) < MEDIAN_MIN_OTHERS:
-        return True
-    median = statistics.median(ranked(others, maximize))
-    value = ranked([mine], maximize)[0]
-    return value >= median if maximize else value <= median
+def median_without(ordered: Sequence[float], mine: float) -> float:
+    """The median of `ordered` (sorted, holding `mine`) with one `mine` left out."""
+    left_out = ordered.index(mine)
 
+    def at(index: int) -> float:  # the index-th of the others
+        return ordered[index if index < left_out else index + 1]
 
-def stop_step(
-    rule: EarlyStop, curve: Curve, others: Sequence[Curve], total_steps: int, maximize: bool
-) -> int | None:
-    """The first rung at which the trial with `curve` loses against `others` (so it
-    should stop), or None: it continues."""
-    for rung in rungs(rule, total_steps):
-        if not reached(curve, rung):
-            return None
-        mine = value_at(curve, rung)
-        there = [value_at(other, rung) for other in others if reached(other, rung)]
-        keeps = (
-            asha_promotes(mine, there, rule.eta, maximize)
-            if rule.type == "asha"
-            else median_keeps(mine, there, maximize)
-        )
-        if not keeps:
-            return rung
-    return None
+    count = len(ordered) - 1
+    low, high = at((count - 1) // 2), at(count // 2)
+    return high if low == high else (low + high) / 2

@@ -860,6 +860,32 @@ class Sweep(SQLModel, table=True):
     lease_until: datetime | None = optional_timestamp()
 
 
+class SweepRung(SQLModel, table=True):
+    """The controller's judgment of a trial at one rung of its sweep's early stopping
+    (app/early_stopping.py): made once, when the trial is first found there, and never
+    revisited, so a restarted controller decides as the first did."""
+
+    __tablename__ = "sweep_rungs"
+    __table_args__ = (Index("ix_sweep_rungs_sweep_id_rung", "sweep_id", "rung"),)
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    rung: int = Field(primary_key=True)
+    sweep_id: int = Field(foreign_key="sweeps.id", ondelete="CASCADE")
+    value: float | None = None
+    """The metric's last point at or before the rung (None: not finite, or none)."""
+    kept: bool
+    competing: int
+    """Trials at the rung it was judged against, itself included."""
+    decided_at: datetime = timestamp()
+
+
+class RungPublic(BaseModel):
+    step: int = Field(description="The rung.")
+    value: float | None = Field(description="The metric there: its last point by that step.")
+    kept: bool = Field(description="Whether the trial continued past the rung.")
+    competing: int = Field(description="Trials it was judged against there, itself included.")
+
+
 class TrialPublic(BaseModel):
     number: int
     job_id: int
@@ -871,6 +897,9 @@ class TrialPublic(BaseModel):
     steps_done: int
     total_steps: int
     stop_reason: str | None
+    judged: RungPublic | None = Field(
+        None, description="The last rung early stopping judged it at (once per rung)."
+    )
 
 
 class SweepPublic(BaseModel):

@@ -48,32 +48,30 @@ from harness import (
     run_clients,
     sleep_until,
 )
-from sqlalchemy import insert, text, update
+from seeding import METRIC_NAMES, TINY_SPEC, fill, metrics_at
+from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from support import free_port
 
 from app.auth import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
-from app.models import Job, JobStatus, MetricSummary, StepMetric, finite_or_none, utcnow
+from app.models import Job, JobStatus, finite_or_none, utcnow
 from app.queue import JobQueue
 from app.store.jobs import claim_job, create_job
 from app.store.records import record_step, upsert_metrics
 from app.store.rows import held
 from app.store.summaries import keep_summaries, step_probe
-from app.summaries import complete_blocks
 from kernel.spec import MAX_STEPS, JobSpec
 from worker.service.sweeper import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER_ID = "benchmark-writer"
-TINY_SPEC = ROOT / "examples" / "tiny.yaml"
 SIZES = (200, 1_000, 20_000)  # the dashboard load's jobs
 LONG_STEPS = 100_000  # the job whose curve and export are timed
 CHART = "keys=opd/reverse_kl_mean,trainer/loss_mean&max_points=500"
 CURVE_KEY = "opd/reverse_kl_mean"
 CURVE_POINTS = 1000
-INSERT_BATCH = 5_000
 WAITING_JOBS = 1_000  # queued jobs a sweep looks at
 STARTUP_SECONDS = 60.0
 TARGET_LOAD_P99_MS = 100.0
@@ -81,31 +79,6 @@ TARGET_CURVE_MS = 20.0
 TARGET_MLFLOW_RATIO = 5.0
 TARGET_EXPORT_S = 2.0
 TARGET_WRITE_RATIO = 2.0
-METRIC_NAMES = (  # what a local job records each step (DESIGN.md section 1): 14 names
-    "data/datums",
-    "data/completion_tokens_mean",
-    "data/completion_tokens_total",
-    "data/completion_tokens_per_second",
-    "opd/reverse_kl_mean",
-    "opd/reverse_kl_std",
-    "train/learning_rate",
-    "train/step",
-    "time/step_elapsed_time",
-    "trainer/loss_sum",
-    "trainer/loss_mean",
-    "trainer/token_count",
-    "trainer/grad_norm",
-    "trainer/learning_rate",
-)
-
-
-def metrics_at(step: int) -> dict[str, float]:
-    """A step's metrics under the real names: slowly falling, noisy, a spike now and then."""
-    noise = random.Random(step)
-    spike = 25.0 if noise.random() < 0.001 else 0.0
-    return {name: 2.0 / math.log(step + 3) + noise.uniform(0, 0.2) + spike for name in METRIC_NAMES}
-
-
 # --- one deployment per database --------------------------------------------------------------
 
 
@@ -127,28 +100,6 @@ async def new_job(session: AsyncSession, team_id: int) -> int:
     job = (await create_job(session, team_id, JobSpec.model_validate(spec))).job
     await claim_job(session, job.id, WRITER_ID, heartbeat_timeout=3600)
     return job.id
-
-
-async def fill(session: AsyncSession, job_id: int, steps: int) -> None:
-    """Record `steps` steps in bulk: the step rows, and the summaries recording them one
-    by one leaves (the same function builds them in migration 0002)."""
-    rows = [
-        (step, {k: finite_or_none(v) for k, v in metrics_at(step).items()}) for step in range(steps)
-    ]
-    now = utcnow()
-    for start in range(0, steps, INSERT_BATCH):
-        await session.execute(
-            insert(StepMetric),
-            [
-                {"job_id": job_id, "step": step, "metrics": metrics, "recorded_at": now}
-                for step, metrics in rows[start : start + INSERT_BATCH]
-            ],
-        )
-    summaries = [block.row(job_id) for block in complete_blocks(rows)]
-    for start in range(0, len(summaries), INSERT_BATCH):
-        await session.execute(insert(MetricSummary), summaries[start : start + INSERT_BATCH])
-    await session.execute(update(Job).where(Job.id == job_id).values(steps_done=steps))
-    await session.commit()
 
 
 async def seed(deployment: Deployment, sizes: Sequence[int], long_steps: int) -> None:

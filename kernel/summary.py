@@ -38,12 +38,16 @@ last_value]}, kept on the job row as steps are recorded."""
 
 
 def advance_ends(
-    ends: Mapping[str, list[float | None]], step: int, metrics: Mapping[str, float | None]
+    ends: Mapping[str, list[float | None]],
+    step: int,
+    metrics: Mapping[str, float | None],
+    also: str | None = None,
 ) -> Ends:
     """`ends` after step `step` recorded `metrics`: a step at or before the first point
-    replaces it, one at or after the last replaces that (so a replayed step overwrites)."""
+    replaces it, one at or after the last replaces that (so a replayed step overwrites).
+    Kept for the summary metrics, and `also` (a sweep's trial keeps its sweep's metric)."""
     updated = {name: list(points) for name, points in ends.items()}
-    for name in SUMMARY_METRICS.values():
+    for name in dict.fromkeys([*SUMMARY_METRICS.values(), *([also] if also else [])]):
         if name not in metrics:
             continue
         value = metrics[name]

@@ -22,6 +22,7 @@ from app.models import (
     JobAction,
     Sample,
     StepMetric,
+    Sweep,
     finite_or_none,
     utcnow,
 )
@@ -92,11 +93,17 @@ class Found(NamedTuple):
     metrics: dict[str, float | None] | None  # what this step held (None: not recorded)
     ends: dict[str, list[float | None]] | None  # the job's summary points
     team_id: int
+    sweep_metric: str | None  # a trial's sweep's metric, kept in `ends` too
 
 
 def found_before(job_id: int, step: int) -> tuple[Any, ...]:
     """The RETURNING columns that make a `Found`: no extra round trip to read them."""
-    return (*step_probe(job_id, step), Job.metric_ends, Job.team_id)
+    sweep_metric = (
+        select(Sweep.definition[("metric", "name")].as_string())
+        .where(Sweep.id == Job.sweep_id)
+        .scalar_subquery()
+    )
+    return (*step_probe(job_id, step), Job.metric_ends, Job.team_id, sweep_metric)
 
 
 async def record_step(
@@ -167,7 +174,7 @@ async def store_metrics(
     await keep_summaries(session, job_id, step, found.newest, changed=found.metrics != clean)
     change = usage_change(clean, found.metrics)
     values = counter_increments(change)
-    ends = advance_ends(found.ends or {}, step, clean)
+    ends = advance_ends(found.ends or {}, step, clean, found.sweep_metric)
     if ends != (found.ends or {}):
         values["metric_ends"] = ends
     if values:

@@ -1,10 +1,13 @@
 """The sweep controller's decisions, each written to the database as it is made.
 
-One pass over a sweep stops the trials that lost at a rung, ends the sweep once its last
-trial ended, and creates trials until `parallel` of them are unfinished. Every decision is
-a function of what the database holds, and every write is safe to repeat: a stop is a
-compare-and-set from `running`, the end a compare-and-set from the sweep's `running`, and a
-new trial an insert of (sweep, trial number), unique per sweep. So a controller killed at
+One pass over a sweep judges the trials at the rungs they reached since the last pass
+(each judgment stored once, in `sweep_rungs`), stops the running trials that lost, ends the
+sweep once its last trial ended, and creates trials until `parallel` of them are
+unfinished. Every decision is a function of what the database holds, and every write is
+safe to repeat: a judgment is an insert of (trial, rung) that keeps the first one stored,
+a stop is a compare-and-set from `running` made by any pass that finds its judgment, the
+end a compare-and-set from the sweep's `running`, and a new trial an insert of (sweep,
+trial number), unique per sweep. So a controller killed at
 any point loses nothing (its successor makes the same decisions from the same rows) and
 two controllers racing double nothing (the loser's insert or update finds the row taken).
 A lease (`Sweep.lease_owner`) keeps one process advancing a sweep at a time, and a trial is
@@ -15,6 +18,7 @@ cancelled sweep starts nothing. Each trial's spec is admitted as any job's
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -26,9 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.admission import SpecRefused, admit
 from app.continuation import editable
 from app.core.config import Settings
-from app.early_stopping import stop_step
+from app.early_stopping import Judgment, decide, pending_rungs
 from app.models import (
     TERMINAL_STATUSES,
+    EarlyStop,
     EventLevel,
     Job,
     JobAction,
@@ -40,6 +45,7 @@ from app.models import (
 from app.store.errors import IllegalTransition
 from app.store.jobs import apply_action, compare_and_set, create_job
 from app.store.limits import Limits, QueueFull
+from app.store.rungs import latest_judgments, points_at, record_judgments, values_judged_at
 from app.store.sweeps import (
     EARLY_STOPPED,
     SweepState,
@@ -99,8 +105,8 @@ async def claim_sweeps(session: AsyncSession, owner: str, lease_seconds: float) 
 def observation(state: SweepState, job: Job) -> Observation:
     """A trial as the search sees it: succeeded = complete with its last value; stopped
     early = pruned; failed or cancelled = failed; the rest still running."""
-    curve = state.curve(job)
-    metric = curve[-1][1] if curve else None
+    point = state.last(job)
+    metric = point[1] if point else None
     values = {path: get_path(job.spec, path) for path in state.definition.parameters}
     if job.status == JobStatus.succeeded:
         return Observation(values, TrialState.COMPLETE, metric)
@@ -111,27 +117,66 @@ def observation(state: SweepState, job: Job) -> Observation:
     return Observation(values, TrialState.RUNNING)
 
 
-async def stop_losers(session: AsyncSession, state: SweepState) -> list[int]:
-    """Ask every running trial that lost at a rung to stop (cancel, `early_stopped`)."""
+async def judge_rungs(
+    session: AsyncSession, state: SweepState, rule: EarlyStop, deadline: float | None
+) -> None:
+    """Judge every trial at the rungs it reached since it was last judged (app/early_stopping.py
+    says how), lowest rung first, storing each rung's judgments as they are made. Past the
+    deadline no further rung is taken up: the next pass carries on from the stored ones."""
+    sweep_id = state.sweep.id or 0
+    maximize = state.definition.metric.goal == "maximize"
+    latest = await latest_judgments(session, Job.sweep_id == sweep_id)
+    pending = {
+        job.id or 0: pending_rungs(rule, job.total_steps, job.steps_done, latest.get(job.id or 0))
+        for job in state.trials
+    }
+    while reached := {job_id: rungs[0] for job_id, rungs in pending.items() if rungs}:
+        rung = min(reached.values())
+        arriving = [job_id for job_id, at in reached.items() if at == rung]
+        values = await points_at(session, state.definition.metric.name, arriving, rung)
+        recorded = await values_judged_at(session, sweep_id, rung)
+        at_rung = {job_id: values.get(job_id) for job_id in arriving}
+        kept = decide(rule, maximize, recorded, at_rung)
+        competing = len(recorded) + len(arriving)
+        await record_judgments(
+            session,
+            sweep_id,
+            {
+                job_id: Judgment(rung, value, kept[job_id], competing)
+                for job_id, value in at_rung.items()
+            },
+        )
+        for job_id in arriving:
+            pending[job_id] = pending[job_id][1:] if kept[job_id] else []
+        if deadline is not None and time.monotonic() > deadline:
+            return
+
+
+async def stop_losers(
+    session: AsyncSession, state: SweepState, deadline: float | None = None
+) -> list[int]:
+    """Judge the trials at the rungs they reached, then ask every running trial whose
+    stored judgment says it lost to stop (cancel, `early_stopped`): a stop interrupted by a
+    crash is made by the next pass."""
     rule = state.definition.early_stop
     if rule is None:
         return []
-    maximize = state.definition.metric.goal == "maximize"
+    await judge_rungs(session, state, rule, deadline)
+    latest = await latest_judgments(session, Job.sweep_id == state.sweep.id)
+    await session.rollback()
     stopped = []
     for job in state.trials:
-        if job.status != JobStatus.running:
-            continue
-        others = [state.curve(other) for other in state.trials if other.id != job.id]
-        rung = stop_step(rule, state.curve(job), others, job.total_steps, maximize)
-        if rung is None:
+        judged = latest.get(job.id or 0)
+        if job.status != JobStatus.running or judged is None or judged.kept:
             continue
         plan = Plan(
             JobStatus.cancelling,
             f"Early stopped by sweep {state.sweep.id} ({rule.type}): "
-            f"{state.definition.metric.name} lost at step {rung}",
+            f"{state.definition.metric.name} lost at step {judged.rung} "
+            f"(against {judged.competing - 1} other trial(s) there)",
             {"requested_action": JobAction.cancel, "stop_reason": EARLY_STOPPED},
         )
-        if await compare_and_set(session, job, plan, event_data={"rung": rung}):
+        if await compare_and_set(session, job, plan, event_data={"rung": judged.rung}):
             stopped.append(job.id or 0)
     return stopped
 
@@ -261,15 +306,17 @@ async def advance(
     owner: str,
     limits: Limits,
     settings: Settings | None = None,
+    deadline: float | None = None,
 ) -> Pass:
     """One pass over a sweep this controller holds the lease of (`settings`: the rules its
-    trials are admitted by; None: the environment's)."""
+    trials are admitted by; None: the environment's); judging stops taking up rungs past
+    `deadline` (time.monotonic)."""
     done = Pass()
     sweep = await get_sweep(session, sweep_id)
     if sweep.status != SweepStatus.running or sweep.lease_owner != owner:
         return done
     state = await read_state(session, sweep)
-    done.stopped = await stop_losers(session, state)
+    done.stopped = await stop_losers(session, state, deadline)
     finished = all(JobStatus(job.status) in TERMINAL_STATUSES for job in state.trials)
     if finished and len(state.trials) >= planned_trials(state.definition):
         if await end_sweep(session, sweep, SweepStatus.completed):

@@ -21,6 +21,7 @@ def test_the_ends_follow_the_steps_and_a_replay_overwrites():
     assert ends[KL] == [0, 2.0, 4, 1.0]
     assert ends[ACC] == [0, 0.1, 5, 0.4]
     assert "other" not in ends
+    assert advance_ends(ends, 6, {"other": 3.0}, also="other")["other"] == [6, 3.0, 6, 3.0]
     replayed = advance_ends(ends, 4, {KL: 0.9})
     assert replayed[KL] == [0, 2.0, 4, 0.9]
     assert advance_ends(replayed, 0, {KL: 2.5})[KL] == [0, 2.5, 4, 0.9]

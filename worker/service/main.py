@@ -1,7 +1,7 @@
 """The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper,
-the sweep controller, the webhook sender, and a second arq worker for the short tasks a
-request waits for (the playground, archive fetches: `quick.py`), which keeps answering
-while jobs drain.
+the sweep controller (on a thread of its own), the webhook sender, and a second arq worker
+for the short tasks a request waits for (the playground, archive fetches: `quick.py`),
+which keeps answering while jobs drain.
 
 SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
 next step boundary with its state saved and goes back to the queue for another worker.
@@ -27,7 +27,7 @@ from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
 from app.queue import TASK_NAME, JobQueue
 from worker.service.quick import quick_worker
-from worker.service.sweep_controller import control_forever
+from worker.service.sweep_controller import ControllerThread
 from worker.service.sweeper import sweep
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
 from worker.service.webhooks import Sender
@@ -110,7 +110,8 @@ async def serve_worker(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     sweeper = loop.create_task(sweep_forever(ctx))
-    controller = loop.create_task(control_forever(ctx.sessions, ctx.queue, settings, ctx.worker_id))
+    controller = ControllerThread(settings, ctx.worker_id)
+    controller.start()
     answering = loop.create_task(quick.async_run())
     sending = loop.create_task(sender.run_forever())
     log.info("worker %s serving queue %s", ctx.worker_id, settings.queue_name)
@@ -119,7 +120,7 @@ async def serve_worker(settings: Settings) -> None:
             await worker.async_run()
     finally:
         sweeper.cancel()
-        controller.cancel()
+        await asyncio.to_thread(controller.stop)
         answering.cancel()
         await quick.close()
         sending.cancel()

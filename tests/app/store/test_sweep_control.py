@@ -16,16 +16,17 @@ from app.models import (
     EarlyStop,
     Job,
     JobStatus,
-    StepMetric,
     Sweep,
     SweepCreate,
+    SweepMetric,
+    SweepRung,
     SweepStatus,
     Team,
     utcnow,
 )
 from app.store.jobs import claim_job, complete_job, create_job
 from app.store.limits import Limits
-from app.store.records import record_checkpoint
+from app.store.records import record_checkpoint, record_step
 from app.store.rows import get_job
 from app.store.sweep_control import (
     Pass,
@@ -34,6 +35,7 @@ from app.store.sweep_control import (
     cancel_stray_trials,
     claim_sweeps,
     held,
+    judge_rungs,
 )
 from app.store.sweeps import (
     cancel_sweep,
@@ -45,6 +47,7 @@ from app.store.sweeps import (
 )
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
+from tests.app.store.test_sweep_reads import statements
 
 OWNER = "controller-a"
 
@@ -165,17 +168,30 @@ async def test_the_sweep_completes_once_its_last_trial_ended(session, key):
     assert sweep.id not in await claim_sweeps(session, OWNER, 60)
 
 
+async def record(session, job_id: int, steps: range, values: dict[str, float]) -> None:
+    """Steps recorded as the job's worker would (rows, summaries, summary points)."""
+    for at in steps:
+        await record_step(session, job_id, "w", at, values)
+
+
+async def running_trials(session, sweep_id: int, values: list[float]) -> list[int]:
+    """Claim the sweep's trials (as a worker) and record step 0 for each."""
+    job_ids = (await step(session, sweep_id)).created
+    for job_id, value in zip(job_ids, values, strict=True):
+        assert await claim_job(session, job_id, "w", heartbeat_timeout=60) is not None
+        await record(session, job_id, range(1), {"opd/reverse_kl_mean": value})
+    return job_ids
+
+
 async def test_a_trial_that_lost_at_a_rung_is_asked_to_stop_once(session, key):
     definition = random_sweep(parallel=2, max_trials=2).model_copy(
         update={"early_stop": EarlyStop(type="asha", min_steps=1, eta=2)}
     )
     sweep = await create_sweep(session, key.team.id, definition)
-    leader, loser = (await step(session, sweep.id)).created
+    leader, loser = await running_trials(session, sweep.id, [1.0, 2.0])
+    assert (await step(session, sweep.id)).stopped == []  # step 1 not recorded yet
     for job_id, value in ((leader, 1.0), (loser, 2.0)):
-        assert await claim_job(session, job_id, "w", heartbeat_timeout=60) is not None
-        for at in (0, 1):
-            session.add(StepMetric(job_id=job_id, step=at, metrics={"opd/reverse_kl_mean": value}))
-    await session.commit()
+        await record(session, job_id, range(1, 2), {"opd/reverse_kl_mean": value})
 
     assert (await step(session, sweep.id)).stopped == [loser]
     assert (await step(session, sweep.id)).stopped == []  # already stopping
@@ -207,6 +223,21 @@ def stored_grid(parameters: dict[str, Any], parallel: int = 1) -> SweepCreate:
             "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
             "max_trials": 4,
             "parallel": parallel,
+        }
+    )
+
+
+ACCURACY = "eval/accuracy"
+
+
+def asha_at_10(trials: int) -> SweepCreate:
+    """The issue's sweep: trials of 30 steps, ASHA from step 10 with eta 3, judged on a
+    held-out accuracy (maximize), so rung 10 is the only rung."""
+    return random_sweep(parallel=trials, max_trials=trials).model_copy(
+        update={
+            "base": small_spec(loop={"steps": 30}),
+            "metric": SweepMetric(name=ACCURACY, goal="maximize"),
+            "early_stop": EarlyStop(type="asha", min_steps=10, eta=3),
         }
     )
 
@@ -304,3 +335,147 @@ async def test_the_controller_cancels_unfinished_trials_of_an_ended_sweep(sessio
         JobStatus.cancelled,
     ]
     assert await cancel_stray_trials(session) == []
+
+
+async def accuracy_until(session, job_id: int, last: int, accuracy: float) -> None:
+    """Steps up to `last`, an eval every 5 steps (so the value at rung 10 is the eval at
+    step 10), the training metric at every step."""
+    done = (await get_job(session, job_id)).steps_done
+    for at in range(done, last + 1):
+        values = {"opd/reverse_kl_mean": 1.0} | ({ACCURACY: accuracy} if at % 5 == 0 else {})
+        await record_step(session, job_id, "w", at, values)
+
+
+async def judgments(session, sweep_id: int) -> dict[int, tuple[int, float | None, bool, int]]:
+    rows = await session.execute(select(SweepRung).where(SweepRung.sweep_id == sweep_id))
+    return {r.job_id: (r.rung, r.value, r.kept, r.competing) for r in rows.scalars()}
+
+
+async def test_a_trial_is_judged_once_at_its_rung_against_the_trials_there_before(session, key):
+    """Issue 25's run: trial 3 reached rung 10 as the best so far and continued; trial 4,
+    better, reached it when trial 3 was at step 27. Trial 3 is not judged again: it runs
+    to its end. Each judgment is stored with the trials it was made against."""
+    sweep = await create_sweep(session, key.team.id, asha_at_10(4))
+    t1, t2, t3, t4 = await accuracy_trials(session, sweep.id)
+
+    await accuracy_until(session, t1, 12, 0.3)
+    assert (await step(session, sweep.id)).stopped == []  # alone at 10: the best so far
+    await accuracy_until(session, t2, 10, 0.2)
+    assert (await step(session, sweep.id)).stopped == [t2]  # 2 there: only the best goes on
+    await accuracy_until(session, t3, 11, 0.4)
+    assert (await step(session, sweep.id)).stopped == []  # the best of 3
+    await accuracy_until(session, t3, 27, 0.4)
+    await accuracy_until(session, t4, 10, 0.5)
+    assert (await step(session, sweep.id)).stopped == []  # t4 the best of 4; t3 stays
+
+    assert [(await get_job(session, t)).status for t in (t1, t2, t3, t4)] == [
+        JobStatus.running,
+        JobStatus.cancelling,
+        JobStatus.running,
+        JobStatus.running,
+    ]
+    assert await judgments(session, sweep.id) == {
+        t1: (10, 0.3, True, 1),
+        t2: (10, 0.2, False, 2),
+        t3: (10, 0.4, True, 3),
+        t4: (10, 0.5, True, 4),
+    }
+
+
+async def accuracy_trials(session, sweep_id: int) -> list[int]:
+    job_ids = (await step(session, sweep_id)).created
+    for job_id in job_ids:
+        assert await claim_job(session, job_id, "w", heartbeat_timeout=60) is not None
+    return job_ids
+
+
+async def test_a_restarted_controller_stops_what_the_stored_judgment_says(sessions, key):
+    """A controller judged trial 2 a loser at rung 10 and died before stopping it; by the
+    time its successor takes the sweep, four worse trials reached the rung, among which
+    trial 2 would now be second of six (kept). The successor stops it as judged, and judges
+    only the newcomers."""
+    async with sessions() as session:
+        sweep = await create_sweep(session, key.team.id, asha_at_10(6))
+        trials = await accuracy_trials(session, sweep.id)
+        for job_id, accuracy in zip(trials[:2], (0.3, 0.2), strict=True):
+            await accuracy_until(session, job_id, 10, accuracy)
+        state = await read_state(session, await get_sweep(session, sweep.id))
+        assert definition_rule(state) is not None
+        await judge_rungs(session, state, definition_rule(state), None)  # then it died
+        for job_id, accuracy in zip(trials[2:], (0.1, 0.05, 0.0, 0.01), strict=True):
+            await accuracy_until(session, job_id, 10, accuracy)
+        await expire_lease(session, sweep.id)
+
+    async with sessions() as successor:
+        assert sweep.id in await claim_sweeps(successor, "controller-b", 60)
+        done = await advance(successor, sweep.id, "controller-b", Limits())
+        assert done.stopped == trials[1:]
+        judged = await judgments(successor, sweep.id)
+        assert judged[trials[1]] == (10, 0.2, False, 2)
+        assert [judged[t][2:] for t in trials[2:]] == [(False, 6)] * 4  # judged together
+        assert (await advance(successor, sweep.id, "controller-b", Limits())).stopped == []
+        assert await judgments(successor, sweep.id) == judged
+
+
+def definition_rule(state) -> EarlyStop | None:
+    return state.definition.early_stop
+
+
+async def expire_lease(session, sweep_id: int) -> None:
+    await session.execute(
+        update(Sweep)
+        .where(Sweep.id == sweep_id)
+        .values(lease_until=utcnow() - timedelta(seconds=1))
+    )
+    await session.commit()
+
+
+def asha_every_power_of_two() -> SweepCreate:
+    """Two trials of 40 steps, ASHA at steps 4, 8, 16 and 32 (eta 2)."""
+    return random_sweep(parallel=2, max_trials=2).model_copy(
+        update={
+            "base": small_spec(loop={"steps": 40}),
+            "early_stop": EarlyStop(type="asha", min_steps=4, eta=2),
+        }
+    )
+
+
+async def trials_at_step_20(session, sweep_id: int) -> list[int]:
+    job_ids = await running_trials(session, sweep_id, [1.0, 1.0])
+    for job_id in job_ids:
+        await record(session, job_id, range(1, 21), {"opd/reverse_kl_mean": 1.0})
+    return job_ids
+
+
+async def test_a_pass_reads_the_points_at_newly_reached_rungs_only(sessions, session, key):
+    """Caught up at rungs 4, 8 and 16 at once, a pass reads one block of step rows per rung
+    (not the curves); the next pass, with no trial at a new rung, reads no metric at all."""
+    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    await trials_at_step_20(session, sweep.id)
+
+    with statements(sessions) as first:
+        await step(session, sweep.id)
+    reads = [s for s in first if "step_metrics" in s or "metric_summaries" in s]
+    assert len(reads) == 3 and all("BETWEEN" in s for s in reads), reads
+    assert sorted({r[0] for r in (await judgments_by_rung(session, sweep.id))}) == [4, 8, 16]
+    with statements(sessions) as second:
+        await step(session, sweep.id)
+    assert not [s for s in second if "step_metrics" in s or "metric_summaries" in s]
+
+
+async def test_a_pass_past_its_deadline_takes_up_no_further_rung(session, key):
+    """With its time spent after the first rung, each pass judges one rung; the next pass
+    carries on from the stored judgments."""
+    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    await trials_at_step_20(session, sweep.id)
+    for judged in ([4], [4, 8], [4, 8, 16], [4, 8, 16]):
+        assert sweep.id in await claim_sweeps(session, OWNER, 60)
+        await advance(session, sweep.id, OWNER, Limits(), deadline=0.0)
+        assert sorted({r[0] for r in await judgments_by_rung(session, sweep.id)}) == judged
+
+
+async def judgments_by_rung(session, sweep_id: int) -> list[tuple[int, int]]:
+    rows = await session.execute(
+        select(SweepRung.rung, SweepRung.job_id).where(SweepRung.sweep_id == sweep_id)
+    )
+    return [tuple(row) for row in rows]

@@ -1,6 +1,6 @@
 """The sweep pages over HTTP: the form from a job is prefilled and shows what is wrong
 without storing anything; a read key sees the page but not the form's action; the list and
-the page are the team's own; the header names the team."""
+the page are the team's own; the header names the team; a trial's latest judgment shows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import re
 
 import yaml
 
-from app.models import Scope
+from app.models import Scope, SweepCreate, SweepRung, utcnow
+from app.store.jobs import create_job
+from app.store.sweeps import create_sweep
+from kernel.spec import JobSpec
 from tests.app.conftest import auth, small_spec
 from tests.app.web.conftest import post_form
 
@@ -98,3 +101,35 @@ async def test_the_sweep_form_reads_yaml_with_the_apis_limits(client, key, sign_
         refused = await post_form(client, "/ui/sweeps/new", form, definition=text)
         assert refused.status_code == 422 and says in refused.text, refused.text[-2000:]
     assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
+
+
+async def test_the_page_shows_each_trials_latest_judgment(client, key, sign_in, session):
+    definition = SweepCreate.model_validate(
+        {
+            "name": "judged",
+            "base": small_spec(loop={"steps": 30}),
+            "parameters": {"optim.learning_rate": {"values": [1e-3, 2e-3]}},
+            "method": "grid",
+            "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            "early_stop": {"type": "asha", "min_steps": 10, "eta": 3},
+        }
+    )
+    sweep = await create_sweep(session, key.team.id, definition)
+    spec = JobSpec.model_validate(small_spec(loop={"steps": 30}))
+    trial = (await create_job(session, key.team.id, spec, trial=(sweep.id, 1))).job
+    for rung, kept in ((10, True), (30, False)):
+        session.add(
+            SweepRung(
+                job_id=trial.id,
+                rung=rung,
+                sweep_id=sweep.id,
+                value=0.5,
+                kept=kept,
+                competing=3,
+                decided_at=utcnow(),
+            )
+        )
+    await session.commit()
+    await sign_in(key)
+    page = await client.get(f"/ui/sweeps/{sweep.id}")
+    assert "step 30: lost (3 there)" in page.text and "step 10: kept" not in page.text
