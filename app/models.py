@@ -558,6 +558,8 @@ class Replay(SQLModel, table=True):
     team_id: int = Field(foreign_key="teams.id")
     idempotency_key: str = Field(sa_type=String(255))
     request_hash: str = Field(sa_type=String(64))
+    task_id: str = Field(sa_type=String(64))
+    """The worker task its work is sent as: a repeat joins it (or finds its answer)."""
     answer: str | None = Field(default=None, sa_type=Text)
     created_at: datetime = timestamp()
     expires_at: datetime = timestamp()

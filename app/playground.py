@@ -156,8 +156,8 @@ async def sampled(
     request: SampleRequest,
     held: Claim | None,
 ) -> PlaygroundAnswer:
-    """The worker's answer to the request; with a claimed row, in the task of that row's
-    id, which a repeat joins."""
+    """The worker's answer to the request; with a claimed row, from the row's task, which
+    every sending of the request asks for (so a repeat joins the first's)."""
     spec = JobSpec.model_validate(job.spec)
     teachers = spec.teacher_specs()
     if request.teacher is not None and request.teacher not in teachers:
@@ -185,7 +185,7 @@ async def sampled(
                 SAMPLE_TASK,
                 task.model_dump_json(),
                 timeout,
-                task_id=None if held is None else f"replay-{held.id}",
+                task_id=None if held is None else held.task_id,
             )
     except TaskUnanswered as error:
         raise failed(error.failure) from None

@@ -6,6 +6,7 @@ done, nor billed, twice. The same key with another request is an IdempotencyMism
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,9 +25,12 @@ CLAIM_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class Claim:
-    """The row of a request: `first` when this sending made it; `answer` once one is kept."""
+    """The row of a request: `first` when this sending made it; `task_id` the worker task
+    its work goes as (each sending asks for that task: the first one sent is the one
+    done); `answer` once one is kept."""
 
     id: int
+    task_id: str
     first: bool
     answer: str | None
 
@@ -40,28 +44,32 @@ async def claim(
     await session.execute(delete(Replay).where(Replay.expires_at <= now))
     await session.commit()
     for _ in range(CLAIM_ATTEMPTS):
+        task_id = f"replay-{uuid.uuid4().hex}"
         row = Replay(
             team_id=team_id,
             idempotency_key=idempotency.key,
             request_hash=idempotency.fingerprint,
+            task_id=task_id,
             created_at=now,
             expires_at=now + REPLAY_FOR,
         )
         session.add(row)
         try:
-            await session.commit()
+            await session.flush()
         except IntegrityError:
             await session.rollback()
         else:
-            assert row.id is not None
-            return Claim(row.id, first=True, answer=None)
+            made = row.id
+            await session.commit()
+            assert made is not None
+            return Claim(made, task_id, first=True, answer=None)
         existing = (
             await session.execute(
-                select(Replay).where(
+                select(Replay.id, Replay.task_id, Replay.request_hash, Replay.answer).where(
                     Replay.team_id == team_id, Replay.idempotency_key == idempotency.key
                 )
             )
-        ).scalar_one_or_none()
+        ).one_or_none()
         await session.rollback()
         if existing is None:  # its first sending failed and let it go meanwhile
             continue
@@ -70,8 +78,7 @@ async def claim(
                 f"Idempotency-Key {idempotency.key!r} was already used for another request; "
                 "use a new key for a new request"
             )
-        assert existing.id is not None
-        return Claim(existing.id, first=False, answer=existing.answer)
+        return Claim(existing.id, existing.task_id, first=False, answer=existing.answer)
     raise IdempotencyMismatch(
         f"Idempotency-Key {idempotency.key!r} is being used by requests that keep failing; "
         "use a new key"

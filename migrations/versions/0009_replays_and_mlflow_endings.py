@@ -29,6 +29,7 @@ def upgrade() -> None:
         sa.Column("team_id", sa.Integer(), nullable=False),
         sa.Column("idempotency_key", sa.String(255), nullable=False),
         sa.Column("request_hash", sa.String(64), nullable=False),
+        sa.Column("task_id", sa.String(64), nullable=False),
         sa.Column("answer", sa.Text(), nullable=True),
         timestamp("created_at"),
         timestamp("expires_at"),
