@@ -576,7 +576,7 @@ class MlflowEnding(SQLModel, table=True):
 
     job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
     status: str = Field(sa_type=String(16))
-    """The run's MLflow status: FINISHED, FAILED or KILLED."""
+    """The job's terminal status (succeeded, failed, cancelled)."""
     attempts: int = 0
     created_at: datetime = timestamp()
     next_attempt_at: datetime = timestamp()

@@ -124,15 +124,20 @@ def added(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 def tokens_of(answer: dict[str, Any]) -> dict[str, int]:
-    """What an answer's models sampled and its teacher scored, as training counts them: the
-    checkpoint's (and base's) completion tokens; the prompt and tokens of each completion
-    the teacher scored."""
-    prompt, outputs = answer["prompt_tokens"], answer["outputs"]
-    completions = [c for o in outputs if o["model"] != "teacher" for c in o["completions"]]
-    return {
-        "sampled_tokens": sum(len(c["token_ids"]) for c in completions),
-        "teacher_tokens": sum(prompt + len(c["token_ids"]) for c in completions),
-    }
+    """What an answer's models sampled and its teacher read, as training counts them: the
+    checkpoint's (and base's) completion tokens; the teacher's prompt and completions when
+    it completed the prompt too, and the prompt and tokens of each completion it scored."""
+    tokens = {"sampled_tokens": 0, "teacher_tokens": 0}
+    prompt = answer["prompt_tokens"]
+    for output in answer["outputs"]:
+        lengths = [len(completion["token_ids"]) for completion in output["completions"]]
+        if output["model"] == "teacher":
+            tokens["teacher_tokens"] += prompt + sum(lengths)
+            continue
+        tokens["sampled_tokens"] += sum(lengths)
+        scored = [c for c in output["completions"] if c["teacher_logprobs"] is not None]
+        tokens["teacher_tokens"] += sum(prompt + len(c["token_ids"]) for c in scored)
+    return tokens
 
 
 def test_try_it_on_the_job_page_bills_as_the_api_does(service, trained):
