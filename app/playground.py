@@ -103,99 +103,102 @@ class Served(Generic[R]):
     replayed: bool = False
 
 
-async def try_checkpoint(
-    session: AsyncSession,
-    queue: JobQueue,
-    settings: Settings,
-    waits: Waits,
-    team_id: int,
-    job: Job,
-    request: SampleRequest,
-    respond: Callable[[PlaygroundAnswer], R],
-    kind: type[R],
-    idempotency: Idempotency | None = None,
-) -> Served[R]:
-    """The door's response (`respond` makes it of the answer; `kind` reads a kept one) to
-    the completions the request asks for, from a worker, waited for in one of the caller's
-    team's places (TooManyWaiting when it has none left); PlaygroundError otherwise. The
-    answer's tokens are added to the job's usage, in the transaction that keeps it for a
-    repeat."""
-    held: Claim | None = None
-    if idempotency is not None:
+@dataclass(frozen=True)
+class Sampling:
+    """What a door's request samples with: its database session, the queue to the
+    workers, the settings, the API process's waits, and the caller's team."""
+
+    session: AsyncSession
+    queue: JobQueue
+    settings: Settings
+    waits: Waits
+    team_id: int
+
+    async def serve(
+        self,
+        job: Job,
+        request: SampleRequest,
+        respond: Callable[[PlaygroundAnswer], R],
+        kind: type[R],
+        idempotency: Idempotency | None = None,
+    ) -> Served[R]:
+        """The door's response (`respond` makes it of the answer; `kind` reads a kept
+        one) to the completions the request asks for, from a worker, waited for in one of
+        the caller's team's places (TooManyWaiting when it has none left); PlaygroundError
+        otherwise. The answer's tokens are added to the job's usage, in the transaction
+        that keeps it for a repeat."""
+        session = self.session
+        held: Claim | None = None
+        if idempotency is not None:
+            try:
+                held = await claim(session, self.team_id, idempotency, utcnow())
+            except IdempotencyMismatch as error:
+                raise PlaygroundError(
+                    422, "idempotency_key_reused", str(error), "Idempotency-Key"
+                ) from None
+            if held.answer is not None:
+                return Served(kind.model_validate_json(held.answer), replayed=True)
         try:
-            held = await claim(session, team_id, idempotency, utcnow())
-        except IdempotencyMismatch as error:
-            raise PlaygroundError(
-                422, "idempotency_key_reused", str(error), "Idempotency-Key"
-            ) from None
-        if held.answer is not None:
-            return Served(kind.model_validate_json(held.answer), replayed=True)
-    try:
-        answer = await sampled(session, queue, settings, waits, team_id, job, request, held)
-    except Exception:  # nothing to keep: a repeat tries anew
-        if held is not None and held.first:
-            await release(session, held.id)
-        raise
-    response = respond(answer)
-    if held is not None:
-        earlier = await kept_first(session, held.id, response.model_dump_json())
-        if earlier is not None:
-            await session.rollback()
-            return Served(kind.model_validate_json(earlier), replayed=True)
-    await add_usage(session, job.id, job.team_id, answer_usage(answer), utcnow())
-    return Served(response)
+            answer = await self.sampled(job, request, held)
+        except Exception:  # nothing to keep: a repeat tries anew
+            if held is not None and held.first:
+                await release(session, held.id)
+            raise
+        response = respond(answer)
+        if held is not None:
+            earlier = await kept_first(session, held.id, response.model_dump_json())
+            if earlier is not None:
+                await session.rollback()
+                return Served(kind.model_validate_json(earlier), replayed=True)
+        await add_usage(session, job.id, job.team_id, answer_usage(answer), utcnow())
+        return Served(response)
 
-
-async def sampled(
-    session: AsyncSession,
-    queue: JobQueue,
-    settings: Settings,
-    waits: Waits,
-    team_id: int,
-    job: Job,
-    request: SampleRequest,
-    held: Claim | None,
-) -> PlaygroundAnswer:
-    """The worker's answer to the request; with a claimed row, from the row's task, which
-    every sending of the request asks for (so a repeat joins the first's)."""
-    spec = JobSpec.model_validate(job.spec)
-    teachers = spec.teacher_specs()
-    if request.teacher is not None and request.teacher not in teachers:
-        message = f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
-        raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
-    try:
-        checkpoint = await sampler_weights(session, job, request.checkpoint)
-    except CheckpointUnavailable as error:
-        raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
-    try:
-        spec = await checked_weights(session, job.team_id, spec, settings)
-    except SpecRefused as error:
-        raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
-    timeout = request.timeout_seconds or settings.sample_timeout
-    task = SampleTask(
-        request=request,
-        spec=spec,
-        weights_path=checkpoint.path,
-        deadline=time.time() + timeout,
-    )
-    try:
-        async with waits.released(session, team_id):
-            raw = await call_worker(
-                queue,
-                SAMPLE_TASK,
-                task.model_dump_json(),
-                timeout,
-                task_id=None if held is None else held.task_id,
+    async def sampled(
+        self, job: Job, request: SampleRequest, held: Claim | None
+    ) -> PlaygroundAnswer:
+        """The worker's answer to the request; with a claimed row, from the row's task,
+        which every sending of the request asks for (so a repeat joins the first's)."""
+        session, settings = self.session, self.settings
+        spec = JobSpec.model_validate(job.spec)
+        teachers = spec.teacher_specs()
+        if request.teacher is not None and request.teacher not in teachers:
+            message = (
+                f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
             )
-    except TaskUnanswered as error:
-        raise failed(error.failure) from None
-    except QueueUnavailable as error:
-        raise PlaygroundError(503, "queue_unavailable", str(error)) from None
-    outcome = Outcome[SampleAnswer].model_validate_json(raw)
-    if outcome.value is None:
-        raise failed(outcome.failure or TaskFailure(code="worker_failed", message="no answer"))
-    return PlaygroundAnswer(
-        **outcome.value.model_dump(),
-        job_id=job.id,
-        checkpoint=CheckpointPublic.model_validate(checkpoint),
-    )
+            raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
+        try:
+            checkpoint = await sampler_weights(session, job, request.checkpoint)
+        except CheckpointUnavailable as error:
+            raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
+        try:
+            spec = await checked_weights(session, job.team_id, spec, settings)
+        except SpecRefused as error:
+            raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
+        timeout = request.timeout_seconds or settings.sample_timeout
+        task = SampleTask(
+            request=request,
+            spec=spec,
+            weights_path=checkpoint.path,
+            deadline=time.time() + timeout,
+        )
+        try:
+            async with self.waits.released(session, self.team_id):
+                raw = await call_worker(
+                    self.queue,
+                    SAMPLE_TASK,
+                    task.model_dump_json(),
+                    timeout,
+                    task_id=None if held is None else held.task_id,
+                )
+        except TaskUnanswered as error:
+            raise failed(error.failure) from None
+        except QueueUnavailable as error:
+            raise PlaygroundError(503, "queue_unavailable", str(error)) from None
+        outcome = Outcome[SampleAnswer].model_validate_json(raw)
+        if outcome.value is None:
+            raise failed(outcome.failure or TaskFailure(code="worker_failed", message="no answer"))
+        return PlaygroundAnswer(
+            **outcome.value.model_dump(),
+            job_id=job.id,
+            checkpoint=CheckpointPublic.model_validate(checkpoint),
+        )

@@ -16,6 +16,7 @@ from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsD
 from app.api.errors import ApiError, error_responses
 from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.api.routes.jobs import IdempotencyKey
+from app.api.routes.playground import idempotency_of
 from app.auth import Principal
 from app.models import Job, Team
 from app.openai_compat.names import ModelName, names_of, parse_model
@@ -27,9 +28,8 @@ from app.openai_compat.wire import (
     chat_completion,
     stream_events,
 )
-from app.playground import REPLAYED_HEADER, PlaygroundError, try_checkpoint
+from app.playground import REPLAYED_HEADER, PlaygroundError, Sampling
 from app.store.errors import JobNotFound
-from app.store.jobs import Idempotency
 from app.store.rows import get_job
 from app.store.saved import CheckpointUnavailable, sampler_weights, saved_samplers
 
@@ -81,16 +81,10 @@ async def create_chat_completion(
         request = body.playground_request(name)
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
-    idempotency = None
-    if idempotency_key is not None:
-        idempotency = Idempotency(idempotency_key, "POST /v1/chat/completions", await raw.json())
+    idempotency = await idempotency_of(idempotency_key, "POST /v1/chat/completions", raw)
+    sampling = Sampling(session, queue, settings, waits, principal.team_id)
     try:
-        served = await try_checkpoint(
-            session,
-            queue,
-            settings,
-            waits,
-            principal.team_id,
+        served = await sampling.serve(
             job,
             request,
             lambda answer: chat_completion(body.model, answer, bool(body.logprobs)),

@@ -8,17 +8,17 @@ from fastapi import APIRouter, Request, Response
 from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import IdempotencyKey
-from app.playground import (
-    REPLAYED_HEADER,
-    PlaygroundAnswer,
-    PlaygroundError,
-    itself,
-    try_checkpoint,
-)
+from app.playground import REPLAYED_HEADER, PlaygroundAnswer, PlaygroundError, Sampling, itself
 from app.store.jobs import Idempotency
 from kernel.playground import SampleRequest
 
 router = APIRouter(prefix="/v1/jobs", tags=["playground"])
+
+
+async def idempotency_of(key: str | None, route: str, request: Request) -> Idempotency | None:
+    """The request as a retry must repeat it (the route and its JSON body), when it has a
+    key."""
+    return None if key is None else Idempotency(key, route, await request.json())
 
 
 @router.post(
@@ -48,23 +48,10 @@ async def sample_job(
     an `Idempotency-Key`, a repeat of the request (the same key and body) gets the first
     answer again (`Idempotent-Replayed: true`), sampled and billed once, joining the first
     while it waits; the key with another request is a 422."""
-    idempotency = None
-    if idempotency_key is not None:
-        route = f"POST /v1/jobs/{job.id}/sample"
-        idempotency = Idempotency(idempotency_key, route, await raw.json())
+    idempotency = await idempotency_of(idempotency_key, f"POST /v1/jobs/{job.id}/sample", raw)
+    sampling = Sampling(session, queue, settings, waits, principal.team_id)
     try:
-        served = await try_checkpoint(
-            session,
-            queue,
-            settings,
-            waits,
-            principal.team_id,
-            job,
-            request,
-            itself,
-            PlaygroundAnswer,
-            idempotency,
-        )
+        served = await sampling.serve(job, request, itself, PlaygroundAnswer, idempotency)
     except PlaygroundError as error:
         raise ApiError(error.status, error.code, error.message, error.param) from None
     if served.replayed:

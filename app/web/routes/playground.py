@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
-from app.playground import PlaygroundAnswer, PlaygroundError, itself, try_checkpoint
+from app.playground import PlaygroundAnswer, PlaygroundError, Sampling, itself
 from app.store.rows import get_job
 from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.web import present
@@ -78,18 +78,9 @@ async def try_it(
     the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does, and adds its tokens
     to the job's usage as it does."""
     job = await get_job(session, job_id, viewer.scope)
+    sampling = Sampling(session, queue, settings, waits, viewer.team_id)
     try:
-        served = await try_checkpoint(
-            session,
-            queue,
-            settings,
-            waits,
-            viewer.team_id,
-            job,
-            sample_request(form),
-            itself,
-            PlaygroundAnswer,
-        )
+        served = await sampling.serve(job, sample_request(form), itself, PlaygroundAnswer)
     except ValidationError as error:
         return render(request, "try_result.html", {"error": format_validation_error(error)}, 422)
     except PlaygroundError as error:
