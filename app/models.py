@@ -547,6 +547,45 @@ class UsageDay(SQLModel, table=True):
     eval_tokens: int = Field(default=0, sa_type=BigInteger)
 
 
+class Replay(SQLModel, table=True):
+    """A request sent with an Idempotency-Key whose work no job row keeps (a playground
+    sample, a chat completion): made before the work, its `answer` kept once there is one,
+    so a repeat until `expires_at` is answered with it instead of being done again."""
+
+    __tablename__ = "replays"
+    __table_args__ = (
+        UniqueConstraint("team_id", "idempotency_key", name="uq_replays_team_id_idempotency_key"),
+        Index("ix_replays_expires_at", "expires_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    team_id: int = Field(foreign_key="teams.id")
+    idempotency_key: str = Field(sa_type=String(255))
+    request_hash: str = Field(sa_type=String(64))
+    task_id: str = Field(sa_type=String(64))
+    """The worker task its work is sent as: a repeat joins it (or finds its answer)."""
+    answer: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime = timestamp()
+    expires_at: datetime = timestamp()
+
+
+class MlflowEnding(SQLModel, table=True):
+    """The outbox of MLflow runs to end: one row per job with `trackers.mlflow` that reached
+    a terminal status, written in that transition's transaction (whoever made it: a
+    worker, the API, a sweeper), so its run ends even when no worker mirrored the end.
+    The workers send it, retrying from `next_attempt_at` while MLflow is away."""
+
+    __tablename__ = "mlflow_endings"
+    __table_args__ = (Index("ix_mlflow_endings_next_attempt_at", "next_attempt_at"),)
+
+    job_id: int = Field(foreign_key="jobs.id", ondelete="CASCADE", primary_key=True)
+    status: str = Field(sa_type=String(16))
+    """The job's terminal status (succeeded, failed, cancelled)."""
+    attempts: int = 0
+    created_at: datetime = timestamp()
+    next_attempt_at: datetime = timestamp()
+
+
 class AuditEntry(SQLModel, table=True):
     """One state-changing request: who (key prefix and team), what, on what, and how it went."""
 

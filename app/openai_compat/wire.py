@@ -247,12 +247,3 @@ def stream_events(completion: ChatCompletion, include_usage: bool) -> Iterator[s
 
 def event(chunk: ChatCompletionChunk) -> str:
     return f"data: {json.dumps(chunk.model_dump(mode='json'))}\n\n"
-
-
-def served_usage(role: str, usage: Usage) -> dict[str, int]:
-    """What a completion adds to its job's usage counters, in their own meaning: the
-    student's weights (a checkpoint, the base) sampled its completion tokens; the teacher
-    read the prompt and wrote the completion."""
-    if role == "teacher":
-        return {"teacher_tokens": usage.total_tokens}
-    return {"sampled_tokens": usage.completion_tokens} if usage.completion_tokens else {}

@@ -43,6 +43,7 @@ from app.store.limits import (
     running_limit_reason,
     under_running_limit,
 )
+from app.store.mlflow_endings import stage_mlflow_ending
 from app.store.outbox import stage_job_event
 from app.store.rows import detach, event_row, get_job, held
 from app.store.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
@@ -92,8 +93,8 @@ async def compare_and_set(
     commit: bool = True,
 ) -> bool:
     """Move `job` to plan.target if nobody changed it since it was read; commit on success
-    (commit=False: the caller commits), with the webhook deliveries the change makes (the
-    outbox) in the same transaction."""
+    (commit=False: the caller commits), with the webhook deliveries and the MLflow run's
+    ending the change makes (the outboxes) in the same transaction."""
     now = utcnow()
     values = {"status": plan.target, "updated_at": now, **plan.values}
     if plan.target in TERMINAL_STATUSES:
@@ -114,6 +115,7 @@ async def compare_and_set(
     data = {"from": job.status, "to": plan.target, **(event_data or {})}
     session.add(event_row(job.id, plan.message, event_level, data, now))
     await stage_job_event(session, job, plan.target, values, now)
+    await stage_mlflow_ending(session, job, plan.target, now)
     await settle(session, commit)
     return True
 

@@ -122,10 +122,11 @@ async def add_usage(
     session: AsyncSession, job_id: int, team_id: int, change: Mapping[str, int], now: datetime
 ) -> None:
     """Add usage that no step recorded (a completion the service served from the job's
-    weights) to the job's totals and today's row; commits."""
-    if not change:
-        return
-    dialect = (await session.connection()).dialect.name
-    await session.execute(update(Job).where(Job.id == job_id).values(counter_increments(change)))
-    await add_usage_day(session, dialect, job_id, team_id, change, now)
+    weights) to the job's totals and today's row; commits (what the caller wrote too)."""
+    if change:
+        dialect = (await session.connection()).dialect.name
+        await session.execute(
+            update(Job).where(Job.id == job_id).values(counter_increments(change))
+        )
+        await add_usage_day(session, dialect, job_id, team_id, change, now)
     await session.commit()

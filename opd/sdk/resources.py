@@ -58,6 +58,7 @@ from app.models import (
 )
 from app.playground import PlaygroundAnswer
 from app.usage import GroupBy, UsageReport
+from kernel.playground import MAX_TIMEOUT_SECONDS
 from kernel.spec import JobSpec
 from opd.sdk.errors import WaitTimeout
 from opd.sdk.progress import Progress
@@ -360,10 +361,15 @@ class Jobs(Resource[X], Generic[X, J]):
         top_p: float = 1.0,
         compare: Sequence[Literal["teacher", "base"]] = (),
         timeout_seconds: float | None = None,
+        idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
         """The playground: complete `prompt` (or a chat of `messages`) with the checkpoint,
         and with the teacher and/or the untrained student in `compare`. A worker answers;
-        past `timeout_seconds` (the service's default: 60) it is a 504, not retried."""
+        past `timeout_seconds` (the service's default: 60) it is a 504, not retried. Retried
+        safely otherwise (a lost answer, a read timeout): the request carries an
+        `Idempotency-Key` (one of its own unless you give one), and the API answers a
+        repeat with the first answer, sampled and billed once. The read timeout is the
+        client's plus the longest the API may wait for a worker."""
         body = query(
             prompt=prompt,
             messages=messages and [dict(m) for m in messages],
@@ -379,8 +385,9 @@ class Jobs(Resource[X], Generic[X, J]):
             "POST",
             f"/v1/jobs/{job_id}/sample",
             json=body,
+            headers=idempotency(idempotency_key),
             retry_server_errors=False,
-            timeout=(timeout_seconds or 60) + 30,
+            waits=timeout_seconds or MAX_TIMEOUT_SECONDS,
         )
         return (yield from fetch(call, PlaygroundAnswer))
 

@@ -33,7 +33,9 @@ CHUNK = 1 << 20
 @dataclass(frozen=True)
 class Call:
     """One API request. `resendable`: sending it twice does no more than sending it once
-    (reads, job actions, and job submissions, which carry an `Idempotency-Key`)."""
+    (reads, job actions, and the POSTs the API answers once per `Idempotency-Key`: job
+    submissions, playground samples). `waits`: seconds the API may hold it before it
+    answers (a playground sample waits for a worker), added to the client's read timeout."""
 
     method: str
     path: str
@@ -42,7 +44,7 @@ class Call:
     headers: Mapping[str, str] = field(default_factory=dict)
     resendable: bool = True
     retry_server_errors: bool = True
-    timeout: float | None = None
+    waits: float | None = None
     download: Path | None = None
 
     def after(self, cursor: int) -> Call:
@@ -132,7 +134,11 @@ class Retries:
 
 
 def request(http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
-    timeout = httpx.Timeout(call.timeout) if call.timeout is not None else http.timeout
+    timeout = http.timeout
+    if call.waits is not None and timeout.read is not None:
+        timeout = httpx.Timeout(
+            timeout.connect, read=timeout.read + call.waits, write=timeout.write, pool=timeout.pool
+        )
     if call.download is not None:
         timeout = httpx.Timeout(http.timeout.connect, read=None)
     return http.build_request(

@@ -150,11 +150,15 @@ class MlflowServer:
 
 class Relay:
     """A TCP relay on a port of its own to a server's port, listening only once started:
-    to a client, a server that is down (connections refused) and then up."""
+    to a client, a server that is down (connections refused) and then up. `answers` holds
+    what the server sent on each connection; with `withhold_first`, the first connection's
+    never reaches the client (an answer lost on the way: the client's read times out)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, *, withhold_first: bool = False) -> None:
         self.port = free_port()
         self.target_port = target_port
+        self.withhold_first = withhold_first
+        self.answers: list[bytearray] = []
         self.listener: socket.socket | None = None
 
     @property
@@ -177,14 +181,23 @@ class Relay:
             except OSError:  # closed
                 return
             server = socket.create_connection(("127.0.0.1", self.target_port))
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            answer = bytearray()
+            lost = self.withhold_first and not self.answers
+            self.answers.append(answer)
+            pumps = ((client, server, None, False), (server, client, answer, lost))
+            for pump in pumps:
+                threading.Thread(target=self._pump, args=pump, daemon=True).start()
 
     @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(
+        source: socket.socket, sink: socket.socket, seen: bytearray | None, lost: bool
+    ) -> None:
         with source, sink:
             try:
                 while data := source.recv(65536):
-                    sink.sendall(data)
+                    if seen is not None:
+                        seen += data
+                    if not lost:
+                        sink.sendall(data)
             except OSError:
                 pass

@@ -1,7 +1,9 @@
 """MLflow mirroring against a real `mlflow server`: a job's run holds exactly the job's
-metrics (each step once, after a kill -9 resume too), its spec as params, its checkpoints
-as tags and its final status; a tracker that is down holds no job up, and the mirror
-catches up once it is back; `opd run --resume` goes on with the same run."""
+metrics (each step once, after a kill -9 resume too, and after a crash before the run's id
+was kept), its spec as params, its checkpoints as tags and its final status, also when no
+worker ends the job (cancelled while paused, or by a dead worker's successor); a tracker
+that is down holds no job up, and the mirror catches up once it is back; `opd run
+--resume` goes on with the same run."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from typing import Any
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
+from sqlalchemy import create_engine, text
 
+from app.core.db import sync_url
 from tests.e2e.conftest import ROOT, TINY, Service, deployment, tiny_spec
 from tests.e2e.servers import MlflowServer, Relay
 from tests.e2e.test_faults import at_step, metric_rows
@@ -165,6 +169,77 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     run = finished_run(client, job["mlflow_run_id"])
     assert run.info.status == "FINISHED"
     assert_history_is(client, run.info.run_id, rows)
+
+
+def forget_run(service: Service, job_id: int) -> None:
+    """What a worker that died between making the job's run and keeping its id leaves: a
+    run in MLflow, none on the job row."""
+    engine = create_engine(sync_url(service.env["OPD_DATABASE_URL"]))
+    with engine.begin() as connection:
+        connection.execute(
+            text("UPDATE jobs SET mlflow_run_id = NULL WHERE id = :id"), {"id": job_id}
+        )
+    engine.dispose()
+
+
+def test_a_run_whose_id_was_never_kept_is_the_one_the_next_attempt_goes_on_with(
+    service, mlflow_server
+):
+    first = only_worker(service)
+    job = service.submit(mirrored_spec(mlflow_server.url, "unkept", steps=8, save_every=2))
+    made = service.wait(job["id"], lambda j: j["mlflow_run_id"] is not None and at_step(3)(j))
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    forget_run(service, job["id"])
+    service.start_worker()
+    done = service.wait(job["id"])
+    rows = dict(metric_rows(service, done["id"]))
+
+    assert done["status"] == "succeeded" and done["attempts"] == 2
+    client = MlflowClient(mlflow_server.url)
+    experiment = client.get_experiment_by_name("unkept")
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.run_id for run in runs] == [made["mlflow_run_id"]] == [done["mlflow_run_id"]]
+    assert finished_run(client, done["mlflow_run_id"]).info.status == "FINISHED"
+    assert_history_is(client, done["mlflow_run_id"], rows)
+
+
+def running_run(service: Service, mlflow_server: MlflowServer, experiment: str) -> dict[str, Any]:
+    """A mirrored job of many steps, on the deployment's only worker, once its run is open."""
+    only_worker(service)
+    job = service.submit(mirrored_spec(mlflow_server.url, experiment, steps=200, save_every=2))
+    return service.wait(job["id"], lambda j: j["mlflow_run_id"] is not None and at_step(2)(j))
+
+
+def test_a_job_cancelled_while_paused_ends_its_run_killed(service, mlflow_server):
+    """No worker holds a paused job: the API's cancel ends its run, through a worker's ender."""
+    job = running_run(service, mlflow_server, "paused")
+    with service.client() as opd:
+        opd.jobs.pause(job["id"])
+        service.wait(job["id"], lambda j: j["status"] == "paused")
+        client = MlflowClient(mlflow_server.url)
+        assert client.get_run(job["mlflow_run_id"]).info.status == "RUNNING"  # it may resume
+        opd.jobs.cancel(job["id"])
+
+    assert service.wait(job["id"])["status"] == "cancelled"
+    assert finished_run(client, job["mlflow_run_id"]).info.status == "KILLED"
+
+
+def test_a_cancel_a_dead_workers_successor_carries_out_ends_its_run_killed(service, mlflow_server):
+    """The worker dies, the job is cancelled meanwhile, and the worker that claims it ends
+    it at once (it runs nothing, so no mirror of its own ends the run)."""
+    job = running_run(service, mlflow_server, "orphaned")
+    [worker] = [p for p in service.processes[1:] if p.poll() is None]
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    with service.client() as opd:
+        assert opd.jobs.cancel(job["id"]).status == "cancelling"
+    service.start_worker()
+
+    done = service.wait(job["id"])
+    assert done["status"] == "cancelled" and done["attempts"] == 1
+    client = MlflowClient(mlflow_server.url)
+    assert finished_run(client, job["mlflow_run_id"]).info.status == "KILLED"
 
 
 def test_opd_run_resume_goes_on_with_the_same_run(tmp_path, mlflow_server):

@@ -1,10 +1,12 @@
 """The OpenAI-compatible routes with the official `openai` package as the client, against
 real `opd api` and `opd worker` processes on a finished tiny job: a chat completion with
 logprobs (the playground's own answer, its usage counted), the models listed, streaming,
-another team's job a 404, and a missing worker a timeout, all in OpenAI's shapes."""
+a completion whose answer was lost resent (and billed once), another team's job a 404, and
+a missing worker a timeout, all in OpenAI's shapes."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -16,6 +18,8 @@ import openai
 import pytest
 
 from tests.e2e.conftest import ROOT, Service, deployment, tiny_spec
+from tests.e2e.servers import Relay
+from tests.e2e.test_playground import added, http_answer, usage_row
 from tests.support import assert_close
 
 MESSAGES = [{"role": "user", "content": "What is 2 + 3?"}]
@@ -159,6 +163,35 @@ def test_stream_true_streams_the_completion_as_chunks(service, finished):
         expected["tokens"]
     )
     assert len({chunk.id for chunk in chunks}) == 1
+
+
+def test_a_completion_whose_answer_was_lost_is_resent_and_billed_once(service, finished):
+    """The `openai` package's retry after a read timeout, with the Idempotency-Key it is
+    given: a relay loses the first answer, and the API answers the resent request with the
+    completion it kept (sampled once, billed once)."""
+    relay = Relay(int(service.url.rsplit(":", 1)[1]), withhold_first=True)
+    relay.start()
+    before = usage_row(service, finished["id"])
+    client = openai.OpenAI(
+        base_url=f"{relay.url}/v1", api_key=service.key, max_retries=1, timeout=5
+    )
+    try:
+        completion = client.chat.completions.create(
+            model=f"job-{finished['id']}",
+            messages=MESSAGES,
+            max_tokens=8,
+            extra_headers={"Idempotency-Key": "eval-run-1"},
+        )
+    finally:
+        relay.stop()
+
+    assert len(relay.answers) == 2
+    (lost_headers, lost), (resent_headers, resent) = map(http_answer, relay.answers)
+    assert json.loads(lost)["id"] == completion.id and resent == lost
+    assert resent_headers.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in lost_headers
+    billed = {"sampled_tokens": completion.usage.completion_tokens, "teacher_tokens": 0}
+    assert added(usage_row(service, finished["id"]), before) == billed
 
 
 def test_another_teams_job_is_a_404_in_openais_shape(service, finished):

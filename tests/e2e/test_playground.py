@@ -1,7 +1,8 @@
 """Using what a job produced, against real `opd api` and `opd worker` processes on the tiny
-models: the playground (its cache, its deadline, a worker restart), `opd sample`, the
-dashboard's Try it form, continuing a job with `opd clone --init-from`, and `opd export`
-(the merged model loads without peft and scores as the adapter does). One deployment."""
+models: the playground (its cache, its deadline, a worker restart, its usage, an answer lost
+on the way and resent), `opd sample`, the dashboard's Try it form, continuing a job with
+`opd clone --init-from`, and `opd export` (the merged model loads without peft and scores
+as the adapter does). One deployment."""
 
 from __future__ import annotations
 
@@ -18,9 +19,13 @@ import httpx
 import pytest
 from pytrio.types import ModelInput
 
+from app.playground import PlaygroundAnswer
+from kernel.retry import Backoff
 from kernel.spec import JobSpec
 from opd.cli import main
+from opd.sdk import Client, Retries
 from tests.e2e.conftest import Service, deployment, tiny_spec
+from tests.e2e.servers import Relay
 from tests.support import assert_close, score_without_peft
 from worker.engine.backends import connect
 
@@ -107,7 +112,41 @@ def test_opd_sample_prints_each_models_completions(cli, trained):
     assert "[2] (" in shown.stdout and "highest reverse KL:" in shown.stdout
 
 
-def test_try_it_on_the_job_page(service, trained):
+def usage_row(service: Service, job_id: int) -> dict[str, int]:
+    """The job's sampled and teacher tokens, as `GET /v1/usage` adds up its rows."""
+    with service.client() as client:
+        (row,) = [row for row in client.usage.get().rows if row.job_id == job_id]
+    return {"sampled_tokens": row.sampled_tokens, "teacher_tokens": row.teacher_tokens}
+
+
+def added(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {column: after[column] - before[column] for column in after}
+
+
+def tokens_of(answer: dict[str, Any]) -> dict[str, int]:
+    """What an answer's models sampled and its teacher read, as training counts them: the
+    checkpoint's (and base's) completion tokens; the teacher's prompt and completions when
+    it completed the prompt too, and the prompt and tokens of each completion it scored."""
+    tokens = {"sampled_tokens": 0, "teacher_tokens": 0}
+    prompt = answer["prompt_tokens"]
+    for output in answer["outputs"]:
+        lengths = [len(completion["token_ids"]) for completion in output["completions"]]
+        if output["model"] == "teacher":
+            tokens["teacher_tokens"] += prompt + sum(lengths)
+            continue
+        tokens["sampled_tokens"] += sum(lengths)
+        scored = [c for c in output["completions"] if c["teacher_logprobs"] is not None]
+        tokens["teacher_tokens"] += sum(prompt + len(c["token_ids"]) for c in scored)
+    return tokens
+
+
+def test_try_it_on_the_job_page_bills_as_the_api_does(service, trained):
+    """Greedy, so the panel samples what the API's request sampled: each adds its tokens
+    to the job's usage rows."""
+    before = usage_row(service, trained["id"])
+    greedy = {"checkpoint": 5, "max_tokens": 8, "temperature": 0, "compare": ["teacher"]}
+    answer = sample(service, trained["id"], **greedy).json()
+    between = usage_row(service, trained["id"])
     with httpx.Client(base_url=service.url, timeout=120) as browser:
         sign_in = browser.get("/ui/sign-in")
         token = re.search(r'name="csrf_token" value="([^"]+)"', sign_in.text).group(1)
@@ -116,12 +155,51 @@ def test_try_it_on_the_job_page(service, trained):
         assert 'id="try-form"' in page.text and "/ui/static/try_it.js" in page.text
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
         form = {"csrf_token": token, "prompt": PROMPT, "checkpoint": "5", "compare_teacher": "1"}
+        form |= {"max_tokens": "8", "temperature": "0"}
         fragment = browser.post(f"/ui/jobs/{trained['id']}/try", data=form)
 
     assert fragment.status_code == 200, fragment.text
     assert "sampler weights after step 5" in fragment.text
     assert fragment.text.count('class="rollout try-output"') == 2
     assert re.search(r'class="tok kl-\d" title="logprob [^"]+ · reverse KL', fragment.text)
+    billed = added(between, before)
+    assert billed == tokens_of(answer) and billed["sampled_tokens"] > 0
+    assert added(usage_row(service, trained["id"]), between) == billed
+
+
+def test_a_sample_whose_answer_was_lost_is_resent_sampled_and_billed_once(service, trained):
+    """The SDK's read timeout, for real: a relay loses the API's first answer, the SDK
+    sends the request again with its Idempotency-Key, and the API answers it with the
+    answer it kept (the worker samples once, the job is billed once)."""
+    relay = Relay(int(service.url.rsplit(":", 1)[1]), withhold_first=True)
+    relay.start()
+    before = usage_row(service, trained["id"])
+    retries = Retries(attempts=2, backoff=Backoff(initial=0.01, cap=0.05))
+    try:
+        with Client(relay.url, service.key, timeout=1, retries=retries) as client:
+            answer = client.jobs.sample(
+                trained["id"], PROMPT, max_tokens=8, compare=["teacher"], timeout_seconds=5
+            )
+    finally:
+        relay.stop()
+
+    assert len(relay.answers) == 2
+    (lost_headers, lost), (resent_headers, resent) = map(http_answer, relay.answers)
+    assert PlaygroundAnswer.model_validate_json(lost) == answer  # what the worker sampled
+    assert resent == lost and resent_headers.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in lost_headers
+    assert added(usage_row(service, trained["id"]), before) == tokens_of(
+        answer.model_dump(mode="json")
+    )
+
+
+def http_answer(raw: bytes) -> tuple[dict[str, str], bytes]:
+    """An HTTP/1.1 answer's headers (names in lower case) and body, as a relay saw them."""
+    head, body = bytes(raw).split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")[1:]
+    return {
+        name.lower(): value.strip() for name, value in (line.split(":", 1) for line in lines)
+    }, body
 
 
 def test_past_its_deadline_a_request_is_a_504_and_a_restarted_worker_answers(service, trained):

@@ -11,6 +11,10 @@ saved after it is recorded (`after_recorded` says when the service's database ho
 or the run ends for good (`finish`). A run that saves no state for longer than the backlog
 sends its oldest steps early. The steps a crash kept from the tracker (it was away) are
 sent by the next attempt, from `backfill`.
+
+A run is made with a tag of the caller's choosing (`run_key`, the service's job), and an
+attempt that has no run id looks for a run with that tag before it makes one: a crash
+between making the run and keeping its id leaves one run, which the next attempt adopts.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ MAX_VALUE_CHARS = 6000
 MAX_KEY_CHARS = 250
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
 """The MLflow status of a run whose job ended so; any other end leaves it RUNNING."""
+ENDED = {"FINISHED", "FAILED", "KILLED"}
+RUN_KEY_TAG = "opd.run_key"
+"""The tag that names what a run mirrors, set when it is made (see `keyed_run`)."""
 CLIENT_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",  # the mirror retries, without holding anything up
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
@@ -98,6 +105,32 @@ def open_client(uri: str) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
+def keyed_run(client: Any, experiment: str, run_key: str) -> str | None:
+    """The run made with `run_key` in the experiment, if one was (by an attempt that died
+    before its id was kept)."""
+    runs = client.search_runs(
+        [experiment], filter_string=f"tags.`{RUN_KEY_TAG}` = '{run_key}'", max_results=1
+    )
+    return runs[0].info.run_id if runs else None
+
+
+def end_run(spec: MlflowSpec, run_id: str | None, run_key: str, outcome: str) -> str | None:
+    """End the run of a job that ended as `outcome` (its id, or the one found by its key)
+    with that outcome's status, unless it has ended already; its id, None when there is no
+    run. Blocks: MLflow's client does."""
+    client = open_client(spec.tracking_uri)
+    if run_id is None:
+        experiment = client.get_experiment_by_name(spec.experiment)
+        if experiment is None:
+            return None
+        run_id = keyed_run(client, experiment.experiment_id, run_key)
+        if run_id is None:
+            return None
+    if client.get_run(run_id).info.status not in ENDED:
+        client.set_terminated(run_id, STATUS[outcome])
+    return run_id
+
+
 def experiment_id(client: Any, name: str) -> str:
     """The experiment's id, made if it does not exist yet (by this job or a racing one)."""
     from mlflow.exceptions import MlflowException
@@ -114,16 +147,18 @@ def experiment_id(client: Any, name: str) -> str:
 
 
 class MlflowSink(Sink):
-    """Mirrors into the run `run_id` (None: a new run, reported to `on_run`), with `tags`
-    beside the checkpoint paths. `notify(level, message, data)` gets the outage events;
-    `after_recorded(callback)` calls back once the checkpoint just reported is durable;
-    `backfill` gives the steps before a resumed attempt's first that MLflow lacks."""
+    """Mirrors into the run `run_id` (None: the run made with `run_key`, else a new one,
+    reported to `on_run`), with `tags` beside the checkpoint paths. `notify(level, message,
+    data)` gets the outage events; `after_recorded(callback)` calls back once the checkpoint
+    just reported is durable; `backfill` gives the steps before a resumed attempt's first
+    that MLflow lacks."""
 
     def __init__(
         self,
         spec: MlflowSpec,
         *,
         run_id: str | None = None,
+        run_key: str | None = None,
         tags: dict[str, str] | None = None,
         notify: Notify = lambda level, message, data: None,
         on_run: Callable[[str], None] = lambda run_id: None,
@@ -134,6 +169,7 @@ class MlflowSink(Sink):
     ) -> None:
         self.spec = spec
         self.run_id = run_id
+        self.run_key = run_key
         self.tags = dict(tags or {})
         self.notify = notify
         self.on_run = on_run
@@ -270,17 +306,22 @@ class MlflowSink(Sink):
         return None
 
     def _open(self) -> tuple[Any, str, bool, int]:
-        """(client, run id, whether the run is new, the steps it holds)."""
+        """(client, run id, whether the id is new to the caller, the steps the run holds)."""
         client = open_client(self.spec.tracking_uri)
-        if self.run_id is None:
+        run_id = self.run_id
+        if run_id is None:
             experiment = experiment_id(client, self.spec.experiment)
-            run = client.create_run(experiment, run_name=self.run_name)
-            return client, run.info.run_id, True, 0
-        client.update_run(self.run_id, status="RUNNING")
+            run_id = self.run_key and keyed_run(client, experiment, self.run_key)
+            if not run_id:
+                tags = {} if self.run_key is None else {RUN_KEY_TAG: self.run_key}
+                run = client.create_run(experiment, run_name=self.run_name, tags=tags)
+                return client, run.info.run_id, True, 0
+        client.update_run(run_id, status="RUNNING")
+        new = self.run_id is None
         if self.backfill is None or self.start_step == 0:
-            return client, self.run_id, False, 0
-        history = client.get_metric_history(self.run_id, EVERY_STEP)
-        return client, self.run_id, False, max((m.step + 1 for m in history), default=0)
+            return client, run_id, new, 0
+        history = client.get_metric_history(run_id, EVERY_STEP)
+        return client, run_id, new, max((m.step + 1 for m in history), default=0)
 
     def _opened(self, result: tuple[Any, str, bool, int]) -> None:
         self.client, self.run_id, new, held = result

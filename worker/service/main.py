@@ -1,7 +1,7 @@
 """The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper,
-the sweep controller (on a thread of its own), the webhook sender, and a second arq worker
-for the short tasks a request waits for (the playground, archive fetches: `quick.py`),
-which keeps answering while jobs drain.
+the sweep controller (on a thread of its own), the webhook sender, what ends the MLflow
+runs of ended jobs, and a second arq worker for the short tasks a request waits for (the
+playground, archive fetches: `quick.py`), which keeps answering while jobs drain.
 
 SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
 next step boundary with its state saved and goes back to the queue for another worker.
@@ -30,6 +30,7 @@ from worker.service.quick import quick_worker
 from worker.service.sweep_controller import ControllerThread
 from worker.service.sweeper import sweep
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
+from worker.service.trackers import end_runs_forever
 from worker.service.webhooks import Sender
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ async def serve_worker(settings: Settings) -> None:
     controller.start()
     answering = loop.create_task(quick.async_run())
     sending = loop.create_task(sender.run_forever())
+    ending = loop.create_task(end_runs_forever(ctx.sessions, settings))
     log.info("worker %s serving queue %s", ctx.worker_id, settings.queue_name)
     try:
         with contextlib.suppress(asyncio.CancelledError):
@@ -124,6 +126,7 @@ async def serve_worker(settings: Settings) -> None:
         answering.cancel()
         await quick.close()
         sending.cancel()
+        ending.cancel()
         await sender.close()
         await worker.close()
         await ctx.queue.close()

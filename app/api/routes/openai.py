@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
+from app.api.routes.jobs import IdempotencyKey
+from app.api.routes.playground import idempotency_of
 from app.auth import Principal
 from app.models import Job, Team, utcnow
 from app.openai_compat.names import (
@@ -30,14 +32,12 @@ from app.openai_compat.wire import (
     Model,
     ModelList,
     chat_completion,
-    served_usage,
     stream_events,
 )
-from app.playground import PlaygroundError, try_checkpoint
+from app.playground import REPLAYED_HEADER, PlaygroundError, Sampling
 from app.store.errors import JobNotFound
 from app.store.rows import get_job
 from app.store.saved import CheckpointUnavailable, sampler_weights, saved_samplers
-from app.store.usage import add_usage
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 MODELS_PAGE = 1000
@@ -67,38 +67,47 @@ async def model_job(
 )
 async def create_chat_completion(
     body: ChatCompletionRequest,
+    raw: Request,
     principal: PrincipalDep,
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
     waits: WaitsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response | ChatCompletion:
     """Complete the chat with the model named, `n` times, each token with its logprob
     when `logprobs` is true. A worker samples, as for the playground: past
     `timeout_seconds` (default OPD_SAMPLE_TIMEOUT) the answer is a 504. The usage is
-    counted in the job's (and so its team's) usage. With `stream`, the SSE chunks are sent
-    once the whole completion is ready."""
+    counted in the job's (and so its team's) usage. With an `Idempotency-Key`, a repeat of
+    the request gets the first completion again (`Idempotent-Replayed: true`), sampled and
+    billed once; the key with another request is a 400. With `stream`, the SSE chunks are
+    sent once the whole completion is ready."""
     name, job = await model_job(session, principal, body.model)
     try:
         request = body.playground_request(name)
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
+    idempotency = await idempotency_of(idempotency_key, "POST /v1/chat/completions", raw)
+    sampling = Sampling(session, queue, settings, waits, principal.team_id)
     try:
-        answer = await try_checkpoint(
-            session, queue, settings, waits, principal.team_id, job, request
+        served = await sampling.serve(
+            job,
+            request,
+            lambda answer: chat_completion(body.model, answer, bool(body.logprobs)),
+            ChatCompletion,
+            idempotency,
         )
     except PlaygroundError as error:
         if error.param == "checkpoint":  # no such saved weights: no such model
             raise ApiError(404, "model_not_found", error.message, "model") from None
         raise ApiError(error.status, error.code, error.message, error.param) from None
-    completion = chat_completion(body.model, answer, bool(body.logprobs))
-    change = served_usage(name.role, completion.usage)
-    await add_usage(session, job.id, job.team_id, change, utcnow())
+    headers = {REPLAYED_HEADER: "true"} if served.replayed else None
+    completion = served.value
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         events = stream_events(completion, include_usage)
-        return StreamingResponse(events, media_type="text/event-stream")
-    return completion
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return JSONResponse(completion.model_dump(mode="json"), headers=headers)
 
 
 @router.get("/models", response_model=ModelList, responses=openai_error_responses(400, 401, 403))

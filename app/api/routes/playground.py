@@ -3,14 +3,22 @@ untrained student) on a prompt of the caller's, sampled by a worker."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request, Response
 
 from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
-from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
+from app.api.routes.jobs import IdempotencyKey
+from app.playground import REPLAYED_HEADER, PlaygroundAnswer, PlaygroundError, Sampling, itself
+from app.store.jobs import Idempotency
 from kernel.playground import SampleRequest
 
 router = APIRouter(prefix="/v1/jobs", tags=["playground"])
+
+
+async def idempotency_of(key: str | None, route: str, request: Request) -> Idempotency | None:
+    """The request as a retry must repeat it (the route and its JSON body), when it has a
+    key."""
+    return None if key is None else Idempotency(key, route, await request.json())
 
 
 @router.post(
@@ -21,11 +29,14 @@ router = APIRouter(prefix="/v1/jobs", tags=["playground"])
 async def sample_job(
     job: JobDep,
     request: SampleRequest,
+    raw: Request,
+    response: Response,
     session: SessionDep,
     principal: PrincipalDep,
     queue: QueueDep,
     settings: SettingsDep,
     waits: WaitsDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> PlaygroundAnswer:
     """Complete the prompt with the job's `checkpoint` (`final` or a step whose sampler
     weights it saved) and with each model in `compare`, `n` times each. Every token comes
@@ -33,10 +44,16 @@ async def sample_job(
     teacher's logprob and their reverse KL. A worker answers; past `timeout_seconds`
     (default OPD_SAMPLE_TIMEOUT) the answer is a 504 and the request is withdrawn. The wait
     holds no database connection; past OPD_TEAM_MAX_WAITING of the team's requests waiting
-    at once, a 429 with Retry-After."""
+    at once, a 429 with Retry-After. The tokens sampled are added to the job's usage. With
+    an `Idempotency-Key`, a repeat of the request (the same key and body) gets the first
+    answer again (`Idempotent-Replayed: true`), sampled and billed once, joining the first
+    while it waits; the key with another request is a 422."""
+    idempotency = await idempotency_of(idempotency_key, f"POST /v1/jobs/{job.id}/sample", raw)
+    sampling = Sampling(session, queue, settings, waits, principal.team_id)
     try:
-        return await try_checkpoint(
-            session, queue, settings, waits, principal.team_id, job, request
-        )
+        served = await sampling.serve(job, request, itself, PlaygroundAnswer, idempotency)
     except PlaygroundError as error:
         raise ApiError(error.status, error.code, error.message, error.param) from None
+    if served.replayed:
+        response.headers[REPLAYED_HEADER] = "true"
+    return served.value

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
-from app.playground import PlaygroundAnswer, PlaygroundError, try_checkpoint
+from app.playground import PlaygroundAnswer, PlaygroundError, Sampling, itself
 from app.store.rows import get_job
 from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.web import present
@@ -75,12 +75,12 @@ async def try_it(
     form: FormDep,
 ) -> Response:
     """The completions of the form's prompt, or why there are none, as a fragment. Needs
-    the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does."""
+    the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does, and adds its tokens
+    to the job's usage as it does."""
     job = await get_job(session, job_id, viewer.scope)
+    sampling = Sampling(session, queue, settings, waits, viewer.team_id)
     try:
-        answer = await try_checkpoint(
-            session, queue, settings, waits, viewer.team_id, job, sample_request(form)
-        )
+        served = await sampling.serve(job, sample_request(form), itself, PlaygroundAnswer)
     except ValidationError as error:
         return render(request, "try_result.html", {"error": format_validation_error(error)}, 422)
     except PlaygroundError as error:
@@ -89,5 +89,6 @@ async def try_it(
         busy = render(request, "try_result.html", {"error": str(error)}, 429)
         busy.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return busy
+    answer = served.value
     context = {"error": None, "answer": answer, "outputs": answer_view(answer)}
     return render(request, "try_result.html", context)

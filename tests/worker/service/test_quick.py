@@ -1,21 +1,34 @@
 """The quick tasks through the API and a quick arq worker (in process, on the real Redis),
 for a job trained on the PyTRIO fake: the playground samples the saved weights PyTRIO
-holds, and a checkpoint's archive is fetched once through PyTRIO's REST client."""
+holds, every door that samples bills exactly what the backend sampled (once, however often
+a request is resent with its Idempotency-Key), and a checkpoint's archive is fetched once
+through PyTRIO's REST client."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from arq.worker import Worker
 
 from app.archives import fetched_path
 from tests.app.conftest import auth, serve
+from tests.app.web.conftest import post_form
 from tests.fakes import model
-from tests.fakes.trio import FakeServiceClient, patch_pytrio
+from tests.fakes.faults import fail_first, hold_first
+from tests.fakes.trio import (
+    Call,
+    FakeSamplingClient,
+    FakeServiceClient,
+    base_weights,
+    patch_pytrio,
+)
 from tests.fakes.trio_rest import FakeRestClient
 from worker.service.quick import quick_worker
 from worker.service.tasks import WorkerContext, run_job
@@ -124,3 +137,156 @@ async def test_a_checkpoint_pytrio_no_longer_lists_is_a_404(api, key, trained, p
 
     assert response.status_code == 404, response.text
     assert response.json()["error"]["code"] == "checkpoint_not_found"
+
+
+# --- every sampled token billed once ------------------------------------------------------------
+
+BODY = {"prompt": "What is 1 + 1?", "n": 2, "max_tokens": 5}
+MESSAGES = [{"role": "user", "content": "What is 1 + 1?"}]
+
+
+def backend_tokens(calls: list[Call]) -> dict[str, int]:
+    """The tokens PyTRIO's fake sampled and scored in `calls`, as the usage counters name
+    them: the student's completions; the teacher's prompt and completions, and each
+    sequence it scored."""
+    counts = {"sampled_tokens": 0, "teacher_tokens": 0}
+    for call in calls:
+        if call.name == "sample" and call.args["weights"] == base_weights("teacher/model"):
+            response = call.args["response"]
+            counts["teacher_tokens"] += response.input_tokens + response.output_tokens
+        elif call.name == "sample":
+            counts["sampled_tokens"] += call.args["response"].output_tokens
+        elif call.name == "compute_logprobs":
+            chunks = call.args["request"].prompt.chunks
+            counts["teacher_tokens"] += sum(len(chunk.tokens) for chunk in chunks)
+    return counts
+
+
+async def usage_of(api, key, job_id: int) -> dict[str, int]:
+    """The job's sampled and teacher tokens as `GET /v1/usage` adds up its rows."""
+    report = (await api.get("/v1/usage", headers=auth(key))).json()
+    (row,) = [row for row in report["rows"] if row["job_id"] == job_id]
+    return {column: row[column] for column in ("sampled_tokens", "teacher_tokens")}
+
+
+@dataclass
+class Bill:
+    before: dict[str, int]
+    first_call: int
+    added: dict[str, int] = field(default_factory=dict)
+    done: dict[str, int] = field(default_factory=dict)
+
+    def samplings(self, pytrio_fake: FakeServiceClient) -> list[str]:
+        """The backend's sampling and scoring calls since the bill began."""
+        calls = pytrio_fake.calls[self.first_call :]
+        return [call.name for call in calls if call.name in ("sample", "compute_logprobs")]
+
+
+@asynccontextmanager
+async def billed(api, key, job_id: int, pytrio_fake: FakeServiceClient) -> AsyncIterator[Bill]:
+    """What the block added to the job's usage rows, beside what the backend did meanwhile."""
+    bill = Bill(before=await usage_of(api, key, job_id), first_call=len(pytrio_fake.calls))
+    yield bill
+    after = await usage_of(api, key, job_id)
+    bill.added = {column: after[column] - bill.before[column] for column in after}
+    bill.done = backend_tokens(pytrio_fake.calls[bill.first_call :])
+
+
+async def test_every_door_bills_the_tokens_its_backend_sampled(api, key, trained, pytrio_fake):
+    """The playground, the OpenAI-compatible route (the checkpoint and the teacher) and the
+    dashboard's Try it, each against the job's usage rows."""
+    job_id = trained["id"]
+    async with billed(api, key, job_id, pytrio_fake) as playground:
+        body = BODY | {"compare": ["teacher", "base"]}
+        answered = await api.post(f"/v1/jobs/{job_id}/sample", json=body, headers=auth(key))
+    chats = []
+    for name in (f"job-{job_id}", f"job-{job_id}:teacher"):
+        async with billed(api, key, job_id, pytrio_fake) as chat:
+            body = {"model": name, "messages": MESSAGES, "n": 2, "max_tokens": 5}
+            answer = await api.post("/v1/chat/completions", json=body, headers=auth(key))
+            assert answer.status_code == 200, answer.text
+        chats.append(chat)
+    page = await api.get("/ui/sign-in")
+    await post_form(api, "/ui/sign-in", page, key=key.key)
+    page = await api.get(f"/ui/jobs/{job_id}")
+    async with billed(api, key, job_id, pytrio_fake) as try_it:
+        form = {"prompt": "What is 1 + 1?", "max_tokens": "5", "compare_teacher": "1"}
+        tried = await post_form(api, f"/ui/jobs/{job_id}/try", page, **form)
+
+    assert answered.status_code == 200 and tried.status_code == 200, tried.text
+    for bill in (playground, try_it):
+        assert bill.added == bill.done and min(bill.done.values()) > 0, bill
+    student, teacher = chats
+    assert student.added == student.done and student.done["sampled_tokens"] > 0, student
+    assert teacher.added == teacher.done and teacher.done["teacher_tokens"] > 0, teacher
+
+
+async def test_a_sample_resent_while_the_first_waits_is_sampled_and_billed_once(
+    api, key, trained, pytrio_fake, monkeypatch
+):
+    """A read timeout's retry: the same Idempotency-Key and body arrive while the backend
+    is still sampling the first; the repeat joins it, and a later one gets its answer."""
+    url, waits = f"/v1/jobs/{trained['id']}/sample", app_of(api).state.waits
+    headers = auth(key) | {"Idempotency-Key": "retried-1"}
+    slow = hold_first(monkeypatch, FakeSamplingClient, "sample_async")
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        first = asyncio.create_task(api.post(url, json=BODY, headers=headers))
+        await slow.entered.wait()
+        second = asyncio.create_task(api.post(url, json=BODY, headers=headers))
+        while waits.waiting[key.team.id] < 2:  # the repeat waits for the first's answer
+            await asyncio.sleep(0.01)
+        slow.release.set()
+        answers = [await first, await second]
+        third = await api.post(url, json=BODY, headers=headers)
+    other = await api.post(url, json=BODY | {"n": 1}, headers=headers)
+
+    assert [answer.status_code for answer in (*answers, third)] == [200, 200, 200]
+    assert answers[0].json() == answers[1].json() == third.json()
+    replayed = [answer.headers.get("idempotent-replayed") for answer in (*answers, third)]
+    assert sorted(replayed, key=str) == [None, "true", "true"]
+    assert bill.samplings(pytrio_fake) == ["sample"]
+    assert bill.added == bill.done and bill.done["sampled_tokens"] > 0, bill
+    assert other.status_code == 422, other.text
+    error = other.json()["error"]
+    assert error["code"] == "idempotency_key_reused" and error["param"] == "Idempotency-Key"
+
+
+async def test_a_chat_completion_resent_gets_the_first_and_is_billed_once(
+    api, key, trained, pytrio_fake
+):
+    body = {"model": f"job-{trained['id']}", "messages": MESSAGES, "n": 2, "max_tokens": 5}
+    headers = auth(key) | {"Idempotency-Key": "chat-1"}
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        first = await api.post("/v1/chat/completions", json=body, headers=headers)
+        again = await api.post("/v1/chat/completions", json=body, headers=headers)
+    other = await api.post("/v1/chat/completions", json=body | {"n": 1}, headers=headers)
+
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert bill.samplings(pytrio_fake) == ["sample"]
+    assert bill.added == bill.done and bill.done["sampled_tokens"] > 0, bill
+    assert other.status_code == 400, other.text
+    assert other.json()["error"]["param"] == "Idempotency-Key"
+
+
+async def test_a_sample_that_failed_is_tried_anew_when_resent(
+    api, key, trained, pytrio_fake, monkeypatch
+):
+    """Nothing was kept for a failed request: its repeat samples (once), and is billed."""
+    fail_first(monkeypatch, FakeSamplingClient, "sample_async", RuntimeError("backend hiccup"))
+    url, headers = f"/v1/jobs/{trained['id']}/sample", auth(key) | {"Idempotency-Key": "failed-1"}
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        failed = await api.post(url, json=BODY, headers=headers)
+        again = await api.post(url, json=BODY, headers=headers)
+
+    assert failed.status_code == 502 and "backend hiccup" in failed.json()["error"]["message"]
+    assert again.status_code == 200 and "idempotent-replayed" not in again.headers
+    assert bill.samplings(pytrio_fake) == ["sample"]
+    assert bill.added == bill.done and bill.done["sampled_tokens"] > 0, bill
+
+
+def app_of(http: httpx.AsyncClient) -> Any:
+    """The app an in-process client is served by."""
+    transport = http._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    return transport.app
