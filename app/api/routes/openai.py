@@ -18,7 +18,7 @@ from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_res
 from app.api.routes.jobs import IdempotencyKey
 from app.api.routes.playground import idempotency_of
 from app.auth import Principal
-from app.models import Job, Team, utcnow
+from app.models import Job, Team
 from app.openai_compat.names import (
     NAME_PATTERN,
     ModelName,

@@ -233,7 +233,7 @@ async def test_a_sample_resent_while_the_first_waits_is_sampled_and_billed_once(
         first = asyncio.create_task(api.post(url, json=BODY, headers=headers))
         await slow.entered.wait()
         second = asyncio.create_task(api.post(url, json=BODY, headers=headers))
-        while waits.waiting[key.team.id] < 2:  # the repeat waits for the first's answer
+        while waits.places.held[key.team.id] < 2:  # the repeat waits for the first's answer
             await asyncio.sleep(0.01)
         slow.release.set()
         answers = [await first, await second]
