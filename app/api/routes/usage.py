@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query
+from pydantic import BeforeValidator
 from sqlalchemy import select
 
 from app.api.deps import PricesDep, PrincipalDep, SessionDep
@@ -18,6 +20,18 @@ router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=error_responses
 
 DEFAULT_SPAN = timedelta(days=29)
 """`from` when only `to` is given: 30 days up to it."""
+ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def iso_day(value: object) -> object:
+    """A day written as the schema says (`YYYY-MM-DD`): pydantic alone also reads a number
+    as seconds since 1970 (`from=0` was 1970-01-01)."""
+    if isinstance(value, str) and not ISO_DAY.fullmatch(value):
+        raise ValueError("a day is written YYYY-MM-DD")
+    return value
+
+
+Day = Annotated[date, BeforeValidator(iso_day)]
 
 
 @router.get("", response_model=UsageReport, responses=error_responses(404))
@@ -26,10 +40,10 @@ async def read_usage(
     principal: PrincipalDep,
     prices: PricesDep,
     first: Annotated[
-        date | None, Query(alias="from", description="First UTC day; default 30 days ago.")
+        Day | None, Query(alias="from", description="First UTC day; default 30 days ago.")
     ] = None,
     last: Annotated[
-        date | None,
+        Day | None,
         Query(alias="to", description="Last UTC day; default today. Before `from`: no days."),
     ] = None,
     group_by: Annotated[GroupBy, Query(description="One row per job, or per day.")] = GroupBy.job,

@@ -95,6 +95,8 @@ async def test_an_admin_sees_any_team_or_all_and_others_see_their_own(
     ("query", "param"),
     [
         ("from=yesterday", "from"),
+        ("from=0", "from"),  # not seconds since 1970
+        ("to=1700000000", "to"),
         ("group_by=week", "group_by"),
     ],
 )
