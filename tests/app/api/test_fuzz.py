@@ -188,14 +188,15 @@ VALID_SWEEP = SWEEP | {"base": BASE}
 
 @pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 @given(spec=json_texts(specs(), BASE), definition=json_texts(sweep_definitions(), VALID_SWEEP))
-@example(spec=as_json(INFINITE), definition=as_json(SWEEP | {"base": INFINITE}))
-@example(
-    spec=raw_json(BASE)[0],
-    definition=as_json(VALID_SWEEP | {"parameters": {UNBOUNDED: {"values": [math.inf]}}}),
-)
+@example(spec=as_json(INFINITE), definition=as_json(VALID_SWEEP))  # issue 25, item 4
 @example(
     spec=as_json(BASE),
-    definition=as_json(
+    definition=as_json(VALID_SWEEP | {"parameters": {UNBOUNDED: {"values": [math.inf]}}}),
+)
+@example(spec=raw_json(BASE)[0], definition=as_json(SWEEP | {"base": INFINITE}))  # 1e999
+@example(
+    spec=as_json(BASE),
+    definition=as_json(  # item 5: a uniform range over an integer field
         SWEEP | {"base_job": JOBS[0], "parameters": {"loop.steps": {"min": 1, "max": 4}}}
     ),
 )
