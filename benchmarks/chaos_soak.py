@@ -7,7 +7,7 @@ limits) submit --jobs tiny local-backend jobs of mixed kinds (on policy, one ste
 policy, with evals, with frequent saves) spread over the first 80% of the window, and
 pause-then-resume or cancel some of them; two of the teams create --sweeps sweeps (4
 trials of learning rate x loss, 2 at a time, ASHA early stopping; a grid or random) over
-the first 30%, and cancel every other one once a trial is halfway. For --minutes, at
+the first 60%, and cancel every other one once a trial is halfway. For --minutes, at
 seeded random moments, one fault at a time: kill -9 a worker (restarted 0-10 s later),
 kill -9 the worker whose controller holds a running sweep's lease, SIGTERM a worker,
 kill -9 an API, restart Redis empty, restart Postgres, SIGSTOP a Postgres backend for
@@ -101,7 +101,7 @@ KINDS: dict[str, dict[str, Any]] = {  # loop settings; eval: a held-out eval eve
 PLANS = {"run": 0.55, "pause": 0.2, "cancel": 0.15, "cancel-at-once": 0.1}
 SWEEP_TEAMS = ("red", "green")  # a blue sweep would wait on blue's one running job
 SWEEP_PLANS = ("run", "cancel")  # in turn: a cancel after its first trials exist
-SWEEP_SHARE = 0.3  # sweeps arrive over this share of the window, so faults find them running
+SWEEP_SHARE = 0.6  # sweeps arrive over this share of the window, so faults find them running
 SWEEP_METRIC = "opd/reverse_kl_mean"
 SWEEP_VALUES = {
     "optim.learning_rate": [1.0e-3, 3.0e-3],
