@@ -5,10 +5,14 @@ Starts a deployment of its own: a private Postgres cluster and Redis server
 webhook receiver per team (tests/e2e/receiver.py). Clients of three teams (two with
 limits) submit --jobs tiny local-backend jobs of mixed kinds (on policy, one step off
 policy, with evals, with frequent saves) spread over the first 80% of the window, and
-pause-then-resume or cancel some of them. For --minutes, at seeded random moments, one
-fault at a time: kill -9 a worker (restarted 0-10 s later), SIGTERM a worker, kill -9 an
-API, restart Redis empty, restart Postgres, SIGSTOP a Postgres backend for 2-6 s. Then
-the faults stop, the jobs finish, and it checks, reading the database:
+pause-then-resume or cancel some of them; two of the teams create --sweeps sweeps (4
+trials of learning rate x loss, 2 at a time, ASHA early stopping; a grid or random) over
+the first 60%, and cancel every other one once a trial is halfway. For --minutes, at
+seeded random moments, one fault at a time: kill -9 a worker (restarted 0-10 s later),
+kill -9 the worker whose controller holds a running sweep's lease, SIGTERM a worker,
+kill -9 an API, restart Redis empty, restart Postgres, SIGSTOP a Postgres backend for
+2-6 s. Then the faults stop, the jobs and sweeps finish, and it checks, reading the
+database:
 
 - every job reached the end its client asked for; none lost, none duplicated (one job
   per Idempotency-Key), none started twice at once (attempt events: numbered 1..n, and a
@@ -17,22 +21,30 @@ the faults stop, the jobs finish, and it checks, reading the database:
   run of the same spec (the engine alone, in this process, before the deployment
   starts; a cancelled job's rows are a prefix of them); a succeeded job's usage totals
   equal the clean run's;
-- each job's terminal webhook event reached its team's receiver, once after
-  deduplication by `webhook-id`; every submit, pause, resume and cancel has its audit
-  row; no team ran more jobs at once than its limit.
+- every sweep reached the end its client asked for (once: a sweep takes no
+  Idempotency-Key, so its client looks for it before a retry), a completed one with all
+  its trials, each trial succeeded, stopped early or cancelled with its sweep; no trial
+  number repeats within a sweep; no trial was created after its sweep ended; each
+  trial's rows equal, bit for bit, a clean run of the spec the controller stored for it
+  (run once the soak is over; an early-stopped trial's rows a prefix), its usage too;
+- each job's and trial's terminal webhook event reached its team's receiver, once after
+  deduplication by `webhook-id`; every submit, pause, resume and cancel, every sweep's
+  creation and cancel has its audit row; no team ran more jobs at once than its limit.
 
 Prints the faults injected and the checks as a table; exits 1 when a check fails (the
 deployment's logs are kept and their folder printed), 130 on Ctrl-C.
 
-    python benchmarks/chaos_soak.py                           # 120 jobs, 15 minutes
-    python benchmarks/chaos_soak.py --jobs 20 --minutes 1 --faults 3
+    python benchmarks/chaos_soak.py                           # 120 jobs, 6 sweeps, 15 minutes
+    python benchmarks/chaos_soak.py --jobs 20 --sweeps 2 --minutes 1 --faults 3
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -44,7 +56,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -87,8 +99,18 @@ KINDS: dict[str, dict[str, Any]] = {  # loop settings; eval: a held-out eval eve
     "save-every": {"save_every": 5},
 }
 PLANS = {"run": 0.55, "pause": 0.2, "cancel": 0.15, "cancel-at-once": 0.1}
+SWEEP_TEAMS = ("red", "green")  # a blue sweep would wait on blue's one running job
+SWEEP_PLANS = ("run", "cancel")  # in turn: a cancel after its first trials exist
+SWEEP_SHARE = 0.6  # sweeps arrive over this share of the window, so faults find them running
+SWEEP_METRIC = "opd/reverse_kl_mean"
+SWEEP_VALUES = {
+    "optim.learning_rate": [1.0e-3, 3.0e-3],
+    "loop.loss_fn": ["importance_sampling", "ppo"],
+}
+CONTROLLER_WAIT = 20.0  # how long a kill-controller fault waits for a sweep to have one
 FAULTS = {
     "kill-worker": "kill -9 a worker (restarted after 0-10 s)",
+    "kill-controller": "kill -9 a sweep controller's worker (restarted 0-10 s)",
     "term-worker": "SIGTERM a worker (restarted once drained)",
     "kill-api": "kill -9 an API (restarted after 0-5 s)",
     "restart-redis": "restart Redis empty",
@@ -103,6 +125,7 @@ ACTION_EVENTS = {  # the timeline entries an API action writes with its change
     "resume": ("Resumed; waiting", "Resumed before the pause"),
 }
 USAGE = ("sampled_tokens", "teacher_tokens", "trained_tokens", "eval_tokens")
+EARLY_STOPPED = "early_stopped"  # a trial's stop_reason when its sweep stopped it
 
 
 def compared(key: str) -> bool:
@@ -127,27 +150,38 @@ def job_spec(kind: str, seed: int, steps: int) -> dict[str, Any]:
     return spec
 
 
-@dataclass
-class Order:
-    """One job a client submits, what it does to it, and what it saw."""
+@dataclass(kw_only=True)
+class ClientOrder:
+    """What a client does (its team, its plan, when it starts) and what it saw."""
 
     team: str
-    spec: dict[str, Any]
     plan: str
     submit_at: float
+    answers: list[tuple[str, int]] = field(default_factory=list)
+    """(action, HTTP status) of every answered request that changed or asked to change it."""
+    expected: str
+    final: str | None = None
+    error: str | None = None
+
+
+@dataclass(kw_only=True)
+class Order(ClientOrder):
+    """One job a client submits and what it does to it."""
+
+    spec: dict[str, Any]
     act_at_step: int
     hold_seconds: float
     key: str = ""
     job_ids: set[int] = field(default_factory=set)
-    answers: list[tuple[str, int]] = field(default_factory=list)
-    """(action, HTTP status) of every answered request that changed or asked to change it."""
     expected: str = "succeeded"
-    final: str | None = None
-    error: str | None = None
 
     @property
-    def spec_key(self) -> str:
+    def spec_name(self) -> str:
         return self.spec["name"]
+
+    @property
+    def label(self) -> str:
+        return f"job {self.key}"
 
 
 def plan_orders(options: argparse.Namespace, run_id: str) -> list[Order]:
@@ -173,11 +207,72 @@ def plan_orders(options: argparse.Namespace, run_id: str) -> list[Order]:
     return orders
 
 
+def sweep_definition(index: int, seed: int, steps: int) -> dict[str, Any]:
+    """Learning rate x loss around the on-policy job (4 specs in all, so 4 clean runs),
+    2 trials at a time, ASHA from a fifth of the steps; a grid or 4 random trials."""
+    return {
+        "name": f"soak-sweep-{index}",
+        "base": job_spec("on-policy", seed, steps),
+        "parameters": {path: {"values": values} for path, values in SWEEP_VALUES.items()},
+        "method": "grid" if index % 2 == 0 else "random",
+        "metric": {"name": SWEEP_METRIC, "goal": "minimize"},
+        "max_trials": 4,
+        "parallel": 2,
+        "seed": index,
+        "early_stop": {"type": "asha", "min_steps": max(1, steps // 5), "eta": 2},
+    }
+
+
+@dataclass(kw_only=True)
+class SweepOrder(ClientOrder):
+    """One sweep a client creates (and perhaps cancels)."""
+
+    definition: dict[str, Any]
+    sweep_id: int | None = None
+    expected: str = "completed"
+    trials: dict[int, str] = field(default_factory=dict)
+    """Its trials' job ids and end states, as the client last read them."""
+
+    @property
+    def name(self) -> str:
+        return self.definition["name"]
+
+    @property
+    def label(self) -> str:
+        return f"sweep {self.name}"
+
+
+def plan_sweeps(options: argparse.Namespace) -> list[SweepOrder]:
+    """The sweeps, their teams, plans and arrival times: a function of --seed."""
+    chance = random.Random(options.seed + 2)
+    seeds = range(1, 1 + max(1, options.jobs // 40))  # the jobs' seeds: shared clean runs
+    window = options.minutes * 60
+    return [
+        SweepOrder(
+            team=SWEEP_TEAMS[index % len(SWEEP_TEAMS)],
+            definition=sweep_definition(index, chance.choice(seeds), options.steps),
+            plan=SWEEP_PLANS[index % len(SWEEP_PLANS)],
+            submit_at=chance.uniform(0, SWEEP_SHARE * window),
+        )
+        for index in range(options.sweeps)
+    ]
+
+
 # --- the clean runs ---------------------------------------------------------------------------
 
 
+def clean_key(spec: dict[str, Any]) -> str:
+    """What makes two specs train alike: all but the name, with the defaults filled in
+    (so a trial's stored spec and a client's spec that say the same share a clean run)."""
+    from kernel.spec import JobSpec
+
+    full = JobSpec.model_validate(spec).model_dump(mode="json", exclude={"name"})
+    return hashlib.sha256(json.dumps(full, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def clean_runs(specs: dict[str, dict[str, Any]], folder: Path) -> dict[str, dict[int, dict]]:
-    """Each distinct spec run once by the engine alone: the rows every job must equal."""
+    """Each distinct spec (by its clean_key) run once by the engine alone: the rows every
+    job and trial of it must equal."""
     from kernel.spec import JobSpec
     from worker.engine.loop import run_job
     from worker.engine.sinks import Sink
@@ -395,6 +490,7 @@ class Chaos:
         self.chance = chance
         self.injected: list[Fault] = []
         self.restarts: list[asyncio.Task[None]] = []
+        self.controllers_killed = 0
 
     def note(self, kind: str, target: str) -> None:
         self.injected.append(Fault(time.time(), kind, target))
@@ -407,21 +503,54 @@ class Chaos:
     def live(self, kind: str) -> list[Role]:
         return [role for role in self.service.of(kind) if role.alive() and not role.down]
 
+    async def controller(self) -> tuple[Role, list[int]] | None:
+        """A live worker holding the lease of running sweeps, and those sweeps; waits up
+        to CONTROLLER_WAIT for one (None: no sweep had a live controller)."""
+
+        def leases() -> dict[int, list[int]]:
+            with postgres_connection(self.service) as conn:
+                rows = conn.execute(
+                    "SELECT id, lease_owner FROM sweeps WHERE status = 'running'"
+                    " AND lease_owner IS NOT NULL AND lease_until > now() ORDER BY id"
+                ).fetchall()
+            held: dict[int, list[int]] = defaultdict(list)
+            for row in rows:
+                held[int(row["lease_owner"].rsplit(":", 1)[1])].append(row["id"])
+            return held
+
+        deadline = time.monotonic() + CONTROLLER_WAIT
+        while time.monotonic() < deadline:
+            with suppress(psycopg.Error):
+                held = await asyncio.to_thread(leases)
+                for role in self.live("worker"):
+                    if role.pid in held:
+                        return role, held[role.pid]
+            await asyncio.sleep(0.5)
+        return None
+
     async def inject(self, kind: str) -> None:
         service, chance = self.service, self.chance
-        if kind in ("kill-worker", "term-worker", "kill-api"):
+        if kind in ("kill-worker", "kill-controller", "term-worker", "kill-api"):
+            controlling = await self.controller() if kind == "kill-controller" else None
             candidates = self.live("api" if kind == "kill-api" else "worker")
             if not candidates:
                 return
-            role = chance.choice(candidates)
+            role = controlling[0] if controlling else chance.choice(candidates)
+            target = f"{role.name} (pid {role.pid})"
+            if kind == "kill-controller":
+                held = f"sweeps {controlling[1]}" if controlling else "no sweep"
+                target += f", controller of {held}"
+                self.controllers_killed += controlling is not None
             role.down = True
-            self.note(kind, f"{role.name} (pid {role.pid})")
+            self.note(kind, target)
             process = role.command.process if role.command else None
             assert process is not None
             process.send_signal(signal.SIGTERM if kind == "term-worker" else signal.SIGKILL)
             await asyncio.to_thread(service.ended, role)
-            delay = {"kill-worker": 10, "kill-api": 5}.get(kind, 0) * chance.random()
-            self.restarts.append(asyncio.create_task(self.restart_later(role, delay)))
+            delay = {"kill-worker": 10, "kill-controller": 10, "kill-api": 5}.get(kind, 0)
+            self.restarts.append(
+                asyncio.create_task(self.restart_later(role, delay * chance.random()))
+            )
         elif kind == "restart-redis":
             self.note(kind, f"port {service.redis.port}")
             service.redis.stop()
@@ -505,33 +634,43 @@ class Clients:
         self.traffic = Traffic()
         self.turn = 0
 
+    async def attempt(
+        self, team: str, method: str, path: str, **options: Any
+    ) -> httpx.Response | None:
+        """One request to the next API: its answer, or None for a transport error or a 5xx
+        (both counted)."""
+        headers = {"Authorization": f"Bearer {self.keys[team]}", **options.pop("headers", {})}
+        urls = self.service.api_urls
+        self.turn += 1
+        url = urls[self.turn % len(urls)]
+        try:
+            response = await self.http.request(
+                method, f"{url}{path}", headers=headers, timeout=30, **options
+            )
+        except httpx.TransportError:
+            self.traffic.transport_errors += 1
+            return None
+        if response.status_code >= 500:
+            self.traffic.server_errors[response.status_code] += 1
+            return None
+        return response
+
     async def call(self, team: str, method: str, path: str, **options: Any) -> httpx.Response:
         """The first answer below 500 (429 is waited out), from whichever API answers;
         transport errors and 5xx are retried."""
-        headers = {"Authorization": f"Bearer {self.keys[team]}", **options.pop("headers", {})}
         deadline = time.monotonic() + REQUEST_PATIENCE
-        attempt = 0
+        tries = 0
         while True:
-            urls = self.service.api_urls
-            self.turn += 1
-            url = urls[self.turn % len(urls)]
-            try:
-                response = await self.http.request(
-                    method, f"{url}{path}", headers=headers, timeout=30, **options
-                )
-                if response.status_code == 429:  # the team's queue is full: not a fault
-                    self.traffic.throttled += 1
-                    deadline = time.monotonic() + REQUEST_PATIENCE
-                elif response.status_code < 500:
-                    return response
-                else:
-                    self.traffic.server_errors[response.status_code] += 1
-            except httpx.TransportError:
-                self.traffic.transport_errors += 1
+            response = await self.attempt(team, method, path, **options)
+            if response is not None and response.status_code == 429:  # a full queue: no fault
+                self.traffic.throttled += 1
+                deadline = time.monotonic() + REQUEST_PATIENCE
+            elif response is not None:
+                return response
             if time.monotonic() > deadline:
                 raise ClientGaveUp(f"{method} {path} found no answer in {REQUEST_PATIENCE:.0f} s")
-            attempt += 1
-            await asyncio.sleep(min(3.0, 0.1 * 2**attempt))
+            tries += 1
+            await asyncio.sleep(min(3.0, 0.1 * 2**tries))
 
     async def job(self, order: Order, job_id: int) -> dict[str, Any]:
         response = await self.call(order.team, "GET", f"/v1/jobs/{job_id}")
@@ -597,12 +736,68 @@ class Clients:
                     await self.act(order, job_id, "resume")
         order.final = (await self.wait(order, job_id, ended))["status"]
 
-    async def run(self, order: Order, started: float) -> None:
+    async def run(self, order: Order | SweepOrder, driving: Awaitable[None]) -> None:
+        """Drive one job or sweep; a client that gives up notes why."""
         try:
-            await self.drive(order, started)
+            await driving
         except (ClientGaveUp, httpx.HTTPStatusError) as error:
             order.error = str(error)
-            progress(f"job {order.key}: {error}")
+            progress(f"{order.label}: {error}")
+
+    async def sweep(self, order: SweepOrder, until: Callable[[dict], bool]) -> dict[str, Any]:
+        """The sweep as GET /v1/sweeps/{id} shows it, once `until` holds."""
+        while True:
+            response = await self.call(order.team, "GET", f"/v1/sweeps/{order.sweep_id}")
+            response.raise_for_status()
+            if until(sweep := response.json()):
+                return sweep
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def create_sweep(self, order: SweepOrder) -> int:
+        """POST the sweep, once: a sweep takes no Idempotency-Key, so before each try the
+        client looks for the sweep an unanswered try may have made (its name is unique)."""
+        tries = 0
+        while True:
+            listed = await self.call(order.team, "GET", "/v1/sweeps?limit=100")
+            listed.raise_for_status()
+            for sweep in listed.json()["data"]:
+                if sweep["name"] == order.name:
+                    return sweep["id"]
+            answer = await self.attempt(order.team, "POST", "/v1/sweeps", json=order.definition)
+            if answer is not None and answer.status_code == 201:
+                order.answers.append(("sweep.create", 201))
+                return answer.json()["id"]
+            if answer is not None and answer.status_code != 429:
+                raise ClientGaveUp(f"sweep answered {answer.status_code}: {answer.text[:200]}")
+            tries += 1
+            await asyncio.sleep(min(3.0, 0.1 * 2**tries))
+
+    async def drive_sweep(self, order: SweepOrder, started: float) -> None:
+        await asyncio.sleep(max(0.0, started + order.submit_at - time.monotonic()))
+        order.sweep_id = await self.create_sweep(order)
+        if order.plan == "cancel":
+            half = order.definition["base"]["loop"]["steps"] // 2
+            await self.sweep(
+                order,
+                lambda sweep: (
+                    sweep["status"] != "running"
+                    or any(trial["steps_done"] >= half for trial in sweep["trials"])
+                ),
+            )
+            path = f"/v1/sweeps/{order.sweep_id}/cancel"
+            response = await self.call(order.team, "POST", path)
+            order.answers.append(("sweep.cancel", response.status_code))
+            response.raise_for_status()
+            order.expected = response.json()["status"]  # completed if it ended first
+        sweep = await self.sweep(
+            order,
+            lambda sweep: (
+                sweep["status"] != "running"
+                and all(trial["status"] in TERMINAL for trial in sweep["trials"])
+            ),
+        )
+        order.final = sweep["status"]
+        order.trials = {trial["job_id"]: trial["status"] for trial in sweep["trials"]}
 
 
 # --- the watchers -----------------------------------------------------------------------------
@@ -681,6 +876,7 @@ class Snapshot:
     events: dict[int, list[dict[str, Any]]]
     steps: dict[int, dict[int, dict[str, Any]]]
     audit: list[dict[str, Any]]
+    sweeps: dict[int, dict[str, Any]]
 
     @classmethod
     def read(cls, service: Deployment) -> Snapshot:
@@ -693,10 +889,23 @@ class Snapshot:
             for row in conn.execute("SELECT job_id, step, metrics FROM step_metrics"):
                 steps[row["job_id"]][row["step"]] = as_dict(row["metrics"])
             audit = conn.execute("SELECT action, target, status_code, detail FROM audit_log")
-            return cls(jobs, events, steps, audit.fetchall())
+            sweeps = {row["id"]: row for row in conn.execute("SELECT * FROM sweeps")}
+            return cls(jobs, events, steps, audit.fetchall(), sweeps)
 
     def job(self, order: Order) -> dict[str, Any] | None:
         return self.jobs.get(next(iter(order.job_ids))) if order.job_ids else None
+
+    def trials(self, sweep_id: int | None = None) -> list[dict[str, Any]]:
+        """The trial jobs of one sweep (of every sweep: None), by sweep and trial number."""
+        found = [
+            job
+            for job in self.jobs.values()
+            if job["sweep_id"] is not None and sweep_id in (None, job["sweep_id"])
+        ]
+        return sorted(found, key=lambda job: (job["sweep_id"], job["sweep_trial"]))
+
+    def sweep(self, order: SweepOrder) -> dict[str, Any] | None:
+        return self.sweeps.get(order.sweep_id) if order.sweep_id is not None else None
 
     def timeline(self, job_id: int) -> str:
         return " | ".join(event["message"][:70] for event in self.events[job_id])
@@ -717,14 +926,14 @@ def check_ends(orders: list[Order], db: Snapshot) -> list[Check]:
         elif job["status"] != order.expected or order.final != job["status"]:
             error = f" ({job['error_code']}: {job['error_message']})" if job["error_code"] else ""
             wrong.broken(
-                f"job {job['id']} ({order.spec_key}, {order.plan}, answers {order.answers}): "
+                f"job {job['id']} ({order.spec_name}, {order.plan}, answers {order.answers}): "
                 f"{job['status']}{error}, expected {order.expected}; {db.timeline(job['id'])}"
             )
         if len(order.job_ids) > 1 or per_key[order.key] > 1:
             doubled.broken(f"{order.key}: jobs {sorted(order.job_ids)}")
     keys = {order.key for order in orders}
     for job_id, job in db.jobs.items():
-        if job["idempotency_key"] not in keys:
+        if job["idempotency_key"] not in keys and job["sweep_id"] is None:
             doubled.broken(f"job {job_id} was submitted by no client")
     return [wrong, lost, doubled]
 
@@ -747,17 +956,17 @@ def check_attempts(service: Deployment, db: Snapshot) -> Check:
     return twice
 
 
-def check_steps(orders: list[Order], db: Snapshot, curves: dict[str, dict]) -> list[Check]:
-    """A succeeded job's rows are the clean run's steps, a cancelled job's the first ones;
-    every value equals the clean run's; a succeeded job's usage is the clean run's."""
-    rows_wrong = Check("step rows not exactly the job's steps", out_of=len(orders))
-    differing = Check("step values differing from the clean run, bit for bit", out_of=0)
-    usage_wrong = Check("usage totals differing from the clean run", out_of=0)
-    for order in orders:
-        job = db.job(order)
-        if job is None:
-            continue
-        clean, rows = curves[order.spec_key], db.steps[job["id"]]
+def check_steps(
+    noun: str, runs: list[tuple[dict[str, Any], str]], db: Snapshot, curves: dict[str, dict]
+) -> list[Check]:
+    """Of each (job, clean_key of the spec it should have run): a succeeded job's rows are
+    the clean run's steps, a stopped one's the first ones; every value equals the clean
+    run's; a succeeded job's usage is the clean run's."""
+    rows_wrong = Check(f"{noun} step rows not exactly its steps", out_of=len(runs))
+    differing = Check(f"{noun} values differing from a clean run, bit for bit", out_of=0)
+    usage_wrong = Check(f"{noun} usage totals differing from a clean run", out_of=0)
+    for job, key in runs:
+        clean, rows = curves[key], db.steps[job["id"]]
         succeeded = job["status"] == "succeeded"
         expected = sorted(clean) if succeeded else list(range(len(rows)))
         if sorted(rows) != expected or not rows.keys() <= clean.keys():
@@ -779,20 +988,92 @@ def check_steps(orders: list[Order], db: Snapshot, curves: dict[str, dict]) -> l
     return [rows_wrong, differing, usage_wrong]
 
 
+def planned_trials(definition: dict[str, Any]) -> int:
+    if definition["method"] == "grid":
+        return math.prod(len(p["values"]) for p in definition["parameters"].values())
+    return definition["max_trials"]
+
+
+def fits(trial: dict[str, Any], sweep: dict[str, Any]) -> bool:
+    """Whether a trial ended as a trial of that sweep may: succeeded, stopped early by
+    it, or cancelled with it."""
+    if trial["status"] == "succeeded":
+        return True
+    stopped = trial["stop_reason"] == EARLY_STOPPED or sweep["status"] == "cancelled"
+    return trial["status"] == "cancelled" and stopped
+
+
+def check_sweeps(sweep_orders: list[SweepOrder], db: Snapshot) -> list[Check]:
+    """Each sweep ended as its client asked, once, with its trials ended as its trials
+    may and (completed) all of them run; no trial number repeats within a sweep; no trial
+    was created after its sweep ended."""
+    trials = db.trials()
+    wrong = Check("every sweep reached the end its client asked for", out_of=len(sweep_orders))
+    repeated = Check("trial numbers repeated within a sweep", out_of=len(trials))
+    late = Check("trials created after their sweep ended", out_of=len(trials))
+    per_name = Counter(sweep["name"] for sweep in db.sweeps.values())
+    for order in sweep_orders:
+        sweep = db.sweep(order)
+        if order.error or sweep is None or sweep["status"] == "running":
+            wrong.broken(f"{order.name}: {order.error or (sweep or {}).get('status', 'missing')}")
+            continue
+        mine = db.trials(sweep["id"])
+        problems = [f"trial {t['sweep_trial']} {t['status']}" for t in mine if not fits(t, sweep)]
+        if sweep["status"] != order.expected or order.final != sweep["status"]:
+            problems.append(
+                f"{sweep['status']} ({sweep['error_message']}), expected {order.expected}"
+            )
+        if per_name[order.name] > 1:
+            problems.append(f"{per_name[order.name]} sweeps of this name")
+        if sweep["status"] == "completed" and len(mine) != planned_trials(order.definition):
+            problems.append(f"{len(mine)} trials of {planned_trials(order.definition)}")
+        if problems:
+            wrong.broken(f"sweep {sweep['id']} ({order.plan}): {'; '.join(problems)}")
+    for sweep_id, sweep in db.sweeps.items():
+        mine = db.trials(sweep_id)
+        numbers = Counter(trial["sweep_trial"] for trial in mine)
+        for number, times in sorted(numbers.items()):
+            if times > 1:
+                repeated.broken(f"sweep {sweep_id}: trial {number} x{times}", times - 1)
+        ended = sweep["finished_at"]
+        for trial in mine:
+            if ended is not None and trial["created_at"] > ended:
+                after = (trial["created_at"] - ended).total_seconds()
+                late.broken(
+                    f"sweep {sweep_id} ({sweep['status']}): trial {trial['sweep_trial']} (job "
+                    f"{trial['id']}) created {after:.1f} s after its end, {trial['status']} "
+                    f"after {trial['steps_done']} steps"
+                )
+    return [wrong, repeated, late]
+
+
+def teams_jobs(
+    orders: list[Order], sweep_orders: list[SweepOrder], db: Snapshot
+) -> list[tuple[str, dict[str, Any]]]:
+    """(team, job) of every client's job and every trial of a client's sweep."""
+    jobs = [(order.team, job) for order in orders if (job := db.job(order)) is not None]
+    return jobs + [
+        (order.team, trial)
+        for order in sweep_orders
+        if order.sweep_id is not None
+        for trial in db.trials(order.sweep_id)
+    ]
+
+
 def check_webhooks(
-    orders: list[Order], db: Snapshot, receivers: dict[str, Receiver]
+    jobs: list[tuple[str, dict[str, Any]]], receivers: dict[str, Receiver]
 ) -> tuple[list[Check], int]:
-    """Each ended job's terminal event reached its team's receiver, under one webhook-id.
-    Returns the checks and how many deliveries were repeats (at least once, as designed)."""
+    """Each ended job's (and trial's) terminal event reached its team's receiver, under
+    one webhook-id. Returns the checks and how many deliveries were repeats (at least
+    once, as designed)."""
     missing = Check("terminal webhook events not received", out_of=0)
     doubled = Check("terminal webhook events received under two webhook-ids", out_of=0)
     repeats = 0
-    for order in orders:
-        job = db.job(order)
-        if job is None or job["status"] not in TERMINAL:
+    for team, job in jobs:
+        if job["status"] not in TERMINAL:
             continue
         event = f"job.{job['status']}"
-        receiver = receivers[order.team]
+        receiver = receivers[team]
         with receiver.lock:
             seen = [
                 arrival.message_id
@@ -812,9 +1093,10 @@ def check_webhooks(
     return [missing, doubled, refused], repeats
 
 
-def check_audit(orders: list[Order], db: Snapshot) -> Check:
-    """Every job has its `job.submit` row, every change an API action made (its timeline
-    entry) has its row, and every request the clients saw answered 200 has its row."""
+def check_audit(orders: list[Order], sweep_orders: list[SweepOrder], db: Snapshot) -> Check:
+    """Every job has its `job.submit` row and every sweep its `sweep.create` row, every
+    change an API action made to a job (its timeline entry) has its row, and every request
+    the clients saw answered 200 has its row. A trial's rows are its sweep's."""
     unaudited = Check("actions without their audit row", out_of=0)
     changes: Counter[tuple[str, str]] = Counter()
     requests: Counter[tuple[str, str]] = Counter()
@@ -822,20 +1104,31 @@ def check_audit(orders: list[Order], db: Snapshot) -> Check:
         action, target = entry["action"].removeprefix("job."), entry["target"]
         requests[(action, target)] += 1
         detail = as_dict(entry["detail"]) if entry["detail"] is not None else {}
-        if (action == "submit" and entry["status_code"] == 201) or detail.get("changed"):
+        created = action in ("submit", "sweep.create") and entry["status_code"] == 201
+        if created or detail.get("changed"):
             changes[(action, target)] += 1
     made: Counter[tuple[str, str]] = Counter()
-    for job_id in db.jobs:
+    for job_id, job in db.jobs.items():
+        if job["sweep_id"] is not None:
+            continue
         made[("submit", f"job {job_id}")] += 1
         for event in db.events[job_id]:
             for action, entries in ACTION_EVENTS.items():
                 made[(action, f"job {job_id}")] += event["message"].startswith(entries)
+    for sweep_id in db.sweeps:
+        made[("sweep.create", f"sweep {sweep_id}")] += 1
     answered = Counter(
         (action, f"job {job['id']}")
         for order in orders
         if (job := db.job(order)) is not None
         for action, status in order.answers
         if status == 200 and action != "submit"  # a repeated submit (200) changes nothing
+    )
+    answered += Counter(
+        (action, f"sweep {order.sweep_id}")
+        for order in sweep_orders
+        for action, status in order.answers
+        if status == 200
     )
     for wanted, rows, what in ((made, changes, "changes"), (answered, requests, "answers")):
         for (action, target), count in wanted.items():
@@ -859,7 +1152,8 @@ def check_limits(peaks: dict[str, int]) -> Check:
 @dataclass
 class Findings:
     checks: list[Check]
-    end_states: Counter[str]
+    end_states: dict[str, Counter[str]]
+    """Jobs, sweeps and trials by their end state."""
     figures: dict[str, Any]
 
     @property
@@ -869,25 +1163,33 @@ class Findings:
 
 def check_all(
     service: Deployment,
+    db: Snapshot,
     orders: list[Order],
+    sweep_orders: list[SweepOrder],
     curves: dict[str, dict[int, dict]],
     receivers: dict[str, Receiver],
     peaks: dict[str, int],
 ) -> Findings:
-    db = Snapshot.read(service)
-    webhooks, repeats = check_webhooks(orders, db, receivers)
+    jobs = [(job, clean_key(order.spec)) for order in orders if (job := db.job(order))]
+    trials = db.trials()
+    webhooks, repeats = check_webhooks(teams_jobs(orders, sweep_orders, db), receivers)
     crashed = Check("processes that exited without a fault")
     for exit in service.unplanned_exits:
         crashed.broken(exit)
     checks = [
         *check_ends(orders, db),
         check_attempts(service, db),
-        *check_steps(orders, db, curves),
+        *check_steps("job", jobs, db, curves),
+        *check_sweeps(sweep_orders, db),
+        *check_steps(
+            "trial", [(trial, clean_key(as_dict(trial["spec"]))) for trial in trials], db, curves
+        ),
         *webhooks,
-        check_audit(orders, db),
+        check_audit(orders, sweep_orders, db),
         check_limits(peaks),
         crashed,
     ]
+    stopped = [trial for trial in trials if trial["stop_reason"] == EARLY_STOPPED]
     figures = {
         "attempts": sum(job["attempts"] for job in db.jobs.values()),
         "resumed": db.count(lambda message: message.startswith("Resumed from")),
@@ -895,8 +1197,17 @@ def check_all(
         "requeued": db.count(lambda message: message.startswith("Requeued")),
         "webhook repeats": repeats,
         "peaks": dict(peaks),
+        "trials": len(trials),
+        "steps saved": sum(trial["total_steps"] - trial["steps_done"] for trial in stopped),
     }
-    return Findings(checks, Counter(job["status"] for job in db.jobs.values()), figures)
+    ends = {
+        "jobs": Counter(job["status"] for job, _ in jobs),
+        "sweeps": Counter(sweep["status"] for sweep in db.sweeps.values()),
+        "trials": Counter(
+            "stopped early" if trial in stopped else trial["status"] for trial in trials
+        ),
+    }
+    return Findings(checks, ends, figures)
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -927,9 +1238,10 @@ def create_team(
 async def soak(
     service: Deployment,
     orders: list[Order],
+    sweep_orders: list[SweepOrder],
     keys: dict[str, str],
     options: argparse.Namespace,
-) -> tuple[list[Fault], Traffic]:
+) -> tuple[Chaos, Traffic]:
     chance = random.Random(options.seed + 1)
     chaos = Chaos(service, chance)
     window = options.minutes * 60
@@ -938,20 +1250,26 @@ async def soak(
     async with httpx.AsyncClient() as http:
         clients = Clients(service, keys, http)
         started = time.monotonic()
-        driving = asyncio.gather(*(clients.run(order, started) for order in orders))
+        driving = asyncio.gather(
+            *(clients.run(order, clients.drive(order, started)) for order in orders),
+            *(clients.run(order, clients.drive_sweep(order, started)) for order in sweep_orders),
+        )
         await chaos.run(options.kinds, window, options.faults)
-        progress(f"{len(chaos.injected)} faults injected; waiting for the jobs to end")
+        progress(f"{len(chaos.injected)} faults injected; waiting for the jobs and sweeps to end")
         try:
             await asyncio.wait_for(driving, DRAIN_TIMEOUT)
         except TimeoutError:
             progress(f"jobs still running {DRAIN_TIMEOUT:.0f} s after the faults stopped")
     done.set()
     await watcher
-    return chaos.injected, clients.traffic
+    return chaos, clients.traffic
 
 
-def wait_for_webhooks(orders: list[Order], receivers: dict[str, Receiver]) -> None:
-    """Until each ended job's terminal event arrived, or WEBHOOK_TIMEOUT passes."""
+def wait_for_webhooks(
+    orders: list[Order], sweep_orders: list[SweepOrder], receivers: dict[str, Receiver]
+) -> None:
+    """Until each ended job's and trial's terminal event arrived, or WEBHOOK_TIMEOUT
+    passes."""
     deadline = time.monotonic() + WEBHOOK_TIMEOUT
     while time.monotonic() < deadline:
         arrived = {
@@ -964,19 +1282,30 @@ def wait_for_webhooks(orders: list[Order], receivers: dict[str, Receiver]) -> No
             for order in orders
             if order.final
             for job_id in order.job_ids
+        } | {
+            (order.team, job_id, f"job.{status}")
+            for order in sweep_orders
+            for job_id, status in order.trials.items()
         }
         if due <= arrived:
             return
         time.sleep(0.5)
 
 
+def trial_specs(db: Snapshot) -> dict[str, dict[str, Any]]:
+    """The distinct specs the trials ran, as the controller stored them."""
+    specs = [as_dict(trial["spec"]) for trial in db.trials()]
+    return {clean_key(spec): spec for spec in specs}
+
+
 def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
     window = options.minutes * 60
     orders = plan_orders(options, f"{os.getpid()}")
-    specs = {order.spec_key: order.spec for order in orders}
+    sweep_orders = plan_sweeps(options)
+    specs = {clean_key(order.spec): order.spec for order in orders}
     with ExitStack() as stack:
         home = stack.enter_context(scratch_home())
-        progress(f"clean runs of the {len(specs)} distinct specs (the engine alone)")
+        progress(f"clean runs of the jobs' {len(specs)} distinct specs (the engine alone)")
         began = time.monotonic()
         curves = clean_runs(specs, home / "clean")
         clean_seconds = time.monotonic() - began
@@ -988,20 +1317,31 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
             server = stack.enter_context(Server(receivers[team]))
             keys[team], receivers[team].secret = create_team(service, team, limits, server.url)
         progress(
-            f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s, {options.faults} faults "
-            f"over {window:.0f} s"
+            f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s and {len(sweep_orders)} "
+            f"sweeps over {window * SWEEP_SHARE:.0f} s, {options.faults} faults over "
+            f"{window:.0f} s"
         )
         began = time.monotonic()
         with running_peaks(service) as peaks:
-            faults, traffic = asyncio.run(soak(service, orders, keys, options))
+            chaos, traffic = asyncio.run(soak(service, orders, sweep_orders, keys, options))
         soak_seconds = time.monotonic() - began
-        wait_for_webhooks(orders, receivers)
-        findings = check_all(service, orders, curves, receivers, dict(peaks))
-        findings.figures |= {"clean seconds": clean_seconds, "soak seconds": soak_seconds}
+        wait_for_webhooks(orders, sweep_orders, receivers)
+        db = Snapshot.read(service)
+        unrun = {key: spec for key, spec in trial_specs(db).items() if key not in curves}
+        progress(f"clean runs of the trials' {len(unrun)} other distinct specs")
+        began = time.monotonic()
+        curves |= clean_runs(unrun, home / "clean")
+        clean_seconds += time.monotonic() - began
+        findings = check_all(service, db, orders, sweep_orders, curves, receivers, dict(peaks))
+        findings.figures |= {
+            "clean seconds": clean_seconds,
+            "soak seconds": soak_seconds,
+            "controllers killed": chaos.controllers_killed,
+        }
         if not findings.passed:
-            print(report(options, faults, findings, traffic))
+            print(report(options, chaos.injected, findings, traffic))
             raise ChecksFailed
-    return faults, findings, traffic
+    return chaos.injected, findings, traffic
 
 
 class ChecksFailed(Exception):
@@ -1012,7 +1352,8 @@ def report(
     options: argparse.Namespace, faults: list[Fault], findings: Findings, traffic: Traffic
 ) -> str:
     lines = [
-        f"Chaos soak: {options.jobs} jobs, {options.minutes:g} min of faults, seed {options.seed}",
+        f"Chaos soak: {options.jobs} jobs and {options.sweeps} sweeps, {options.minutes:g} min "
+        f"of faults, seed {options.seed}",
         "",
         f"{'Faults injected':<58} {'count':>7}",
     ]
@@ -1021,9 +1362,11 @@ def report(
         if kind in options.kinds:
             lines.append(f"  {text:<56} {counts[kind]:>7}")
     lines.append(f"  {'total':<56} {len(faults):>7}")
-    lines += ["", f"{'Jobs by end state':<58} {'count':>7}"]
-    for status, count in sorted(findings.end_states.items()):
-        lines.append(f"  {status:<56} {count:>7}")
+    for what, ends in findings.end_states.items():
+        lines += ["", f"{what.capitalize() + ' by end state':<58} {'count':>7}"]
+        for status, count in sorted(ends.items()):
+            label = status if what == "jobs" else f"{what} {status}"
+            lines.append(f"  {label:<56} {count:>7}")
     lines += ["", f"{'Checks':<58} {'found':>7} {'of':>7}  result"]
     for check in findings.checks:
         out_of = "-" if check.out_of is None else str(check.out_of)
@@ -1042,6 +1385,9 @@ def report(
         f"Most jobs running at once per team: {figures['peaks']} (limits: "
         + ", ".join(f"{t} {lim['max_running']}" for t, lim in TEAMS.items() if lim)
         + ")",
+        f"Sweeps' trials {figures['trials']}, steps early stopping saved "
+        f"{figures['steps saved']}; workers killed while controlling a sweep "
+        f"{figures['controllers killed']}",
         f"Clean runs {figures['clean seconds']:.0f} s; the soak, from the first submit to "
         f"the last job's end, {figures['soak seconds']:.0f} s",
     ]
@@ -1061,13 +1407,16 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(FAULTS),
         help=f"comma-separated fault kinds (default all: {', '.join(FAULTS)})",
     )
+    parser.add_argument(
+        "--sweeps", type=int, default=6, help="sweeps of 4 trials, half cancelled midway (6)"
+    )
     parser.add_argument("--steps", type=int, default=30, help="steps of every job (30)")
     parser.add_argument("--seed", type=int, default=0, help="the jobs, their plans and faults")
     options = parser.parse_args(argv)
     options.kinds = options.kinds.split(",")
     if unknown := set(options.kinds) - FAULTS.keys():
         parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
-    if options.jobs < 1 or options.minutes <= 0 or options.steps < 10:
+    if options.jobs < 1 or options.sweeps < 0 or options.minutes <= 0 or options.steps < 10:
         parser.error("--jobs and --minutes must be positive, --steps at least 10")
     if options.faults is None:
         options.faults = max(1, round(options.minutes * 3))

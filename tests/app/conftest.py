@@ -27,6 +27,7 @@ from app.core.encryption import SecretBox, secret_box
 from app.models import Scope
 from app.queue import JobQueue
 from kernel.spec import JobSpec, LoopSpec
+from tests.app.fuzzing import BASE, JOBS
 from tests.support import REDIS_URL, named, temporary_postgres_database
 
 CLOSED_REDIS_URL = "redis://127.0.0.1:1/0"
@@ -175,6 +176,17 @@ def submit(client: httpx.AsyncClient, key: NewKey) -> Callable[..., Awaitable[di
         return response.json()
 
     return post
+
+
+@pytest.fixture
+async def job_ids(
+    submit: Callable[..., Awaitable[dict[str, Any]]], make_key: MakeKey
+) -> dict[str, int]:
+    """A job of `key`'s team and one of another team, by the names fuzzed sweeps give
+    their `base_job` (tests/app/fuzzing.py)."""
+    own = await submit(**BASE)
+    stranger = await submit(await make_key(), **BASE)
+    return dict(zip(JOBS, (own["id"], stranger["id"]), strict=True))
 
 
 @contextmanager

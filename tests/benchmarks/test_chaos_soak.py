@@ -1,6 +1,7 @@
-"""benchmarks/chaos_soak.py, shrunk to 12 jobs of 10 steps and 3 faults in 30 s (a worker
-killed -9, Redis restarted empty, Postgres restarted): every check holds, and nothing is
-left behind. The table's figures are asserted, not its timings."""
+"""benchmarks/chaos_soak.py, shrunk to 12 jobs of 10 steps and 2 sweeps of 4 trials (one
+cancelled midway) and 4 faults in 30 s (a worker killed -9, the worker controlling a
+sweep killed -9, Redis restarted empty, Postgres restarted): every check holds, and
+nothing is left behind. The table's figures are asserted, not its timings."""
 
 from __future__ import annotations
 
@@ -12,15 +13,21 @@ from pathlib import Path
 
 from tests.benchmarks.scripts import BENCHMARKS
 
-JOBS = 12
-SHORT = ("--jobs", str(JOBS), "--minutes", "0.5", "--faults", "3", "--steps", "10")
-FAULTS = ("--kinds", "kill-worker,restart-redis,restart-postgres")
+JOBS, SWEEPS = 12, 2
+SHORT = ("--jobs", str(JOBS), "--sweeps", str(SWEEPS), "--minutes", "0.5", "--steps", "10")
+FAULTS = ("--faults", "4", "--kinds", "kill-worker,kill-controller,restart-redis,restart-postgres")
 
 
 def count(label: str, output: str) -> int:
     match = re.search(rf"^  {re.escape(label)} +(\d+)", output, re.M)
     assert match, f"{label!r} not in:\n{output}"
     return int(match.group(1))
+
+
+def compared_values(noun: str, output: str) -> int:
+    found = re.search(rf"^  {noun} values differing .+ bit for bit +0 +(\d+)  PASS$", output, re.M)
+    assert found, f"{noun} values not compared:\n{output}"
+    return int(found.group(1))
 
 
 def test_a_short_soak_keeps_every_promise() -> None:
@@ -35,13 +42,16 @@ def test_a_short_soak_keeps_every_promise() -> None:
     output = run.stdout
     assert run.returncode == 0, output + run.stderr[-5000:]
     assert count("kill -9 a worker (restarted after 0-10 s)", output) == 1
+    assert count("kill -9 a sweep controller's worker (restarted 0-10 s)", output) == 1
     assert count("restart Redis empty", output) == 1
     assert count("restart Postgres (immediate stop)", output) == 1
     assert count("succeeded", output) + count("cancelled", output) == JOBS
+    assert count("sweeps completed", output) + count("sweeps cancelled", output) == SWEEPS
+    assert "workers killed while controlling a sweep 1" in output, "the controller was killed"
     checks = re.findall(r"^  .+? +(\d+) +[\d-]+  (PASS|FAIL)$", output, re.M)
-    assert len(checks) == 13 and all(verdict == "PASS" for _, verdict in checks), output
-    compared = re.search(r"bit for bit +0 +(\d+)  PASS", output)
-    assert compared and int(compared.group(1)) > 1000, "curves were compared"
+    assert len(checks) == 19 and all(verdict == "PASS" for _, verdict in checks), output
+    assert compared_values("job", output) > 1000, "the jobs' curves were compared"
+    assert compared_values("trial", output) > 100, "the trials' curves were compared"
     assert "PASS: every check held" in output
     folders = re.search(r"^Deployment: OPD_HOME (\S+), Postgres (\S+), Redis (\S+)$", output, re.M)
     assert folders, output

@@ -12,24 +12,44 @@ machine's Redis, with an admin key (so that no route is closed to it). Each
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from fastapi import FastAPI
-from hypothesis import HealthCheck, given, settings
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from redis import Redis
 from schemathesis import GenerationMode
 from schemathesis.python.asgi import shutdown_lifespans
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.main import create_app
-from app.auth import create_key
+from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
 from app.models import Scope
+from tests.app.conftest import auth
+from tests.app.fuzzing import (
+    BASE,
+    FUZZED,
+    JOBS,
+    SWEEP,
+    as_json,
+    control_once,
+    raw_json,
+    specs,
+    sweep_definitions,
+    with_job_ids,
+    with_value,
+)
 from tests.support import REDIS_URL
 
 EXAMPLES_PER_OPERATION = 25
@@ -125,13 +145,7 @@ def test_no_server_errors_and_responses_match_the_schema(
     for operation, mode in runs:
 
         @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(
-            max_examples=EXAMPLES_PER_OPERATION,
-            derandomize=True,
-            database=None,
-            deadline=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @settings(FUZZED, max_examples=EXAMPLES_PER_OPERATION)
         def answers_within_its_schema(case: schemathesis.Case) -> None:
             case.call_and_validate(
                 headers={"Authorization": f"Bearer {key}"},
@@ -140,3 +154,76 @@ def test_no_server_errors_and_responses_match_the_schema(
             )
 
         answers_within_its_schema()
+
+
+# --- sweeps and specs beyond the document ------------------------------------------------------
+
+JSON_BODY = {"Content-Type": "application/json"}
+DEEP_EXAMPLES = 60
+PATH_ID = re.compile(r"/\d+$")
+
+
+@pytest.fixture
+def documented(settings: Settings) -> schemathesis.BaseSchema:
+    """The app's OpenAPI document, to hold its answers to."""
+    return schemathesis.openapi.from_dict(create_app(settings).openapi())
+
+
+def answered(response: httpx.Response, documented: schemathesis.BaseSchema, sent: str) -> None:
+    """Below 500, and within what the document says of that route and status."""
+    assert response.status_code < 500, f"{response.status_code} for {sent[:2000]}"
+    route = documented[PATH_ID.sub("/{sweep_id}", response.request.url.path)]
+    route[response.request.method].validate_response(response)
+
+
+def json_texts(documents: st.SearchStrategy[dict[str, Any]], valid: dict[str, Any]) -> Any:
+    """Documents as JSON, or `valid` as JSON no encoder writes (`raw_json`)."""
+    return documents.map(as_json) | st.sampled_from(raw_json(valid))
+
+
+UNBOUNDED = "optim.grad_clip_norm"  # a float with no upper bound
+INFINITE = with_value(BASE, UNBOUNDED, math.inf)
+VALID_SWEEP = SWEEP | {"base": BASE}
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+@given(spec=json_texts(specs(), BASE), definition=json_texts(sweep_definitions(), VALID_SWEEP))
+@example(spec=as_json(INFINITE), definition=as_json(VALID_SWEEP))  # issue 25, item 4
+@example(
+    spec=as_json(BASE),
+    definition=as_json(VALID_SWEEP | {"parameters": {UNBOUNDED: {"values": [math.inf]}}}),
+)
+@example(spec=raw_json(BASE)[0], definition=as_json(SWEEP | {"base": INFINITE}))  # 1e999
+@example(
+    spec=as_json(BASE),
+    definition=as_json(  # item 5: a uniform range over an integer field
+        SWEEP | {"base_job": JOBS[0], "parameters": {"loop.steps": {"min": 1, "max": 4}}}
+    ),
+)
+@settings(FUZZED, max_examples=DEEP_EXAMPLES)
+async def test_any_sweep_or_spec_is_refused_or_stored_and_run_never_a_server_error(
+    spec: str,
+    definition: str,
+    client: httpx.AsyncClient,
+    key: NewKey,
+    job_ids: dict[str, int],
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    documented: schemathesis.BaseSchema,
+) -> None:
+    """POST /v1/sweeps with definitions JSON Schema cannot judge (their cross-field rules,
+    Infinity, 2**64, NUL, deep nesting, another team's job): a 4xx or a 201, never a 5xx,
+    on Postgres; a stored sweep reads back within its schema, and the controller's pass
+    over it (which creates its first trials) does not fail. The same for a job spec."""
+    headers = auth(key) | JSON_BODY
+    answered(await client.post("/v1/jobs", content=spec, headers=headers), documented, spec)
+
+    definition = with_job_ids(definition, job_ids)
+    created = await client.post("/v1/sweeps", content=definition, headers=headers)
+    answered(created, documented, definition)
+    if created.status_code != 201:
+        return
+    sweep_id = created.json()["id"]
+    await control_once(sessions, settings, sweep_id)
+    for path in (f"/v1/sweeps/{sweep_id}", "/v1/sweeps?limit=100"):
+        answered(await client.get(path, headers=auth(key)), documented, definition)
