@@ -40,6 +40,8 @@ async def read_form(request: Request) -> dict[str, str]:
         raise WebError(400, "The form is not valid UTF-8.") from error
     except ValueError as error:
         raise WebError(400, f"A form has at most {MAX_FIELDS} fields.") from error
+    if any("\x00" in name or "\x00" in value for name, value in pairs):
+        raise WebError(400, "A form's fields cannot hold a NUL character.")
     fields = dict(pairs)
     nonce = request.cookies.get(NONCE_COOKIE, "")
     if not signer(request).csrf_valid(fields.get("csrf_token", ""), nonce, session_token(request)):

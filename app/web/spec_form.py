@@ -12,6 +12,7 @@ import yaml
 from kernel.spec import JobSpec, SpecError, parse_spec
 
 MAX_SPEC_CHARS = 200_000
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,22 @@ class YamlRefused(ValueError):
 def read_yaml(text: str, what: str = "a spec") -> Any:
     """The document a form's YAML holds, read with the limits the API's JSON has: at most
     MAX_SPEC_CHARS characters, and no anchors or aliases, which let a short text stand for
-    a huge tree (a "billion laughs"); specs and sweeps never need one."""
+    a huge tree (a "billion laughs"), and at most MAX_DEPTH levels of nesting (the loader
+    recurses per level); specs and sweeps never need either."""
     if len(text) > MAX_SPEC_CHARS:
         raise YamlRefused(f"{what} has at most {MAX_SPEC_CHARS:,} characters", 1)
     try:
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text)):
-            raise YamlRefused("YAML anchors and aliases (&name, *name) are not accepted", None)
+        depth = 0
+        for event in yaml.parse(text):
+            if isinstance(event, yaml.AliasEvent):
+                raise YamlRefused("YAML anchors and aliases (&name, *name) are not accepted", None)
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    line = event.start_mark.line + 1
+                    raise YamlRefused(f"{what} nests at most {MAX_DEPTH} levels deep", line)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
         return yaml.safe_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)

@@ -290,6 +290,21 @@ async def test_new_job_idempotency_key_makes_one_job_of_a_double_submit(
     assert changed.status_code == 409, "the same form key with another spec is refused"
 
 
+async def test_a_form_field_holding_a_nul_is_a_400_and_stores_nothing(
+    client, key, sign_in, session
+):
+    """Postgres's text columns cannot hold a NUL: a key with one was a 500 (the fuzzer)."""
+    await sign_in(key)
+    page = await client.get("/ui/new")
+    text = "name: nul\ndataset: {source: inline, prompts: [hi]}\n" + NAMED_YAML
+    response = await post_form(client, "/ui/new", page, spec=text, idempotency_key="k\x00")
+    assert response.status_code == 400 and "NUL" in response.text
+    count = await session.execute(
+        select(func.count()).select_from(Job).where(Job.team_id == key.team.id, Job.name == "nul")
+    )
+    assert count.scalar_one() == 0
+
+
 async def test_new_job_resubmitted_after_an_upgrade_is_the_same_job(client, key, sign_in):
     await sign_in(key)
     page = await client.get("/ui/new")

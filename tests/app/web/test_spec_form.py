@@ -43,6 +43,9 @@ def test_bad_yaml_aliases_and_non_mappings_are_errors_not_crashes():
     bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
     assert "aliases" in check_spec_text(bomb).errors[0].message
     assert "at most" in check_spec_text("#" * 300_000).errors[0].message
+    deep = check_spec_text("name: x\nmetadata: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert [(e.field, e.line) for e in deep.errors] == [("spec", 2)]
+    assert "nests at most 64 levels" in deep.errors[0].message
 
 
 def test_a_non_finite_number_is_an_error_at_its_line():
