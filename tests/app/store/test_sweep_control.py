@@ -307,11 +307,10 @@ async def test_a_cancel_between_the_controllers_read_and_its_insert_starts_nothi
         assert await trials_of(controller, sweep.id) == []
 
 
-async def test_a_trial_is_inserted_under_a_lock_of_its_sweeps_row(sessions, key, database_url):
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)  # SQLite: one writer
+async def test_a_trial_is_inserted_under_a_lock_of_its_sweeps_row(sessions, key):
     """Postgres: while the insert's transaction is open the sweep row is locked, so a
     cancel's update of it waits until the trial is there for the cancel to see."""
-    if not database_url.startswith("postgresql"):
-        pytest.skip("SQLite has one writer at a time")
     async with sessions() as controller, sessions() as api:
         sweep = await create_sweep(controller, key.team.id, random_sweep())
         assert await held(controller, await get_sweep(controller, sweep.id))
