@@ -53,17 +53,19 @@ from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from support import free_port
 
-from app.auth import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
-from app.models import Job, JobStatus, finite_or_none, utcnow
-from app.queue import JobQueue
-from app.store.jobs import claim_job, create_job
-from app.store.records import record_step, upsert_metrics
-from app.store.rows import held
-from app.store.summaries import keep_summaries, step_probe
+from app.core.queue import JobQueue
+from app.core.tables import finite_or_none, utcnow
+from app.curves.block_store import keep_summaries, step_probe
+from app.jobs.rows import held
+from app.jobs.schemas import JobStatus
+from app.jobs.store import claim_job, create_job
+from app.jobs.tables import Job
+from app.records.store import record_step, upsert_metrics
+from app.teams.keys import create_key
 from kernel.spec import MAX_STEPS, JobSpec
-from worker.service.sweeper import sweep
+from worker.service.requeuer import sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER_ID = "benchmark-writer"

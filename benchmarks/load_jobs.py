@@ -50,8 +50,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from support import free_port, fresh_database, percentile, private_queue, wait_until_healthy
 
 from app.core.db import create_db_engine, session_factory
-from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Job, JobStatus, utcnow
-from app.queue import JobQueue
+from app.core.queue import JobQueue
+from app.core.tables import utcnow
+from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from app.jobs.tables import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny.yaml"

@@ -55,7 +55,7 @@ from sqlalchemy import make_url
 from support import free_port
 
 from app.core.db import create_db_engine, session_factory
-from app.models import JobStatus
+from app.jobs.schemas import JobStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "What is 2 + 3?"

@@ -23,23 +23,17 @@ from sqlalchemy import insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import create_db_engine, session_factory
-from app.models import (
-    ACTIVE_STATUSES,
-    Job,
-    JobAction,
-    JobStatus,
-    MetricSummary,
-    StepMetric,
-    Sweep,
-    SweepCreate,
-    finite_or_none,
-    utcnow,
-)
-from app.store.jobs import complete_job, stop_job
-from app.store.records import record_step
-from app.store.sweeps import create_sweep
-from app.summaries import complete_blocks
-from app.sweep_search import suggest, trial_spec
+from app.core.tables import finite_or_none, utcnow
+from app.curves.blocks import complete_blocks
+from app.curves.tables import MetricSummary, StepMetric
+from app.jobs.schemas import ACTIVE_STATUSES, JobAction, JobStatus
+from app.jobs.store import complete_job, stop_job
+from app.jobs.tables import Job
+from app.records.store import record_step
+from app.sweeps.schemas import SweepCreate
+from app.sweeps.search import suggest, trial_spec
+from app.sweeps.store import create_sweep
+from app.sweeps.tables import Sweep
 from kernel.spec import JobSpec
 from kernel.summary import advance_ends
 

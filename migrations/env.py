@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from app.core.config import get_settings
 from app.core.db import create_sync_engine
-from app.models import SQLModel
+from app.tables import METADATA
 
 LOCK_KEY = 7_340_001  # any constant: names this project's migration lock in Postgres
 config = context.config
@@ -24,7 +24,7 @@ try:
     with engine.connect() as connection:
         context.configure(
             connection=connection,
-            target_metadata=SQLModel.metadata,
+            target_metadata=METADATA,
             render_as_batch=connection.dialect.name == "sqlite",
             compare_type=True,
         )

@@ -27,7 +27,7 @@ from opd.sweeps import add_sweep_commands
 
 if TYPE_CHECKING:
     from app.core.config import Settings
-    from app.models import JobPublic
+    from app.jobs.schemas import JobPublic
     from kernel.spec import JobSpec
     from worker.engine.mlflow_mirror import MlflowSink
     from worker.engine.sinks import ConsoleSink
@@ -195,9 +195,10 @@ def migrate_command(args: argparse.Namespace) -> int:
 
 
 def rotate_secrets_command(args: argparse.Namespace) -> int:
+    import app.tables  # noqa: F401  (every table in the metadata before a flush)
     from app.core.db import migrate, standalone_session
     from app.core.encryption import SecretUnreadable, secret_box
-    from app.store.webhooks import reseal_secrets
+    from app.webhooks.store import reseal_secrets
 
     config = settings()
     migrate(config.database_url, settings=config)
@@ -230,10 +231,12 @@ def duration(text: str) -> timedelta:
 
 
 def keys_command(args: argparse.Namespace) -> int:
-    from app.auth import create_key, list_keys, revoke_key
+    import app.tables  # noqa: F401  (every table in the metadata before a flush)
+    from app.audit.store import record_audit
     from app.core.db import migrate, standalone_session
-    from app.models import Scope, utcnow
-    from app.store.audit import record_audit
+    from app.core.tables import utcnow
+    from app.teams.keys import create_key, list_keys, revoke_key
+    from app.teams.schemas import Scope
 
     url = settings().database_url
     migrate(url)
@@ -283,10 +286,11 @@ def limit_value(text: str) -> int | None:
 
 
 def teams_command(args: argparse.Namespace) -> int:
+    import app.tables  # noqa: F401  (every table in the metadata before a flush)
+    from app.audit.store import record_audit
     from app.core.db import migrate, standalone_session
-    from app.store.audit import record_audit
-    from app.store.limits import Limits
-    from app.store.teams import TeamNotFound, list_teams, set_limits
+    from app.teams.limits import Limits
+    from app.teams.store import TeamNotFound, list_teams, set_limits
 
     config = settings()
     migrate(config.database_url)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.models import SamplePublic
+    from app.samples.schemas import SamplePublic
 
 SATURATION_KL = 2.0  # a token this far from the teacher gets the strongest shade
 WORST_SHOWN = 8

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from app.models import SweepDetail, SweepPublic, TrialPublic
+from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 
 
 def command_error(message: str) -> Exception:

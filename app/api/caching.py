@@ -18,7 +18,8 @@ from fastapi import Depends, Request, Response
 from pydantic import BaseModel
 
 from app.core.cache import TTLCache
-from app.models import TERMINAL_STATUSES, Job
+from app.jobs.schemas import TERMINAL_STATUSES
+from app.jobs.tables import Job
 
 FORMAT_VERSION = 1  # bump when a response's format changes, so cached copies stop matching
 FOREVER = "private, max-age=31536000, immutable"

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Query
 
 from app.api.deps import MAX_ID
-from app.store.curves import CurveQuery
+from app.curves.store import CurveQuery
 
 MAX_KEYS = 100
 BLANK = " \t\n\r\f\v"

@@ -15,17 +15,19 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.routing import BaseRoute
 
 from app.api.errors import ApiError
-from app.auth import Principal, authenticate
+from app.audit.store import record_audit
 from app.core.cache import TTLCache
 from app.core.config import Settings
 from app.core.encryption import SecretBox
-from app.models import Job, Scope, utcnow
-from app.pricing import PriceTable
-from app.queue import JobQueue
-from app.sessions import session_principal
-from app.store.audit import record_audit
-from app.store.rows import get_job
-from app.waits import Places, Waits
+from app.core.pricing import PriceTable
+from app.core.queue import JobQueue
+from app.core.tables import utcnow
+from app.core.waits import Places, Waits
+from app.jobs.rows import get_job
+from app.jobs.tables import Job
+from app.teams.keys import Principal, authenticate
+from app.teams.schemas import Scope
+from app.teams.sessions import session_principal
 
 
 @dataclass(frozen=True)

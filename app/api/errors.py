@@ -17,17 +17,13 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.admission import SpecRefused
-from app.store.errors import (
-    IdempotencyMismatch,
-    IllegalTransition,
-    JobNotFound,
-    SweepNotFound,
-    TooLargeToStore,
-)
-from app.store.teams import TeamNotFound
-from app.store.webhooks import WebhookNotFound
-from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
+from app.core.documents import TooLargeToStore
+from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
+from app.jobs.continuation import SpecRefused
+from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.sweeps.errors import SweepNotFound
+from app.teams.store import TeamNotFound
+from app.webhooks.store import WebhookNotFound
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +156,7 @@ async def on_conflict(_request: Request, exc: Exception) -> JSONResponse:
 
 
 async def on_spec_refused(_request: Request, exc: Exception) -> JSONResponse:
-    """What admission (app/admission.py) refuses: a 422 naming the field."""
+    """What admission (app/jobs/admission.py) refuses: a 422 naming the field."""
     assert isinstance(exc, SpecRefused)
     return error_response(422, "invalid_request", str(exc), exc.param)
 

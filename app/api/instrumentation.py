@@ -8,7 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.telemetry import REQUEST_SECONDS, REQUESTS
+from app.core.telemetry import REQUEST_SECONDS, REQUESTS
 
 UNMATCHED = "unmatched"
 STATIC = "/ui/static"

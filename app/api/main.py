@@ -12,6 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 
+import app.tables  # noqa: F401  (every table in the metadata before a flush)
 from app.api.body_limit import BodyLimitMiddleware
 from app.api.caching import ANSWER_SECONDS, ANSWERS
 from app.api.deps import JobSnapshot, document_scopes, one_value_each
@@ -39,14 +40,14 @@ from app.api.routes import (
     usage,
     webhooks,
 )
-from app.auth import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import secret_box
-from app.pricing import PriceTable
-from app.queue import JobQueue
-from app.waits import Limit, Places, Waits
+from app.core.pricing import PriceTable
+from app.core.queue import JobQueue
+from app.core.waits import Limit, Places, Waits
+from app.teams.keys import Principal
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])

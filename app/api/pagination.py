@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel.sql.expression import SelectOfScalar
 
-from app.models import Page
+from app.core.pages import Page
 
 P = TypeVar("P", bound=Page[Any])
 

@@ -14,7 +14,7 @@ from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.pricing import Price
+from app.core.pricing import Price
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024

@@ -24,6 +24,10 @@ from sqlalchemy.ext.asyncio import (
 
 if TYPE_CHECKING:
     from app.core.config import Settings
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    pass
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -149,3 +153,9 @@ def migrate(database_url: str, revision: str = "head", settings: Settings | None
     with open(f"{url.database}.migrate-lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         command.upgrade(config, revision)
+
+
+async def settle(session: AsyncSession, commit: bool) -> None:
+    """End an action's writes: commit them, or flush them for `record_audit` to commit with
+    the action's row (commit=False)."""
+    await (session.commit() if commit else session.flush())

@@ -17,7 +17,8 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.store.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SweepNotFound
+from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.sweeps.errors import SweepNotFound
 from app.web.templating import render
 
 log = logging.getLogger(__name__)

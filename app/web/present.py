@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.models import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from kernel.spec import flatten
 from kernel.summary import Change
 

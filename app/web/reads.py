@@ -14,7 +14,11 @@ from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
-from app.models import Checkpoint, Event, Job, JobStatus, Sample, StepMetric
+from app.checkpoints.tables import Checkpoint
+from app.curves.tables import StepMetric
+from app.jobs.schemas import JobStatus
+from app.jobs.tables import Event, Job
+from app.samples.tables import Sample
 
 
 def scoped(query: Any, scope: int | None) -> Any:

@@ -1,5 +1,5 @@
 """Metric summaries: per metric, its min, max, first and last point over blocks of steps,
-built here from every job's existing step rows (app/summaries.py).
+built here from every job's existing step rows (app/curves/blocks.py).
 
 Revision ID: 0002
 Revises: 0001
@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from app.summaries import complete_blocks
+from app.curves.blocks import complete_blocks
 
 revision: str = "0002"
 down_revision: str | None = "0001"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from app.models import JobPublic
+from app.jobs.schemas import JobPublic
 
 
 class Progress:

@@ -23,41 +23,25 @@ from typing import (
 
 from pydantic import BaseModel
 
-from app.models import (
-    TERMINAL_STATUSES,
-    AuditEntryPublic,
-    AuditPage,
-    CheckpointKind,
-    CheckpointPublic,
-    CheckpointsPage,
+from app.audit.schemas import AuditEntryPublic, AuditPage
+from app.checkpoints.schemas import CheckpointKind, CheckpointPublic, CheckpointsPage
+from app.core.pages import Page
+from app.curves.schemas import JobsMetricsPublic
+from app.jobs.schemas import TERMINAL_STATUSES, EventPublic, EventsPage, JobPublic, JobStatus
+from app.playground.service import PlaygroundAnswer
+from app.samples.schemas import SamplePublic, SamplesPage
+from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic, SweepsPage
+from app.teams.schemas import KeyCreated, KeyPublic, KeysList, Scope, TeamPublic, TeamsList
+from app.usage.schemas import GroupBy, UsageReport
+from app.webhooks.schemas import (
     DeliveriesPage,
     DeliveryDetail,
     DeliveryPublic,
-    EventPublic,
-    EventsPage,
-    JobPublic,
-    JobsMetricsPublic,
-    JobStatus,
-    KeyCreated,
-    KeyPublic,
-    KeysList,
-    Page,
-    SamplePublic,
-    SamplesPage,
-    Scope,
-    SweepCreate,
-    SweepDetail,
-    SweepPublic,
-    SweepsPage,
-    TeamPublic,
-    TeamsList,
     WebhookCreated,
     WebhookEvent,
     WebhookPublic,
     WebhooksPage,
 )
-from app.playground import PlaygroundAnswer
-from app.usage import GroupBy, UsageReport
 from kernel.playground import MAX_TIMEOUT_SECONDS
 from kernel.spec import JobSpec
 from opd.sdk.errors import WaitTimeout

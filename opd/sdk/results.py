@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import PrivateAttr
 
-from app.models import JobPublic, MetricsPublic
+from app.curves.schemas import MetricsPublic
+from app.jobs.schemas import JobPublic
 
 if TYPE_CHECKING:
     import pandas

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from app.models import Page
+from app.core.pages import Page
 from kernel.retry import Backoff
 from opd.sdk.errors import APIConnectionError, OPDError, api_error, seconds
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from app.curves import Plan, minmax_curve, plan, tile
-from app.summaries import WIDTHS, Summary, complete_blocks
+from app.curves.blocks import WIDTHS, Summary, complete_blocks
+from app.curves.downsampling import Plan, minmax_curve, plan, tile
 
 
 def test_short_ranges_are_exact():

@@ -4,8 +4,8 @@ case where trials reach a rung one after another."""
 
 from __future__ import annotations
 
-from app.early_stopping import Judgment, decide, pending_rungs, rungs
-from app.models import EarlyStop
+from app.sweeps.early_stopping import Judgment, decide, pending_rungs, rungs
+from app.sweeps.schemas import EarlyStop
 
 ASHA = EarlyStop(type="asha", min_steps=10, eta=3)
 MEDIAN = EarlyStop(type="median", min_steps=5)

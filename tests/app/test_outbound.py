@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from app.outbound import UnsafeUrl, check_literal, resolve
+from app.webhooks.urls import UnsafeUrl, check_literal, resolve
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from arq.connections import RedisSettings, create_pool
 
-from app.models import JobAction
-from app.queue import TASK_NAME, JobQueue, QueueUnavailable, enqueue_job
-from app.store.jobs import apply_action, create_job
-from app.store.rows import get_job
+from app.core.queue import TASK_NAME, JobQueue, QueueUnavailable
+from app.jobs.dispatch import enqueue_job
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, create_job
 from kernel.spec import JobSpec
 from tests.app.conftest import CLOSED_REDIS_URL, small_spec
 from tests.support import REDIS_URL

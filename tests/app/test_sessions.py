@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from app.core.config import Settings
-from app.sessions import SessionSigner, load_secret
+from app.teams.sessions import SessionSigner, load_secret
 
 SIGNER = SessionSigner(b"s" * 32, lifetime=3600)
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from app.summaries import (
+from app.curves.blocks import (
     WIDTHS,
     BlockSummary,
     Summary,

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from app.models import SweepCreate
-from app.sweep_search import (
+from app.sweeps.schemas import SweepCreate
+from app.sweeps.search import (
     InvalidTrial,
     Observation,
     extremes,

@@ -22,7 +22,7 @@ import yaml
 from redis import Redis
 from redis.exceptions import RedisError
 
-from app.models import TERMINAL_STATUSES, EventPublic
+from app.jobs.schemas import TERMINAL_STATUSES, EventPublic
 from opd.sdk import Client
 from opd.serve import free_port
 from tests.support import REDIS_URL, temporary_postgres_database

@@ -22,7 +22,9 @@ import pandas
 import pytest
 import yaml
 
-from app.models import JobPublic, SamplePublic, SweepCreate, SweepDetail, SweepPublic
+from app.jobs.schemas import JobPublic
+from app.samples.schemas import SamplePublic
+from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic
 from kernel.retry import Backoff
 from kernel.spec import JobSpec
 from opd import (

@@ -20,8 +20,10 @@ import yaml
 from sqlalchemy import create_engine, select, text
 
 from app.core.db import create_db_engine, session_factory, sync_url
-from app.models import TERMINAL_STATUSES, SweepCreate, SweepDetail, Team
-from app.store.sweeps import create_sweep
+from app.jobs.schemas import TERMINAL_STATUSES
+from app.sweeps.schemas import SweepCreate, SweepDetail
+from app.sweeps.store import create_sweep
+from app.teams.tables import Team
 from opd.sdk import Client
 from tests.e2e.conftest import Service, deployment, tiny_spec
 from tests.e2e.test_faults import metric_rows

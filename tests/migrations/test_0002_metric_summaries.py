@@ -17,11 +17,11 @@ from app.core.db import (
     migrate,
     session_factory,
 )
-from app.models import finite_or_none
-from app.store.curves import CurveQuery, read_curves
-from app.store.jobs import claim_job, create_job
-from app.store.records import record_step
-from app.store.rows import get_job
+from app.core.tables import finite_or_none
+from app.curves.store import CurveQuery, read_curves
+from app.jobs.rows import get_job
+from app.jobs.store import claim_job, create_job
+from app.records.store import record_step
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 from tests.app.store.test_summaries import stored as stored_summaries

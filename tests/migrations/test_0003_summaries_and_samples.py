@@ -17,9 +17,9 @@ from app.core.db import (
     migrate,
     session_factory,
 )
-from app.store.jobs import claim_job, create_job
-from app.store.records import record_step
-from app.store.rows import get_job
+from app.jobs.rows import get_job
+from app.jobs.store import claim_job, create_job
+from app.records.store import record_step
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 from tests.support import temporary_postgres_database

@@ -11,7 +11,6 @@ import pytest
 from alembic import command
 from sqlalchemy import MetaData, Table, inspect, select
 
-from app.auth import authenticate, hash_key
 from app.core.db import (
     alembic_config,
     create_db_engine,
@@ -19,8 +18,9 @@ from app.core.db import (
     migrate,
     session_factory,
 )
-from app.models import Scope
-from app.store.rows import get_job
+from app.jobs.rows import get_job
+from app.teams.keys import authenticate, hash_key
+from app.teams.schemas import Scope
 from tests.app.conftest import small_spec
 from tests.support import temporary_postgres_database
 

@@ -21,7 +21,7 @@ from app.core.db import (
     session_factory,
 )
 from app.core.encryption import SecretBox
-from app.store.webhooks import new_secret, take_due
+from app.webhooks.store import new_secret, take_due
 from tests.support import migrated_database
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

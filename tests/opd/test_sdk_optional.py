@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app.models import JobPublic, JobStatus
+from app.jobs.schemas import JobPublic, JobStatus
 from opd.sdk import Curves
 from opd.sdk.progress import Progress
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.models import SweepCreate
+from app.sweeps.schemas import SweepCreate
 from kernel.retry import Backoff
 from kernel.spec import parse_spec
 from opd.sdk import (

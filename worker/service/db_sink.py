@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.models import JobAction
-from app.store.errors import JobNotHeld
-from app.store.records import (
+from app.jobs.errors import JobNotHeld
+from app.jobs.schemas import JobAction
+from app.records.store import (
     record_checkpoint,
     record_eval,
     record_event,

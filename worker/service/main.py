@@ -23,12 +23,13 @@ from arq.connections import RedisSettings
 from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
+import app.tables  # noqa: F401  (every table in the metadata before a flush)
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
-from app.queue import TASK_NAME, JobQueue
+from app.core.queue import TASK_NAME, JobQueue
 from worker.service.quick import quick_worker
+from worker.service.requeuer import sweep
 from worker.service.sweep_controller import ControllerThread
-from worker.service.sweeper import sweep
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
 from worker.service.trackers import end_runs_forever
 from worker.service.webhooks import Sender

@@ -1,4 +1,4 @@
-"""The worker's short tasks, answered while an API request waits (`app/worker_tasks.py`):
+"""The worker's short tasks, answered while an API request waits (`app/core/worker_calls.py`):
 `sample` (the playground) and `fetch_archive` (a PyTRIO checkpoint's archive). They run on
 a queue and an arq worker of their own, beside the training jobs, with OPD_SAMPLE_CONCURRENCY
 slots; each answers with an `Outcome` in JSON, its failures as codes and messages.
@@ -22,9 +22,9 @@ from arq.connections import RedisSettings
 from arq.worker import Function, Worker, func
 from pydantic import BaseModel
 
-from app.archives import fetched, keep_fetched
+from app.checkpoints.archives import fetched, keep_fetched
 from app.core.config import Settings
-from app.worker_tasks import FETCH_ARCHIVE_TASK, SAMPLE_TASK, quick_queue
+from app.core.worker_calls import FETCH_ARCHIVE_TASK, SAMPLE_TASK, quick_queue
 from kernel.errors import OPDError
 from kernel.playground import (
     MAX_TIMEOUT_SECONDS,

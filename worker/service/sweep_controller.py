@@ -1,6 +1,6 @@
 """The sweep controller, a periodic task of every worker (beside the sweeper): each pass
 takes the lease of the running sweeps no live controller holds, advances each one
-(app/store/sweep_control.py) and sends the trials it created to the queue.
+(app/sweeps/control.py) and sends the trials it created to the queue.
 
 It lives in the worker because the worker already is the process that must be running
 for a sweep to make progress, and already runs the loops that repair lost state (the
@@ -27,9 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
-from app.queue import JobQueue, enqueue_job
-from app.store.limits import Limits
-from app.store.sweep_control import advance, cancel_stray_trials, claim_sweeps
+from app.core.queue import JobQueue
+from app.jobs.dispatch import enqueue_job
+from app.sweeps.control import advance, cancel_stray_trials, claim_sweeps
+from app.teams.limits import Limits
 
 log = logging.getLogger(__name__)
 PASS_SECONDS = 1.0

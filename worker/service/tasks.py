@@ -2,7 +2,7 @@
 
 A message says a slot should run something; the database decides what. The task takes
 over the named job if its worker died, else starts the job fair dispatch picks
-(app/store/fairness.py), and when that job ends it starts the next pick, until none is
+(app/jobs/fairness.py), and when that job ends it starts the next pick, until none is
 left (or the worker drains): a freed slot goes to the fairest job at once, whatever
 order the messages are in.
 
@@ -22,22 +22,17 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.continuation import SpecRefused
 from app.core.config import Settings
-from app.models import Job, JobAction
-from app.queue import JobQueue, enqueue_job
-from app.store.errors import JobNotHeld
-from app.store.jobs import (
-    claim_next,
-    complete_job,
-    fail_job,
-    heartbeat,
-    stop_job,
-    take_over,
-)
-from app.store.limits import Limits, note_limits
-from app.store.records import sampler_weights
-from app.weight_paths import checked_weights
+from app.core.queue import JobQueue
+from app.jobs.continuation import SpecRefused
+from app.jobs.dispatch import enqueue_job
+from app.jobs.errors import JobNotHeld
+from app.jobs.schemas import JobAction
+from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_job, take_over
+from app.jobs.tables import Job
+from app.jobs.weight_paths import checked_weights
+from app.records.store import sampler_weights
+from app.teams.limits import Limits, note_limits
 from kernel.errors import OPDError, ResultLost
 from kernel.spec import JobSpec
 from worker.engine.loop import RunResult, SavedState, Stop

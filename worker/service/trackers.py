@@ -6,7 +6,7 @@ replay them then), and those a crash kept from the tracker sent by the next atte
 the database.
 
 And the end of every mirrored job's run, whoever ended the job: the workers end the runs
-the MLflow outbox lists (app/store/mlflow_endings.py), retrying while MLflow is away."""
+the MLflow outbox lists (app/jobs/mlflow_endings.py), retrying while MLflow is away."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
-from app.models import Job, utcnow
-from app.store.mlflow_endings import Ending, drop_ending, take_endings
-from app.store.records import record_event, record_mlflow_run, recorded_steps
+from app.core.tables import utcnow
+from app.jobs.mlflow_endings import Ending, drop_ending, take_endings
+from app.jobs.tables import Job
+from app.records.store import record_event, record_mlflow_run, recorded_steps
 from kernel.retry import Backoff
 from kernel.spec import JobSpec, unlisted_tracker
 from worker.engine.mlflow_mirror import MlflowSink, end_run, transient

@@ -25,8 +25,8 @@ from standardwebhooks import Webhook
 
 from app.core.config import Settings
 from app.core.encryption import SecretUnreadable, secret_box
-from app.outbound import UnsafeUrl, resolve
-from app.store.webhooks import Outcome, Outgoing, record_attempt, take_due
+from app.webhooks.store import Outcome, Outgoing, record_attempt, take_due
+from app.webhooks.urls import UnsafeUrl, resolve
 
 log = logging.getLogger(__name__)
 LEASE_MARGIN_SECONDS = 5.0

@@ -10,8 +10,9 @@ from fastapi import APIRouter, Query
 from app.api.deps import Cursor, PrincipalDep, SessionDep, needs
 from app.api.errors import error_responses
 from app.api.pagination import paginate
-from app.models import AuditPage, Scope
-from app.store.audit import audit_query
+from app.audit.schemas import AuditPage
+from app.audit.store import audit_query
+from app.teams.schemas import Scope
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=error_responses(401, 403, 422))
 MAX_PAGE = 200

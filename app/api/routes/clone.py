@@ -9,8 +9,8 @@ from fastapi import APIRouter, Body
 from app.api.deps import JobDep
 from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import SUBMIT_RESPONSES, IdempotencyKey, SubmitterDep
-from app.continuation import editable
-from app.models import JobPublic
+from app.jobs.continuation import editable
+from app.jobs.schemas import JobPublic
 from kernel.merge_patch import merge_patch
 from kernel.spec import SpecError, parse_spec
 

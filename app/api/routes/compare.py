@@ -10,9 +10,9 @@ from app.api.caching import AnswersDep, answer, cache_headers, not_modified
 from app.api.curve_params import CurveQueryDep
 from app.api.deps import PrincipalDep, SessionDep
 from app.api.errors import error_responses
-from app.models import JobsMetricsPublic
-from app.store.curves import read_curves
-from app.store.rows import get_jobs
+from app.curves.schemas import JobsMetricsPublic
+from app.curves.store import read_curves
+from app.jobs.rows import get_jobs
 
 router = APIRouter(
     prefix="/v1/metrics", tags=["metrics"], responses=error_responses(401, 404, 422, 503)

@@ -26,12 +26,13 @@ from app.api.deps import (
     WaitsDep,
 )
 from app.api.errors import ApiError, error_responses
-from app.archives import SHA256_HEADER, fetched, fetched_path, write_archive
+from app.checkpoints.archives import SHA256_HEADER, fetched, fetched_path, write_archive
+from app.checkpoints.store import CheckpointUnavailable, job_checkpoint
+from app.checkpoints.tables import Checkpoint
 from app.core.config import Settings
-from app.models import Checkpoint, Job
-from app.queue import JobQueue, QueueUnavailable
-from app.store.saved import CheckpointUnavailable, job_checkpoint
-from app.worker_tasks import FETCH_ARCHIVE_TASK, TaskUnanswered, call_worker
+from app.core.queue import JobQueue, QueueUnavailable
+from app.core.worker_calls import FETCH_ARCHIVE_TASK, TaskUnanswered, call_worker
+from app.jobs.tables import Job
 from kernel.playground import Archive, ArchiveTask, Outcome
 from kernel.spec import JobSpec
 

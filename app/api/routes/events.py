@@ -10,7 +10,8 @@ from sqlmodel import select
 from app.api.deps import Cursor, JobDep, SessionDep
 from app.api.errors import error_responses
 from app.api.pagination import paginate
-from app.models import Event, EventsPage
+from app.jobs.schemas import EventsPage
+from app.jobs.tables import Event
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["events"], responses=error_responses(401, 404, 422, 503)

@@ -17,7 +17,7 @@ from app.api.caching import cache_headers, not_modified
 from app.api.curve_params import FromStep, KeysParam, ToStep, parse_keys
 from app.api.deps import JobDep, SessionDep
 from app.api.errors import error_responses
-from app.store.curves import metric_names, step_texts
+from app.curves.store import metric_names, step_texts
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)

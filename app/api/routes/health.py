@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.api.deps import QueueDep, SettingsDep
 from app.api.errors import ApiError, error_responses
-from app.queue import QueueUnavailable
+from app.core.queue import QueueUnavailable
 
 router = APIRouter(tags=["health"])
 

@@ -22,17 +22,19 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
-from app.auth import Principal
+from app.audit.store import record_audit
 from app.core.config import Settings
-from app.models import Job, JobAction, JobPublic, JobsPage, JobStatus
-from app.pricing import PriceTable
-from app.queue import JobQueue, enqueue_job
-from app.store.audit import record_audit
-from app.store.errors import JobNotFound
-from app.store.jobs import ActionResult, Idempotency, apply_action
-from app.store.limits import QueueFull
-from app.store.rows import get_job
-from app.submission import API, submit_spec
+from app.core.pricing import PriceTable
+from app.core.queue import JobQueue
+from app.jobs.dispatch import enqueue_job
+from app.jobs.errors import JobNotFound
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
+from app.jobs.service import API, submit_spec
+from app.jobs.store import ActionResult, Idempotency, apply_action
+from app.jobs.tables import Job
+from app.teams.keys import Principal
+from app.teams.limits import QueueFull
 from kernel.spec import JobSpec, priced_teacher
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
@@ -138,10 +140,10 @@ async def submit_job(
 ) -> JobPublic:
     """Store the job, then queue it. If the queue is unreachable the job is still created
     (queued, with `queue_reason`) and is sent when the queue is back. The spec is admitted
-    as on every road in (app/admission.py): a dataset file must lie under the server's data
+    as on every road in (app/jobs/admission.py): a dataset file must lie under the server's data
     root; a `student.init_from` / `teacher.init_from` must name weights one of the team's
     jobs saved (their path is filled in); a `teacher.model_path` must not name another
-    team's (app/weight_paths.py). Over the team's queued limit: 429 with Retry-After; at its
+    team's (app/jobs/weight_paths.py). Over the team's queued limit: 429 with Retry-After; at its
     running limit the job waits, its `queue_reason` says so."""
     body = await request.json() if idempotency_key is not None else None
     return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)

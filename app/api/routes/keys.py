@@ -9,9 +9,10 @@ from fastapi import APIRouter, Path, Response
 
 from app.api.deps import PrincipalDep, SessionDep, needs
 from app.api.errors import ApiError, error_responses
-from app.auth import create_key, list_keys, revoke_key
-from app.models import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope, utcnow
-from app.store.audit import record_audit
+from app.audit.store import record_audit
+from app.core.tables import utcnow
+from app.teams.keys import create_key, list_keys, revoke_key
+from app.teams.schemas import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope
 
 router = APIRouter(
     prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 422, 503)

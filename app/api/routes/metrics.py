@@ -1,5 +1,5 @@
 """Step metrics of a job: chart curves, and a live stream of new steps (SSE). A stream
-holds one of its team's places in the API process (app/waits.py) until it ends."""
+holds one of its team's places in the API process (app/core/waits.py) until it ends."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from app.api.caching import AnswersDep, answer, cache_headers, not_modified
 from app.api.curve_params import CurveQueryDep
 from app.api.deps import MAX_ID, JobDep, PrincipalDep, SessionDep, SettingsDep, StreamsDep
 from app.api.errors import ErrorResponse, error_responses
-from app.models import TERMINAL_STATUSES, Job, JobStatus, MetricsPublic
-from app.store.curves import read_curves, step_rows
-from app.waits import Places
+from app.core.waits import Places
+from app.curves.schemas import MetricsPublic
+from app.curves.store import read_curves, step_rows
+from app.jobs.schemas import TERMINAL_STATUSES, JobStatus
+from app.jobs.tables import Job
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)

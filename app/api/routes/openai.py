@@ -1,4 +1,4 @@
-"""OpenAI-compatible completions of a job's models (app/openai_compat/names.py says what
+"""OpenAI-compatible completions of a job's models (app/api/openai/names.py says what
 they are called), sampled through the playground's path: a worker answers within a
 deadline, on the key's team's jobs only. Errors come in OpenAI's shape."""
 
@@ -14,19 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
-from app.api.openai_errors import OpenAIRoute, model_not_found, openai_error_responses
-from app.api.routes.jobs import IdempotencyKey
-from app.api.routes.playground import idempotency_of
-from app.auth import Principal
-from app.models import Job, Team
-from app.openai_compat.names import (
-    NAME_PATTERN,
-    ModelName,
-    listed,
-    parse_model,
-    resumes_after,
-)
-from app.openai_compat.wire import (
+from app.api.openai.errors import OpenAIRoute, model_not_found, openai_error_responses
+from app.api.openai.names import NAME_PATTERN, ModelName, listed, parse_model, resumes_after
+from app.api.openai.wire import (
     ChatCompletion,
     ChatCompletionRequest,
     Model,
@@ -34,10 +24,15 @@ from app.openai_compat.wire import (
     chat_completion,
     stream_events,
 )
-from app.playground import REPLAYED_HEADER, PlaygroundError, Sampling
-from app.store.errors import JobNotFound
-from app.store.rows import get_job
-from app.store.saved import CheckpointUnavailable, sampler_weights, saved_samplers
+from app.api.routes.jobs import IdempotencyKey
+from app.api.routes.playground import idempotency_of
+from app.checkpoints.store import CheckpointUnavailable, sampler_weights, saved_samplers
+from app.jobs.errors import JobNotFound
+from app.jobs.rows import get_job
+from app.jobs.tables import Job
+from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling
+from app.teams.keys import Principal
+from app.teams.tables import Team
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 MODELS_PAGE = 1000

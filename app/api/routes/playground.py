@@ -8,8 +8,14 @@ from fastapi import APIRouter, Request, Response
 from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import IdempotencyKey
-from app.playground import REPLAYED_HEADER, PlaygroundAnswer, PlaygroundError, Sampling, itself
-from app.store.jobs import Idempotency
+from app.jobs.store import Idempotency
+from app.playground.service import (
+    REPLAYED_HEADER,
+    PlaygroundAnswer,
+    PlaygroundError,
+    Sampling,
+    itself,
+)
 from kernel.playground import SampleRequest
 
 router = APIRouter(prefix="/v1/jobs", tags=["playground"])

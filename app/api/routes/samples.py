@@ -10,7 +10,8 @@ from sqlmodel import select
 from app.api.deps import MAX_ID, Cursor, JobDep, SessionDep
 from app.api.errors import error_responses
 from app.api.pagination import paginate
-from app.models import Sample, SamplesPage
+from app.samples.schemas import SamplesPage
+from app.samples.tables import Sample
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["samples"], responses=error_responses(401, 404, 422, 503)

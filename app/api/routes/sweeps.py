@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep
 from app.api.errors import error_responses
-from app.models import SweepCreate, SweepDetail, SweepsPage
-from app.store.audit import record_audit
-from app.store.sweeps import cancel_sweep, list_sweeps, read_sweep
-from app.submission import API, submit_definition
+from app.audit.store import record_audit
+from app.jobs.service import API
+from app.sweeps.schemas import SweepCreate, SweepDetail, SweepsPage
+from app.sweeps.service import submit_definition
+from app.sweeps.store import cancel_sweep, list_sweeps, read_sweep
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=error_responses(401, 422, 503))
 
@@ -29,7 +30,7 @@ async def submit_sweep(
     """Store the sweep; the workers' controller starts its trials (ordinary jobs of the
     team, within its limits and `parallel`) and stops the losers. Nothing is stored unless
     the base and every grid point (else every listed value and range end) make a spec the
-    team may submit (app/admission.py; a 422 names the parameter). `base_job` must be one
+    team may submit (app/jobs/admission.py; a 422 names the parameter). `base_job` must be one
     of the team's jobs."""
     sweep = await submit_definition(session, principal, body, settings, API)
     return await read_sweep(session, sweep.id or 0)

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Path
 
 from app.api.deps import PrincipalDep, SessionDep, SettingsDep, needs
 from app.api.errors import error_responses
-from app.models import LimitsUpdate, Scope, TeamPublic, TeamsList
-from app.store.audit import record_audit
-from app.store.limits import Limits
-from app.store.teams import list_teams, set_limits
+from app.audit.store import record_audit
+from app.teams.limits import Limits
+from app.teams.schemas import LimitsUpdate, Scope, TeamPublic, TeamsList
+from app.teams.store import list_teams, set_limits
 
 router = APIRouter(
     prefix="/v1/teams",

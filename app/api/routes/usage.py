@@ -12,9 +12,11 @@ from sqlalchemy import select
 
 from app.api.deps import PricesDep, PrincipalDep, SessionDep
 from app.api.errors import ApiError, error_responses
-from app.models import Team, utcnow
-from app.store.usage import usage_rows
-from app.usage import GroupBy, UsageReport, summarize, total_of
+from app.core.tables import utcnow
+from app.teams.tables import Team
+from app.usage.report import summarize, total_of
+from app.usage.schemas import GroupBy, UsageReport
+from app.usage.store import usage_rows
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=error_responses(401, 403, 422))
 

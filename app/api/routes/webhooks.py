@@ -11,7 +11,9 @@ from fastapi import APIRouter, Path, Query, Response
 from app.api.deps import MAX_ID, Cursor, PrincipalDep, SecretBoxDep, SessionDep, SettingsDep
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
-from app.models import (
+from app.audit.store import record_audit
+from app.webhooks import store
+from app.webhooks.schemas import (
     AttemptPublic,
     DeliveriesPage,
     DeliveryDetail,
@@ -21,9 +23,7 @@ from app.models import (
     WebhookPublic,
     WebhooksPage,
 )
-from app.outbound import UnsafeUrl, check_literal
-from app.store import webhooks as store
-from app.store.audit import record_audit
+from app.webhooks.urls import UnsafeUrl, check_literal
 
 router = APIRouter(
     prefix="/v1/webhooks",

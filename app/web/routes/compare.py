@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import MAX_ID, SessionDep
-from app.store.rows import get_jobs
+from app.jobs.rows import get_jobs
 from app.web import present, reads
 from app.web.charts import MAX_POINTS, REVERSE_KL
 from app.web.deps import ViewerDep

@@ -9,13 +9,16 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import JobId, QueueDep, SessionDep, SnapshotsDep
-from app.models import Job, JobAction, JobStatus, Scope, utcnow
-from app.queue import enqueue_job
-from app.store.audit import record_audit
-from app.store.errors import IllegalTransition
-from app.store.jobs import apply_action
-from app.store.rows import get_job
-from app.store.transitions import plan_action
+from app.audit.store import record_audit
+from app.core.tables import utcnow
+from app.jobs.dispatch import enqueue_job
+from app.jobs.errors import IllegalTransition
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction, JobStatus
+from app.jobs.store import apply_action
+from app.jobs.tables import Job
+from app.jobs.transitions import plan_action
+from app.teams.schemas import Scope
 from app.web import charts, present, reads
 from app.web.deps import CSRF_CHECKED, SubmitterDep, ViewerDep
 from app.web.errors import WebError

@@ -1,5 +1,5 @@
 """A new job from a YAML spec: prefilled from the tiny example or cloned from a job,
-submitted as the API submits one (app/submission.py) with each error at its field, once
+submitted as the API submits one (app/jobs/service.py) with each error at its field, once
 per form."""
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ import yaml
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from app.admission import SpecRefused
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
-from app.continuation import editable
-from app.store.errors import TooLargeToStore
-from app.store.jobs import Idempotency
-from app.store.limits import QueueFull
-from app.store.rows import get_job
-from app.submission import DASHBOARD, submit_spec
+from app.core.documents import TooLargeToStore
+from app.jobs.continuation import SpecRefused, editable
+from app.jobs.rows import get_job
+from app.jobs.service import DASHBOARD, submit_spec
+from app.jobs.store import Idempotency
+from app.teams.limits import QueueFull
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of

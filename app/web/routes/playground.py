@@ -10,9 +10,9 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
-from app.playground import PlaygroundAnswer, PlaygroundError, Sampling, itself
-from app.store.rows import get_job
-from app.waits import RETRY_AFTER_SECONDS, TooManyWaiting
+from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
+from app.jobs.rows import get_job
+from app.playground.service import PlaygroundAnswer, PlaygroundError, Sampling, itself
 from app.web import present
 from app.web.deps import FormDep, SubmitterDep
 from app.web.templating import render

@@ -10,15 +10,18 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from app.admission import SpecRefused
 from app.api.deps import MAX_ID, SessionDep, SettingsDep
 from app.api.routes.sweeps import SweepId
-from app.models import Scope, SweepCreate, SweepDetail, SweepStatus, TrialPublic
-from app.store.audit import record_audit
-from app.store.errors import JobNotFound, TooLargeToStore
-from app.store.rows import get_job
-from app.store.sweeps import cancel_sweep, list_sweeps, read_sweep
-from app.submission import DASHBOARD, submit_definition
+from app.audit.store import record_audit
+from app.core.documents import TooLargeToStore
+from app.jobs.continuation import SpecRefused
+from app.jobs.errors import JobNotFound
+from app.jobs.rows import get_job
+from app.jobs.service import DASHBOARD
+from app.sweeps.schemas import SweepCreate, SweepDetail, SweepStatus, TrialPublic
+from app.sweeps.service import submit_definition
+from app.sweeps.store import cancel_sweep, list_sweeps, read_sweep
+from app.teams.schemas import Scope
 from app.web.charts import MAX_POINTS
 from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
 from app.web.spec_form import YamlRefused, read_yaml

@@ -32,10 +32,10 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.api.main import create_app
-from app.auth import NewKey, create_key
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
-from app.models import Scope
+from app.teams.keys import NewKey, create_key
+from app.teams.schemas import Scope
 from tests.app.conftest import auth
 from tests.app.fuzzing import (
     BASE,

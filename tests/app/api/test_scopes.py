@@ -14,11 +14,15 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
-from app.auth import NewKey, create_key
+from app.audit.tables import AuditEntry
 from app.core.encryption import SecretBox
-from app.models import AuditEntry, JobAction, Scope, WebhookDelivery, utcnow
-from app.store.jobs import apply_action, create_job
-from app.store.webhooks import create_webhook
+from app.core.tables import utcnow
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, create_job
+from app.teams.keys import NewKey, create_key
+from app.teams.schemas import Scope
+from app.webhooks.store import create_webhook
+from app.webhooks.tables import WebhookDelivery
 from kernel.spec import JobSpec
 from tests.app.conftest import auth, small_spec
 

@@ -11,6 +11,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlmodel import SQLModel
 
 from app.core.db import (
     alembic_config,
@@ -20,7 +21,6 @@ from app.core.db import (
     migrate,
     sync_url,
 )
-from app.models import SQLModel
 from tests.support import temporary_postgres_database
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from app.models import Event, Job
-from app.store.jobs import create_job
+from app.jobs.store import create_job
+from app.jobs.tables import Event, Job
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 

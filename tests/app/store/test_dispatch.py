@@ -6,9 +6,10 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from app.models import Job, utcnow
-from app.store.dispatch import count_resends, next_enqueue_count, sweep_candidates
-from app.store.jobs import claim_job, complete_job, create_job
+from app.core.tables import utcnow
+from app.jobs.dispatch import count_resends, next_enqueue_count, sweep_candidates
+from app.jobs.store import claim_job, complete_job, create_job
+from app.jobs.tables import Job
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 

@@ -7,9 +7,10 @@ import asyncio
 import pytest
 from sqlalchemy import select
 
-from app.models import Event, JobAction, JobStatus
-from app.store.errors import IdempotencyMismatch, JobNotHeld
-from app.store.jobs import (
+from app.jobs.errors import IdempotencyMismatch, JobNotHeld
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction, JobStatus
+from app.jobs.store import (
     Idempotency,
     apply_action,
     claim_job,
@@ -19,8 +20,8 @@ from app.store.jobs import (
     heartbeat,
     stop_job,
 )
-from app.store.records import record_checkpoint, record_step
-from app.store.rows import get_job
+from app.jobs.tables import Event
+from app.records.store import record_checkpoint, record_step
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 from tests.app.store.conftest import events_of

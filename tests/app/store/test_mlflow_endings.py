@@ -8,9 +8,11 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from app.models import JobAction, MlflowEnding, utcnow
-from app.store.jobs import apply_action, claim_job, complete_job, create_job, fail_job
-from app.store.mlflow_endings import Ending, take_endings
+from app.core.tables import utcnow
+from app.jobs.mlflow_endings import Ending, take_endings
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, claim_job, complete_job, create_job, fail_job
+from app.jobs.tables import MlflowEnding
 from kernel.retry import Backoff
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec

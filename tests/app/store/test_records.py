@@ -7,11 +7,12 @@ import math
 import pytest
 from sqlalchemy import func, select
 
-from app.models import Sample, StepMetric
-from app.store.errors import JobNotHeld
-from app.store.jobs import claim_job
-from app.store.records import record_eval, record_samples, record_step
-from app.store.rows import get_job
+from app.curves.tables import StepMetric
+from app.jobs.errors import JobNotHeld
+from app.jobs.rows import get_job
+from app.jobs.store import claim_job
+from app.records.store import record_eval, record_samples, record_step
+from app.samples.tables import Sample
 from kernel.samples import KeptSample
 
 KL = "opd/reverse_kl_mean"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.models import Checkpoint, CheckpointKind, Job
-from app.store.saved import CheckpointUnavailable, sampler_weights, training_state
+from app.checkpoints.schemas import CheckpointKind
+from app.checkpoints.store import CheckpointUnavailable, sampler_weights, training_state
+from app.checkpoints.tables import Checkpoint
+from app.jobs.tables import Job
 
 
 async def save(session, job: Job, kind: CheckpointKind, steps: range) -> None:

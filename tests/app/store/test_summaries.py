@@ -7,10 +7,10 @@ import random
 
 from sqlalchemy import select
 
-from app.models import MetricSummary, StepMetric
-from app.store.jobs import claim_job
-from app.store.records import record_step
-from app.summaries import Summary, complete_blocks
+from app.curves.blocks import Summary, complete_blocks
+from app.curves.tables import MetricSummary, StepMetric
+from app.jobs.store import claim_job
+from app.records.store import record_step
 
 
 async def stored(session, job_id: int) -> dict[tuple[str, int, int], object]:

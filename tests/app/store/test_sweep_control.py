@@ -12,23 +12,13 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError
 
-from app.models import (
-    EarlyStop,
-    Job,
-    JobStatus,
-    Sweep,
-    SweepCreate,
-    SweepMetric,
-    SweepRung,
-    SweepStatus,
-    Team,
-    utcnow,
-)
-from app.store.jobs import claim_job, complete_job, create_job
-from app.store.limits import Limits
-from app.store.records import record_checkpoint, record_step
-from app.store.rows import get_job
-from app.store.sweep_control import (
+from app.core.tables import utcnow
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobStatus
+from app.jobs.store import claim_job, complete_job, create_job
+from app.jobs.tables import Job
+from app.records.store import record_checkpoint, record_step
+from app.sweeps.control import (
     Pass,
     add_trials,
     advance,
@@ -37,14 +27,11 @@ from app.store.sweep_control import (
     held,
     judge_rungs,
 )
-from app.store.sweeps import (
-    cancel_sweep,
-    create_sweep,
-    end_sweep,
-    get_sweep,
-    read_state,
-    trials_of,
-)
+from app.sweeps.schemas import EarlyStop, SweepCreate, SweepMetric, SweepStatus
+from app.sweeps.store import cancel_sweep, create_sweep, end_sweep, get_sweep, read_state, trials_of
+from app.sweeps.tables import Sweep, SweepRung
+from app.teams.limits import Limits
+from app.teams.tables import Team
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 from tests.app.store.test_sweep_reads import statements

@@ -9,11 +9,14 @@ from contextlib import contextmanager
 
 from sqlalchemy import event, update
 
-from app.models import Job, JobStatus, SweepCreate, utcnow
-from app.store.jobs import claim_job, create_job
-from app.store.records import record_step
-from app.store.rungs import points_at
-from app.store.sweeps import create_sweep, list_sweeps, read_sweep
+from app.core.tables import utcnow
+from app.jobs.schemas import JobStatus
+from app.jobs.store import claim_job, create_job
+from app.jobs.tables import Job
+from app.records.store import record_step
+from app.sweeps.rungs import points_at
+from app.sweeps.schemas import SweepCreate
+from app.sweeps.store import create_sweep, list_sweeps, read_sweep
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 

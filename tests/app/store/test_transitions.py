@@ -6,9 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from app.models import Job, JobAction, JobStatus, utcnow
-from app.store.errors import IllegalTransition
-from app.store.transitions import plan_action, plan_claim
+from app.core.tables import utcnow
+from app.jobs.errors import IllegalTransition
+from app.jobs.schemas import JobAction, JobStatus
+from app.jobs.tables import Job
+from app.jobs.transitions import plan_action, plan_claim
 
 S = JobStatus
 ILLEGAL = IllegalTransition

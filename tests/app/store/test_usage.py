@@ -7,12 +7,13 @@ from datetime import date, timedelta
 
 from sqlalchemy import select
 
-from app.models import UsageDay, utcnow
-from app.pricing import Price, PriceTable
-from app.store.jobs import claim_job
-from app.store.records import record_eval, record_step
-from app.store.rows import get_job
-from app.store.usage import usage_rows
+from app.core.pricing import Price, PriceTable
+from app.core.tables import utcnow
+from app.jobs.rows import get_job
+from app.jobs.store import claim_job
+from app.records.store import record_eval, record_step
+from app.usage.store import usage_rows
+from app.usage.tables import UsageDay
 
 
 def usage(sampled: int, teacher: int, trained: int, eval_tokens: int = 0) -> dict[str, float]:

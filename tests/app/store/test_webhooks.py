@@ -8,10 +8,12 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from app.models import DeliveryStatus, JobAction, WebhookAttempt, WebhookDelivery, utcnow
-from app.store.jobs import apply_action, claim_job, complete_job
-from app.store.records import record_eval
-from app.store.webhooks import (
+from app.core.tables import utcnow
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, claim_job, complete_job
+from app.records.store import record_eval
+from app.webhooks.schemas import DeliveryStatus
+from app.webhooks.store import (
     Outcome,
     create_webhook,
     delete_webhook,
@@ -20,6 +22,7 @@ from app.store.webhooks import (
     retry_delay,
     take_due,
 )
+from app.webhooks.tables import WebhookAttempt, WebhookDelivery
 
 ALL = ["job.succeeded", "job.failed", "job.cancelled", "job.paused", "job.eval_completed"]
 

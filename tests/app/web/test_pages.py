@@ -9,10 +9,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.models import Job
-from app.sessions import NONCE_COOKIE, SESSION_COOKIE
-from app.store.jobs import claim_job
-from app.store.records import record_checkpoint, record_samples, record_step
+from app.jobs.store import claim_job
+from app.jobs.tables import Job
+from app.records.store import record_checkpoint, record_samples, record_step
+from app.teams.sessions import NONCE_COOKIE, SESSION_COOKIE
 from kernel.samples import KeptSample
 from tests.app.conftest import auth, small_spec, upgraded_spec
 from tests.app.web.conftest import NAMED_YAML, csrf_of, post_form
@@ -217,7 +217,7 @@ async def test_kept_rollouts_show_each_token_shaded_and_escaped(
 
 
 async def test_a_failed_job_shows_its_code_and_message(client, key, sign_in, submit, session):
-    from app.store.jobs import fail_job
+    from app.jobs.store import fail_job
 
     job = await submit()
     await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)

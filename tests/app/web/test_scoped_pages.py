@@ -8,8 +8,10 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from app.auth import create_key
-from app.models import AuditEntry, Scope, utcnow
+from app.audit.tables import AuditEntry
+from app.core.tables import utcnow
+from app.teams.keys import create_key
+from app.teams.schemas import Scope
 from tests.app.conftest import auth
 from tests.app.web.conftest import post_form
 

@@ -7,8 +7,8 @@ import asyncio
 
 from sqlalchemy import select
 
-from app.models import Sample
-from app.store.jobs import claim_job, create_job
+from app.jobs.store import claim_job, create_job
+from app.samples.tables import Sample
 from kernel.samples import KeptSample
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec

@@ -9,8 +9,8 @@ import time
 from sqlalchemy import func, select
 
 from app.core.db import create_sync_engine
-from app.models import Job
-from app.store.sweeps import create_sweep
+from app.jobs.tables import Job
+from app.sweeps.store import create_sweep
 from tests.app.store.test_sweep_control import random_sweep
 from worker.service.sweep_controller import ControllerThread, control_sweeps
 

@@ -8,14 +8,17 @@ from typing import Any
 
 from sqlalchemy import event, text, update
 
-from app.models import Job, JobAction, utcnow
-from app.queue import JobQueue, enqueue_job
-from app.store.jobs import apply_action, claim_job, create_job
-from app.store.rows import get_job
+from app.core.queue import JobQueue
+from app.core.tables import utcnow
+from app.jobs.dispatch import enqueue_job
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, claim_job, create_job
+from app.jobs.tables import Job
 from kernel.spec import JobSpec
 from tests.app.conftest import CLOSED_REDIS_URL, small_spec
 from tests.support import REDIS_URL
-from worker.service.sweeper import sweep
+from worker.service.requeuer import sweep
 
 AN_HOUR_AGO = utcnow() - timedelta(hours=1)
 

@@ -13,14 +13,17 @@ from pytrio.errors.actor import ActorAPIError
 from pytrio.types import APIFuture
 from sqlalchemy import select
 
-from app.auth import create_key
-from app.continuation import continued
+from app.checkpoints.tables import Checkpoint
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
-from app.models import Checkpoint, Event, JobAction, StepMetric
-from app.queue import JobQueue
-from app.store.jobs import apply_action, create_job
-from app.store.rows import get_job
+from app.core.queue import JobQueue
+from app.curves.tables import StepMetric
+from app.jobs.continuation import continued
+from app.jobs.rows import get_job
+from app.jobs.schemas import JobAction
+from app.jobs.store import apply_action, create_job
+from app.jobs.tables import Event
+from app.teams.keys import create_key
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio

@@ -14,8 +14,8 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 from sqlalchemy import select
 
-from app.models import WebhookDelivery
-from app.store.webhooks import create_webhook
+from app.webhooks.store import create_webhook
+from app.webhooks.tables import WebhookDelivery
 from tests.app.conftest import auth, serve, small_spec
 from tests.e2e.receiver import Receiver, Server, wait_for
 from worker.service.webhooks import Sender

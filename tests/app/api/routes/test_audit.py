@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.models import AuditEntry
+from app.audit.tables import AuditEntry
 from tests.app.conftest import auth, serve, small_spec
 from tests.app.web.conftest import NAMED_YAML, post_form
 

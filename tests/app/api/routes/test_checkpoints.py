@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.store.jobs import claim_job
-from app.store.records import record_checkpoint
+from app.jobs.store import claim_job
+from app.records.store import record_checkpoint
 from tests.app.conftest import auth
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.store.jobs import claim_job, complete_job
-from app.store.records import record_checkpoint
+from app.jobs.store import claim_job, complete_job
+from app.records.store import record_checkpoint
 from tests.app.conftest import auth, small_spec, upgraded_spec
 
 STATES = [(2, "state", "/a/state-2"), (2, "sampler", "/a/sampler-2"), (4, "state", "/a/state-4")]

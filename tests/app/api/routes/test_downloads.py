@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store.jobs import claim_job
-from app.store.records import record_checkpoint
+from app.jobs.store import claim_job
+from app.records.store import record_checkpoint
 from tests.app.conftest import auth
 
 FILES = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.store.records import record_event
+from app.records.store import record_event
 from tests.app.conftest import auth
 
 

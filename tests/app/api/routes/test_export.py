@@ -10,8 +10,8 @@ import math
 import pytest
 
 from app.api.routes import export
-from app.store.jobs import claim_job
-from app.store.records import record_step
+from app.jobs.store import claim_job
+from app.records.store import record_step
 from tests.app.conftest import auth
 
 WORKER = "worker-1"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.core.config import Settings
-from app.pricing import Price
+from app.core.pricing import Price
 from tests.app.api.routes.test_job_input import refused
 from tests.app.api.routes.test_usage import used
 from tests.app.conftest import auth, serve, small_spec

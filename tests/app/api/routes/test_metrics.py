@@ -10,8 +10,8 @@ import httpx
 from sqlalchemy import event
 
 from app.api.main import create_app
-from app.store.jobs import claim_job, complete_job, stop_job
-from app.store.records import record_eval, record_step
+from app.jobs.store import claim_job, complete_job, stop_job
+from app.records.store import record_eval, record_step
 from tests.app.conftest import auth, small_spec
 
 WORKER = "worker-1"

@@ -11,12 +11,15 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert
 
-from app.models import Checkpoint, CheckpointKind, Scope, utcnow
-from app.openai_compat.names import ModelName, names_of, parse_model
-from app.openai_compat.wire import ChatCompletionRequest
-from app.store.jobs import claim_job
-from app.store.records import record_checkpoint
-from app.worker_tasks import quick_queue
+from app.api.openai.names import ModelName, names_of, parse_model
+from app.api.openai.wire import ChatCompletionRequest
+from app.checkpoints.schemas import CheckpointKind
+from app.checkpoints.tables import Checkpoint
+from app.core.tables import utcnow
+from app.core.worker_calls import quick_queue
+from app.jobs.store import claim_job
+from app.records.store import record_checkpoint
+from app.teams.schemas import Scope
 from tests.app.conftest import auth
 
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}]

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from app.core.db import POSTGRES_MAX_OVERFLOW, POSTGRES_POOL_SIZE
-from app.store.jobs import claim_job, create_job
-from app.store.records import record_checkpoint
-from app.worker_tasks import quick_queue
+from app.core.worker_calls import quick_queue
+from app.jobs.store import claim_job, create_job
+from app.records.store import record_checkpoint
 from kernel.spec import JobSpec
 from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec
 

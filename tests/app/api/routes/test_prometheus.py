@@ -7,8 +7,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from app.store.jobs import claim_job
-from app.store.records import record_step
+from app.jobs.store import claim_job
+from app.records.store import record_step
 from opd.serve import free_port
 from tests.app.conftest import CLOSED_REDIS_URL, auth, serve
 

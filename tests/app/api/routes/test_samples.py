@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.store.jobs import claim_job
-from app.store.records import record_eval, record_samples, record_step
+from app.jobs.store import claim_job
+from app.records.store import record_eval, record_samples, record_step
 from kernel.samples import KeptSample
 from tests.app.conftest import auth
 

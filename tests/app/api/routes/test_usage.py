@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from app.core.config import Settings
-from app.models import utcnow
-from app.pricing import Price
-from app.store.jobs import claim_job
-from app.store.records import record_step
-from app.store.rows import get_job
+from app.core.pricing import Price
+from app.core.tables import utcnow
+from app.jobs.rows import get_job
+from app.jobs.store import claim_job
+from app.records.store import record_step
 from tests.app.conftest import auth, serve
 
 PRICES = [

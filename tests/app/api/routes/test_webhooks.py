@@ -7,8 +7,8 @@ import pytest
 from sqlalchemy import select
 from standardwebhooks import Webhook as Signer
 
-from app.models import Webhook
-from app.store.webhooks import Outcome, record_attempt
+from app.webhooks.store import Outcome, record_attempt
+from app.webhooks.tables import Webhook
 from tests.app.conftest import auth
 
 EVENTS = ["job.succeeded", "job.cancelled"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from app.store.jobs import claim_job, complete_job
-from app.store.records import record_checkpoint
+from app.jobs.store import claim_job, complete_job
+from app.records.store import record_checkpoint
 from tests.app.conftest import auth, small_spec
 
 REMOTE = "trio://fake/run-7/weights"

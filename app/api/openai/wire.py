@@ -1,0 +1,249 @@
+"""OpenAI's chat-completions wire format, and how it maps onto the playground's request and
+answer (kernel/playground.py). Only what the playground can honour is accepted: anything
+else (tools, penalties, top-k logprobs) is a 400 that names it, not silently ignored."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.api.openai.names import ModelName
+from kernel.playground import MAX_MESSAGES, MAX_TIMEOUT_SECONDS, Completion, SampleAnswer
+from kernel.playground import SampleRequest as PlaygroundRequest
+
+FLOOR_LOGPROB = -9999.0
+"""A logprob that is not finite (a token the model gives no chance) travels as this, as
+OpenAI's own API and vLLM send it: the wire format has no null logprob."""
+FINISH_REASONS = {"length": "length"}
+"""Backend stop reasons OpenAI spells differently; every other reason is a `stop`."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = Field(None, description="Accepted and not used.")
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content)
+
+
+class StreamOptions(Strict):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(Strict):
+    """`POST /v1/chat/completions`. Bounds are the playground's (at most 16 completions,
+    4096 tokens each, 4 stop strings); `max_tokens` defaults to 256."""
+
+    model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = Field(None, description="The same as max_tokens.")
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, description="Passed to the backend's sampler.")
+    logprobs: bool | None = Field(False, description="Each completion token's logprob.")
+    top_logprobs: int | None = Field(None, description="Only 0: no alternatives are returned.")
+    frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    stream: bool | None = Field(
+        False, description="SSE chunks, sent once the whole completion is ready."
+    )
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(None, description="Accepted and not used.")
+    timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="This service's own: how long to wait for a worker (default "
+        "OPD_SAMPLE_TIMEOUT); the `openai` package sends it with extra_body.",
+    )
+
+    @field_validator("top_logprobs", "frequency_penalty", "presence_penalty")
+    @classmethod
+    def _only_zero(cls, value: float | None) -> float | None:
+        if value:
+            raise ValueError("only 0 is supported")
+        return value
+
+    def playground_request(self, name: ModelName) -> PlaygroundRequest:
+        """The playground request this asks for (pydantic's ValidationError, naming the
+        field, when a value is beyond the playground's bounds)."""
+        given = self.model_dump(
+            include={"n", "temperature", "top_p", "seed", "timeout_seconds"}, exclude_none=True
+        )
+        max_tokens = self.max_completion_tokens or self.max_tokens
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        return PlaygroundRequest.model_validate(
+            given
+            | ({} if max_tokens is None else {"max_tokens": max_tokens})
+            | ({} if stop is None else {"stop": stop})
+            | {
+                "messages": [
+                    {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                    for m in self.messages
+                ],
+                "checkpoint": name.checkpoint,
+                "model": name.role,
+            }
+        )
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[Any] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+    refusal: None = None
+
+
+class Choice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None
+    finish_reason: Literal["stop", "length"]
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = Field(description="When its weights were saved (Unix time).")
+    owned_by: str = Field(description="The team whose job it is.")
+
+
+class ModelList(BaseModel):
+    """One page of models, in OpenAI's list shape with its cursor fields: pass `last_id` as
+    `after` for the next page while `has_more`."""
+
+    object: Literal["list"] = "list"
+    data: list[Model]
+    first_id: str | None = Field(None, description="The first model's id on this page.")
+    last_id: str | None = Field(None, description="The last model's id on this page.")
+    has_more: bool = Field(False, description="More models follow this page.")
+
+
+def token_logprobs(completion: Completion) -> ChoiceLogprobs:
+    return ChoiceLogprobs(
+        content=[
+            TokenLogprob(
+                token=token,
+                logprob=FLOOR_LOGPROB if value is None or not math.isfinite(value) else value,
+                bytes=list(token.encode()),
+            )
+            for token, value in zip(completion.tokens, completion.logprobs, strict=True)
+        ]
+    )
+
+
+def chat_completion(model: str, answer: SampleAnswer, logprobs: bool) -> ChatCompletion:
+    """The answer's completions by the model asked for (its first output), as choices."""
+    completions = answer.outputs[0].completions
+    sampled = sum(len(completion.token_ids) for completion in completions)
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=model,
+        choices=[
+            Choice(
+                index=index,
+                message=AssistantMessage(content=completion.text),
+                logprobs=token_logprobs(completion) if logprobs else None,
+                finish_reason=FINISH_REASONS.get(completion.stop_reason, "stop"),
+            )
+            for index, completion in enumerate(completions)
+        ],
+        usage=Usage(
+            prompt_tokens=answer.prompt_tokens,
+            completion_tokens=sampled,
+            total_tokens=answer.prompt_tokens + sampled,
+        ),
+    )
+
+
+def stream_events(completion: ChatCompletion, include_usage: bool) -> Iterator[str]:
+    """The completion as OpenAI's SSE stream: per choice a chunk with its role, text and
+    logprobs and one with its finish reason; the usage chunk when asked; `[DONE]`."""
+    head = {"id": completion.id, "created": completion.created, "model": completion.model}
+    for choice in completion.choices:
+        parts = [
+            ChunkChoice(
+                index=choice.index,
+                delta=Delta(role="assistant", content=choice.message.content),
+                logprobs=choice.logprobs,
+            ),
+            ChunkChoice(index=choice.index, delta=Delta(), finish_reason=choice.finish_reason),
+        ]
+        for part in parts:
+            yield event(ChatCompletionChunk(**head, choices=[part]))
+    if include_usage:
+        yield event(ChatCompletionChunk(**head, choices=[], usage=completion.usage))
+    yield "data: [DONE]\n\n"
+
+
+def event(chunk: ChatCompletionChunk) -> str:
+    return f"data: {json.dumps(chunk.model_dump(mode='json'))}\n\n"

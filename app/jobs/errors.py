@@ -1,0 +1,19 @@
+"""What the job store refuses, each a different answer for the API or the worker."""
+
+from __future__ import annotations
+
+
+class JobNotFound(LookupError):
+    """No job with this id (or none the caller may see)."""
+
+
+class IllegalTransition(Exception):
+    """The job's current status does not allow the change; the message says why."""
+
+
+class IdempotencyMismatch(ValueError):
+    """An Idempotency-Key was reused with a different request body."""
+
+
+class JobNotHeld(Exception):
+    """The worker no longer holds this job: another worker took it over, or it ended."""

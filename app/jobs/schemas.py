@@ -1,0 +1,108 @@
+"""Jobs as the API shows them: their statuses, the actions a client asks of them, and their
+events."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.core.pages import Page
+from app.usage.schemas import JobUsage
+from kernel.spec import JobSpec
+from kernel.summary import JobSummary
+
+
+class JobStatus(StrEnum):
+    queued = "queued"
+    running = "running"
+    cancelling = "cancelling"
+    pausing = "pausing"
+    paused = "paused"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.succeeded, JobStatus.failed, JobStatus.cancelled})
+
+ACTIVE_STATUSES = frozenset({JobStatus.running, JobStatus.cancelling, JobStatus.pausing})
+
+
+class JobAction(StrEnum):
+    """What a client asks of a job. Cancel and pause are also what a running job's worker
+    is asked (`Job.requested_action`) to do at its next step boundary."""
+
+    cancel = "cancel"
+    pause = "pause"
+    resume = "resume"
+
+
+class EventLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class JobPublic(BaseModel):
+    """A job as the API shows it."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    team_id: int
+    name: str = Field(description="The spec's name.")
+    status: JobStatus
+    spec: JobSpec = Field(description="The validated spec, defaults filled in.")
+    created_at: datetime
+    updated_at: datetime = Field(description="Last change of state or progress.")
+    started_at: datetime | None = Field(description="When the first attempt started.")
+    finished_at: datetime | None = Field(description="When the job reached its final status.")
+    steps_done: int = Field(description="Steps finished by the current attempt's run.")
+    total_steps: int
+    attempts: int = Field(description="Times a worker started (or resumed) the job.")
+    heartbeat_at: datetime | None = Field(description="Last sign of life from the worker.")
+    worker_id: str | None = Field(description="The worker holding (or that last held) the job.")
+    error: JobError | None = Field(description="Why the job failed, for a person to act on.")
+    final_weights_path: str | None = Field(description="The trained weights, once succeeded.")
+    last_state_path: str | None = Field(description="The saved state a resume continues from.")
+    last_state_step: int | None = Field(description="Steps done when that state was saved.")
+    queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
+    priority: int = Field(description="Orders the job among its own team's queued jobs only.")
+    mlflow_run_id: str | None = Field(
+        None, description="The MLflow run it is mirrored into (trackers.mlflow), once opened."
+    )
+    usage: JobUsage
+    sweep_id: int | None = Field(None, description="The sweep this job is a trial of.")
+    sweep_trial: int | None = Field(None, description="Its trial number in that sweep.")
+    stop_reason: str | None = Field(
+        None, description="`early_stopped`: its sweep cancelled it (its state is kept)."
+    )
+    summary: JobSummary = Field(
+        description="Reverse KL first and last; held-out eval accuracy and KL before and "
+        "after; the teacher's baseline (each present once recorded)."
+    )
+
+
+class JobsPage(Page[JobPublic]):
+    """Newest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class EventPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    created_at: datetime
+    level: EventLevel
+    message: str
+    data: dict[str, Any] | None
+
+
+class EventsPage(Page[EventPublic]):
+    """Oldest first; pass `next_cursor` as `after` to get the next page."""

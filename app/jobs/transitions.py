@@ -1,0 +1,138 @@
+"""The job state machine as pure decisions: where an action or a claim takes a job.
+
+Nothing here touches the database: `jobs.py` applies a `Plan` with a compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from app.jobs.errors import IllegalTransition
+from app.jobs.schemas import ACTIVE_STATUSES, JobAction, JobStatus
+from app.jobs.tables import Job
+
+RUNNABLE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
+RELEASED = {"requested_action": None, "heartbeat_at": None}  # what no longer runs drops
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where one action takes a job from one status, and what the timeline says."""
+
+    target: JobStatus
+    message: str
+    values: dict[str, Any]
+
+
+def plan_action(action: JobAction, status: JobStatus) -> Plan | None:
+    """What cancel, pause or resume does from `status`: a Plan, None for an idempotent
+    repeat, or IllegalTransition with the reason."""
+    if action is JobAction.cancel:
+        return plan_cancel(status)
+    if action is JobAction.pause:
+        return plan_pause(status)
+    return plan_resume(status)
+
+
+def plan_cancel(status: JobStatus) -> Plan | None:
+    if status in (JobStatus.queued, JobStatus.paused):
+        return Plan(
+            JobStatus.cancelled,
+            f"Cancelled while {status}",
+            {"requested_action": None, "queue_reason": None},
+        )
+    if status in (JobStatus.running, JobStatus.pausing):
+        return Plan(
+            JobStatus.cancelling,
+            "Cancel requested; the worker stops at the next step boundary",
+            {"requested_action": JobAction.cancel},
+        )
+    if status in (JobStatus.cancelling, JobStatus.cancelled):
+        return None
+    raise IllegalTransition(f"the job is already {status}; there is nothing to cancel")
+
+
+def plan_pause(status: JobStatus) -> Plan | None:
+    if status is JobStatus.queued:
+        return Plan(
+            JobStatus.paused,
+            "Paused while queued",
+            {"requested_action": None, "queue_reason": None},
+        )
+    if status is JobStatus.running:
+        return Plan(
+            JobStatus.pausing,
+            "Pause requested; the worker saves state at the next step boundary",
+            {"requested_action": JobAction.pause},
+        )
+    if status in (JobStatus.pausing, JobStatus.paused):
+        return None
+    if status is JobStatus.cancelling:
+        raise IllegalTransition("the job is being cancelled; it cannot be paused")
+    raise IllegalTransition(
+        f"the job is already {status}; only a queued or running job can be paused"
+    )
+
+
+def plan_resume(status: JobStatus) -> Plan | None:
+    if status is JobStatus.paused:
+        return Plan(
+            JobStatus.queued,
+            "Resumed; waiting for a worker",
+            {"requested_action": None, "queue_reason": None},
+        )
+    if status is JobStatus.pausing:
+        return Plan(
+            JobStatus.running, "Resumed before the pause took effect", {"requested_action": None}
+        )
+    if status in (JobStatus.queued, JobStatus.running):
+        return None
+    if status is JobStatus.cancelling:
+        raise IllegalTransition("the job is being cancelled; it cannot be resumed")
+    raise IllegalTransition(f"the job is already {status}; submit a new job to run it again")
+
+
+def heartbeat_stale(job: Job, heartbeat_timeout: float, now: datetime) -> bool:
+    """No sign of life from the job's worker for `heartbeat_timeout` seconds."""
+    return job.heartbeat_at is None or job.heartbeat_at < now - timedelta(seconds=heartbeat_timeout)
+
+
+def plan_claim(job: Job, worker_id: str, heartbeat_timeout: float, now: datetime) -> Plan | None:
+    """What claiming `job` means: start it, take it over from a dead worker, carry out a
+    dead worker's pending cancel or pause, or nothing (None)."""
+    status = JobStatus(job.status)
+    start = {
+        "attempts": job.attempts + 1,
+        "worker_id": worker_id,
+        "heartbeat_at": now,
+        "started_at": job.started_at or now,
+        "queue_reason": None,
+        "steps_done": job.last_state_step or 0,
+    }
+    if status is JobStatus.queued:
+        return Plan(JobStatus.running, f"Attempt {job.attempts + 1} started on {worker_id}", start)
+    if status not in ACTIVE_STATUSES or not heartbeat_stale(job, heartbeat_timeout, now):
+        return None
+    orphan = f"worker {job.worker_id} stopped sending heartbeats"
+    released = {**RELEASED, "worker_id": None}
+    if status is JobStatus.cancelling:
+        return Plan(JobStatus.cancelled, f"Cancelled: {orphan}", released)
+    if status is JobStatus.pausing:
+        return Plan(JobStatus.paused, f"Paused: {orphan}", released)
+    return Plan(
+        JobStatus.running, f"Attempt {job.attempts + 1} took over on {worker_id}: {orphan}", start
+    )
+
+
+def plan_stop(job: Job, reason: str, state: dict[str, Any]) -> Plan:
+    """The worker stopped the run at a step boundary: the job's request decides what that
+    means (cancel -> cancelled, pause -> paused, none: the worker is shutting down ->
+    queued again with `reason`). `state` holds the saved state's path and step, if any."""
+    values: dict[str, Any] = {**RELEASED, "worker_id": None, **state}
+    if job.requested_action == JobAction.cancel:
+        return Plan(JobStatus.cancelled, "Cancelled at a step boundary", values)
+    if job.requested_action == JobAction.pause:
+        return Plan(JobStatus.paused, "Paused; state saved for resume", values)
+    return Plan(JobStatus.queued, f"Requeued: {reason}", values | {"queue_reason": reason})

@@ -1,0 +1,206 @@
+"""The playground's API side, for every door that samples a job's models (the JSON API,
+the OpenAI-compatible route, the dashboard's Try it): a request checked against the job's
+saved weights, handed to a worker as a short task with a deadline, and its answer read
+back, with the database session closed while it waits (app/core/waits.py); then its tokens
+added to the job's usage, once. The API process never loads a model.
+
+A request with an Idempotency-Key is answered once (app/playground/replays.py): a repeat joins
+the first sending's task while it waits, or gets the answer it kept, and is billed nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.checkpoints.schemas import CheckpointPublic
+from app.checkpoints.store import CheckpointUnavailable, sampler_weights
+from app.core.config import Settings
+from app.core.queue import JobQueue, QueueUnavailable
+from app.core.tables import utcnow
+from app.core.waits import Waits
+from app.core.worker_calls import SAMPLE_TASK, TaskUnanswered, call_worker
+from app.jobs.continuation import SpecRefused
+from app.jobs.errors import IdempotencyMismatch
+from app.jobs.store import Idempotency
+from app.jobs.tables import Job
+from app.jobs.weight_paths import checked_weights
+from app.playground.replays import Claim, claim, kept_first, release
+from app.usage.store import add_usage
+from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
+from kernel.spec import JobSpec
+
+R = TypeVar("R", bound=BaseModel)
+REPLAYED_HEADER = "Idempotent-Replayed"
+"""Sent (`true`) with an answer kept for an earlier sending of the same request."""
+
+REJECTED = {
+    "invalid_prompt",
+    "backend_rejected",
+    "model_not_found",
+    "incompatible_models",
+    "checkpoint_config_mismatch",
+    "model_too_large",
+}
+"""Worker failure codes that say the request (or the job's spec) cannot be served: 422."""
+STATUS = {"bad_checkpoint": 409, "worker_timeout": 504, "deadline_passed": 504}
+"""Other codes with a status of their own; the rest are the worker's or backend's: 502."""
+
+
+class PlaygroundAnswer(SampleAnswer):
+    job_id: int
+    checkpoint: CheckpointPublic = Field(description="The saved weights that were sampled.")
+
+
+@dataclass
+class PlaygroundError(Exception):
+    status: int
+    code: str
+    message: str
+    param: str | None = None
+
+
+def failed(failure: TaskFailure) -> PlaygroundError:
+    status = 422 if failure.code in REJECTED else STATUS.get(failure.code, 502)
+    return PlaygroundError(status, failure.code, failure.message)
+
+
+def answer_usage(answer: SampleAnswer) -> dict[str, int]:
+    """What an answer adds to its job's usage counters, counted as training counts them:
+    the student's weights (a checkpoint, the base) sampled their completion tokens; the
+    teacher read the prompt and wrote its completions, and scored each completion it was
+    compared with (its prompt and its tokens)."""
+    counts: Counter[str] = Counter()
+    for output in answer.outputs:
+        written = sum(len(completion.token_ids) for completion in output.completions)
+        if output.model == "teacher":
+            counts["teacher_tokens"] += answer.prompt_tokens + written
+            continue
+        counts["sampled_tokens"] += written
+        counts["teacher_tokens"] += sum(
+            answer.prompt_tokens + len(completion.token_ids)
+            for completion in output.completions
+            if completion.teacher_logprobs is not None
+        )
+    return {column: tokens for column, tokens in counts.items() if tokens}
+
+
+def itself(answer: PlaygroundAnswer) -> PlaygroundAnswer:
+    """The playground's own response: the answer as it came."""
+    return answer
+
+
+@dataclass(frozen=True)
+class Served(Generic[R]):
+    """A door's response; `replayed` when it is the answer an earlier sending of the
+    request (its Idempotency-Key) kept."""
+
+    value: R
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a door's request samples with: its database session, the queue to the
+    workers, the settings, the API process's waits, and the caller's team."""
+
+    session: AsyncSession
+    queue: JobQueue
+    settings: Settings
+    waits: Waits
+    team_id: int
+
+    async def serve(
+        self,
+        job: Job,
+        request: SampleRequest,
+        respond: Callable[[PlaygroundAnswer], R],
+        kind: type[R],
+        idempotency: Idempotency | None = None,
+    ) -> Served[R]:
+        """The door's response (`respond` makes it of the answer; `kind` reads a kept
+        one) to the completions the request asks for, from a worker, waited for in one of
+        the caller's team's places (TooManyWaiting when it has none left); PlaygroundError
+        otherwise. The answer's tokens are added to the job's usage, in the transaction
+        that keeps it for a repeat."""
+        session = self.session
+        held: Claim | None = None
+        if idempotency is not None:
+            try:
+                held = await claim(session, self.team_id, idempotency, utcnow())
+            except IdempotencyMismatch as error:
+                raise PlaygroundError(
+                    422, "idempotency_key_reused", str(error), "Idempotency-Key"
+                ) from None
+            if held.answer is not None:
+                return Served(kind.model_validate_json(held.answer), replayed=True)
+        try:
+            answer = await self.sampled(job, request, held)
+        except Exception:  # nothing to keep: a repeat tries anew
+            if held is not None and held.first:
+                await release(session, held.id)
+            raise
+        response = respond(answer)
+        if held is not None:
+            earlier = await kept_first(session, held.id, response.model_dump_json())
+            if earlier is not None:
+                await session.rollback()
+                return Served(kind.model_validate_json(earlier), replayed=True)
+        await add_usage(session, job.id, job.team_id, answer_usage(answer), utcnow())
+        return Served(response)
+
+    async def sampled(
+        self, job: Job, request: SampleRequest, held: Claim | None
+    ) -> PlaygroundAnswer:
+        """The worker's answer to the request; with a claimed row, from the row's task,
+        which every sending of the request asks for (so a repeat joins the first's)."""
+        session, settings = self.session, self.settings
+        spec = JobSpec.model_validate(job.spec)
+        teachers = spec.teacher_specs()
+        if request.teacher is not None and request.teacher not in teachers:
+            message = (
+                f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
+            )
+            raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
+        try:
+            checkpoint = await sampler_weights(session, job, request.checkpoint)
+        except CheckpointUnavailable as error:
+            raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
+        try:
+            spec = await checked_weights(session, job.team_id, spec, settings)
+        except SpecRefused as error:
+            raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
+        timeout = request.timeout_seconds or settings.sample_timeout
+        task = SampleTask(
+            request=request,
+            spec=spec,
+            weights_path=checkpoint.path,
+            deadline=time.time() + timeout,
+        )
+        try:
+            async with self.waits.released(session, self.team_id):
+                raw = await call_worker(
+                    self.queue,
+                    SAMPLE_TASK,
+                    task.model_dump_json(),
+                    timeout,
+                    task_id=None if held is None else held.task_id,
+                )
+        except TaskUnanswered as error:
+            raise failed(error.failure) from None
+        except QueueUnavailable as error:
+            raise PlaygroundError(503, "queue_unavailable", str(error)) from None
+        outcome = Outcome[SampleAnswer].model_validate_json(raw)
+        if outcome.value is None:
+            raise failed(outcome.failure or TaskFailure(code="worker_failed", message="no answer"))
+        return PlaygroundAnswer(
+            **outcome.value.model_dump(),
+            job_id=job.id,
+            checkpoint=CheckpointPublic.model_validate(checkpoint),
+        )

@@ -1,0 +1,24 @@
+"""Every table of the service, registered in one metadata: a foreign key names its table
+by string (a job's `sweep_id` names a table of a feature above jobs), so each process that
+opens a database imports this module first (the API, the worker, the command line's
+database commands, the migrations)."""
+
+from app.audit.tables import AuditEntry
+from app.checkpoints.tables import Checkpoint
+from app.core.tables import SQLModel
+from app.curves.tables import MetricSummary, StepMetric
+from app.jobs.tables import Event, Job, MlflowEnding
+from app.playground.tables import Replay
+from app.samples.tables import Sample
+from app.sweeps.tables import Sweep, SweepRung
+from app.teams.tables import ApiKey, Team
+from app.usage.tables import UsageDay
+from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery
+
+__all__ = [
+    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "Job", "MetricSummary",
+    "MlflowEnding", "Replay", "Sample", "StepMetric", "Sweep", "SweepRung", "Team", "UsageDay",
+    "Webhook", "WebhookAttempt", "WebhookDelivery",
+]  # fmt: skip
+
+METADATA = SQLModel.metadata

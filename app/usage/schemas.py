@@ -1,0 +1,57 @@
+"""Usage reports: per-job-per-day rows added up by job or by day (and by team for an admin
+asking about every team), each with its estimated cost when the price table covers it."""
+
+from __future__ import annotations
+
+from datetime import date
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TokenUsage(BaseModel):
+    """Tokens a job used, each replayed step counted once (as its metric row is)."""
+
+    sampled_tokens: int = Field(0, description="Completion tokens the student sampled.")
+    teacher_tokens: int = Field(0, description="Prompt + completion tokens the teacher scored.")
+    trained_tokens: int = Field(0, description="Tokens of the datums trained on.")
+    eval_tokens: int = Field(0, description="Tokens the held-out evals sampled and scored.")
+
+
+class JobUsage(TokenUsage):
+    estimated_cost: float | None = Field(
+        None,
+        description="From the service's price table; null without one, or when a price this "
+        "usage needs is missing (never a guess).",
+    )
+
+
+class GroupBy(StrEnum):
+    job = "job"
+    day = "day"
+
+
+class UsageLine(TokenUsage):
+    team: str
+    job_id: int | None = Field(None, description="With group_by=job.")
+    job_name: str | None = Field(None, description="With group_by=job.")
+    day: date | None = Field(None, description="With group_by=day (UTC).")
+    estimated_cost: float | None = Field(
+        None, description="From the price table; null without one or without a needed price."
+    )
+
+
+class UsageTotal(TokenUsage):
+    estimated_cost: float | None = None
+
+
+class UsageReport(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: date = Field(alias="from", description="First day counted (UTC).")
+    to: date = Field(description="Last day counted (UTC).")
+    group_by: GroupBy
+    team: str | None = Field(description="The team asked about; null: every team.")
+    priced: bool = Field(description="Whether the service has a price table.")
+    rows: list[UsageLine]
+    total: UsageTotal

@@ -1,0 +1,55 @@
+"""The sweeper: re-enqueue jobs the database says should run but no live worker holds.
+
+Redis only carries "run job X" messages and may lose them; a worker may die mid-job.
+Every sweep sends a fresh message for each queued job whose message is gone and for
+each active job whose heartbeat is older than the timeout (a live worker then takes it
+over and resumes it from its last saved state). A sweep costs one query and one Redis
+round trip however many jobs wait; only jobs to send again cost more. Queued jobs of a
+team at its running limit get no message: they start when one of the team's jobs ends.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.core.config import Settings
+from app.core.queue import JobQueue, QueueUnavailable
+from app.jobs.dispatch import count_resends, send_counted, sweep_candidates
+from app.jobs.schemas import JobStatus
+from app.teams.limits import Limits
+
+log = logging.getLogger(__name__)
+
+
+async def sweep(
+    sessions: async_sessionmaker[AsyncSession], queue: JobQueue, settings: Settings
+) -> list[int]:
+    """One pass: list the candidates (one query), ask Redis which queued ones still have
+    their message (one round trip), count a send of the rest unless a worker or another
+    sender got there first (one statement), and send them. Returns the ids sent."""
+    limits = Limits.of(settings)
+    async with sessions() as session:
+        candidates = await sweep_candidates(
+            session,
+            heartbeat_timeout=settings.heartbeat_timeout,
+            queued_for=settings.sweep_interval,
+            limits=limits,
+        )
+    queued = [(c.id, c.enqueue_count) for c in candidates if c.status == JobStatus.queued]
+    try:
+        pending = await queue.pending(queued)
+    except QueueUnavailable as error:
+        log.warning("sweep skipped: %s", error)
+        return []
+    lost = [c for c in candidates if c.id not in pending]
+    if not lost:
+        return []
+    async with sessions() as session:
+        sends = await count_resends(session, lost, settings.heartbeat_timeout)
+        sent = await send_counted(session, queue, sends)
+    statuses = {c.id: c.status for c in lost}
+    for job_id in sent:
+        log.info("sweeper re-enqueued job %s (%s)", job_id, statuses[job_id])
+    return sent
