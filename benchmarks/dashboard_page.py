@@ -32,8 +32,8 @@ from api_load import sample_metrics
 from harness import postgres_database, progress
 from support import free_port, percentile, wait_until_healthy
 
-from app.checkpoints.schemas import CheckpointKind
 from app.core.db import migrate, standalone_session
+from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job, create_job
 from app.records.store import record_checkpoint, record_step
 from app.teams.keys import create_key

@@ -21,7 +21,7 @@ from kernel.merge_patch import dotted_patch
 from opd.shading import shaded_tokens, worst_tokens
 
 if TYPE_CHECKING:
-    from app.checkpoints.schemas import CheckpointPublic
+    from app.jobs.schemas import CheckpointPublic
     from app.playground.service import PlaygroundAnswer
     from kernel.playground import Completion
     from opd.sdk import Client

@@ -24,7 +24,9 @@ from sqlalchemy.ext.asyncio import (
 
 if TYPE_CHECKING:
     from app.core.config import Settings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy.dialects import postgresql, sqlite
 
 if TYPE_CHECKING:
     pass
@@ -159,3 +161,18 @@ async def settle(session: AsyncSession, commit: bool) -> None:
     """End an action's writes: commit them, or flush them for `record_audit` to commit with
     the action's row (commit=False)."""
     await (session.commit() if commit else session.flush())
+
+
+T = TypeVar("T")
+
+
+def insert_for(dialect: str) -> Any:
+    """The INSERT construct that can say ON CONFLICT on the database (Postgres or SQLite)."""
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+
+def detach(session: AsyncSession, obj: T) -> T:
+    """Returned objects are snapshots: a later rollback in the session cannot expire them
+    (reading an expired attribute would need IO the caller cannot do)."""
+    session.expunge(obj)
+    return obj

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import ScalarSelect, delete, func, or_, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import insert_for
 from app.curves.blocks import (
     FANOUT,
     WIDTHS,
@@ -26,7 +27,6 @@ from app.curves.blocks import (
     points_of,
 )
 from app.curves.tables import MetricSummary, StepMetric
-from app.jobs.rows import insert_for
 
 SUMMARY_COLUMNS = tuple(getattr(MetricSummary, name) for name in Summary._fields)
 Block = tuple[int, int]  # (width, index)

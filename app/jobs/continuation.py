@@ -18,11 +18,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checkpoints.store import CheckpointUnavailable, sampler_weights, training_state
-from app.checkpoints.tables import Checkpoint
+from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, training_state
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
-from app.jobs.tables import Job
+from app.jobs.tables import Checkpoint, Job
 from kernel.spec import CheckpointRef, JobSpec, SavedWeights
 
 Find = Callable[[AsyncSession, Job, CheckpointRef], Awaitable[Checkpoint]]

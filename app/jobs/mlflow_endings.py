@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.jobs.rows import insert_for
+from app.core.db import insert_for
 from app.jobs.schemas import TERMINAL_STATUSES, JobStatus
 from app.jobs.tables import Job, MlflowEnding
 from kernel.retry import Backoff

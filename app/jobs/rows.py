@@ -4,30 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import ColumnElement, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import detach
 from app.core.tables import utcnow
 from app.jobs.errors import JobNotFound
 from app.jobs.schemas import ACTIVE_STATUSES, EventLevel
 from app.jobs.tables import Event, Job
-
-T = TypeVar("T")
-
-
-def insert_for(dialect: str) -> Any:
-    """The INSERT construct that can say ON CONFLICT on the database (Postgres or SQLite)."""
-    return postgresql.insert if dialect == "postgresql" else sqlite.insert
-
-
-def detach(session: AsyncSession, obj: T) -> T:
-    """Returned objects are snapshots: a later rollback in the session cannot expire them
-    (reading an expired attribute would need IO the caller cannot do)."""
-    session.expunge(obj)
-    return obj
 
 
 async def get_job(session: AsyncSession, job_id: int, team_id: int | None = None) -> Job:

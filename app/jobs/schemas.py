@@ -106,3 +106,23 @@ class EventPublic(BaseModel):
 
 class EventsPage(Page[EventPublic]):
     """Oldest first; pass `next_cursor` as `after` to get the next page."""
+
+
+class CheckpointKind(StrEnum):
+    state = "state"
+    sampler = "sampler"
+    final = "final"
+
+
+class CheckpointPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    step: int
+    kind: CheckpointKind
+    path: str
+    created_at: datetime
+
+
+class CheckpointsPage(Page[CheckpointPublic]):
+    """Oldest first; pass `next_cursor` as `after` to get the next page."""

@@ -17,13 +17,13 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import settle
+from app.core.db import detach, settle
 from app.core.documents import stored_json
 from app.core.tables import utcnow
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, JobNotHeld
 from app.jobs.fairness import fair_pick
 from app.jobs.mlflow_endings import stage_mlflow_ending
-from app.jobs.rows import detach, event_row, get_job, held
+from app.jobs.rows import event_row, get_job, held
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
 from app.jobs.tables import Job
 from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop

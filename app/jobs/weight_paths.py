@@ -23,10 +23,9 @@ from urllib.parse import urlsplit
 from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checkpoints.tables import Checkpoint
 from app.core.config import Settings
 from app.jobs.continuation import SpecRefused, uses
-from app.jobs.tables import Job
+from app.jobs.tables import Checkpoint, Job
 from kernel.datapaths import DataPathError, confine_data_path, is_model_path
 from kernel.spec import JobSpec
 

@@ -19,15 +19,15 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checkpoints.schemas import CheckpointPublic
-from app.checkpoints.store import CheckpointUnavailable, sampler_weights
 from app.core.config import Settings
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.tables import utcnow
 from app.core.waits import Waits
 from app.core.worker_calls import SAMPLE_TASK, TaskUnanswered, call_worker
+from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights
 from app.jobs.continuation import SpecRefused
 from app.jobs.errors import IdempotencyMismatch
+from app.jobs.schemas import CheckpointPublic
 from app.jobs.store import Idempotency
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights

@@ -13,15 +13,14 @@ from typing import Any, NamedTuple
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checkpoints.schemas import CheckpointKind
-from app.checkpoints.tables import Checkpoint
+from app.core.db import detach, insert_for
 from app.core.tables import finite_or_none, utcnow
 from app.curves.block_store import keep_summaries, step_probe
 from app.curves.tables import StepMetric
 from app.jobs.errors import JobNotHeld
-from app.jobs.rows import detach, event_row, held, insert_for
-from app.jobs.schemas import EventLevel, JobAction
-from app.jobs.tables import Event, Job
+from app.jobs.rows import event_row, held
+from app.jobs.schemas import CheckpointKind, EventLevel, JobAction
+from app.jobs.tables import Checkpoint, Event, Job
 from app.jobs.webhook_events import stage_eval
 from app.samples.tables import Sample
 from app.sweeps.tables import Sweep

@@ -10,10 +10,10 @@ from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
+from app.core.db import insert_for
 from app.core.tables import utcnow
 from app.curves.blocks import WIDTHS
 from app.curves.tables import MetricSummary, StepMetric
-from app.jobs.rows import insert_for
 from app.jobs.tables import Job
 from app.sweeps.early_stopping import Judgment
 from app.sweeps.tables import SweepRung

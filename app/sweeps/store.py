@@ -16,11 +16,10 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import DEFAULT_MAX_SPEC_BYTES
-from app.core.db import settle
+from app.core.db import detach, settle
 from app.core.documents import stored_json
 from app.core.tables import utcnow
 from app.jobs.errors import IllegalTransition
-from app.jobs.rows import detach
 from app.jobs.schemas import TERMINAL_STATUSES, JobAction, JobStatus
 from app.jobs.store import apply_action
 from app.jobs.tables import Job

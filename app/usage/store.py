@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.jobs.rows import insert_for
+from app.core.db import insert_for
 from app.jobs.tables import Job
 from app.teams.tables import Team
 from app.usage.tables import UsageDay

@@ -14,10 +14,9 @@ from sqlalchemy import func
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
-from app.checkpoints.tables import Checkpoint
 from app.curves.tables import StepMetric
 from app.jobs.schemas import JobStatus
-from app.jobs.tables import Event, Job
+from app.jobs.tables import Checkpoint, Event, Job
 from app.samples.tables import Sample
 
 

@@ -17,10 +17,9 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import settle
+from app.core.db import detach, settle
 from app.core.encryption import SecretBox, SecretUnreadable
 from app.core.tables import utcnow
-from app.jobs.rows import detach
 from app.webhooks.outbox import RETRY_FOR
 from app.webhooks.schemas import DeliveryStatus
 from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery

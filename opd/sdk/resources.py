@@ -24,10 +24,18 @@ from typing import (
 from pydantic import BaseModel
 
 from app.audit.schemas import AuditEntryPublic, AuditPage
-from app.checkpoints.schemas import CheckpointKind, CheckpointPublic, CheckpointsPage
 from app.core.pages import Page
 from app.curves.schemas import JobsMetricsPublic
-from app.jobs.schemas import TERMINAL_STATUSES, EventPublic, EventsPage, JobPublic, JobStatus
+from app.jobs.schemas import (
+    TERMINAL_STATUSES,
+    CheckpointKind,
+    CheckpointPublic,
+    CheckpointsPage,
+    EventPublic,
+    EventsPage,
+    JobPublic,
+    JobStatus,
+)
 from app.playground.service import PlaygroundAnswer
 from app.samples.schemas import SamplePublic, SamplesPage
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic, SweepsPage

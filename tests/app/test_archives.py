@@ -7,7 +7,7 @@ import hashlib
 import os
 import tarfile
 
-from app.checkpoints.archives import fetched, keep_fetched, write_archive
+from app.jobs.archives import fetched, keep_fetched, write_archive
 
 
 def test_an_archive_holds_the_folder_and_is_the_same_bytes_for_the_same_files(tmp_path):

@@ -22,9 +22,9 @@ from arq.connections import RedisSettings
 from arq.worker import Function, Worker, func
 from pydantic import BaseModel
 
-from app.checkpoints.archives import fetched, keep_fetched
 from app.core.config import Settings
 from app.core.worker_calls import FETCH_ARCHIVE_TASK, SAMPLE_TASK, quick_queue
+from app.jobs.archives import fetched, keep_fetched
 from kernel.errors import OPDError
 from kernel.playground import (
     MAX_TIMEOUT_SECONDS,

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.api.deps import MAX_ID
-from app.checkpoints.schemas import CheckpointKind
-from app.checkpoints.tables import Checkpoint
+from app.jobs.schemas import CheckpointKind
+from app.jobs.tables import Checkpoint
 from kernel.playground import ModelRole
 from kernel.spec import MAX_STEPS, CheckpointRef
 

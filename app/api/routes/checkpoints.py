@@ -10,8 +10,8 @@ from sqlmodel import select
 from app.api.deps import Cursor, JobDep, SessionDep
 from app.api.errors import error_responses
 from app.api.pagination import paginate
-from app.checkpoints.schemas import CheckpointKind, CheckpointsPage
-from app.checkpoints.tables import Checkpoint
+from app.jobs.schemas import CheckpointKind, CheckpointsPage
+from app.jobs.tables import Checkpoint
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["checkpoints"], responses=error_responses(401, 404, 422, 503)

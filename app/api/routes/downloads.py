@@ -26,13 +26,12 @@ from app.api.deps import (
     WaitsDep,
 )
 from app.api.errors import ApiError, error_responses
-from app.checkpoints.archives import SHA256_HEADER, fetched, fetched_path, write_archive
-from app.checkpoints.store import CheckpointUnavailable, job_checkpoint
-from app.checkpoints.tables import Checkpoint
 from app.core.config import Settings
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.worker_calls import FETCH_ARCHIVE_TASK, TaskUnanswered, call_worker
-from app.jobs.tables import Job
+from app.jobs.archives import SHA256_HEADER, fetched, fetched_path, write_archive
+from app.jobs.checkpoints import CheckpointUnavailable, job_checkpoint
+from app.jobs.tables import Checkpoint, Job
 from kernel.playground import Archive, ArchiveTask, Outcome
 from kernel.spec import JobSpec
 

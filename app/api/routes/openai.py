@@ -26,7 +26,7 @@ from app.api.openai.wire import (
 )
 from app.api.routes.jobs import IdempotencyKey
 from app.api.routes.playground import idempotency_of
-from app.checkpoints.store import CheckpointUnavailable, sampler_weights, saved_samplers
+from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
 from app.jobs.tables import Job

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.checkpoints.schemas import CheckpointKind
-from app.checkpoints.store import CheckpointUnavailable, sampler_weights, training_state
-from app.checkpoints.tables import Checkpoint
-from app.jobs.tables import Job
+from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, training_state
+from app.jobs.schemas import CheckpointKind
+from app.jobs.tables import Checkpoint, Job
 
 
 async def save(session, job: Job, kind: CheckpointKind, steps: range) -> None:

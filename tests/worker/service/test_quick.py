@@ -17,7 +17,7 @@ import httpx
 import pytest
 from arq.worker import Worker
 
-from app.checkpoints.archives import fetched_path
+from app.jobs.archives import fetched_path
 from tests.app.conftest import auth, serve
 from tests.app.web.conftest import post_form
 from tests.fakes import model

@@ -13,11 +13,11 @@ from sqlalchemy import event, insert
 
 from app.api.openai.names import ModelName, names_of, parse_model
 from app.api.openai.wire import ChatCompletionRequest
-from app.checkpoints.schemas import CheckpointKind
-from app.checkpoints.tables import Checkpoint
 from app.core.tables import utcnow
 from app.core.worker_calls import quick_queue
+from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job
+from app.jobs.tables import Checkpoint
 from app.records.store import record_checkpoint
 from app.teams.schemas import Scope
 from tests.app.conftest import auth

@@ -10,10 +10,8 @@ from collections.abc import Collection, Iterable
 from sqlalchemy import distinct, func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.checkpoints.schemas import CheckpointKind
-from app.checkpoints.tables import Checkpoint
-from app.jobs.schemas import JobStatus
-from app.jobs.tables import Job
+from app.jobs.schemas import CheckpointKind, JobStatus
+from app.jobs.tables import Checkpoint, Job
 from app.teams.tables import Team
 from kernel.spec import CheckpointRef
 

@@ -1,0 +1,1 @@
+"""The dashboard: server-rendered pages over the same services as the API."""
