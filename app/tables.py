@@ -4,13 +4,13 @@ opens a database imports this module first (the API, the worker, the command lin
 database commands, the migrations)."""
 
 from app.audit.tables import AuditEntry
+from app.auth.tables import ApiKey, Team
 from app.core.tables import SQLModel
 from app.curves.tables import MetricSummary, StepMetric
 from app.jobs.tables import Checkpoint, Event, Job, MlflowEnding
 from app.playground.tables import Replay
 from app.samples.tables import Sample
 from app.sweeps.tables import Sweep, SweepRung
-from app.teams.tables import ApiKey, Team
 from app.usage.tables import UsageDay
 from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery
 

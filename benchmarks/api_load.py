@@ -49,13 +49,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import Session, create_engine
 from support import free_port, percentile
 
+from app.auth.keys import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory, standalone_session
 from app.jobs.schemas import JobPublic
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step
-from app.teams.keys import create_key
 from kernel.spec import MAX_STEPS, JobSpec
 from worker.engine.loop import step_metrics
 from worker.engine.rollouts import Batch, Completion

@@ -53,6 +53,7 @@ from sqlalchemy import text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from support import free_port
 
+from app.auth.keys import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.queue import JobQueue
@@ -63,7 +64,6 @@ from app.jobs.schemas import JobStatus
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step, upsert_metrics
-from app.teams.keys import create_key
 from kernel.spec import MAX_STEPS, JobSpec
 from worker.service.requeuer import sweep
 

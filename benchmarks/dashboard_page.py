@@ -32,12 +32,12 @@ from api_load import sample_metrics
 from harness import postgres_database, progress
 from support import free_port, percentile, wait_until_healthy
 
+from app.auth.keys import create_key
+from app.auth.schemas import Scope
 from app.core.db import migrate, standalone_session
 from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job, create_job
 from app.records.store import record_checkpoint, record_step
-from app.teams.keys import create_key
-from app.teams.schemas import Scope
 from kernel.spec import JobSpec
 
 ROOT = Path(__file__).resolve().parents[1]

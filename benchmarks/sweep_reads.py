@@ -32,11 +32,11 @@ from seeding import release, seed_sweep, sweep_definition
 from sqlalchemy import text
 from support import free_port
 
+from app.auth.keys import create_key
 from app.core.db import create_db_engine, migrate, session_factory
+from app.jobs.limits import Limits
 from app.jobs.schemas import JobStatus
 from app.sweeps.control import advance, claim_sweeps
-from app.teams.keys import create_key
-from app.teams.limits import Limits
 
 WRITER = "benchmark-writer"
 CONTROLLER = "benchmark-controller"

@@ -166,7 +166,7 @@ def api_command(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from app.api.main import create_app
+    from app.main import create_app
 
     app = create_app()
     # What exists now lives as long as the process: frozen, the collector never scans it
@@ -233,10 +233,10 @@ def duration(text: str) -> timedelta:
 def keys_command(args: argparse.Namespace) -> int:
     import app.tables  # noqa: F401  (every table in the metadata before a flush)
     from app.audit.store import record_audit
+    from app.auth.keys import create_key, list_keys, revoke_key
+    from app.auth.schemas import Scope
     from app.core.db import migrate, standalone_session
     from app.core.tables import utcnow
-    from app.teams.keys import create_key, list_keys, revoke_key
-    from app.teams.schemas import Scope
 
     url = settings().database_url
     migrate(url)
@@ -289,7 +289,7 @@ def teams_command(args: argparse.Namespace) -> int:
     import app.tables  # noqa: F401  (every table in the metadata before a flush)
     from app.audit.store import record_audit
     from app.core.db import migrate, standalone_session
-    from app.teams.limits import Limits
+    from app.jobs.limits import Limits
     from app.teams.store import TeamNotFound, list_teams, set_limits
 
     config = settings()

@@ -23,11 +23,11 @@ from pathlib import Path
 import httpx
 
 import app.tables  # noqa: F401  (every table in the metadata before a flush)
+from app.auth.keys import create_key
+from app.auth.schemas import Scope
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
 from app.jobs.schemas import JobPublic
-from app.teams.keys import create_key
-from app.teams.schemas import Scope
 from kernel.spec import load_spec
 from opd.sdk import Client
 from opd.sdk.client import local_key_path

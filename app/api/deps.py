@@ -16,6 +16,9 @@ from starlette.routing import BaseRoute
 
 from app.api.errors import ApiError
 from app.audit.store import record_audit
+from app.auth.keys import Principal, authenticate
+from app.auth.schemas import Scope
+from app.auth.sessions import session_principal
 from app.core.cache import TTLCache
 from app.core.config import Settings
 from app.core.encryption import SecretBox
@@ -25,9 +28,6 @@ from app.core.tables import utcnow
 from app.core.waits import Places, Waits
 from app.jobs.rows import get_job
 from app.jobs.tables import Job
-from app.teams.keys import Principal, authenticate
-from app.teams.schemas import Scope
-from app.teams.sessions import session_principal
 
 
 @dataclass(frozen=True)

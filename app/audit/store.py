@@ -16,7 +16,7 @@ from app.audit.tables import AuditEntry
 from app.core.tables import utcnow
 
 if TYPE_CHECKING:
-    from app.teams.keys import Principal
+    from app.auth.keys import Principal
 
 
 async def record_audit(

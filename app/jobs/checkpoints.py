@@ -10,9 +10,9 @@ from collections.abc import Collection, Iterable
 from sqlalchemy import distinct, func, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.tables import Team
 from app.jobs.schemas import CheckpointKind, JobStatus
 from app.jobs.tables import Checkpoint, Job
-from app.teams.tables import Team
 from kernel.spec import CheckpointRef
 
 SAMPLERS = (CheckpointKind.sampler, CheckpointKind.final)

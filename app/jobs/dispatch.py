@@ -12,10 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.queue import JobQueue, QueueUnavailable, log
 from app.core.tables import utcnow
+from app.jobs.limits import Limits, limited_teams
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.tables import Job
 from app.jobs.transitions import RUNNABLE_STATUSES
-from app.teams.limits import Limits, limited_teams
 
 RESEND_BATCH = 500  # candidates per UPDATE: well inside every database's bound-parameter limit
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from app.auth.tables import Team
+from app.jobs.limits import Limits, running_counts, running_limit
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
-from app.teams.limits import Limits, running_counts, running_limit
-from app.teams.tables import Team
 
 
 def fair_pick(limits: Limits) -> Any:

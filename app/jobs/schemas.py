@@ -8,9 +8,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.pages import Page
-from app.usage.schemas import JobUsage
 from kernel.spec import JobSpec
 from kernel.summary import JobSummary
+
+
+class TokenUsage(BaseModel):
+    """Tokens a job used, each replayed step counted once (as its metric row is)."""
+
+    sampled_tokens: int = Field(0, description="Completion tokens the student sampled.")
+    teacher_tokens: int = Field(0, description="Prompt + completion tokens the teacher scored.")
+    trained_tokens: int = Field(0, description="Tokens of the datums trained on.")
+    eval_tokens: int = Field(0, description="Tokens the held-out evals sampled and scored.")
+
+
+class JobUsage(TokenUsage):
+    estimated_cost: float | None = Field(
+        None,
+        description="From the service's price table; null without one, or when a price this "
+        "usage needs is missing (never a guess).",
+    )
 
 
 class JobStatus(StrEnum):

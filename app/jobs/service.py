@@ -10,13 +10,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.store import record_audit
+from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.queue import JobQueue
 from app.jobs.admission import admit
 from app.jobs.dispatch import enqueue_job
+from app.jobs.limits import Limits, QueueFull
 from app.jobs.store import ActionResult, Idempotency, create_job
-from app.teams.keys import Principal
-from app.teams.limits import Limits, QueueFull
 from kernel.spec import JobSpec
 
 

@@ -22,13 +22,7 @@ from app.core.documents import stored_json
 from app.core.tables import utcnow
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, JobNotHeld
 from app.jobs.fairness import fair_pick
-from app.jobs.mlflow_endings import stage_mlflow_ending
-from app.jobs.rows import event_row, get_job, held
-from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
-from app.jobs.tables import Job
-from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
-from app.jobs.webhook_events import stage_job_event
-from app.teams.limits import (
+from app.jobs.limits import (
     Limits,
     QueueFull,
     check_queued,
@@ -36,6 +30,12 @@ from app.teams.limits import (
     running_limit_reason,
     under_running_limit,
 )
+from app.jobs.mlflow_endings import stage_mlflow_ending
+from app.jobs.rows import event_row, get_job, held
+from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
+from app.jobs.tables import Job
+from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
+from app.jobs.webhook_events import stage_job_event
 from kernel.spec import JobSpec
 
 CAS_ATTEMPTS = 5

@@ -14,8 +14,7 @@ from sqlalchemy import (
 from sqlmodel import Field, SQLModel
 
 from app.core.tables import optional_timestamp, timestamp
-from app.jobs.schemas import JobStatus
-from app.usage.schemas import JobUsage
+from app.jobs.schemas import JobStatus, JobUsage
 from kernel.summary import JobSummary, summary_of_ends
 
 

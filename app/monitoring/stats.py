@@ -11,9 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.tables import utcnow
 from app.curves.tables import StepMetric
+from app.jobs.limits import LIMIT_REASON
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.tables import Job
-from app.teams.limits import LIMIT_REASON
 
 STEP_TIME = "time/step_elapsed_time"
 WINDOW_STEPS = 5_000

@@ -32,6 +32,7 @@ from app.core.tables import utcnow
 from app.jobs.admission import admit
 from app.jobs.continuation import SpecRefused, editable
 from app.jobs.errors import IllegalTransition
+from app.jobs.limits import Limits, QueueFull
 from app.jobs.schemas import TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
 from app.jobs.store import apply_action, compare_and_set, create_job
 from app.jobs.tables import Job
@@ -56,7 +57,6 @@ from app.sweeps.store import (
     read_state,
 )
 from app.sweeps.tables import Sweep
-from app.teams.limits import Limits, QueueFull
 from kernel.spec import JobSpec
 
 SPEC_REFUSED = "spec_refused"

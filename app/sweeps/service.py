@@ -6,13 +6,13 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.audit.store import record_audit
+from app.auth.keys import Principal
 from app.core.config import Settings
 from app.jobs.service import Door
 from app.sweeps.admission import admit_sweep
 from app.sweeps.schemas import SweepCreate
 from app.sweeps.store import create_sweep
 from app.sweeps.tables import Sweep
-from app.teams.keys import Principal
 
 
 async def submit_definition(

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.tables import Team
 from app.core.db import settle
+from app.jobs.limits import Limits
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.tables import Job
-from app.teams.limits import Limits
-from app.teams.tables import Team
 
 
 class TeamNotFound(LookupError):

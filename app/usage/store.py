@@ -15,9 +15,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.tables import Team
 from app.core.db import insert_for
 from app.jobs.tables import Job
-from app.teams.tables import Team
 from app.usage.tables import UsageDay
 from kernel.spec import priced_teacher
 

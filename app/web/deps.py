@@ -9,9 +9,9 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 
 from app.api.deps import SessionDep
-from app.teams.keys import Principal
-from app.teams.schemas import Scope
-from app.teams.sessions import NONCE_COOKIE, session_principal
+from app.auth.keys import Principal
+from app.auth.schemas import Scope
+from app.auth.sessions import NONCE_COOKIE, session_principal
 from app.web.errors import SignInRequired, WebError
 from app.web.security import session_token, signer
 

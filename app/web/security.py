@@ -9,7 +9,7 @@ import time
 from fastapi import Request, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.teams.sessions import NONCE_COOKIE, SESSION_COOKIE, SessionSigner, new_nonce
+from app.auth.sessions import NONCE_COOKIE, SESSION_COOKIE, SessionSigner, new_nonce
 
 DASHBOARD_PREFIX = "/ui"
 CSP = (

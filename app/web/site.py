@@ -7,8 +7,8 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.auth.sessions import SessionSigner, load_secret
 from app.core.config import Settings
-from app.teams.sessions import SessionSigner, load_secret
 from app.web.errors import install_error_pages
 from app.web.routes import compare, jobs, new_job, playground, session, sweeps
 from app.web.security import SecurityHeadersMiddleware, is_dashboard_path

@@ -24,6 +24,7 @@ from typing import (
 from pydantic import BaseModel
 
 from app.audit.schemas import AuditEntryPublic, AuditPage
+from app.auth.schemas import KeyCreated, KeyPublic, KeysList, Scope
 from app.core.pages import Page
 from app.curves.schemas import JobsMetricsPublic
 from app.jobs.schemas import (
@@ -39,7 +40,7 @@ from app.jobs.schemas import (
 from app.playground.service import PlaygroundAnswer
 from app.samples.schemas import SamplePublic, SamplesPage
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic, SweepsPage
-from app.teams.schemas import KeyCreated, KeyPublic, KeysList, Scope, TeamPublic, TeamsList
+from app.teams.schemas import TeamPublic, TeamsList
 from app.usage.schemas import GroupBy, UsageReport
 from app.webhooks.schemas import (
     DeliveriesPage,

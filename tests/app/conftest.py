@@ -19,13 +19,13 @@ from pydantic.fields import FieldInfo
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.api.main import create_app
+from app.auth.keys import NewKey, create_key
+from app.auth.schemas import Scope
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import SecretBox, secret_box
 from app.core.queue import JobQueue
-from app.teams.keys import NewKey, create_key
-from app.teams.schemas import Scope
+from app.main import create_app
 from kernel.spec import JobSpec, LoopSpec
 from tests.app.fuzzing import BASE, JOBS
 from tests.support import REDIS_URL, named, temporary_postgres_database

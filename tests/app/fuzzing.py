@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
+from app.jobs.limits import Limits
 from app.sweeps.control import advance, claim_sweeps
-from app.teams.limits import Limits
 
 FUZZED = settings(
     derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)

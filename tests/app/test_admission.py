@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy import event
 
+from app.auth.keys import Principal
 from app.jobs.store import claim_job, complete_job, create_job
 from app.records.store import record_checkpoint
 from app.sweeps.admission import admit_sweep, under_init_from
 from app.sweeps.schemas import SweepCreate
-from app.teams.keys import Principal
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 

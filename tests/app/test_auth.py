@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
+from app.auth.keys import Principal, authenticate, create_key, hash_key, list_keys, revoke_key
+from app.auth.schemas import Scope
+from app.auth.tables import ApiKey
 from app.core.cache import TTLCache
 from app.core.db import standalone_session
-from app.teams.keys import Principal, authenticate, create_key, hash_key, list_keys, revoke_key
-from app.teams.schemas import Scope
-from app.teams.tables import ApiKey
 
 
 async def test_a_key_is_stored_only_as_its_hash(session):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from app.auth.sessions import SessionSigner, load_secret
 from app.core.config import Settings
-from app.teams.sessions import SessionSigner, load_secret
 
 SIGNER = SessionSigner(b"s" * 32, lifetime=3600)
 

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from sqlalchemy import create_engine, select, text
 
+from app.auth.tables import Team
 from app.core.db import create_db_engine, session_factory, sync_url
 from app.jobs.schemas import TERMINAL_STATUSES
 from app.sweeps.schemas import SweepCreate, SweepDetail
 from app.sweeps.store import create_sweep
-from app.teams.tables import Team
 from opd.sdk import Client
 from tests.e2e.conftest import Service, deployment, tiny_spec
 from tests.e2e.test_faults import metric_rows

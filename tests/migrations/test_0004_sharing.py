@@ -11,6 +11,8 @@ import pytest
 from alembic import command
 from sqlalchemy import MetaData, Table, inspect, select
 
+from app.auth.keys import authenticate, hash_key
+from app.auth.schemas import Scope
 from app.core.db import (
     alembic_config,
     create_db_engine,
@@ -19,8 +21,6 @@ from app.core.db import (
     session_factory,
 )
 from app.jobs.rows import get_job
-from app.teams.keys import authenticate, hash_key
-from app.teams.schemas import Scope
 from tests.app.conftest import small_spec
 from tests.support import temporary_postgres_database
 

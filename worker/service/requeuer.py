@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.core.config import Settings
 from app.core.queue import JobQueue, QueueUnavailable
 from app.jobs.dispatch import count_resends, send_counted, sweep_candidates
+from app.jobs.limits import Limits
 from app.jobs.schemas import JobStatus
-from app.teams.limits import Limits
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
 from app.core.queue import JobQueue
 from app.jobs.dispatch import enqueue_job
+from app.jobs.limits import Limits
 from app.sweeps.control import advance, cancel_stray_trials, claim_sweeps
-from app.teams.limits import Limits
 
 log = logging.getLogger(__name__)
 PASS_SECONDS = 1.0

@@ -27,12 +27,12 @@ from app.core.queue import JobQueue
 from app.jobs.continuation import SpecRefused
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotHeld
+from app.jobs.limits import Limits, note_limits
 from app.jobs.schemas import JobAction
 from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_job, take_over
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
-from app.teams.limits import Limits, note_limits
 from kernel.errors import OPDError, ResultLost
 from kernel.spec import JobSpec
 from worker.engine.loop import RunResult, SavedState, Stop

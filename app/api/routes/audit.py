@@ -12,7 +12,7 @@ from app.api.errors import error_responses
 from app.api.pagination import paginate
 from app.audit.schemas import AuditPage
 from app.audit.store import audit_query
-from app.teams.schemas import Scope
+from app.auth.schemas import Scope
 
 router = APIRouter(prefix="/v1/audit", tags=["audit"], responses=error_responses(401, 403, 422))
 MAX_PAGE = 200

@@ -23,18 +23,18 @@ from app.api.deps import (
 from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
 from app.audit.store import record_audit
+from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotFound
+from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
 from app.jobs.service import API, submit_spec
 from app.jobs.store import ActionResult, Idempotency, apply_action
 from app.jobs.tables import Job
-from app.teams.keys import Principal
-from app.teams.limits import QueueFull
 from kernel.spec import JobSpec, priced_teacher
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))

@@ -10,9 +10,9 @@ from fastapi import APIRouter, Path, Response
 from app.api.deps import PrincipalDep, SessionDep, needs
 from app.api.errors import ApiError, error_responses
 from app.audit.store import record_audit
+from app.auth.keys import create_key, list_keys, revoke_key
+from app.auth.schemas import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope
 from app.core.tables import utcnow
-from app.teams.keys import create_key, list_keys, revoke_key
-from app.teams.schemas import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope
 
 router = APIRouter(
     prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 422, 503)

@@ -26,13 +26,13 @@ from app.api.openai.wire import (
 )
 from app.api.routes.jobs import IdempotencyKey
 from app.api.routes.playground import idempotency_of
+from app.auth.keys import Principal
+from app.auth.tables import Team
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
 from app.jobs.tables import Job
 from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling
-from app.teams.keys import Principal
-from app.teams.tables import Team
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 MODELS_PAGE = 1000

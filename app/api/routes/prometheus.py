@@ -19,10 +19,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.api.deps import PrincipalDep, needs
+from app.auth.schemas import Scope
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.telemetry import REGISTRY
 from app.monitoring.stats import ServiceStats, service_stats
-from app.teams.schemas import Scope
 
 router = APIRouter()
 

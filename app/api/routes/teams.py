@@ -9,8 +9,9 @@ from fastapi import APIRouter, Path
 from app.api.deps import PrincipalDep, SessionDep, SettingsDep, needs
 from app.api.errors import error_responses
 from app.audit.store import record_audit
-from app.teams.limits import Limits
-from app.teams.schemas import LimitsUpdate, Scope, TeamPublic, TeamsList
+from app.auth.schemas import Scope
+from app.jobs.limits import Limits
+from app.teams.schemas import LimitsUpdate, TeamPublic, TeamsList
 from app.teams.store import list_teams, set_limits
 
 router = APIRouter(

@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from app.api.deps import PricesDep, PrincipalDep, SessionDep
 from app.api.errors import ApiError, error_responses
+from app.auth.tables import Team
 from app.core.tables import utcnow
-from app.teams.tables import Team
 from app.usage.report import summarize, total_of
 from app.usage.schemas import GroupBy, UsageReport
 from app.usage.store import usage_rows

@@ -10,6 +10,7 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import JobId, QueueDep, SessionDep, SnapshotsDep
 from app.audit.store import record_audit
+from app.auth.schemas import Scope
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import IllegalTransition
@@ -18,7 +19,6 @@ from app.jobs.schemas import JobAction, JobStatus
 from app.jobs.store import apply_action
 from app.jobs.tables import Job
 from app.jobs.transitions import plan_action
-from app.teams.schemas import Scope
 from app.web import charts, present, reads
 from app.web.deps import CSRF_CHECKED, SubmitterDep, ViewerDep
 from app.web.errors import WebError

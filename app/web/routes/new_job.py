@@ -15,10 +15,10 @@ from fastapi.responses import RedirectResponse
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.core.documents import TooLargeToStore
 from app.jobs.continuation import SpecRefused, editable
+from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD, submit_spec
 from app.jobs.store import Idempotency
-from app.teams.limits import QueueFull
 from app.web.deps import FormDep, SubmitterDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of

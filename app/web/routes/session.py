@@ -8,8 +8,8 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import SessionDep
+from app.auth.keys import authenticate, hash_key
 from app.core.tables import utcnow
-from app.teams.keys import authenticate, hash_key
 from app.web.deps import CSRF_CHECKED, FormDep
 from app.web.security import end_session, start_session
 from app.web.templating import render

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from app.api.deps import MAX_ID, SessionDep, SettingsDep
 from app.api.routes.sweeps import SweepId
 from app.audit.store import record_audit
+from app.auth.schemas import Scope
 from app.core.documents import TooLargeToStore
 from app.jobs.continuation import SpecRefused
 from app.jobs.errors import JobNotFound
@@ -21,7 +22,6 @@ from app.jobs.service import DASHBOARD
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepStatus, TrialPublic
 from app.sweeps.service import submit_definition
 from app.sweeps.store import cancel_sweep, list_sweeps, read_sweep
-from app.teams.schemas import Scope
 from app.web.charts import MAX_POINTS
 from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
 from app.web.spec_form import YamlRefused, read_yaml

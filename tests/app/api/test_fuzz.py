@@ -31,11 +31,11 @@ from schemathesis.python.asgi import shutdown_lifespans
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.api.main import create_app
+from app.auth.keys import NewKey, create_key
+from app.auth.schemas import Scope
 from app.core.config import Settings
 from app.core.db import migrate, standalone_session
-from app.teams.keys import NewKey, create_key
-from app.teams.schemas import Scope
+from app.main import create_app
 from tests.app.conftest import auth
 from tests.app.fuzzing import (
     BASE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from app.auth.keys import revoke_key
 from app.core.config import Settings
-from app.teams.keys import revoke_key
 from tests.app.conftest import auth, serve, small_spec
 
 

@@ -15,12 +15,12 @@ import httpx
 from sqlalchemy import func, select
 
 from app.audit.tables import AuditEntry
+from app.auth.keys import NewKey, create_key
+from app.auth.schemas import Scope
 from app.core.encryption import SecretBox
 from app.core.tables import utcnow
 from app.jobs.schemas import JobAction
 from app.jobs.store import apply_action, create_job
-from app.teams.keys import NewKey, create_key
-from app.teams.schemas import Scope
 from app.webhooks.store import create_webhook
 from app.webhooks.tables import WebhookDelivery
 from kernel.spec import JobSpec

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import func, select
 
+from app.auth.keys import create_key
+from app.jobs.limits import LIMIT_REASON, Limits, QueueFull, note_limits
 from app.jobs.rows import get_job
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.store import claim_job, claim_next, complete_job, create_job
 from app.jobs.tables import Job
 from app.monitoring.stats import service_stats
-from app.teams.keys import create_key
-from app.teams.limits import LIMIT_REASON, Limits, QueueFull, note_limits
 from app.teams.store import list_teams, set_limits
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec

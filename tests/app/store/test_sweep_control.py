@@ -12,7 +12,9 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import DBAPIError
 
+from app.auth.tables import Team
 from app.core.tables import utcnow
+from app.jobs.limits import Limits
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobStatus
 from app.jobs.store import claim_job, complete_job, create_job
@@ -30,8 +32,6 @@ from app.sweeps.control import (
 from app.sweeps.schemas import EarlyStop, SweepCreate, SweepMetric, SweepStatus
 from app.sweeps.store import cancel_sweep, create_sweep, end_sweep, get_sweep, read_state, trials_of
 from app.sweeps.tables import Sweep, SweepRung
-from app.teams.limits import Limits
-from app.teams.tables import Team
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 from tests.app.store.test_sweep_reads import statements

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from app.teams.keys import NewKey
+from app.auth.keys import NewKey
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 

@@ -17,8 +17,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.auth.keys import NewKey
 from app.core.config import Settings
-from app.teams.keys import NewKey
 from tests.app.fuzzing import (
     BASE,
     FUZZED,

@@ -9,10 +9,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from app.auth.sessions import NONCE_COOKIE, SESSION_COOKIE
 from app.jobs.store import claim_job
 from app.jobs.tables import Job
 from app.records.store import record_checkpoint, record_samples, record_step
-from app.teams.sessions import NONCE_COOKIE, SESSION_COOKIE
 from kernel.samples import KeptSample
 from tests.app.conftest import auth, small_spec, upgraded_spec
 from tests.app.web.conftest import NAMED_YAML, csrf_of, post_form

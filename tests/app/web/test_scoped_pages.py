@@ -9,9 +9,9 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from app.audit.tables import AuditEntry
+from app.auth.keys import create_key
+from app.auth.schemas import Scope
 from app.core.tables import utcnow
-from app.teams.keys import create_key
-from app.teams.schemas import Scope
 from tests.app.conftest import auth
 from tests.app.web.conftest import post_form
 

@@ -9,12 +9,12 @@ import re
 
 import yaml
 
+from app.auth.schemas import Scope
 from app.core.tables import utcnow
 from app.jobs.store import create_job
 from app.sweeps.schemas import SweepCreate
 from app.sweeps.store import create_sweep
 from app.sweeps.tables import SweepRung
-from app.teams.schemas import Scope
 from kernel.spec import JobSpec
 from tests.app.conftest import auth, small_spec
 from tests.app.web.conftest import post_form

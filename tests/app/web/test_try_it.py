@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from app.auth.schemas import Scope
 from app.core.worker_calls import quick_queue
 from app.jobs.store import claim_job
 from app.records.store import record_checkpoint
-from app.teams.schemas import Scope
 from tests.app.conftest import auth, serve
 from tests.app.web.conftest import csrf_of, post_form
 

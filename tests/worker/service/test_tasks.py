@@ -13,6 +13,7 @@ from pytrio.errors.actor import ActorAPIError
 from pytrio.types import APIFuture
 from sqlalchemy import select
 
+from app.auth.keys import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.queue import JobQueue
@@ -22,7 +23,6 @@ from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction
 from app.jobs.store import apply_action, create_job
 from app.jobs.tables import Checkpoint, Event
-from app.teams.keys import create_key
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio

@@ -6,9 +6,9 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.keys import NewKey
 from app.jobs.schemas import JobStatus
 from app.jobs.store import claim_job, stop_job
-from app.teams.keys import NewKey
 from tests.app.conftest import CLOSED_REDIS_URL, auth, serve, small_spec, upgraded_spec
 
 

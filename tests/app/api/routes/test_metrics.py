@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 from sqlalchemy import event
 
-from app.api.main import create_app
 from app.jobs.store import claim_job, complete_job, stop_job
+from app.main import create_app
 from app.records.store import record_eval, record_step
 from tests.app.conftest import auth, small_spec
 

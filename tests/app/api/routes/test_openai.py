@@ -13,13 +13,13 @@ from sqlalchemy import event, insert
 
 from app.api.openai.names import ModelName, names_of, parse_model
 from app.api.openai.wire import ChatCompletionRequest
+from app.auth.schemas import Scope
 from app.core.tables import utcnow
 from app.core.worker_calls import quick_queue
 from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job
 from app.jobs.tables import Checkpoint
 from app.records.store import record_checkpoint
-from app.teams.schemas import Scope
 from tests.app.conftest import auth
 
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}]

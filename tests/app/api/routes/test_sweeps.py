@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from app.auth.schemas import Scope
+from app.jobs.limits import Limits
 from app.jobs.rows import get_job
 from app.jobs.store import claim_job, complete_job
 from app.records.store import record_checkpoint
 from app.sweeps import admission
 from app.sweeps.control import advance, claim_sweeps
-from app.teams.limits import Limits
-from app.teams.schemas import Scope
 from tests.app.conftest import auth, small_spec
 
 

@@ -7,8 +7,8 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from app.auth.schemas import Scope
 from app.core.tables import optional_timestamp, timestamp
-from app.teams.schemas import Scope
 
 
 class Team(SQLModel, table=True):

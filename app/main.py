@@ -40,6 +40,7 @@ from app.api.routes import (
     usage,
     webhooks,
 )
+from app.auth.keys import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
 from app.core.db import create_db_engine, migrate, session_factory
@@ -47,7 +48,6 @@ from app.core.encryption import secret_box
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.core.waits import Limit, Places, Waits
-from app.teams.keys import Principal
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])

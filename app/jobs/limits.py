@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.tables import Team
 from app.core.config import DEFAULT_MAX_SPEC_BYTES, Settings
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.tables import Job
-from app.teams.tables import Team
 
 UNLIMITED = 2**31 - 1
 LIMIT_REASON = "Over its team's running limit"

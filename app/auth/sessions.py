@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth.keys import Principal, authenticate_hash
 from app.core.config import Settings
 from app.core.home_secrets import home_secret
-from app.teams.keys import Principal, authenticate_hash
 
 SESSION_COOKIE = "opd_session"
 NONCE_COOKIE = "opd_nonce"

@@ -15,11 +15,11 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
+from app.auth.schemas import Scope
+from app.auth.tables import ApiKey, Team
 from app.core.cache import TTLCache
 from app.core.db import settle
 from app.core.tables import utcnow
-from app.teams.schemas import Scope
-from app.teams.tables import ApiKey, Team
 
 KEY_PREFIX = "opd"
 
