@@ -22,7 +22,7 @@ from opd.shading import shaded_tokens, worst_tokens
 
 if TYPE_CHECKING:
     from app.jobs.schemas import CheckpointPublic
-    from app.playground.service import PlaygroundAnswer
+    from app.playground.schemas import PlaygroundAnswer
     from kernel.playground import Completion
     from opd.sdk import Client
 

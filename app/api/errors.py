@@ -19,8 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.documents import TooLargeToStore
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
-from app.jobs.continuation import SpecRefused
-from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SpecRefused
 from app.sweeps.errors import SweepNotFound
 from app.teams.store import TeamNotFound
 from app.webhooks.store import WebhookNotFound

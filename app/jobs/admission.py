@@ -24,7 +24,8 @@ import json
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
-from app.jobs.continuation import SpecRefused, continued
+from app.jobs.continuation import continued
+from app.jobs.errors import SpecRefused
 from app.jobs.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.model_names import model_name_refusals

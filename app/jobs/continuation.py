@@ -19,25 +19,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, training_state
-from app.jobs.errors import JobNotFound
+from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.tables import Checkpoint, Job
 from kernel.spec import CheckpointRef, JobSpec, SavedWeights
 
 Find = Callable[[AsyncSession, Job, CheckpointRef], Awaitable[Checkpoint]]
+
 Matches = list[tuple[str, Any, Callable[[JobSpec], Any]]]
 """(field, its value in the new spec, the same thing in the spec of the job named)."""
-
-
-@dataclass
-class SpecRefused(Exception):
-    """A field of a submitted spec the service refuses (a 422 naming it)."""
-
-    param: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.param}: {self.message}"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class JobNotFound(LookupError):
     """No job with this id (or none the caller may see)."""
@@ -17,3 +19,14 @@ class IdempotencyMismatch(ValueError):
 
 class JobNotHeld(Exception):
     """The worker no longer holds this job: another worker took it over, or it ended."""
+
+
+@dataclass
+class SpecRefused(Exception):
+    """A field of a submitted spec the service refuses (a 422 naming it)."""
+
+    param: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.param}: {self.message}"

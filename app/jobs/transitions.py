@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from app.jobs.errors import IllegalTransition
 from app.jobs.schemas import ACTIVE_STATUSES, JobAction, JobStatus
-from app.jobs.tables import Job
 
 RUNNABLE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
 RELEASED = {"requested_action": None, "heartbeat_at": None}  # what no longer runs drops
@@ -94,12 +93,24 @@ def plan_resume(status: JobStatus) -> Plan | None:
     raise IllegalTransition(f"the job is already {status}; submit a new job to run it again")
 
 
-def heartbeat_stale(job: Job, heartbeat_timeout: float, now: datetime) -> bool:
+class JobRow(Protocol):
+    """What a claim or a stop reads of a job's row."""
+
+    status: str
+    attempts: int
+    worker_id: str | None
+    heartbeat_at: datetime | None
+    started_at: datetime | None
+    last_state_step: int | None
+    requested_action: str | None
+
+
+def heartbeat_stale(job: JobRow, heartbeat_timeout: float, now: datetime) -> bool:
     """No sign of life from the job's worker for `heartbeat_timeout` seconds."""
     return job.heartbeat_at is None or job.heartbeat_at < now - timedelta(seconds=heartbeat_timeout)
 
 
-def plan_claim(job: Job, worker_id: str, heartbeat_timeout: float, now: datetime) -> Plan | None:
+def plan_claim(job: JobRow, worker_id: str, heartbeat_timeout: float, now: datetime) -> Plan | None:
     """What claiming `job` means: start it, take it over from a dead worker, carry out a
     dead worker's pending cancel or pause, or nothing (None)."""
     status = JobStatus(job.status)
@@ -126,7 +137,7 @@ def plan_claim(job: Job, worker_id: str, heartbeat_timeout: float, now: datetime
     )
 
 
-def plan_stop(job: Job, reason: str, state: dict[str, Any]) -> Plan:
+def plan_stop(job: JobRow, reason: str, state: dict[str, Any]) -> Plan:
     """The worker stopped the run at a step boundary: the job's request decides what that
     means (cancel -> cancelled, pause -> paused, none: the worker is shutting down ->
     queued again with `reason`). `state` holds the saved state's path and step, if any."""

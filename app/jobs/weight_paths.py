@@ -24,7 +24,8 @@ from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
-from app.jobs.continuation import SpecRefused, uses
+from app.jobs.continuation import uses
+from app.jobs.errors import SpecRefused
 from app.jobs.tables import Checkpoint, Job
 from kernel.datapaths import DataPathError, confine_data_path, is_model_path
 from kernel.spec import JobSpec

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
@@ -25,18 +25,19 @@ from app.core.tables import utcnow
 from app.core.waits import Waits
 from app.core.worker_calls import SAMPLE_TASK, TaskUnanswered, call_worker
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights
-from app.jobs.continuation import SpecRefused
-from app.jobs.errors import IdempotencyMismatch
+from app.jobs.errors import IdempotencyMismatch, SpecRefused
 from app.jobs.schemas import CheckpointPublic
 from app.jobs.store import Idempotency
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.playground.replays import Claim, claim, kept_first, release
+from app.playground.schemas import PlaygroundAnswer
 from app.usage.store import add_usage
 from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
 from kernel.spec import JobSpec
 
 R = TypeVar("R", bound=BaseModel)
+
 REPLAYED_HEADER = "Idempotent-Replayed"
 """Sent (`true`) with an answer kept for an earlier sending of the same request."""
 
@@ -49,13 +50,9 @@ REJECTED = {
     "model_too_large",
 }
 """Worker failure codes that say the request (or the job's spec) cannot be served: 422."""
+
 STATUS = {"bad_checkpoint": 409, "worker_timeout": 504, "deadline_passed": 504}
 """Other codes with a status of their own; the rest are the worker's or backend's: 502."""
-
-
-class PlaygroundAnswer(SampleAnswer):
-    job_id: int
-    checkpoint: CheckpointPublic = Field(description="The saved weights that were sampled.")
 
 
 @dataclass

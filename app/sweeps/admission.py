@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.keys import Principal
 from app.core.config import Settings
 from app.jobs.admission import admit, check_names, problems_of, weights_named, with_weights
-from app.jobs.continuation import SpecRefused, editable
+from app.jobs.continuation import editable
+from app.jobs.errors import SpecRefused
 from app.jobs.rows import get_job
 from app.sweeps.schemas import SweepCreate, SweepMethod
 from app.sweeps.search import InvalidTrial, Values, extremes, grid, grid_size, trial_spec

@@ -30,8 +30,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.core.tables import utcnow
 from app.jobs.admission import admit
-from app.jobs.continuation import SpecRefused, editable
-from app.jobs.errors import IllegalTransition
+from app.jobs.continuation import editable
+from app.jobs.errors import IllegalTransition, SpecRefused
 from app.jobs.limits import Limits, QueueFull
 from app.jobs.schemas import TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
 from app.jobs.store import apply_action, compare_and_set, create_job

@@ -25,7 +25,7 @@ from optuna.distributions import (
 from optuna.trial import TrialState
 from pydantic import ValidationError
 
-from app.jobs.continuation import SpecRefused
+from app.jobs.errors import SpecRefused
 from app.sweeps.schemas import Parameter, ParameterValue, SweepCreate, SweepMethod
 from kernel.merge_patch import dotted_patch, merge_patch
 from kernel.spec import JobSpec, format_validation_error, validation_problems

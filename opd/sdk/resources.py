@@ -37,7 +37,7 @@ from app.jobs.schemas import (
     JobPublic,
     JobStatus,
 )
-from app.playground.service import PlaygroundAnswer
+from app.playground.schemas import PlaygroundAnswer
 from app.samples.schemas import SamplePublic, SamplesPage
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic, SweepsPage
 from app.teams.schemas import TeamPublic, TeamsList

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from pytrio.types import ModelInput
 
-from app.playground.service import PlaygroundAnswer
+from app.playground.schemas import PlaygroundAnswer
 from kernel.retry import Backoff
 from kernel.spec import JobSpec
 from opd.cli import main

@@ -24,9 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.queue import JobQueue
-from app.jobs.continuation import SpecRefused
 from app.jobs.dispatch import enqueue_job
-from app.jobs.errors import JobNotHeld
+from app.jobs.errors import JobNotHeld, SpecRefused
 from app.jobs.limits import Limits, note_limits
 from app.jobs.schemas import JobAction
 from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_job, take_over

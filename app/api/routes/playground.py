@@ -9,13 +9,8 @@ from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep
 from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import IdempotencyKey
 from app.jobs.store import Idempotency
-from app.playground.service import (
-    REPLAYED_HEADER,
-    PlaygroundAnswer,
-    PlaygroundError,
-    Sampling,
-    itself,
-)
+from app.playground.schemas import PlaygroundAnswer
+from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, itself
 from kernel.playground import SampleRequest
 
 router = APIRouter(prefix="/v1/jobs", tags=["playground"])

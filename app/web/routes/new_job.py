@@ -14,7 +14,8 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.core.documents import TooLargeToStore
-from app.jobs.continuation import SpecRefused, editable
+from app.jobs.continuation import editable
+from app.jobs.errors import SpecRefused
 from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD, submit_spec

@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.jobs.rows import get_job
-from app.playground.service import PlaygroundAnswer, PlaygroundError, Sampling, itself
+from app.playground.schemas import PlaygroundAnswer
+from app.playground.service import PlaygroundError, Sampling, itself
 from app.web import present
 from app.web.deps import FormDep, SubmitterDep
 from app.web.templating import render

@@ -15,8 +15,7 @@ from app.api.routes.sweeps import SweepId
 from app.audit.store import record_audit
 from app.auth.schemas import Scope
 from app.core.documents import TooLargeToStore
-from app.jobs.continuation import SpecRefused
-from app.jobs.errors import JobNotFound
+from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepStatus, TrialPublic
