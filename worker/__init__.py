@@ -1,5 +1,5 @@
 """The worker: the OPD engine (`engine/`: loop, datums, sinks, backends, datasets) and its
-service glue (`service/`: the arq task, the database sink, the sweeper, the process)."""
+service glue (`service/`: the arq task, the database sink, the requeuer, the process)."""
 
 import os
 

@@ -18,7 +18,7 @@ from sqlmodel import select
 from app.auth.schemas import Scope
 from app.auth.tables import ApiKey, Team
 from app.core.cache import TTLCache
-from app.core.db import settle
+from app.core.db import commit_or_flush
 from app.core.tables import utcnow
 
 KEY_PREFIX = "opd"
@@ -99,7 +99,7 @@ async def create_key(
         expires_at=expires_at,
     )
     session.add(api_key)
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
     return NewKey(team=team, api_key=api_key, key=key)
 
 
@@ -114,7 +114,7 @@ async def revoke_key(session: AsyncSession, prefix: str, *, commit: bool = True)
     if api_key is None:
         return False
     api_key.revoked_at = utcnow()
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
     return True
 
 

@@ -157,7 +157,7 @@ def migrate(database_url: str, revision: str = "head", settings: Settings | None
         command.upgrade(config, revision)
 
 
-async def settle(session: AsyncSession, commit: bool) -> None:
+async def commit_or_flush(session: AsyncSession, commit: bool) -> None:
     """End an action's writes: commit them, or flush them for `record_audit` to commit with
     the action's row (commit=False)."""
     await (session.commit() if commit else session.flush())

@@ -1,7 +1,7 @@
 """Hands job ids to the workers through arq, by task name: the API never imports `worker`.
 
 The database owns job state and Redis only carries "run job X" messages, so losing a
-message is survivable (the sweeper re-enqueues from the database) but losing a job is
+message is survivable (the requeuer re-enqueues from the database) but losing a job is
 not: the job row is committed before its message is sent, and a send that fails leaves
 the job queued with the reason written on it.
 """

@@ -24,7 +24,7 @@ import json
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import Settings
-from app.jobs.continuation import continued
+from app.jobs.continuation import fill_init_from
 from app.jobs.errors import SpecRefused
 from app.jobs.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
@@ -63,7 +63,7 @@ async def with_weights(
     session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
 ) -> JobSpec:
     """`spec` with its init_from paths filled in, once every weights rule passed."""
-    spec = await continued(session, team_id, spec)
+    spec = await fill_init_from(session, team_id, spec)
     await checked_weights(session, team_id, spec, settings)
     return spec
 

@@ -107,7 +107,7 @@ async def saved_path(session: AsyncSession, team_id: int, use: Use) -> str:
         raise SpecRefused(f"{use.field}.checkpoint", str(error)) from None
 
 
-async def continued(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
+async def fill_init_from(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
     """`spec` with the path of each `init_from` filled in from team `team_id`'s jobs
     (unchanged without one)."""
     for use in uses(spec):

@@ -22,7 +22,7 @@ RESEND_BATCH = 500  # candidates per UPDATE: well inside every database's bound-
 
 @dataclass(frozen=True)
 class Candidate:
-    """A job the sweeper may have to send again, as it was when listed."""
+    """A job the requeuer may have to send again, as it was when listed."""
 
     id: int
     status: str
@@ -34,14 +34,14 @@ def stale_heartbeat(heartbeat_timeout: float) -> ColumnElement[bool]:
     return or_(Job.heartbeat_at.is_(None), Job.heartbeat_at < stale_before)
 
 
-async def sweep_candidates(
+async def requeue_candidates(
     session: AsyncSession,
     *,
     heartbeat_timeout: float,
     queued_for: float,
     limits: Limits | None = None,
 ) -> list[Candidate]:
-    """Jobs the sweeper should (re-)enqueue, in one query: active ones without a heartbeat
+    """Jobs the requeuer should (re-)enqueue, in one query: active ones without a heartbeat
     for `heartbeat_timeout` seconds, and ones queued for `queued_for` seconds or more whose
     team may start another job (the others wait for one of their team's to end)."""
     active = Job.status.in_(ACTIVE_STATUSES) & stale_heartbeat(heartbeat_timeout)
@@ -115,7 +115,7 @@ async def send_counted(
     session: AsyncSession, queue: JobQueue, sends: Sequence[tuple[int, int]]
 ) -> list[int]:
     """Push each counted (job id, enqueue count) send; returns the ids sent. Once Redis
-    fails, the rest keep waiting with the reason written on them, for the sweeper."""
+    fails, the rest keep waiting with the reason written on them, for the requeuer."""
     sent: list[int] = []
     for job_id, count in sends:
         try:
@@ -132,7 +132,7 @@ async def send_counted(
 
 async def enqueue_job(session: AsyncSession, queue: JobQueue, job_id: int) -> bool:
     """Send a job (queued, or active with a dead worker) to the workers; True if sent.
-    If Redis fails, the job keeps waiting with the reason on it, for the sweeper."""
+    If Redis fails, the job keeps waiting with the reason on it, for the requeuer."""
     count = await next_enqueue_count(session, job_id)
     if count is None:
         return False

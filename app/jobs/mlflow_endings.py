@@ -22,7 +22,7 @@ TRY_FOR = timedelta(hours=24)
 """How long an ending is retried while MLflow is away (as a webhook's delivery is)."""
 
 
-async def stage_mlflow_ending(
+async def add_mlflow_ending(
     session: AsyncSession, job: Job, target: JobStatus, now: datetime
 ) -> None:
     """The ending a transition of `job` to `target` makes, if it is terminal and the job is

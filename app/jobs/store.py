@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import detach, settle
+from app.core.db import commit_or_flush, detach
 from app.core.documents import stored_json
 from app.core.tables import utcnow
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, JobNotHeld
@@ -30,12 +30,12 @@ from app.jobs.limits import (
     running_limit_reason,
     under_running_limit,
 )
-from app.jobs.mlflow_endings import stage_mlflow_ending
+from app.jobs.mlflow_endings import add_mlflow_ending
 from app.jobs.rows import event_row, get_job, held
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
 from app.jobs.tables import Job
 from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
-from app.jobs.webhook_events import stage_job_event
+from app.jobs.webhook_events import add_transition_deliveries
 from kernel.spec import JobSpec
 
 CAS_ATTEMPTS = 5
@@ -103,9 +103,9 @@ async def compare_and_set(
         return False
     data = {"from": job.status, "to": plan.target, **(event_data or {})}
     session.add(event_row(job.id, plan.message, event_level, data, now))
-    await stage_job_event(session, job, plan.target, values, now)
-    await stage_mlflow_ending(session, job, plan.target, now)
-    await settle(session, commit)
+    await add_transition_deliveries(session, job, plan.target, values, now)
+    await add_mlflow_ending(session, job, plan.target, now)
+    await commit_or_flush(session, commit)
     return True
 
 
@@ -173,7 +173,7 @@ async def create_job(
         raise
     job.queue_reason = await running_limit_reason(session, team_id, limits)
     session.add(event_row(job.id, "Job created", data={"status": JobStatus.queued}, now=now))
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
     return ActionResult(detach(session, job), changed=True)
 
 

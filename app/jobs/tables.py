@@ -105,7 +105,7 @@ class Event(SQLModel, table=True):
 class MlflowEnding(SQLModel, table=True):
     """The outbox of MLflow runs to end: one row per job with `trackers.mlflow` that reached
     a terminal status, written in that transition's transaction (whoever made it: a
-    worker, the API, a sweeper), so its run ends even when no worker mirrored the end.
+    worker, the API, a requeuer), so its run ends even when no worker mirrored the end.
     The workers send it, retrying from `next_attempt_at` while MLflow is away."""
 
     __tablename__ = "mlflow_endings"

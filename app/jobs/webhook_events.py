@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
-from app.webhooks.outbox import stage
+from app.webhooks.outbox import add_deliveries
 from app.webhooks.schemas import WebhookEvent
 
 TRANSITION_EVENTS = {
@@ -21,7 +21,7 @@ TRANSITION_EVENTS = {
 }
 
 
-async def stage_job_event(
+async def add_transition_deliveries(
     session: AsyncSession, job: Job, target: JobStatus, values: dict[str, Any], now: datetime
 ) -> None:
     """The delivery a transition to `target` makes (succeeded, failed, cancelled, paused)."""
@@ -41,10 +41,10 @@ async def stage_job_event(
         "final_weights_path": values.get("final_weights_path", job.final_weights_path),
         "last_state_path": values.get("last_state_path", job.last_state_path),
     }
-    await stage(session, job.team_id, job.id, event, data, now)
+    await add_deliveries(session, job.team_id, job.id, event, data, now)
 
 
-async def stage_eval(
+async def add_eval_deliveries(
     session: AsyncSession,
     team_id: int,
     job_id: int,
@@ -55,4 +55,4 @@ async def stage_eval(
     """The delivery the job's final held-out eval makes (`job.eval_completed`)."""
     figures = {name: value for name, value in metrics.items() if name.startswith("eval/")}
     data = {"job_id": job_id, "team_id": team_id, "step": step, "metrics": figures}
-    await stage(session, team_id, job_id, WebhookEvent.eval_completed, data, now)
+    await add_deliveries(session, team_id, job_id, WebhookEvent.eval_completed, data, now)

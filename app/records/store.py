@@ -21,7 +21,7 @@ from app.jobs.errors import JobNotHeld
 from app.jobs.rows import event_row, held
 from app.jobs.schemas import CheckpointKind, EventLevel, JobAction
 from app.jobs.tables import Checkpoint, Event, Job
-from app.jobs.webhook_events import stage_eval
+from app.jobs.webhook_events import add_eval_deliveries
 from app.samples.tables import Sample
 from app.sweeps.tables import Sweep
 from app.usage.store import add_usage_day, counter_increments, usage_change
@@ -147,7 +147,7 @@ async def record_eval(
     found = Found(*row)
     await store_metrics(session, job_id, step, metrics, now, found)
     if found.metrics is None:  # a replayed eval was announced already
-        await stage_eval(session, found.team_id, job_id, step, metrics, now)
+        await add_eval_deliveries(session, found.team_id, job_id, step, metrics, now)
     await session.commit()
 
 

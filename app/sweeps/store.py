@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.config import DEFAULT_MAX_SPEC_BYTES
-from app.core.db import detach, settle
+from app.core.db import commit_or_flush, detach
 from app.core.documents import stored_json
 from app.core.tables import utcnow
 from app.jobs.errors import IllegalTransition
@@ -37,7 +37,7 @@ from app.sweeps.schemas import (
 )
 from app.sweeps.search import get_path, planned_trials
 from app.sweeps.tables import Sweep
-from app.webhooks.outbox import stage
+from app.webhooks.outbox import add_deliveries
 from app.webhooks.schemas import WebhookEvent
 
 EARLY_STOPPED = "early_stopped"
@@ -65,7 +65,7 @@ async def create_sweep(
         updated_at=now,
     )
     session.add(sweep)
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
     return detach(session, sweep)
 
 
@@ -329,7 +329,7 @@ async def end_sweep(
         await session.rollback()
         return False
     data = {"sweep_id": sweep.id, "name": sweep.name, "team_id": sweep.team_id, "status": status}
-    await stage(session, sweep.team_id, None, WebhookEvent.sweep_completed, data, now)
+    await add_deliveries(session, sweep.team_id, None, WebhookEvent.sweep_completed, data, now)
     await session.commit()
     return True
 

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.tables import Team
-from app.core.db import settle
+from app.core.db import commit_or_flush
 from app.jobs.limits import Limits
 from app.jobs.schemas import ACTIVE_STATUSES, JobStatus
 from app.jobs.tables import Job
@@ -81,7 +81,7 @@ async def set_limits(
     commit=False: the caller commits); no change reads the team as it is."""
     if changes:
         await session.execute(update(Team).where(Team.name == name).values(**changes))
-        await settle(session, commit)
+        await commit_or_flush(session, commit)
     teams = await list_teams(session, limits, name)
     if not teams:
         raise TeamNotFound(f"no team named {name!r}")

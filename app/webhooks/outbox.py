@@ -23,7 +23,7 @@ def message_id() -> str:
     return f"msg_{uuid.uuid4().hex}"
 
 
-async def stage(
+async def add_deliveries(
     session: AsyncSession,
     team_id: int,
     job_id: int | None,

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.core.db import detach, settle
+from app.core.db import commit_or_flush, detach
 from app.core.encryption import SecretBox, SecretUnreadable
 from app.core.tables import utcnow
 from app.webhooks.outbox import RETRY_FOR
@@ -57,7 +57,7 @@ async def create_webhook(
         created_at=utcnow(),
     )
     session.add(webhook)
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
     return detach(session, webhook)
 
 
@@ -114,7 +114,7 @@ async def delete_webhook(
         )
         .values(status=DeliveryStatus.failed, last_error="the webhook was deleted")
     )
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
 
 
 def deliveries_query(webhook_id: int, after: int | None) -> Any:
@@ -163,7 +163,7 @@ async def resend(
             lease_until=None,
         )
     )
-    await settle(session, commit)
+    await commit_or_flush(session, commit)
 
 
 # --- the workers' side ------------------------------------------------------------------------

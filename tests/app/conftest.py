@@ -17,6 +17,7 @@ import httpx
 import pytest
 from pydantic.fields import FieldInfo
 from redis.asyncio import Redis
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.auth.keys import NewKey, create_key
@@ -25,6 +26,8 @@ from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import SecretBox, secret_box
 from app.core.queue import JobQueue
+from app.jobs.store import create_job
+from app.jobs.tables import Event, Job
 from app.main import create_app
 from kernel.spec import JobSpec, LoopSpec
 from tests.app.fuzzing import BASE, JOBS
@@ -201,3 +204,14 @@ def upgraded_spec() -> Iterator[None]:
         del LoopSpec.model_fields["added_later"]
         for model in (LoopSpec, JobSpec):
             model.model_rebuild(force=True)
+
+
+@pytest.fixture
+async def job(session, key) -> Job:
+    return (await create_job(session, key.team.id, JobSpec.model_validate(small_spec()))).job
+
+
+async def events_of(session, job_id: int) -> list[str]:
+    query = select(Event.message).where(Event.job_id == job_id).order_by(Event.id)
+    rows = await session.execute(query)
+    return list(rows.scalars())

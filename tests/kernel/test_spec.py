@@ -25,7 +25,7 @@ from tests.support import REFERENCE_NAMES, named
 EXAMPLES = sorted(
     path
     for path in (Path(__file__).parents[2] / "examples").glob("*.yaml")
-    if not path.name.startswith("sweep-")  # sweeps, checked in tests/app/test_sweep_search.py
+    if not path.name.startswith("sweep-")  # sweeps, checked in tests/app/sweeps/test_search.py
 )
 
 

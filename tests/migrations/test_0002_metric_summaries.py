@@ -24,7 +24,7 @@ from app.jobs.store import claim_job, create_job
 from app.records.store import record_step
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
-from tests.app.store.test_summaries import stored as stored_summaries
+from tests.app.curves.test_block_store import stored as stored_summaries
 from tests.support import temporary_postgres_database
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)

@@ -1,11 +1,11 @@
-"""The worker process (`opd worker`): an arq worker running `run_job`, plus the sweeper,
+"""The worker process (`opd worker`): an arq worker running `run_job`, plus the requeuer,
 the sweep controller (on a thread of its own), the webhook sender, what ends the MLflow
 runs of ended jobs, and a second arq worker for the short tasks a request waits for (the
 playground, archive fetches: `quick.py`), which keeps answering while jobs drain.
 
 SIGTERM or SIGINT drains the worker: it takes no new job, every running job stops at its
 next step boundary with its state saved and goes back to the queue for another worker.
-A second signal stops at once (the sweeper later resumes those jobs from their last
+A second signal stops at once (the requeuer later resumes those jobs from their last
 saved state).
 """
 
@@ -28,7 +28,7 @@ from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
 from app.core.queue import TASK_NAME, JobQueue
 from worker.service.quick import quick_worker
-from worker.service.requeuer import sweep
+from worker.service.requeuer import requeue_lost
 from worker.service.sweep_controller import ControllerThread
 from worker.service.tasks import WorkerContext, request_shutdown, run_job
 from worker.service.trackers import end_runs_forever
@@ -53,12 +53,12 @@ class OPDWorker(Worker):
             await asyncio.sleep(REDIS_RETRY_SECONDS)
 
 
-async def sweep_forever(ctx: WorkerContext) -> None:
+async def requeue_forever(ctx: WorkerContext) -> None:
     while True:
         try:
-            await sweep(ctx.sessions, ctx.queue, ctx.settings)
+            await requeue_lost(ctx.sessions, ctx.queue, ctx.settings)
         except Exception as error:  # Redis or the database may be away; try next time
-            log.warning("sweep failed: %s", error)
+            log.warning("requeue pass failed: %s", error)
         await asyncio.sleep(ctx.settings.sweep_interval)
 
 
@@ -111,7 +111,7 @@ async def serve_worker(settings: Settings) -> None:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    sweeper = loop.create_task(sweep_forever(ctx))
+    requeuer = loop.create_task(requeue_forever(ctx))
     controller = ControllerThread(settings, ctx.worker_id)
     controller.start()
     answering = loop.create_task(quick.async_run())
@@ -122,7 +122,7 @@ async def serve_worker(settings: Settings) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await worker.async_run()
     finally:
-        sweeper.cancel()
+        requeuer.cancel()
         await asyncio.to_thread(controller.stop)
         answering.cancel()
         await quick.close()

@@ -1,9 +1,9 @@
-"""The sweeper: re-enqueue jobs the database says should run but no live worker holds.
+"""The requeuer: re-enqueue jobs the database says should run but no live worker holds.
 
 Redis only carries "run job X" messages and may lose them; a worker may die mid-job.
-Every sweep sends a fresh message for each queued job whose message is gone and for
+Every pass sends a fresh message for each queued job whose message is gone and for
 each active job whose heartbeat is older than the timeout (a live worker then takes it
-over and resumes it from its last saved state). A sweep costs one query and one Redis
+over and resumes it from its last saved state). A pass costs one query and one Redis
 round trip however many jobs wait; only jobs to send again cost more. Queued jobs of a
 team at its running limit get no message: they start when one of the team's jobs ends.
 """
@@ -16,14 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.queue import JobQueue, QueueUnavailable
-from app.jobs.dispatch import count_resends, send_counted, sweep_candidates
+from app.jobs.dispatch import count_resends, requeue_candidates, send_counted
 from app.jobs.limits import Limits
 from app.jobs.schemas import JobStatus
 
 log = logging.getLogger(__name__)
 
 
-async def sweep(
+async def requeue_lost(
     sessions: async_sessionmaker[AsyncSession], queue: JobQueue, settings: Settings
 ) -> list[int]:
     """One pass: list the candidates (one query), ask Redis which queued ones still have
@@ -31,7 +31,7 @@ async def sweep(
     sender got there first (one statement), and send them. Returns the ids sent."""
     limits = Limits.of(settings)
     async with sessions() as session:
-        candidates = await sweep_candidates(
+        candidates = await requeue_candidates(
             session,
             heartbeat_timeout=settings.heartbeat_timeout,
             queued_for=settings.sweep_interval,
@@ -41,7 +41,7 @@ async def sweep(
     try:
         pending = await queue.pending(queued)
     except QueueUnavailable as error:
-        log.warning("sweep skipped: %s", error)
+        log.warning("requeue pass skipped: %s", error)
         return []
     lost = [c for c in candidates if c.id not in pending]
     if not lost:
@@ -51,5 +51,5 @@ async def sweep(
         sent = await send_counted(session, queue, sends)
     statuses = {c.id: c.status for c in lost}
     for job_id in sent:
-        log.info("sweeper re-enqueued job %s (%s)", job_id, statuses[job_id])
+        log.info("requeuer re-enqueued job %s (%s)", job_id, statuses[job_id])
     return sent

@@ -1,10 +1,10 @@
-"""The sweep controller, a periodic task of every worker (beside the sweeper): each pass
+"""The sweep controller, a periodic task of every worker (beside the requeuer): each pass
 takes the lease of the running sweeps no live controller holds, advances each one
 (app/sweeps/control.py) and sends the trials it created to the queue.
 
 It lives in the worker because the worker already is the process that must be running
 for a sweep to make progress, and already runs the loops that repair lost state (the
-sweeper); every worker runs it, the lease gives each sweep one controller at a time, and
+requeuer); every worker runs it, the lease gives each sweep one controller at a time, and
 when that worker dies its lease runs out and another worker's controller carries on.
 
 It runs on a thread of its own, with its own event loop, database engine and queue
@@ -64,7 +64,7 @@ async def control_sweeps(
 ) -> PassResult:
     """One pass over the sweeps this worker holds (or can take), starting after sweep
     `after`, taking up work for `budget` seconds (None: no limit). A trial whose message
-    fails to send waits for the sweeper."""
+    fails to send waits for the requeuer."""
     limits = Limits.of(settings)
     deadline = None if budget is None else time.monotonic() + budget
     done = PassResult([], None)

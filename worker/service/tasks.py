@@ -219,7 +219,7 @@ async def attempt(
         log.exception("job %s failed", job_id)
         error = failure
     finally:
-        # The job is held until its last writes land: beat while they drain, or a sweeper
+        # The job is held until its last writes land: beat while they drain, or a requeuer
         # would take a job over whose writes are merely queued behind a slow database.
         try:
             await db.drain()

@@ -1,5 +1,5 @@
 """The service-side fixtures (real Redis, keys, sessions), on a fresh migrated database of
-each kind per test: the sweeper looks at every job in the database."""
+each kind per test: the requeuer looks at every job in the database."""
 
 from collections.abc import Iterator
 

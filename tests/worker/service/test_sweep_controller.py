@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from app.core.db import create_sync_engine
 from app.jobs.tables import Job
 from app.sweeps.store import create_sweep
-from tests.app.store.test_sweep_control import random_sweep
+from tests.app.sweeps.test_control import random_sweep
 from worker.service.sweep_controller import ControllerThread, control_sweeps
 
 OWNER = "controller-a"

@@ -18,7 +18,7 @@ from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
 from app.core.queue import JobQueue
 from app.curves.tables import StepMetric
-from app.jobs.continuation import continued
+from app.jobs.continuation import fill_init_from
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction
 from app.jobs.store import apply_action, create_job
@@ -76,7 +76,7 @@ async def submit(context: WorkerContext, spec: dict[str, Any] = SPEC, team: str 
     """Store a job as the API would (its init_from paths filled), past the API's checks."""
     async with context.sessions() as session:
         team_id = (await create_key(session, team)).team.id
-        filled = await continued(session, team_id, JobSpec.model_validate(spec))
+        filled = await fill_init_from(session, team_id, JobSpec.model_validate(spec))
         return (await create_job(session, team_id, filled)).job.id
 
 

@@ -105,7 +105,7 @@ def check_credentials() -> None:
         raise OPDError(f"no usable Tinker credentials: {LOGIN_HINT}", code="backend_auth")
 
 
-async def settle(future: tinker.APIFuture[T], timeout: float, convert: Callable[[T], R]) -> R:
+async def result_of(future: tinker.APIFuture[T], timeout: float, convert: Callable[[T], R]) -> R:
     """`future`'s result in the engine's types, waited on at most `timeout` seconds."""
     return convert(await future.result_async(timeout=timeout))
 
@@ -217,12 +217,12 @@ class TinkerTrainer:
         datums = [tinker_datum(datum) for datum in data]
         future = self.client.forward_backward(datums, loss_fn, loss_fn_config)
         self.trained = True
-        return settle(future, self.timeout, trio_output)
+        return result_of(future, self.timeout, trio_output)
 
     async def optim_step_async(self, adam_params: AdamParams) -> Awaitable[OptimStepResponse]:
         future = self.client.optim_step(tinker.AdamParams.model_validate(adam_params.model_dump()))
         self.trained = True
-        return settle(
+        return result_of(
             future, self.timeout, lambda done: OptimStepResponse(metrics=metric_names(done.metrics))
         )
 
@@ -241,7 +241,7 @@ class TinkerTrainer:
             self.saved.add(name)
             return SaveWeightsResponse(path=response.path, model=self.base_model, size=0)
 
-        return settle(future, self.timeout, saved)
+        return result_of(future, self.timeout, saved)
 
     async def load_state_with_optimizer_async(self, path: str) -> Awaitable[None]:
         """A new Tinker run from the state, with its optimizer, in place of this one."""
@@ -262,7 +262,7 @@ class TinkerTrainer:
                 "training call"
             )
         future = await self.service.submit(create, path, base_model=self.base_model)
-        return settle(future, self.timeout, lambda client: self.resume(what, path, client))
+        return result_of(future, self.timeout, lambda client: self.resume(what, path, client))
 
     def resume(self, what: str, path: str, client: tinker.TrainingClient) -> None:
         rank = client.get_info().lora_rank
@@ -277,7 +277,7 @@ class TinkerTrainer:
         self, name: str
     ) -> Awaitable[SaveWeightsForSamplerResponse]:
         future = self.client.save_weights_for_sampler(name)
-        return settle(
+        return result_of(
             future,
             self.timeout,
             lambda done: SaveWeightsForSamplerResponse(

@@ -23,8 +23,7 @@ from app.jobs.store import (
 from app.jobs.tables import Event
 from app.records.store import record_checkpoint, record_step
 from kernel.spec import JobSpec
-from tests.app.conftest import small_spec
-from tests.app.store.conftest import events_of
+from tests.app.conftest import events_of, small_spec
 
 S = JobStatus
 

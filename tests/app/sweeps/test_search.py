@@ -131,7 +131,7 @@ def test_a_trial_spec_is_the_base_with_the_values_at_their_paths() -> None:
     assert spec.loop.steps == small_spec()["loop"]["steps"]
 
 
-SWEEP_EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("sweep-*.yaml"))
+SWEEP_EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("sweep-*.yaml"))
 
 
 @pytest.mark.parametrize("path", SWEEP_EXAMPLES, ids=lambda path: path.name)

@@ -34,7 +34,7 @@ from app.sweeps.store import cancel_sweep, create_sweep, end_sweep, get_sweep, r
 from app.sweeps.tables import Sweep, SweepRung
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
-from tests.app.store.test_sweep_reads import statements
+from tests.app.sweeps.test_store import statements
 
 OWNER = "controller-a"
 

@@ -1,4 +1,4 @@
-"""The sweeper's candidates: active jobs gone silent and jobs queued too long."""
+"""The requeuer's candidates: active jobs gone silent and jobs queued too long."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlalchemy import update
 
 from app.core.tables import utcnow
-from app.jobs.dispatch import count_resends, next_enqueue_count, sweep_candidates
+from app.jobs.dispatch import count_resends, next_enqueue_count, requeue_candidates
 from app.jobs.store import claim_job, complete_job, create_job
 from app.jobs.tables import Job
 from kernel.spec import JobSpec
@@ -26,7 +26,7 @@ async def test_orphans_are_stale_active_jobs_and_long_queued_ones(session, key):
     await session.execute(update(Job).where(Job.id == stale).values(heartbeat_at=an_hour_ago))
     await session.execute(update(Job).where(Job.id == waiting).values(updated_at=an_hour_ago))
     await session.commit()
-    orphans = {c.id for c in await sweep_candidates(session, heartbeat_timeout=60, queued_for=60)}
+    orphans = {c.id for c in await requeue_candidates(session, heartbeat_timeout=60, queued_for=60)}
     assert {stale, waiting} <= orphans
     assert not {fresh, finished} & orphans
 
@@ -48,7 +48,7 @@ async def test_a_send_is_counted_only_if_nobody_got_there_first(session, key):
     await session.commit()
     listed = [
         c
-        for c in await sweep_candidates(session, heartbeat_timeout=60, queued_for=60)
+        for c in await requeue_candidates(session, heartbeat_timeout=60, queued_for=60)
         if c.id in {lost, resent, dead, taken}
     ]
     assert len(listed) == 4

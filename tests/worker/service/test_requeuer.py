@@ -1,4 +1,4 @@
-"""The sweeper sends again what Redis lost, at one query and one round trip per sweep."""
+"""The requeuer sends again what Redis lost, at one query and one round trip per pass."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from app.jobs.tables import Job
 from kernel.spec import JobSpec
 from tests.app.conftest import CLOSED_REDIS_URL, small_spec
 from tests.support import REDIS_URL
-from worker.service.requeuer import sweep
+from worker.service.requeuer import requeue_lost
 
 AN_HOUR_AGO = utcnow() - timedelta(hours=1)
 
@@ -65,7 +65,7 @@ async def test_waiting_jobs_with_their_messages_cost_one_query_and_one_round_tri
     event.listen(engine, "before_cursor_execute", count)
     queue.round_trips.clear()
     try:
-        assert await sweep(sessions, queue, settings) == []
+        assert await requeue_lost(sessions, queue, settings) == []
     finally:
         event.remove(engine, "before_cursor_execute", count)
         await queue.close()
@@ -85,18 +85,18 @@ async def test_lost_messages_and_dead_workers_are_sent_again(
     await backdate(session, [*lost, kept, paused], updated_at=AN_HOUR_AGO)
     await backdate(session, [dead], heartbeat_at=AN_HOUR_AGO)
 
-    sent = await sweep(sessions, queue, settings)
+    sent = await requeue_lost(sessions, queue, settings)
 
     assert sent == sorted([*lost, dead])
     for job_id in sent:
         job = await get_job(session, job_id)
         assert await queue.is_pending(job_id, job.enqueue_count), "a fresh message waits"
-    assert await sweep(sessions, queue, settings) == [dead], "queued ones have messages now"
+    assert await requeue_lost(sessions, queue, settings) == [dead], "queued ones have messages now"
 
 
 async def test_without_redis_a_sweep_sends_and_counts_nothing(sessions, session, key, settings):
     waiting = await new_jobs(session, key, 2)
     await backdate(session, waiting, updated_at=AN_HOUR_AGO)
     down = JobQueue(CLOSED_REDIS_URL, "q", 1)
-    assert await sweep(sessions, down, settings) == []
+    assert await requeue_lost(sessions, down, settings) == []
     assert [(await get_job(session, job_id)).enqueue_count for job_id in waiting] == [0, 0]
