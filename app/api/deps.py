@@ -193,6 +193,7 @@ def one_value_each(request: Request) -> None:
 MAX_ID = 2**31 - 1
 """The largest id or step an INTEGER column holds on every database; larger is a 422."""
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
+SweepId = Annotated[int, Path(ge=1, le=2**31 - 1, description="The sweep's id.")]
 Cursor = Annotated[
     int | None, Query(ge=1, le=MAX_ID, description="`next_cursor` of the last page.")
 ]

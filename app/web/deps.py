@@ -51,7 +51,7 @@ async def read_form(request: Request) -> dict[str, str]:
     return fields
 
 
-async def get_submitter(viewer: Annotated[Principal, Depends(get_viewer)]) -> Principal:
+async def get_acting_viewer(viewer: Annotated[Principal, Depends(get_viewer)]) -> Principal:
     """The viewer, if its key may act on jobs (the `submit` scope); else a 403 page."""
     if not viewer.allows(Scope.submit):
         raise WebError(
@@ -63,7 +63,7 @@ async def get_submitter(viewer: Annotated[Principal, Depends(get_viewer)]) -> Pr
 
 
 ViewerDep = Annotated[Principal, Depends(get_viewer)]
-SubmitterDep = Annotated[Principal, Depends(get_submitter)]
+ActingViewerDep = Annotated[Principal, Depends(get_acting_viewer)]
 FormDep = Annotated[dict[str, str], Depends(read_form)]
 CSRF_CHECKED = [Depends(read_form)]
 """For a route whose form carries nothing but its CSRF token (`dependencies=CSRF_CHECKED`)."""

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Query
 
-from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep
+from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, SweepId
 from app.api.errors import error_responses
 from app.audit.store import record_audit
 from app.jobs.service import API
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepsPage
-from app.sweeps.service import submit_definition
-from app.sweeps.store import cancel_sweep, list_sweeps, read_sweep
+from app.sweeps.service import cancel_sweep, list_sweeps, read_sweep, submit_definition
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
-SweepId = Annotated[int, Path(ge=1, le=2**31 - 1, description="The sweep's id.")]
 
 
 @router.post(

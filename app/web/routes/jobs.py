@@ -20,7 +20,7 @@ from app.jobs.store import apply_action
 from app.jobs.tables import Job
 from app.jobs.transitions import plan_action
 from app.web import charts, present, reads
-from app.web.deps import CSRF_CHECKED, SubmitterDep, ViewerDep
+from app.web.deps import CSRF_CHECKED, ActingViewerDep, ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
 
@@ -162,7 +162,7 @@ async def act_on_job(
     session: SessionDep,
     queue: QueueDep,
     snapshots: SnapshotsDep,
-    viewer: SubmitterDep,
+    viewer: ActingViewerDep,
 ) -> Response:
     """Cancel, pause or resume, exactly as the API does (a resumed job is queued again);
     needs a key with the `submit` scope, and is audited."""

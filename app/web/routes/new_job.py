@@ -20,7 +20,7 @@ from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD, submit_spec
 from app.jobs.store import Idempotency
-from app.web.deps import FormDep, SubmitterDep, ViewerDep
+from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text, line_of
 from app.web.templating import render
@@ -84,7 +84,7 @@ async def submit_job(
     session: SessionDep,
     queue: QueueDep,
     settings: SettingsDep,
-    viewer: SubmitterDep,
+    viewer: ActingViewerDep,
     form: FormDep,
 ) -> Response:
     """Create the job (the form's idempotency key makes a repeat, e.g. a double click,

@@ -15,7 +15,7 @@ from app.jobs.rows import get_job
 from app.playground.schemas import PlaygroundAnswer
 from app.playground.service import PlaygroundError, Sampling, itself
 from app.web import present
-from app.web.deps import FormDep, SubmitterDep
+from app.web.deps import ActingViewerDep, FormDep
 from app.web.templating import render
 from kernel.playground import Completion, SampleRequest
 from kernel.spec import format_validation_error
@@ -72,7 +72,7 @@ async def try_it(
     queue: QueueDep,
     settings: SettingsDep,
     waits: WaitsDep,
-    viewer: SubmitterDep,
+    viewer: ActingViewerDep,
     form: FormDep,
 ) -> Response:
     """The completions of the form's prompt, or why there are none, as a fragment. Needs

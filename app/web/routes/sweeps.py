@@ -10,8 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 
-from app.api.deps import MAX_ID, SessionDep, SettingsDep
-from app.api.routes.sweeps import SweepId
+from app.api.deps import MAX_ID, SessionDep, SettingsDep, SweepId
 from app.audit.store import record_audit
 from app.auth.schemas import Scope
 from app.core.documents import TooLargeToStore
@@ -19,10 +18,9 @@ from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepStatus, TrialPublic
-from app.sweeps.service import submit_definition
-from app.sweeps.store import cancel_sweep, list_sweeps, read_sweep
+from app.sweeps.service import cancel_sweep, list_sweeps, read_sweep, submit_definition
 from app.web.charts import MAX_POINTS
-from app.web.deps import CSRF_CHECKED, FormDep, SubmitterDep, ViewerDep
+from app.web.deps import CSRF_CHECKED, ActingViewerDep, FormDep, ViewerDep
 from app.web.spec_form import YamlRefused, read_yaml
 from app.web.templating import render
 from kernel.spec import format_validation_error
@@ -99,7 +97,7 @@ async def submit_sweep(
     request: Request,
     session: SessionDep,
     settings: SettingsDep,
-    viewer: SubmitterDep,
+    viewer: ActingViewerDep,
     form: FormDep,
 ) -> Response:
     """Create the sweep as POST /v1/sweeps does and go to its page; on an error show the
@@ -154,7 +152,7 @@ async def sweep_page(
 
 
 @router.post("/sweeps/{sweep_id}/cancel", dependencies=CSRF_CHECKED)
-async def cancel(sweep_id: SweepId, session: SessionDep, viewer: SubmitterDep) -> Response:
+async def cancel(sweep_id: SweepId, session: SessionDep, viewer: ActingViewerDep) -> Response:
     await cancel_sweep(session, sweep_id, viewer.scope)
     detail = {"via": "dashboard"}
     await record_audit(session, viewer, "sweep.cancel", f"sweep {sweep_id}", 303, detail)

@@ -30,7 +30,8 @@ from app.sweeps.control import (
     judge_rungs,
 )
 from app.sweeps.schemas import EarlyStop, SweepCreate, SweepMetric, SweepStatus
-from app.sweeps.store import cancel_sweep, create_sweep, end_sweep, get_sweep, read_state, trials_of
+from app.sweeps.service import cancel_sweep
+from app.sweeps.store import create_sweep, end_sweep, get_sweep, read_state, trials_of
 from app.sweeps.tables import Sweep, SweepRung
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec

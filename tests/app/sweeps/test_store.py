@@ -16,7 +16,8 @@ from app.jobs.tables import Job
 from app.records.store import record_step
 from app.sweeps.rungs import points_at
 from app.sweeps.schemas import SweepCreate
-from app.sweeps.store import create_sweep, list_sweeps, read_sweep
+from app.sweeps.service import list_sweeps, read_sweep
+from app.sweeps.store import create_sweep
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
 
