@@ -42,7 +42,7 @@ TINY_SPEC = ROOT / "examples" / "tiny.yaml"
 INSERT_BATCH = 5_000
 SEEDER = "benchmark-seeder"
 SWEEP_METRIC = "opd/reverse_kl_mean"
-METRIC_NAMES = (  # what a local job records each step (DESIGN.md section 1): 14 names
+METRIC_NAMES = (  # what a local job records each step (docs/algorithm.md#metrics): 14 names
     "data/datums",
     "data/completion_tokens_mean",
     "data/completion_tokens_total",

@@ -7,8 +7,9 @@ from typing import Any
 from kernel.samples import KeptSample
 from worker.engine.sinks import RunInfo, Sink
 
-# The step metrics DESIGN §1 promises (people chart them), besides trainer/<name>.
-DESIGN_METRICS = {
+# The step metrics the reference scripts record, besides trainer/<name>: people chart them, so
+# none may be renamed (docs/algorithm.md#metrics).
+REFERENCE_METRICS = {
     "data/datums",
     "data/completion_tokens_mean",
     "data/completion_tokens_total",

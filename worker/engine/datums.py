@@ -1,7 +1,7 @@
 """Small pure helpers of the OPD algorithm: prompts, advantages and datums.
 
-These reproduce the reference scripts exactly (DESIGN §1): the datum is shifted for
-next-token prediction and padded with zeros over the prompt.
+These reproduce the reference scripts exactly (docs/algorithm.md#the-datum): the datum is
+shifted for next-token prediction and padded with zeros over the prompt.
 """
 
 from __future__ import annotations

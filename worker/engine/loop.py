@@ -1,4 +1,4 @@
-"""The OPD training loop (DESIGN §1), one readable function over the backend contract.
+"""The OPD training loop (docs/algorithm.md), one readable loop over the backend contract.
 
 Per step: refresh the sampler, sample `group_size` completions for each of the step's
 prompts concurrently, let the teacher score every completion, build the datums, then
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -27,7 +27,15 @@ from pytrio.types import AdamParams, Datum, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
-from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec, named
+from kernel.spec import (
+    InitFrom,
+    JobSpec,
+    LoopSpec,
+    PromptOptions,
+    SavedWeights,
+    TeacherSpec,
+    named,
+)
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
@@ -98,8 +106,8 @@ def step_metrics(
     elapsed: float,
     phases: dict[str, float],
 ) -> dict[str, float]:
-    """The reference's metric names (DESIGN §1), `trainer/<name>` from the backend, how
-    many optimizer steps old the rollouts were, and where the step's time went
+    """The reference's metric names (docs/algorithm.md#metrics), `trainer/<name>` from the
+    backend, how many optimizer steps old the rollouts were, and where the step's time went
     (`time/<phase>`)."""
     counts = [len(c.tokens) for c in batch.completions]
     kls = np.concatenate([c.reverse_kl for c in batch.completions])
@@ -390,6 +398,148 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
     )
 
 
+PHASES = ("sampler_refresh", "sample", "teacher", "rollout_wait", "train", "save")
+"""Where a step's time goes: its `time/<phase>` metrics, in the order they are listed."""
+
+
+class PhaseTimer:
+    """Times a step's phases: `with timer("train"):` records the block's seconds, `record`
+    a time measured elsewhere, and `lap()` hands over one step's phases and starts the
+    next step's. A phase that did not run took 0 s; `save` is the checkpoint saved at the
+    boundary before the step, so it is timed after the previous step's lap."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        yield
+        self.record(phase, time.perf_counter() - start)
+
+    def record(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = seconds
+
+    def lap(self) -> dict[str, float]:
+        phases = {phase: self.seconds.get(phase, 0.0) for phase in PHASES}
+        self.seconds = {}
+        return phases
+
+
+def first_step(loop: LoopSpec, resume: SavedState | None) -> int:
+    """The step a run starts at: 0, or a saved state's, if the run can resume there
+    exactly (with k >= 1 that needs the older sampler weights its next steps sample from)."""
+    start = resume.step if resume else 0
+    if not 0 <= start <= loop.steps:
+        raise OPDError(
+            f"cannot resume at step {start}: the run has {loop.steps} steps",
+            code="bad_resume_state",
+        )
+    needed = resume_versions(start, loop) if resume and loop.max_steps_off_policy else set()
+    if missing := sorted(needed - resume.samplers.keys() if resume else needed):
+        raise OPDError(
+            f"cannot resume at step {start}: its next steps sample from the sampler weights "
+            f"saved after steps {missing}, which were not given",
+            code="bad_resume_state",
+        )
+    return start
+
+
+def checkpoint_due(loop: LoopSpec, done: int) -> bool:
+    """Whether `loop.save_every` saves a checkpoint after `done` steps (the last boundary
+    saves its own final weights)."""
+    return bool(loop.save_every) and done % loop.save_every == 0 and done < loop.steps
+
+
+@dataclass
+class Steps:
+    """A run from its first step boundary to its last: its clients, the rollouts in
+    flight, the held-out eval, and the state it saved last."""
+
+    run: Run
+    rollouts: Rollouts
+    evaluation: Evaluation | None
+    grade: Grade | None
+    latest: SavedState | None
+    """The state of the latest boundary saved (or resumed from): a stop right there reuses
+    it, since a state name may be saved only once in a run."""
+
+    async def stop_if_asked(self, step: int, stop: Stop | None) -> RunResult | None:
+        """Stop at this boundary if asked and able to (`Stop`); a stop to resume that
+        cannot take effect yet keeps every new set of weights until it can."""
+        if stop is Stop.cancel:
+            return await self.stop_at(step, "Cancelled", {})
+        if stop is Stop.resume:
+            if self.rollouts.resumable_at(step):
+                return await self.stop_at(step, "Stopped", self.rollouts.resume_weights(step))
+            self.rollouts.keep_new_weights()
+        return None
+
+    async def stop_at(self, step: int, why: str, samplers: Mapping[int, str]) -> RunResult:
+        """Stop at this boundary with its state, the rollouts in flight dropped."""
+        await self.rollouts.close()
+        latest = self.latest
+        saved = latest if latest and latest.step == step else await self.run.save_state(step)
+        self.run.sink.event(
+            "info", f"{why} at step {step}; state saved", {"step": step, "path": saved.path}
+        )
+        state = SavedState(saved.path, step, samplers)
+        return RunResult(steps_done=step, stopped=True, state=state)
+
+    async def evaluate_if_due(self, step: int) -> dict[str, float]:
+        """The held-out eval's metrics at this boundary, when one is due."""
+        evaluation = self.evaluation
+        if evaluation is None or not due(evaluation.spec, step, self.run.spec.loop.steps):
+            return {}
+        # The eval's scoring must not share the teacher's batches with a step's.
+        async with self.rollouts.scoring:
+            return await self.run.evaluate(evaluation, step)
+
+    async def datums(self, batch: Batch, items: list[Item]) -> tuple[list[Datum], dict[str, float]]:
+        """The step's datums, each token's advantage its negative reverse KL (plus the
+        reward's bonus with `loop.reward`), and the reward's metrics."""
+        loop = self.run.spec.loop
+        bonus, rewarded = None, {}
+        if loop.reward.coef:
+            assert self.grade is not None
+            rewards = await group_rewards(batch.completions, items, self.run.decode, self.grade)
+            bonus = reward_bonus(batch.completions, rewards, loop.reward.coef)
+            rewarded = reward_metrics(batch.completions, items, rewards)
+        datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus)
+        if not datums:
+            raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
+        return datums, rewarded
+
+    def record_samples(self, step: int, batch: Batch, items: list[Item]) -> None:
+        """Keep a few of the step's rollouts for people to read, on the steps that keep them."""
+        loop = self.run.spec.loop
+        if keeps_samples(step, loop.steps, loop.keep_samples):
+            kept = batch.completions[: loop.keep_samples]
+            self.run.sink.samples(step, self.run.kept(kept, items))
+
+    async def save_checkpoint(self, done: int) -> None:
+        """The scheduled checkpoint after `done` steps; its sampler weights serve the
+        rollouts too."""
+        self.latest, sampler_path = await self.run.save_checkpoint(done)
+        self.rollouts.saved_sampler(done, sampler_path)
+
+    async def finish(self, stop: Stop | None) -> RunResult:
+        """After the last step: the final eval, state and sampler weights (a cancel asked
+        for during the last step keeps its state alone)."""
+        run, loop = self.run, self.run.spec.loop
+        if stop is Stop.cancel:
+            return await self.stop_at(loop.steps, "Cancelled", {})
+        if self.evaluation is not None:
+            run.sink.eval(loop.steps, await run.evaluate(self.evaluation, loop.steps))
+        if not (self.latest and self.latest.step == loop.steps):
+            # A final state too, so that another job can continue this one (`init_from`).
+            await run.save_state(loop.steps)
+        final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
+        run.sink.checkpoint(loop.steps, "final", final.path)
+        run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
+        return RunResult(steps_done=loop.steps, final_weights_path=final.path)
+
+
 async def run_loop(
     spec: JobSpec,
     service: ServiceClient,
@@ -406,19 +556,7 @@ async def run_loop(
     exactly (`Rollouts.resumable_at`). `prompts` (and `eval_prompts`) are by dataset name;
     a one-dataset spec may give its `Prompts` alone."""
     loop = spec.loop
-    start = resume.step if resume else 0
-    if not 0 <= start <= loop.steps:
-        raise OPDError(
-            f"cannot resume at step {start}: the run has {loop.steps} steps",
-            code="bad_resume_state",
-        )
-    needed = resume_versions(start, loop) if resume and loop.max_steps_off_policy else set()
-    if missing := sorted(needed - resume.samplers.keys() if resume else needed):
-        raise OPDError(
-            f"cannot resume at step {start}: its next steps sample from the sampler weights "
-            f"saved after steps {missing}, which were not given",
-            code="bad_resume_state",
-        )
+    start = first_step(loop, resume)
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
@@ -441,95 +579,39 @@ async def run_loop(
         start=start,
         kept=resume.samplers if resume else {},
     )
-    # The state of the latest boundary saved (or resumed from): a stop right there reuses
-    # it, since a state name may be saved only once in a run.
-    latest = resume
-
-    async def stopped_at(step: int, why: str, samplers: Mapping[int, str]) -> RunResult:
-        """Stop at this boundary with its state, the rollouts in flight dropped."""
-        await rollouts.close()
-        saved = latest if latest and latest.step == step else await run.save_state(step)
-        sink.event("info", f"{why} at step {step}; state saved", {"step": step, "path": saved.path})
-        state = SavedState(saved.path, step, samplers)
-        return RunResult(steps_done=step, stopped=True, state=state)
-
-    save_seconds = 0.0
+    steps = Steps(run, rollouts, evaluation, grade, latest=resume)
+    timer = PhaseTimer()
     try:
         for step in range(start, loop.steps):
-            stop = should_stop()
-            if stop is Stop.cancel:
-                return await stopped_at(step, "Cancelled", {})
-            if stop is Stop.resume:
-                if rollouts.resumable_at(step):
-                    return await stopped_at(step, "Stopped", rollouts.resume_weights(step))
-                rollouts.keep_new_weights()
-            evaluated = {}
-            if evaluation is not None and due(evaluation.spec, step, loop.steps):
-                # The eval's scoring must not share the teacher's batches with a step's.
-                async with rollouts.scoring:
-                    evaluated = await run.evaluate(evaluation, step)
+            if stopped := await steps.stop_if_asked(step, should_stop()):
+                return stopped
+            evaluated = await steps.evaluate_if_due(step)
 
             step_start = time.time()
-            phase = time.perf_counter()
-            await rollouts.refresh(step)
-            refresh_seconds = time.perf_counter() - phase
-            phase = time.perf_counter()
-            batch = await rollouts.batch(step)
-            wait_seconds = time.perf_counter() - phase
+            with timer("sampler_refresh"):
+                await rollouts.refresh(step)
+            with timer("rollout_wait"):
+                batch = await rollouts.batch(step)
+            timer.record("sample", batch.sample_seconds)
+            timer.record("teacher", batch.teacher_seconds)
             items = rollouts.items_of(step)
-            bonus, rewarded = None, {}
-            if loop.reward.coef:
-                assert grade is not None
-                rewards = await group_rewards(batch.completions, items, run.decode, grade)
-                bonus = reward_bonus(batch.completions, rewards, loop.reward.coef)
-                rewarded = reward_metrics(batch.completions, items, rewards)
-            datums = opd_datums(
-                batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus
-            )
-            if not datums:
-                raise OPDError(
-                    "No OPD datums were built: every completion was empty", code="no_datums"
-                )
-            phase = time.perf_counter()
-            trainer_metrics = await run.train(datums)
-            phases = {
-                "sampler_refresh": refresh_seconds,
-                "sample": batch.sample_seconds,
-                "teacher": batch.teacher_seconds,
-                "rollout_wait": wait_seconds,
-                "train": time.perf_counter() - phase,
-                "save": save_seconds,
-            }
+            datums, rewarded = await steps.datums(batch, items)
+            with timer("train"):
+                trainer_metrics = await run.train(datums)
+            phases = timer.lap()
             elapsed = time.time() - step_start
             metrics = step_metrics(
                 batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
             )
             sink.step(step, metrics | rewarded | evaluated)
-            if keeps_samples(step, loop.steps, loop.keep_samples):
-                kept = batch.completions[: loop.keep_samples]
-                sink.samples(step, run.kept(kept, items))
+            steps.record_samples(step, batch, items)
 
-            done = step + 1
-            save_seconds = 0.0
-            if loop.save_every and done % loop.save_every == 0 and done < loop.steps:
-                phase = time.perf_counter()
-                latest, sampler_path = await run.save_checkpoint(done)
-                rollouts.saved_sampler(done, sampler_path)
-                save_seconds = time.perf_counter() - phase
+            if checkpoint_due(loop, step + 1):
+                with timer("save"):
+                    await steps.save_checkpoint(step + 1)
     finally:
         await rollouts.close()
-
-    if should_stop() is Stop.cancel:
-        return await stopped_at(loop.steps, "Cancelled", {})
-    if evaluation is not None:
-        sink.eval(loop.steps, await run.evaluate(evaluation, loop.steps))
-    if not (latest and latest.step == loop.steps):
-        # A final state too, so that another job can continue this one (`init_from`).
-        await run.save_state(loop.steps)
-    final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
-    sink.checkpoint(loop.steps, "final", final.path)
-    sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
-    return RunResult(steps_done=loop.steps, final_weights_path=final.path)
+    return await steps.finish(should_stop())
 
 
 async def run_job(

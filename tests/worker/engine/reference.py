@@ -1,5 +1,6 @@
-"""The on-policy loop as it was before the pipeline, written out step by step (DESIGN §1):
-what `loop.max_steps_off_policy: 0` must still compute, datum for datum."""
+"""The on-policy loop as it was before the pipeline, written out step by step
+(docs/algorithm.md#one-step): what `loop.max_steps_off_policy: 0` must still compute, datum
+for datum."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from pytrio.types import AdamParams, Datum, ModelInput
 
 from kernel.errors import BackendFailure, TokenizerMismatch
 from kernel.spec import FileDataset, JobSpec, SpecError, TrioBackendSpec, parse_spec
-from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
+from tests.fakes.sinks import REFERENCE_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
 from tests.support import assert_close, named
 from worker.engine.backends.local.presets import tiny_tokenizer
@@ -139,7 +139,7 @@ async def test_step_metrics_have_the_reference_names_and_values() -> None:
 
     for step, call in enumerate(fake.calls_named("forward_backward")):
         metrics = sink.steps[step]
-        assert metrics.keys() >= DESIGN_METRICS
+        assert metrics.keys() >= REFERENCE_METRICS
         trainer = {key for key in metrics if key.startswith("trainer/")}
         assert trainer == {"trainer/loss_sum", "trainer/loss_mean", "trainer/token_count"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.spec import JobSpec
-from tests.fakes.sinks import DESIGN_METRICS, RecordingSink
+from tests.fakes.sinks import REFERENCE_METRICS, RecordingSink
 from tests.support import named
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.datasets import Prompts
@@ -37,7 +37,7 @@ async def one_tiny_step(spec: JobSpec, service: ServiceClient) -> tuple[RunResul
     """Run `spec` on `service`: a step with the design's metrics, the final state and weights."""
     sink = RecordingSink()
     result = await run_loop(spec, service, Prompts(spec.dataset.prompts, [None]), sink)
-    assert sink.steps[0].keys() >= DESIGN_METRICS
+    assert sink.steps[0].keys() >= REFERENCE_METRICS
     assert result.final_weights_path
     assert [(step, kind) for step, kind, _ in sink.checkpoints] == [(1, "state"), (1, "final")]
     assert sink.checkpoints[-1][2] == result.final_weights_path
