@@ -138,7 +138,7 @@ class Sampling:
             if held.answer is not None:
                 return Served(kind.model_validate_json(held.answer), replayed=True)
         try:
-            answer = await self.sampled(job, request, held)
+            answer = await self.ask_worker(job, request, held)
         except Exception:  # nothing to keep: a repeat tries anew
             if held is not None and held.first:
                 await release(session, held.id)
@@ -152,7 +152,7 @@ class Sampling:
         await add_usage(session, job.id, job.team_id, answer_usage(answer), utcnow())
         return Served(response)
 
-    async def sampled(
+    async def ask_worker(
         self, job: Job, request: SampleRequest, held: Claim | None
     ) -> PlaygroundAnswer:
         """The worker's answer to the request; with a claimed row, from the row's task,
