@@ -1,6 +1,6 @@
 """The FastAPI application: `create_app()` wires settings, database, queue and routes.
 
-Run it with `uvicorn --factory app.api.main:create_app`. Nothing here imports torch or
+Run it with `uvicorn --factory app.main:create_app`. Nothing here imports torch or
 the worker package; jobs reach the workers through Redis by task name.
 """
 

@@ -103,7 +103,7 @@ async def test_start_up_migrates_a_new_sqlite_database(tmp_path):
 
 def test_importing_the_api_loads_neither_torch_nor_the_worker():
     code = (
-        "import sys, app.api.main; "
+        "import sys, app.main; "
         "bad = [m for m in sys.modules if m == 'torch' or m.split('.')[0] == 'worker']; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
