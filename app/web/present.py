@@ -33,10 +33,11 @@ def duration(seconds: float | None) -> str:
     return f"{days}d {hours}h"
 
 
-def number(value: float | None) -> str:
-    """Four significant digits, which is what a person compares at a glance."""
+def number(value: float | None, missing: str = "–") -> str:
+    """Four significant digits, which is what a person compares at a glance; `missing` for
+    no value (the command line shows an ASCII `-`)."""
     if value is None or not math.isfinite(value):
-        return "–"
+        return missing
     return f"{value:.4g}"
 
 

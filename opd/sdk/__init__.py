@@ -1,6 +1,6 @@
 """The Python SDK of the OPD API: `Client`, `AsyncClient`, their results and errors."""
 
-from opd.sdk.client import AsyncClient, Client
+from opd.sdk.client import AsyncClient, AsyncJob, Client, Job
 from opd.sdk.errors import (
     APIConnectionError,
     AuthenticationError,
@@ -15,7 +15,7 @@ from opd.sdk.errors import (
     ValidationError,
     WaitTimeout,
 )
-from opd.sdk.results import AsyncJob, Curves, Download, Job
+from opd.sdk.results import Curves, Download
 from opd.sdk.transport import Retries
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""`Client` (blocking) and `AsyncClient` (asyncio): the OPD API's resources as typed calls.
+"""`Client` (blocking) and `AsyncClient` (asyncio): the OPD API's resources as typed calls,
+and the jobs they return (`Job`, `AsyncJob`), which know the client they came from.
 
 The address comes from `url` / `OPD_URL`; the key from `key` / `OPD_API_KEY`, or the local
 admin key `opd serve` wrote under `OPD_HOME`.
@@ -12,9 +13,10 @@ from types import TracebackType
 from typing import Generic, Self
 
 import httpx
+from pydantic import PrivateAttr
 
+from app.jobs.schemas import JobPublic
 from opd.sdk.resources import Audit, J, Jobs, Keys, Sweeps, Teams, Usage, Webhooks, X
-from opd.sdk.results import AsyncJob, Job
 from opd.sdk.transport import AsyncTransport, Retries, SyncTransport
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -28,7 +30,7 @@ def local_key_path(home: Path) -> Path:
 def default_key() -> str | None:
     if key := os.environ.get("OPD_API_KEY"):
         return key
-    from app.core.config import get_settings
+    from app.core.config import get_settings  # start-up time: read only without a key
 
     path = local_key_path(get_settings().home)
     return path.read_text().strip() if path.is_file() else None
@@ -41,6 +43,39 @@ def http_options(url: str | None, key: str | None, timeout: float) -> dict[str, 
         "headers": {"Authorization": f"Bearer {key}"} if key else {},
         "timeout": timeout,
     }
+
+
+class Job(JobPublic):
+    """A job as the API shows it (`JobPublic`), that knows the client it came from."""
+
+    _client: Client = PrivateAttr()
+
+    def refresh(self) -> Job:
+        return self._client.jobs.get(self.id)
+
+    def wait(
+        self, *, progress: bool = False, interval: float = 1.0, timeout: float | None = None
+    ) -> Job:
+        """Poll until the job ends; `progress`: a bar with the reverse KL on stderr."""
+        return self._client.jobs.wait(
+            self.id, progress=progress, interval=interval, timeout=timeout
+        )
+
+
+class AsyncJob(JobPublic):
+    """`Job` for the AsyncClient: `await job.wait()`."""
+
+    _client: AsyncClient = PrivateAttr()
+
+    async def refresh(self) -> AsyncJob:
+        return await self._client.jobs.get(self.id)
+
+    async def wait(
+        self, *, progress: bool = False, interval: float = 1.0, timeout: float | None = None
+    ) -> AsyncJob:
+        return await self._client.jobs.wait(
+            self.id, progress=progress, interval=interval, timeout=timeout
+        )
 
 
 class Resources(Generic[X, J]):

@@ -1,5 +1,6 @@
-"""What the SDK returns beyond the API's own schemas: a job that can wait for itself, and
-curves that turn into a DataFrame."""
+"""What the SDK returns beyond the API's own schemas: curves that turn into a DataFrame,
+and a downloaded checkpoint. (A job that can wait for itself knows its client, so it lives
+beside it, in client.py.)"""
 
 from __future__ import annotations
 
@@ -7,48 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import PrivateAttr
-
 from app.curves.schemas import MetricsPublic
-from app.jobs.schemas import JobPublic
 
 if TYPE_CHECKING:
     import pandas
-
-    from opd.sdk.client import AsyncClient, Client
-
-
-class Job(JobPublic):
-    """A job as the API shows it (`JobPublic`), that knows the client it came from."""
-
-    _client: Client = PrivateAttr()
-
-    def refresh(self) -> Job:
-        return self._client.jobs.get(self.id)
-
-    def wait(
-        self, *, progress: bool = False, interval: float = 1.0, timeout: float | None = None
-    ) -> Job:
-        """Poll until the job ends; `progress`: a bar with the reverse KL on stderr."""
-        return self._client.jobs.wait(
-            self.id, progress=progress, interval=interval, timeout=timeout
-        )
-
-
-class AsyncJob(JobPublic):
-    """`Job` for the AsyncClient: `await job.wait()`."""
-
-    _client: AsyncClient = PrivateAttr()
-
-    async def refresh(self) -> AsyncJob:
-        return await self._client.jobs.get(self.id)
-
-    async def wait(
-        self, *, progress: bool = False, interval: float = 1.0, timeout: float | None = None
-    ) -> AsyncJob:
-        return await self._client.jobs.wait(
-            self.id, progress=progress, interval=interval, timeout=timeout
-        )
 
 
 class Curves(MetricsPublic):

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -17,26 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kernel.errors import OPDError
 from kernel.merge_patch import dotted_patch
-from opd.shading import shaded_tokens, worst_tokens
+from opd.cli.common import CommandError, api_options, client
+from opd.cli.shading import shaded_tokens, wants_color, worst_tokens
 
 if TYPE_CHECKING:
     from app.jobs.schemas import CheckpointPublic
     from app.playground.schemas import PlaygroundAnswer
     from kernel.playground import Completion
+    from opd.cli.common import Commands
     from opd.sdk import Client
-
-
-def command_error(message: str) -> Exception:
-    from opd.cli import CommandError
-
-    return CommandError(message)
-
-
-def connect(args: argparse.Namespace) -> Client:
-    from opd.cli import client
-
-    return client(args)
 
 
 def checkpoint_ref(text: str) -> str | int:
@@ -95,7 +84,7 @@ def answer_lines(answer: PlaygroundAnswer, color: bool) -> list[str]:
 
 
 def sample_command(args: argparse.Namespace) -> int:
-    answer = connect(args).jobs.sample(
+    answer = client(args).jobs.sample(
         args.job,
         args.prompt,
         checkpoint=args.checkpoint,
@@ -106,8 +95,7 @@ def sample_command(args: argparse.Namespace) -> int:
         compare=args.compare,
         timeout_seconds=args.timeout,
     )
-    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    print("\n".join(answer_lines(answer, color)))
+    print("\n".join(answer_lines(answer, wants_color())))
     return 0
 
 
@@ -115,7 +103,7 @@ def clone_command(args: argparse.Namespace) -> int:
     try:
         patch = dotted_patch(dict(args.set))
     except ValueError as error:
-        raise command_error(str(error)) from None
+        raise CommandError(str(error)) from None
     if args.init_from is not None:
         init = {
             "job": args.job,
@@ -123,7 +111,7 @@ def clone_command(args: argparse.Namespace) -> int:
             "with_optimizer": args.with_optimizer,
         }
         patch.setdefault("student", {})["init_from"] = init
-    job = connect(args).jobs.clone(args.job, patch, idempotency_key=args.idempotency_key)
+    job = client(args).jobs.clone(args.job, patch, idempotency_key=args.idempotency_key)
     print(job.id if args.quiet else f"Cloned job {args.job} as job {job.id} ({job.status})")
     return 0
 
@@ -135,7 +123,7 @@ def find_weights(api: Client, job_id: int, ref: str | int) -> CheckpointPublic:
     found = [c for c in saved if c.kind in kinds and (ref == "final" or c.step == ref)]
     if not found:
         steps = sorted({c.step for c in saved if c.kind in ("sampler", "final")})
-        raise command_error(
+        raise CommandError(
             f"job {job_id} has no {'final' if ref == 'final' else f'step {ref}'} sampler "
             f"weights; it has them after steps: {', '.join(map(str, steps)) or 'none yet'}"
         )
@@ -153,8 +141,8 @@ def unpack(archive: Path, into: Path) -> Path:
 def export_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise command_error(f"{out} exists and is not an empty folder")
-    api = connect(args)
+        raise CommandError(f"{out} exists and is not an empty folder")
+    api = client(args)
     weights = find_weights(api, args.job, args.checkpoint)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
@@ -179,20 +167,21 @@ def export_command(args: argparse.Namespace) -> int:
 
 def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
     """The merge, with the local backend's model code (torch, transformers, peft)."""
+    # start-up time: torch and transformers
     import torch
     from transformers.utils import logging as hf_logging
 
-    from kernel.errors import OPDError
     from worker.engine.backends.local.export import merge_adapter
 
     hf_logging.disable_progress_bar()
     try:
         return merge_adapter(folder, out, base_model, getattr(torch, dtype))
     except OPDError as error:
-        raise command_error(f"[{error.code}] {error}") from error
+        raise CommandError(f"[{error.code}] {error}") from error
 
 
-def add_output_commands(commands: Any, http: argparse.ArgumentParser) -> None:
+def add_parsers(commands: Commands) -> None:
+    http = api_options()
     sample = commands.add_parser(
         "sample", parents=[http], help="complete a prompt with a job's checkpoint (a worker does)"
     )

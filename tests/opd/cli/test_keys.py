@@ -13,7 +13,7 @@ from pathlib import Path
 from app.core.config import Settings
 from tests.app.conftest import serve
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def opd_keys(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

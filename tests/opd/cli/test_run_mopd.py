@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.opd.test_cli_run import opd
+from tests.opd.cli.test_run import opd
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 
 

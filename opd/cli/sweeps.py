@@ -6,38 +6,35 @@ from __future__ import annotations
 import argparse
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
+from app.web.present import number
+from opd.cli.common import CommandError, api_options, client, count, page_size
 
-
-def command_error(message: str) -> Exception:
-    from opd.cli import CommandError
-
-    return CommandError(message)
+if TYPE_CHECKING:
+    from opd.cli.common import Commands
 
 
 def read_definition(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as error:
-        raise command_error(f"cannot read {path}: {error.strerror}") from error
+        raise CommandError(f"cannot read {path}: {error.strerror}") from error
     except yaml.YAMLError as error:
-        raise command_error(f"{path} is not valid YAML/JSON: {error}") from error
+        raise CommandError(f"{path} is not valid YAML/JSON: {error}") from error
     if not isinstance(data, dict):
-        raise command_error(f"{path}: a sweep must be a mapping, got {type(data).__name__}")
+        raise CommandError(f"{path}: a sweep must be a mapping, got {type(data).__name__}")
     return data
-
-
-def number(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
 
 
 def sweep_line(sweep: SweepPublic) -> str:
     best = sweep.best
-    shown = f"best trial {best.number} ({number(best.metric)})" if best else "no best yet"
+    shown = (
+        f"best trial {best.number} ({number(best.metric, missing='-')})" if best else "no best yet"
+    )
     return (
         f"{sweep.id:>6}  {sweep.status:<10} {sweep.method:<6} "
         f"{sweep.trials_created:>3}/{sweep.trials_planned:<3} {sweep.name}  "
@@ -72,14 +69,12 @@ def trial_table(sweep: SweepDetail) -> list[str]:
         steps = f"{trial.steps_done}/{trial.total_steps}"
         lines.append(
             f"{trial.number:>5}  {trial.job_id:>6}  {trial.status:<10} {steps:>11}  "
-            f"{number(trial.metric):>10}  {values}  {trial.stop_reason or ''}"
+            f"{number(trial.metric, missing='-'):>10}  {values}  {trial.stop_reason or ''}"
         )
     return lines
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    from opd.cli import client, page_size
-
     api = client(args)
     if args.sweep_action == "create":
         sweep = api.sweeps.create(read_definition(args.file))
@@ -100,9 +95,8 @@ def sweep_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_sweep_commands(commands: Any, http: argparse.ArgumentParser) -> None:
-    from opd.cli import count
-
+def add_parsers(commands: Commands) -> None:
+    http = api_options()
     sweep = commands.add_parser("sweep", help="searches over a job spec (trials are jobs)")
     actions = sweep.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")

@@ -8,7 +8,7 @@ from contextlib import closing
 
 from app.core.config import Settings
 from tests.app.conftest import serve, small_spec
-from tests.opd.test_cli_keys import opd_keys, run_opd
+from tests.opd.cli.test_keys import opd_keys, run_opd
 
 
 async def test_a_read_key_with_an_expiry_reads_but_cannot_submit(tmp_path):

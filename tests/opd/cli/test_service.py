@@ -12,7 +12,7 @@ from standardwebhooks import Webhook as Signer
 from app.core.config import Settings
 from app.core.encryption import SecretBox
 from tests.app.conftest import serve
-from tests.opd.test_cli_keys import opd_keys, run_opd
+from tests.opd.cli.test_keys import opd_keys, run_opd
 
 
 async def test_rotation_moves_every_secret_to_the_first_key(tmp_path):

@@ -4,6 +4,8 @@ the teacher disagreed with most."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -11,6 +13,11 @@ if TYPE_CHECKING:
 
 SATURATION_KL = 2.0  # a token this far from the teacher gets the strongest shade
 WORST_SHOWN = 8
+
+
+def wants_color() -> bool:
+    """Shade only a terminal, and not where NO_COLOR is set (no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def shade(kl: float | None) -> str:

@@ -1,0 +1,60 @@
+"""What the `opd` commands share: the error a user can act on, the service's settings, the
+API client from `--url` / `--key`, and the argument types several commands take."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from opd.sdk import Client
+
+if TYPE_CHECKING:
+    from app.core.config import Settings
+
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    """`opd COMMAND`: each command module adds its commands to it (`add_parsers`)."""
+
+
+class CommandError(Exception):
+    """A failure the user can act on: printed as one line, exit status 1."""
+
+
+def settings() -> Settings:
+    """The service's settings, for the commands that run or change the service."""
+    from app.core.config import get_settings  # start-up time: the API commands need none
+
+    return get_settings()
+
+
+def api_options() -> argparse.ArgumentParser:
+    """The parent parser of the commands that talk to the API."""
+    http = argparse.ArgumentParser(add_help=False)
+    http.add_argument("--url", help="API address (default $OPD_URL or http://127.0.0.1:8000)")
+    http.add_argument("--key", help="API key (default $OPD_API_KEY or opd serve's local key)")
+    return http
+
+
+def client(args: argparse.Namespace) -> Client:
+    return Client(args.url, args.key)
+
+
+def duration(text: str) -> timedelta:
+    """`90d`, `12h`, `2w` or `30m` as a timedelta (for --expires, --since)."""
+    units = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+    number, unit = text[:-1], text[-1:]
+    if unit not in units or not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number and a unit, e.g. 90d, 12h, 2w")
+    return timedelta(**{units[unit]: int(number)})
+
+
+def count(text: str) -> int:
+    """A --limit: 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number, 1 or more")
+    return int(text)
+
+
+def page_size(limit: int, largest: int) -> int:
+    """The page to ask for when `limit` items are shown: as few requests as the API allows."""
+    return min(limit, largest)

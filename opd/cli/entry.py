@@ -1,0 +1,57 @@
+"""The `opd` command line: the one place that wires the service and the worker.
+
+Each command module adds its commands (`add_parsers`); this module assembles them and turns
+what a command raises into one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable
+
+from kernel.spec import SpecError
+from opd.cli import audit, jobs, keys, outputs, run, service, sweeps, teams, usage
+from opd.cli.common import CommandError
+from opd.sdk import OPDError
+
+COMMAND_GROUPS = (
+    run.add_parsers,
+    service.add_parsers,
+    keys.add_parsers,
+    teams.add_parsers,
+    jobs.add_parsers,
+    outputs.add_parsers,
+    sweeps.add_parsers,
+    usage.add_parsers,
+    audit.add_parsers,
+    jobs.add_action_parsers,
+)
+"""In the order `opd --help` lists the commands."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="opd", description="On-policy distillation jobs.")
+    parser.add_argument("--traceback", action="store_true", help="show full tracebacks on errors")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_parsers in COMMAND_GROUPS:
+        add_parsers(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except (SpecError, CommandError, OPDError) as error:
+        message = str(error)
+    except KeyboardInterrupt:
+        message = "interrupted"
+    except Exception as error:  # a one-line error for the user; --traceback for developers
+        if args.traceback:
+            traceback.print_exc()
+        message = f"{type(error).__name__}: {error}"
+    print(f"error: {message}", file=sys.stderr)
+    return 1

@@ -1,0 +1,47 @@
+"""`opd usage`: the tokens a team's jobs used, per job or per day, and what they cost."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from opd.cli.common import api_options, client, duration
+
+if TYPE_CHECKING:
+    from opd.cli.common import Commands
+
+
+def usage_command(args: argparse.Namespace) -> int:
+    first = (datetime.now(UTC) - args.since).date()
+    report = client(args).usage.get(first=first, group_by=args.group_by, team=args.team)
+    print(
+        f"{'team':<16} {args.group_by:<28} {'sampled':>12} {'teacher':>12} {'trained':>12} "
+        f"{'eval':>10} {'est. cost':>10}"
+    )
+    rows = [(row.team, row) for row in report.rows] + [("total", report.total)]
+    for team, row in rows:
+        if args.group_by == "day":
+            what = str(getattr(row, "day", None) or "")
+        else:
+            job_id, name = getattr(row, "job_id", None), getattr(row, "job_name", None)
+            what = f"{job_id or ''} {name or ''}".strip()
+        cost = row.estimated_cost
+        print(
+            f"{team:<16} {what:<28} {row.sampled_tokens:>12,} "
+            f"{row.teacher_tokens:>12,} {row.trained_tokens:>12,} {row.eval_tokens:>10,} "
+            f"{'-' if cost is None else f'{cost:.2f}':>10}"
+        )
+    if not report.priced:
+        print("No price table is set (OPD_PRICES), so no cost is shown.", file=sys.stderr)
+    return 0
+
+
+def add_parsers(commands: Commands) -> None:
+    http = api_options()
+    usage = commands.add_parser("usage", parents=[http], help="tokens used, per job or per day")
+    usage.add_argument("--since", type=duration, default=timedelta(days=7), metavar="7d")
+    usage.add_argument("--team", help="admin keys: one team (default: every team)")
+    usage.add_argument("--by", dest="group_by", choices=["job", "day"], default="job")
+    usage.set_defaults(handler=usage_command)
