@@ -1,3 +1,4 @@
 """The worker's side of the service: the arq task, the database sink, the requeuer and the
-worker process. It drives the engine and writes through the job store (`app.jobs.store`, `app.records.store`).
+worker process. It drives the engine and writes through the stores (`app.jobs.store`,
+`app.records.store`).
 """
