@@ -131,21 +131,42 @@ def failure_of(error: BaseException) -> tuple[str, str]:
     return "internal_error", f"{type(error).__name__}: {error}"
 
 
-async def beat(ctx: WorkerContext, job_id: int, control: JobControl) -> None:
-    """Heartbeat every interval; relay cancel/pause requests; notice a takeover."""
-    while True:
-        await asyncio.sleep(ctx.settings.heartbeat_interval)
-        try:
-            async with ctx.sessions() as session:
-                action = await heartbeat(session, job_id, ctx.worker_id)
-        except JobNotHeld:
-            control.take_away()
-            return
-        except Exception as error:  # the database may be away: keep beating
-            log.warning("job %s heartbeat failed: %s", job_id, error)
-            continue
-        if action is not None:
-            control.ask(action)
+class Heartbeat:
+    """Beats a job's heart every interval while its attempt runs, relays cancel and pause
+    requests, and notices a takeover. `stop` lets the beat in flight finish: a heartbeat
+    cancelled inside its UPDATE would invalidate its connection mid-transaction (on SQLite
+    holding the write lock), and the error its cleanup raises would swallow the cancel."""
+
+    def __init__(self, ctx: WorkerContext, job_id: int, control: JobControl) -> None:
+        self.ctx, self.job_id, self.control = ctx, job_id, control
+        self.stopped = asyncio.Event()
+        self.task = asyncio.create_task(self.beat_until_stopped(), name=f"heartbeat-{job_id}")
+
+    async def beat_until_stopped(self) -> None:
+        ctx = self.ctx
+        while not await self.stop_within(ctx.settings.heartbeat_interval):
+            try:
+                async with ctx.sessions() as session:
+                    action = await heartbeat(session, self.job_id, ctx.worker_id)
+            except JobNotHeld:
+                self.control.take_away()
+                return
+            except Exception as error:  # the database may be away: keep beating
+                log.warning("job %s heartbeat failed: %s", self.job_id, error)
+                continue
+            if action is not None:
+                self.control.ask(action)
+
+    async def stop_within(self, seconds: float) -> bool:
+        """Whether `stop` was asked within `seconds`."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopped.wait(), seconds)
+        return self.stopped.is_set()
+
+    async def stop(self) -> None:
+        """Stop beating once the beat in flight, if any, has ended."""
+        self.stopped.set()
+        await self.task
 
 
 async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
@@ -196,7 +217,7 @@ async def attempt(
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     if spec.swanlab.enabled:
         sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog"))
-    heart = asyncio.create_task(beat(ctx, job_id, control))
+    heart = Heartbeat(ctx, job_id, control)
     control.engine = asyncio.create_task(
         run_engine(
             spec,
@@ -224,9 +245,7 @@ async def attempt(
         try:
             await db.drain()
         finally:
-            heart.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heart
+            await heart.stop()
     if control.lost:
         return "taken over"
     if control.failure is not None:

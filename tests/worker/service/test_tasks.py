@@ -1,9 +1,12 @@
 """The arq task in process, on a real SQLite database and Redis, against the PyTRIO fake:
-what the worker does when a training call's result is lost after it was sent, and when a
-pipelined job is cancelled."""
+what the worker does when a training call's result is lost after it was sent, when a
+pipelined job is cancelled, and how an attempt's heartbeat stops."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import sqlite3
 import uuid
 from concurrent.futures import Future
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 import pytest
 from pytrio.errors.actor import ActorAPIError
 from pytrio.types import APIFuture
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 
 from app.auth.keys import create_key
 from app.core.config import Settings
@@ -19,9 +22,10 @@ from app.core.db import create_db_engine, migrate, session_factory
 from app.core.queue import JobQueue
 from app.curves.tables import StepMetric
 from app.jobs.continuation import fill_init_from
+from app.jobs.limits import Limits
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction
-from app.jobs.store import apply_action, create_job
+from app.jobs.store import apply_action, claim_next, create_job, heartbeat
 from app.jobs.tables import Checkpoint, Event
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
@@ -30,7 +34,7 @@ from tests.support import REDIS_URL
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.loop import run_loop
-from worker.service.tasks import WorkerContext, run_job
+from worker.service.tasks import Heartbeat, JobControl, WorkerContext, run_job
 
 SPEC = {
     "backend": "trio",
@@ -342,3 +346,31 @@ async def test_the_worker_reads_a_hub_id_from_the_hub_cache_only(context, tmp_pa
         assert code == "model_not_found" and message is not None
         answers.add((message.replace(model, "NAME"), event.replace(model, "NAME")))
     assert len(answers) == 1, answers
+
+
+async def test_a_stopped_heartbeat_lets_its_update_finish_and_ends(context):
+    """The heartbeat is stopped while its UPDATE waits for SQLite's write lock: it ends once
+    the UPDATE has committed. Cancelling it there instead invalidated the connection
+    mid-transaction, and the error its cleanup raised swallowed the cancel: the beat went
+    on, its attempt waited for it forever, and the job stayed running (the e2e modules on
+    SQLite hung so under load)."""
+    ctx = dataclasses.replace(
+        context, settings=context.settings.model_copy(update={"heartbeat_interval": 0.05})
+    )
+    job_id = await submit(ctx)
+    async with ctx.sessions() as session:
+        limits = Limits.of(ctx.settings)
+        claimed = await claim_next(session, ctx.worker_id, heartbeat_timeout=60, limits=limits)
+    assert claimed is not None and claimed.id == job_id
+    holder = sqlite3.connect(str(make_url(ctx.settings.database_url).database))
+    holder.execute("BEGIN IMMEDIATE")  # the write lock: the next heartbeat's UPDATE waits
+    heart = Heartbeat(ctx, job_id, JobControl())
+    await asyncio.sleep(0.5)
+    stopping = asyncio.create_task(heart.stop())
+    await asyncio.sleep(0.3)
+    assert not stopping.done(), "stop waits for the UPDATE in flight"
+    holder.rollback()
+    holder.close()
+    await asyncio.wait_for(stopping, 10)
+    async with ctx.sessions() as session:  # nothing holds the write lock any more
+        assert await heartbeat(session, job_id, ctx.worker_id) is None
