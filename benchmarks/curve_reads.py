@@ -1,6 +1,6 @@
 """Chart reads that dashboards poll: dashboard load on jobs of 200, 1,000 and 20,000 steps,
 a 100,000-step job's 1,000-point curve and full export, record_step before and after the
-metric store, a sweep of 1,000 waiting jobs, and (with --compare-mlflow) MLflow's
+metric store, a requeuing pass over 1,000 waiting jobs, and (with --compare-mlflow) MLflow's
 get-history-bulk-interval on the same data, side by side in one run.
 
     python benchmarks/curve_reads.py [--databases sqlite,postgres] [--duration 20]
@@ -65,7 +65,7 @@ from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step, upsert_metrics
 from kernel.spec import MAX_STEPS, JobSpec
-from worker.service.requeuer import sweep
+from worker.service.requeuer import requeue_lost
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER_ID = "benchmark-writer"
@@ -74,7 +74,7 @@ LONG_STEPS = 100_000  # the job whose curve and export are timed
 CHART = "keys=opd/reverse_kl_mean,trainer/loss_mean&max_points=500"
 CURVE_KEY = "opd/reverse_kl_mean"
 CURVE_POINTS = 1000
-WAITING_JOBS = 1_000  # queued jobs a sweep looks at
+WAITING_JOBS = 1_000  # queued jobs a requeuing pass looks at
 STARTUP_SECONDS = 60.0
 TARGET_LOAD_P99_MS = 100.0
 TARGET_CURVE_MS = 20.0
@@ -307,7 +307,7 @@ def long_job_reads(d: Deployment, long_steps: int, repeats: int) -> dict[str, An
         }
 
 
-# --- record_step before and after, and a sweep ------------------------------------------------
+# --- record_step before and after, and a requeuing pass ------------------------------------
 
 
 async def record_step_0001(
@@ -374,14 +374,14 @@ async def write_cost(url: str, steps: int) -> dict[str, Any]:
     return {"steps": steps} | {name: latency_summary(kept) for name, kept in seconds.items()}
 
 
-async def sweep_time(url: str, redis_url: str, queue_name: str, jobs: int) -> dict[str, Any]:
-    """One sweep over `jobs` queued jobs whose messages wait in Redis."""
+async def requeue_time(url: str, redis_url: str, queue_name: str, jobs: int) -> dict[str, Any]:
+    """One requeuing pass over `jobs` queued jobs whose messages wait in Redis."""
     engine = create_db_engine(url)
     sessions = session_factory(engine)
     queue = JobQueue(redis_url, queue_name)
     spec = JobSpec.model_validate(yaml.safe_load(TINY_SPEC.read_text()))
     async with sessions() as session:
-        team_id = (await create_key(session, "sweep")).team.id
+        team_id = (await create_key(session, "requeue")).team.id
         ids = [(await create_job(session, team_id, spec)).job.id for _ in range(jobs)]
         for job_id in ids:
             await queue.push(job_id, 0)
@@ -392,7 +392,7 @@ async def sweep_time(url: str, redis_url: str, queue_name: str, jobs: int) -> di
         database_url=url, redis_url=redis_url, queue_name=queue_name, heartbeat_timeout=86_400
     )
     began = time.perf_counter()
-    sent = await sweep(sessions, queue, settings)
+    sent = await requeue_lost(sessions, queue, settings)
     seconds = time.perf_counter() - began
     await queue.close()
     await engine.dispose()
@@ -540,9 +540,9 @@ def benchmark(args: argparse.Namespace) -> dict[str, Any]:
             figures["long_job"] = long_job_reads(d, args.long_steps, args.repeats)
             progress(f"{name}: record_step before and after, {args.write_steps} steps each")
             figures["record_step"] = asyncio.run(write_cost(d.url, args.write_steps))
-            progress(f"{name}: a sweep of {args.waiting_jobs:,} waiting jobs")
-            figures["sweep"] = asyncio.run(
-                sweep_time(d.url, args.redis_url, f"{queue}-{name}", args.waiting_jobs)
+            progress(f"{name}: a requeuing pass over {args.waiting_jobs:,} waiting jobs")
+            figures["requeue"] = asyncio.run(
+                requeue_time(d.url, args.redis_url, f"{queue}-{name}", args.waiting_jobs)
             )
             result[name] = figures
         if args.compare_mlflow:
@@ -568,7 +568,7 @@ def ratio(writes: dict[str, Any], name: str) -> str:
 
 
 def table(result: dict[str, Any], names: Sequence[str]) -> list[str]:
-    """One column per database: dashboard load, the long job, writes and a sweep."""
+    """One column per database: dashboard load, the long job, writes and a requeuing pass."""
     columns = "{:<44}" + "{:>22}" * len(names)
     figures = [result[name] for name in names]
 
@@ -627,8 +627,8 @@ def table(result: dict[str, Any], names: Sequence[str]) -> list[str]:
         row("  p99 (ms)", [triple(w, "p99_ms") for w in writes]),
         row("  summaries alone, p50 ratio", [ratio(w, "store") for w in writes]),
         row(
-            f"sweep of {s['waiting_jobs']:,} waiting jobs (ms)",
-            [cell(f["sweep"]["ms"]) for f in figures],
+            f"requeuing pass over {s['waiting_jobs']:,} waiting jobs (ms)",
+            [cell(f["requeue"]["ms"]) for f in figures],
         ),
     ]
     return lines
@@ -773,7 +773,7 @@ def parser() -> argparse.ArgumentParser:
         "--waiting-jobs",
         type=positive(int),
         default=WAITING_JOBS,
-        help=f"queued jobs for the sweep timing (default {WAITING_JOBS:,})",
+        help=f"queued jobs for the requeuing pass timing (default {WAITING_JOBS:,})",
     )
     cli.add_argument(
         "--compare-mlflow",

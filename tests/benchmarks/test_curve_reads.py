@@ -21,7 +21,7 @@ LINES = (
     r"export CSV \(s / MB\) +[\d.]+ / [\d.]+ +[\d.]+ / [\d.]+",
     r"  p50 \(ms\) +[\d.]+ / [\d.]+ / [\d.]+ +[\d.]+ / [\d.]+ / [\d.]+",
     r"summaries alone, p50 ratio +[\d.]+x +[\d.]+x",
-    r"sweep of 12 waiting jobs \(ms\) +[\d.]+ +[\d.]+",
+    r"requeuing pass over 12 waiting jobs \(ms\) +[\d.]+ +[\d.]+",
     r"postgres: 1,000-point curve <= 20 ms: (met|NOT met) \([\d.]+ ms\)",
 )
 
@@ -50,7 +50,7 @@ def test_reports_every_figure_on_both_databases(tmp_path: Path) -> None:
         assert long_job["unchanged_poll"]["bytes"] == 0, "a 304 has no body"
         writes = figures[name]["record_step"]
         assert all(writes[name]["p50_ms"] > 0 for name in ("before", "store", "after"))
-        assert figures[name]["sweep"] == figures[name]["sweep"] | {"jobs": 12, "sent": 0}
+        assert figures[name]["requeue"] == figures[name]["requeue"] | {"jobs": 12, "sent": 0}
     assert list(tmp_path.iterdir()) == [figures_file], "the temporary home was left behind"
 
 
