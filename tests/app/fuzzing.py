@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,17 @@ FUZZED = settings(
 )
 """What every fuzzing test runs under: the same examples each run (derived from the test,
 not a random seed), none remembered, no deadline (requests reach real databases)."""
+SCALE = int(os.environ.get("OPD_FUZZ_SCALE", "1"))
+"""How many times the suite's examples each fuzzer runs: the suite's few cover every route
+and form in seconds; a long search raises it (`OPD_FUZZ_SCALE=20 pytest tests/app -k
+fuzz`)."""
+
+
+def examples(in_the_suite: int) -> int:
+    """A fuzzer's `max_examples`: what the suite runs, times OPD_FUZZ_SCALE."""
+    return in_the_suite * SCALE
+
+
 METRIC = "opd/reverse_kl_mean"
 CONTROLLER = "fuzz-controller"
 BASE: dict[str, Any] = {
@@ -306,8 +318,11 @@ async def control_once(
 
 
 def has_alias(text: str) -> bool:
-    """Whether YAML `text` uses an alias (False for text that is no YAML)."""
+    """Whether YAML `text` uses an alias (False for text that is no YAML). Read with
+    libyaml: PyYAML's own parser takes 8 s over 5,000-deep nesting, which the forms refuse
+    after 64 levels."""
     try:
-        return any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text))
-    except (yaml.YAMLError, RecursionError):
+        events = yaml.parse(text, Loader=yaml.CSafeLoader)
+        return any(isinstance(event, yaml.AliasEvent) for event in events)
+    except yaml.YAMLError:
         return False

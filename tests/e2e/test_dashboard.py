@@ -109,14 +109,6 @@ def submit_as(service: Service, key: str, spec: dict[str, Any]) -> dict[str, Any
         service.key = mine
 
 
-@pytest.fixture(scope="module")
-def long_job(service: Service) -> dict[str, Any]:
-    """A job that runs long enough to watch, pause and resume (saves state every 10)."""
-    job = service.submit(tiny_spec(steps=600, save_every=10) | {"name": "watch-me"})
-    service.wait(job["id"], until=lambda j: j["status"] == "running" and j["steps_done"] > 2)
-    return job
-
-
 def test_sign_in_and_the_table_lists_only_the_teams_jobs(page, service, shots, other_key):
     mine = service.submit(tiny_spec(steps=4) | {"name": "ours-table"})
     theirs = submit_as(service, other_key, tiny_spec(steps=4) | {"name": "theirs-table"})
@@ -131,39 +123,6 @@ def test_sign_in_and_the_table_lists_only_the_teams_jobs(page, service, shots, o
     expect(table.locator(f"tr[data-job-id='{theirs['id']}']")).to_have_count(0)
     expect(page.locator("body")).not_to_contain_text("theirs-table")
     shot(page, shots, "jobs-table")
-
-
-def test_a_running_jobs_chart_gains_points_without_reloading(page, service, shots, long_job):
-    sign_in(page, service, service.key)
-    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
-    chart = page.locator("#chart-reverse-kl")
-    expect(chart.locator("canvas")).to_have_count(1)
-    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"), timeout=WAIT_MS)
-    page.evaluate("window.stillTheSamePage = true")
-    first = int(chart.get_attribute("data-points"))
-    deadline = time.monotonic() + WAIT_MS / 1000
-    while int(chart.get_attribute("data-points")) < first + 5:
-        assert time.monotonic() < deadline, "the chart stopped gaining points"
-        page.wait_for_timeout(250)
-    assert page.evaluate("window.stillTheSamePage === true"), "the page was not reloaded"
-    steps = page.locator("#job-steps").inner_text()
-    assert int(steps.split("/")[0]) > first
-    shot(page, shots, "live-chart")
-
-
-def test_pause_and_resume_from_the_page(page, service, shots, long_job):
-    sign_in(page, service, service.key)
-    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
-    page.click("button.action-pause")  # the confirmation dialog is accepted
-    expect(page.locator("#job-status")).to_have_text("paused", timeout=WAIT_MS)
-    shot(page, shots, "paused")
-    assert service.client().jobs.get(long_job["id"]).status == "paused"
-    page.click("button.action-resume")
-    expect(page.locator("#job-status")).to_have_text(re.compile("queued|running"))
-    service.wait(long_job["id"], until=lambda job: job["status"] == "running")
-    expect(page.locator("#job-status")).to_have_text("running", timeout=WAIT_MS)
-    expect(page.locator("button.action-pause")).to_be_visible()
-    shot(page, shots, "resumed")
 
 
 def test_compare_two_jobs(page, service, shots):
@@ -306,3 +265,46 @@ def test_a_sweep_started_from_a_jobs_page(page, service, shots, other_key):
     assert theirs.goto(f"{service.url}/ui/sweeps/{sweep_id}").status == 404
     expect(theirs.locator(".error-page")).to_contain_text("No such sweep")
     elsewhere.close()
+
+
+@pytest.fixture(scope="module")
+def long_job(service: Service) -> dict[str, Any]:
+    """A job that runs long enough to watch, pause and resume (saves state every 10). Its
+    tests come last: it holds one of the worker's two slots, and a core, until the module
+    ends."""
+    job = service.submit(tiny_spec(steps=600, save_every=10) | {"name": "watch-me"})
+    service.wait(job["id"], until=lambda j: j["status"] == "running" and j["steps_done"] > 2)
+    return job
+
+
+def test_a_running_jobs_chart_gains_points_without_reloading(page, service, shots, long_job):
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
+    chart = page.locator("#chart-reverse-kl")
+    expect(chart.locator("canvas")).to_have_count(1)
+    expect(chart).to_have_attribute("data-points", re.compile(r"^[1-9]\d*$"), timeout=WAIT_MS)
+    page.evaluate("window.stillTheSamePage = true")
+    first = int(chart.get_attribute("data-points"))
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while int(chart.get_attribute("data-points")) < first + 5:
+        assert time.monotonic() < deadline, "the chart stopped gaining points"
+        page.wait_for_timeout(250)
+    assert page.evaluate("window.stillTheSamePage === true"), "the page was not reloaded"
+    steps = page.locator("#job-steps").inner_text()
+    assert int(steps.split("/")[0]) > first
+    shot(page, shots, "live-chart")
+
+
+def test_pause_and_resume_from_the_page(page, service, shots, long_job):
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{long_job['id']}")
+    page.click("button.action-pause")  # the confirmation dialog is accepted
+    expect(page.locator("#job-status")).to_have_text("paused", timeout=WAIT_MS)
+    shot(page, shots, "paused")
+    assert service.client().jobs.get(long_job["id"]).status == "paused"
+    page.click("button.action-resume")
+    expect(page.locator("#job-status")).to_have_text(re.compile("queued|running"))
+    service.wait(long_job["id"], until=lambda job: job["status"] == "running")
+    expect(page.locator("#job-status")).to_have_text("running", timeout=WAIT_MS)
+    expect(page.locator("button.action-pause")).to_be_visible()
+    shot(page, shots, "resumed")

@@ -3,10 +3,12 @@ answer is never a 5xx and always matches the documented schema; what the documen
 valid is accepted, and what it calls invalid is refused (so a client generated from it
 never sends a request the API refuses).
 
-A bounded, deterministic run (a few valid and invalid examples per operation, derived from
-the test itself rather than a random seed) against the ASGI app on a SQLite file and the
-machine's Redis, with an admin key (so that no route is closed to it). Each
-`answers_within_its_schema` failure shows the request as a curl command.
+A bounded, deterministic run (10 valid and 10 invalid examples per operation, which reach
+the lines of app/ that 25 did within a few, derived from the test itself rather than a
+random seed) against the ASGI app on a SQLite file and the machine's Redis, with an admin
+key (so that no route is closed to it). Each `answers_within_its_schema` failure shows the
+request as a curl command. A long search multiplies every fuzzer's count:
+`OPD_FUZZ_SCALE=20 pytest tests/app -k fuzz`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from tests.app.fuzzing import (
     SWEEP,
     as_json,
     control_once,
+    examples,
     raw_json,
     specs,
     sweep_definitions,
@@ -52,7 +55,7 @@ from tests.app.fuzzing import (
 )
 from tests.support import REDIS_URL
 
-EXAMPLES_PER_OPERATION = 25
+EXAMPLES_PER_OPERATION = examples(10)
 REPLY_SECONDS = 5
 """A reply takes far less; a metrics stream of a job that is still queued never ends, and is
 cut off after this long (any other request that slow fails)."""
@@ -159,7 +162,7 @@ def test_no_server_errors_and_responses_match_the_schema(
 # --- sweeps and specs beyond the document ------------------------------------------------------
 
 JSON_BODY = {"Content-Type": "application/json"}
-DEEP_EXAMPLES = 60
+DEEP_EXAMPLES = examples(60)
 PATH_ID = re.compile(r"/\d+$")
 
 

@@ -3,7 +3,8 @@ form take any YAML (anchors and aliases, .nan and .inf, 1e400, tags, directives,
 nesting, any text) and any other fields (a missing or wrong CSRF token, an odd
 idempotency key, extra fields, too many), and answer a page or a redirect, never a 5xx.
 YAML with an alias is refused by both forms (an alias may stand for a huge tree); a sweep
-the form stores can be run by the controller and shown.
+the form stores can be run by the controller and shown. `OPD_FUZZ_SCALE=20` runs 20 times
+the suite's 50 examples.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tests.app.fuzzing import (
     JOBS,
     SWEEP,
     control_once,
+    examples,
     form_texts,
     has_alias,
     prompt_flood,
@@ -37,7 +39,7 @@ from tests.app.fuzzing import (
 )
 from tests.app.web.conftest import SignIn, csrf_of
 
-FORM_EXAMPLES = 50
+FORM_EXAMPLES = examples(50)
 CSRF = "csrf_token"
 OTHER_FIELDS = st.fixed_dictionaries(
     {},

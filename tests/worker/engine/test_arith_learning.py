@@ -12,7 +12,7 @@ from worker.engine.loop import run_job
 from worker.engine.sinks import Sink
 
 ROOT = Path(__file__).resolve().parents[3]
-STEPS = 50
+STEPS = 30  # held-out accuracy 2% -> 23%, on a plateau of 15-23% from step 20 to 50
 RISE = 0.1
 
 
