@@ -373,6 +373,82 @@ class RewardSpec(SpecModel):
     )
 
 
+ObjectiveName = Literal["sampled_reverse_kl", "reverse_kl", "forward_kl", "jsd"]
+LOGIT_OBJECTIVES = ("reverse_kl", "forward_kl", "jsd")
+MAX_OBJECTIVE_TOP_K = 1024
+
+
+class ObjectiveSpec(SpecModel):
+    """What each step minimises (docs/algorithm.md#objectives). The reference,
+    `sampled_reverse_kl`, learns from one number per token: the sampled token's
+    student - teacher logprob as a policy-gradient advantage. The others compare the
+    student's and the teacher's distributions at every completion position: over the full
+    vocabulary (`top_k: 0`), or over k kept tokens plus one bucket for the rest."""
+
+    kind: ObjectiveName = Field(
+        "sampled_reverse_kl",
+        description="sampled_reverse_kl: the reference (a policy gradient on the sampled "
+        "token's reverse KL); reverse_kl: KL(student || teacher); forward_kl: "
+        "KL(teacher || student); jsd: the generalized Jensen-Shannon divergence with `beta`.",
+    )
+    top_k: int = Field(
+        0,
+        ge=0,
+        le=MAX_OBJECTIVE_TOP_K,
+        description="0 = the full vocabulary. k: the student's top k tokens (reverse_kl) or "
+        "the teacher's (forward_kl, jsd) at each position, plus a tail bucket.",
+    )
+    beta: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="jsd only (default 0.5): the teacher's weight in the mixture "
+        "m = beta * teacher + (1 - beta) * student; 0 is forward KL, 1 reverse KL, as TRL's "
+        "generalized JSD.",
+    )
+    tail: bool | None = Field(
+        None,
+        description="With top_k: whether the rest of the vocabulary counts as one more "
+        "bucket (default true); false sums the divergence over the kept tokens only.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_name_alone(cls, data: Any) -> Any:
+        """`objective: jsd` is `objective: {kind: jsd}`."""
+        return {"kind": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _options_fit_the_kind(self) -> ObjectiveSpec:
+        if self.kind == "sampled_reverse_kl" and (self.top_k or self.tail is not None):
+            raise field_error(
+                ("top_k",) if self.top_k else ("tail",),
+                "sampled_reverse_kl learns from the sampled token alone: top_k and tail "
+                "apply to reverse_kl, forward_kl and jsd",
+            )
+        if self.beta is not None and self.kind != "jsd":
+            raise field_error(("beta",), f"beta is jsd's mixture weight; {self.kind} has none")
+        if self.tail is not None and not self.top_k:
+            raise field_error(
+                ("tail",), "tail is the bucket beside the top_k tokens: it needs top_k >= 1"
+            )
+        return self
+
+    @property
+    def logit_level(self) -> bool:
+        """Whether it compares distributions (anything but the reference)."""
+        return self.kind != "sampled_reverse_kl"
+
+    @property
+    def mixture_weight(self) -> float:
+        """jsd's beta, its default filled in."""
+        return 0.5 if self.beta is None else self.beta
+
+    @property
+    def keeps_tail(self) -> bool:
+        return self.tail is not False
+
+
 class LoopSpec(SpecModel):
     steps: int = Field(10, ge=1, le=MAX_STEPS)
     batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
@@ -399,6 +475,7 @@ class LoopSpec(SpecModel):
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
     save_weights_name: Name = "opd-deepmath-qwen35-4b"
     reward: RewardSpec = Field(default_factory=RewardSpec)
+    objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     keep_samples: int = Field(
         2,
         ge=0,
@@ -435,6 +512,26 @@ class LoopSpec(SpecModel):
         options = self.loss_options() or {}
         if options.get("clip_low_threshold", 0.0) >= options.get("clip_high_threshold", 1.0):
             raise ValueError("loss_fn_config: clip_low_threshold must be below clip_high_threshold")
+        return self
+
+    @model_validator(mode="after")
+    def _objective_fits_the_loop(self) -> LoopSpec:
+        if not self.objective.logit_level:
+            return self
+        kind = self.objective.kind
+        if self.kl_discount_factor:
+            raise field_error(
+                ("kl_discount_factor",),
+                f"discounting sums the sampled token's advantages over the rest of the "
+                f"completion; objective {kind} takes its gradient at each position from the "
+                "distributions: use 0, or objective sampled_reverse_kl",
+            )
+        if self.loss_fn != "importance_sampling" and not self.reward.coef:
+            raise field_error(
+                ("loss_fn",),
+                f"with objective {kind} the policy loss trains only the reward's advantages, "
+                "and reward.coef is 0: set a reward, or leave loss_fn at importance_sampling",
+            )
         return self
 
     def loss_options(self) -> dict[str, float] | None:
@@ -711,7 +808,38 @@ class JobSpec(SpecModel):
                 "a prompt from each",
             )
         self._eval_fits_the_teachers()
+        self._objective_fits_the_backend()
         return self
+
+    def _objective_fits_the_backend(self) -> None:
+        """An objective a backend cannot train exactly is refused, never approximated."""
+        objective = self.loop.objective
+        if not objective.logit_level or self.backend == "local":
+            return
+        kind, at = objective.kind, ("loop", "objective", "kind")
+        if self.backend == "trio":
+            raise field_error(
+                at,
+                f"backend trio cannot train objective {kind}: PyTRIO's cross_entropy takes one "
+                "target token per position, so it trains only sampled_reverse_kl (use the "
+                "local backend, or Tinker for forward_kl over the teacher's top-k)",
+            )
+        if kind != "forward_kl" or not objective.top_k or objective.keeps_tail:
+            raise field_error(
+                at,
+                f"backend tinker trains forward_kl over the teacher's top-k tokens without a "
+                f"tail bucket (objective: {{kind: forward_kl, top_k: 20, tail: false}}), as "
+                "its cross_entropy takes k targets and weights per position; "
+                f"{described(objective)} needs more than the teacher's top-k and the "
+                "student's logprobs of those "
+                "tokens: use the local backend",
+            )
+        if self.teacher_mixture == "mixture":
+            raise field_error(
+                ("teacher_mixture",),
+                "backend tinker: the top-k of a mixture of teachers is not the top-k of each, "
+                "so forward_kl cannot be trained exactly against a mixture; use route",
+            )
 
     def _eval_fits_the_teachers(self) -> None:
         if self.eval is None or len(self.teacher_specs()) < 2:
@@ -776,6 +904,14 @@ class JobSpec(SpecModel):
 
 
 SEVERAL_TEACHER_MODELS = "(several teacher models)"
+
+
+def described(objective: ObjectiveSpec) -> str:
+    """An objective as messages name it: its kind, its top-k and its tail."""
+    if not objective.top_k:
+        return f"{objective.kind} over the full vocabulary"
+    tail = "with" if objective.keeps_tail else "without"
+    return f"{objective.kind} over the top {objective.top_k} tokens {tail} a tail bucket"
 
 
 def priced_teacher(teacher_model: str, teachers: dict[str, Any] | None) -> str:
