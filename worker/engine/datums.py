@@ -76,8 +76,12 @@ def build_opd_datum(
     completion_ids: Sequence[int],
     old_logprobs: Sequence[float],
     advantages: Sequence[float] | np.ndarray,
+    *,
+    weighted: bool = False,
 ) -> Datum:
-    """One training datum: input = prompt + completion[:-1], targets shifted by one."""
+    """One training datum: input = prompt + completion[:-1], targets shifted by one;
+    `weighted` adds `weights`, 1 at the completion positions a logit-level objective
+    compares and 0 on the prompt."""
     pad = len(prompt_ids) - 1
     input_ids = list(prompt_ids) + list(completion_ids[:-1])
     target_ids = [0] * pad + list(completion_ids)
@@ -86,14 +90,15 @@ def build_opd_datum(
     if not len(input_ids) == len(target_ids) == len(padded_logprobs) == len(padded_advantages):
         raise ValueError("OPD datum fields must have the same length")
     # TensorData made here is checked once; an array given to Datum is checked twice.
-    return Datum(
-        model_input=ModelInput.from_ints(input_ids),
-        loss_fn_inputs={
-            "target_tokens": TensorData.from_numpy(np.asarray(target_ids, dtype=np.int64)),
-            "logprobs": TensorData.from_numpy(np.asarray(padded_logprobs, dtype=np.float32)),
-            "advantages": TensorData.from_numpy(np.asarray(padded_advantages, dtype=np.float32)),
-        },
-    )
+    inputs = {
+        "target_tokens": TensorData.from_numpy(np.asarray(target_ids, dtype=np.int64)),
+        "logprobs": TensorData.from_numpy(np.asarray(padded_logprobs, dtype=np.float32)),
+        "advantages": TensorData.from_numpy(np.asarray(padded_advantages, dtype=np.float32)),
+    }
+    if weighted:
+        weights = np.concatenate([np.zeros(pad), np.ones(len(completion_ids))])
+        inputs["weights"] = TensorData.from_numpy(weights.astype(np.float32))
+    return Datum(model_input=ModelInput.from_ints(input_ids), loss_fn_inputs=inputs)
 
 
 def batch_indices(step: int, batch_size: int, pool_size: int) -> list[int]:

@@ -49,6 +49,7 @@ from worker.engine.rollouts import (
     Batch,
     Completion,
     Scorer,
+    logit_datums,
     opd_datums,
     sample_and_score,
     teacher_logprobs,
@@ -97,6 +98,14 @@ def stop_sequences(tokenizer: Any) -> list[str]:
     return list(dict.fromkeys(x for x in (tokenizer.eos_token, "<|im_end|>") if x))
 
 
+OBJECTIVE_METRICS = {
+    "objective_mean": "opd/objective_mean",
+    "teacher_mass_mean": "opd/teacher_mass_mean",
+}
+"""What a logit-level objective's backend reports, by the names people chart: the
+objective's value per completion position and, with top_k, the teacher mass kept."""
+
+
 def step_metrics(
     batch: Batch,
     items: list[Item],
@@ -131,7 +140,8 @@ def step_metrics(
     metrics.update(teacher_usage(batch, items))
     metrics.update(dataset_metrics(batch, items))
     metrics.update({f"time/{name}": seconds for name, seconds in phases.items()})
-    metrics.update({f"trainer/{k}": float(v) for k, v in trainer_metrics.items()})
+    for name, value in trainer_metrics.items():
+        metrics[OBJECTIVE_METRICS.get(name, f"trainer/{name}")] = float(value)
     return metrics
 
 
@@ -191,12 +201,34 @@ class Run:
         """The teacher that answers a pool's prompts for the eval's baseline."""
         return self.teachers[pool.teacher or next(iter(self.teachers))]
 
-    async def train(self, datums: list[Datum]) -> dict[str, float]:
-        """One forward_backward and one optim_step, both submitted before either is awaited."""
+    def teacher_shares(self, pool: Pool) -> list[tuple[SamplingClient, float]]:
+        """A pool's teachers with their weights in its distribution: its own (route), or
+        every teacher's normalised share of the mixture."""
+        if pool.teacher is not None:
+            return [(self.teachers[pool.teacher], 1.0)]
+        weights = self.spec.teacher_weights()
+        total = sum(weights.values())
+        return [(teacher, weights[name] / total) for name, teacher in self.teachers.items()]
+
+    async def train(
+        self, datums: list[Datum], teachers: list[list[tuple[SamplingClient, float]]]
+    ) -> dict[str, float]:
+        """One forward_backward (with a logit-level objective, against each datum's
+        `teachers`) and one optim_step, both submitted before either is awaited."""
         loop = self.spec.loop
-        fwd_bwd = await self.training.forward_backward_async(
-            datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()
-        )
+        if loop.objective.logit_level:
+            fwd_bwd = await self.training.forward_backward_logits_async(
+                datums,
+                teachers,
+                loop.objective,
+                coef=loop.kl_penalty_coef,
+                loss_fn=loop.loss_fn,
+                loss_fn_config=loop.loss_options(),
+            )
+        else:
+            fwd_bwd = await self.training.forward_backward_async(
+                datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()
+            )
         optim = await self.training.optim_step_async(self.adam)
         result = await fwd_bwd
         await optim
@@ -505,7 +537,12 @@ class Steps:
             rewards = await group_rewards(batch.completions, items, self.run.decode, self.grade)
             bonus = reward_bonus(batch.completions, rewards, loop.reward.coef)
             rewarded = reward_metrics(batch.completions, items, rewards)
-        datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus)
+        if loop.objective.logit_level:
+            datums = logit_datums(batch.completions, bonus)
+        else:
+            datums = opd_datums(
+                batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus
+            )
         if not datums:
             raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
         return datums, rewarded
@@ -596,8 +633,9 @@ async def run_loop(
             timer.record("teacher", batch.teacher_seconds)
             items = rollouts.items_of(step)
             datums, rewarded = await steps.datums(batch, items)
+            teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
             with timer("train"):
-                trainer_metrics = await run.train(datums)
+                trainer_metrics = await run.train(datums, teachers)
             phases = timer.lap()
             elapsed = time.time() - step_start
             metrics = step_metrics(

@@ -193,3 +193,21 @@ def opd_datums(
             )
         )
     return datums
+
+
+def logit_datums(
+    completions: Sequence[Completion], bonus: Sequence[float] | None = None
+) -> list[Datum]:
+    """One datum per completion for a logit-level objective: its completion positions
+    marked by `weights`, its advantage only the completion's `bonus` (the reward term),
+    since the objective itself takes its gradient from the distributions."""
+    return [
+        build_opd_datum(
+            completion.prompt,
+            completion.tokens,
+            completion.student_logprobs,
+            np.full(len(completion.tokens), bonus[index] if bonus is not None else 0.0),
+            weighted=True,
+        )
+        for index, completion in enumerate(completions)
+    ]

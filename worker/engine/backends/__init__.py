@@ -9,7 +9,7 @@ from pathlib import Path
 from kernel.errors import OPDError
 from kernel.retry import Backoff
 from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
-from worker.engine.backends.contract import SamplingClient, ServiceClient
+from worker.engine.backends.contract import LogitServiceClient, SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Resilient, Warn, resilient
 
 EXTRAS = {
@@ -57,7 +57,8 @@ def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
         from worker.engine.backends.local import LocalServiceClient
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
-    return resilient(LocalServiceClient(spec.local, artifact_dir), PYTRIO_ERRORS, warn)
+    local = LocalServiceClient(spec.local, artifact_dir)
+    return resilient(local, PYTRIO_ERRORS, warn, contract=LogitServiceClient)
 
 
 def call_backoff(options: RemoteBackendSpec) -> Backoff:

@@ -26,6 +26,8 @@ from pytrio.types import (
     SaveWeightsResponse,
 )
 
+from kernel.spec import ObjectiveSpec
+
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SAMPLING_PARAMS = SamplingParams()
 
@@ -153,6 +155,25 @@ class TrainingClient(Protocol):
         ...
 
 
+class LogitTrainingClient(TrainingClient, Protocol):
+    """A training client that can also train a logit-level objective (the local backend)."""
+
+    @call(Call.state_changing)
+    async def forward_backward_logits_async(
+        self,
+        data: list[Datum],
+        teachers: list[list[tuple[SamplingClient, float]]],
+        objective: ObjectiveSpec,
+        coef: float = 1.0,
+        loss_fn: str = "importance_sampling",
+        loss_fn_config: dict[str, float] | None = None,
+    ) -> Awaitable[ForwardBackwardOutput]:
+        """Add the gradient of `coef` times the objective between the student's and each
+        datum's teachers' (sampler, weight) mixture at its completion positions (`weights`
+        1), plus `loss_fn` of its advantages there, divided by the number of them."""
+        ...
+
+
 class ServiceClient(Protocol):
     @call(Call.idempotent, returns=TrainingClient)
     async def create_lora_training_client_async(
@@ -163,3 +184,12 @@ class ServiceClient(Protocol):
     async def create_sampling_client_async(
         self, base_model: str, model_path: str | None = None
     ) -> SamplingClient: ...
+
+
+class LogitServiceClient(ServiceClient, Protocol):
+    """A service whose training clients train logit-level objectives too."""
+
+    @call(Call.idempotent, returns=LogitTrainingClient)
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> LogitTrainingClient: ...

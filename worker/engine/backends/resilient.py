@@ -204,8 +204,12 @@ class Resilient:
 
 
 def resilient(
-    service: ServiceClient, errors: Errors, warn: Warn, backoff: Backoff = ONCE
+    service: ServiceClient,
+    errors: Errors,
+    warn: Warn,
+    backoff: Backoff = ONCE,
+    contract: type = ServiceClient,
 ) -> ServiceClient:
-    """`service` with every call made as this module describes, tried at most
-    `backoff.attempts` times."""
-    return cast(ServiceClient, Resilient(service, ServiceClient, Calls(backoff, errors, warn)))
+    """`service` with every call of `contract` made as this module describes, tried at
+    most `backoff.attempts` times."""
+    return cast(ServiceClient, Resilient(service, contract, Calls(backoff, errors, warn)))

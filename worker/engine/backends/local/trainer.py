@@ -34,7 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from kernel.spec import LOSS_OPTIONS
+from kernel.spec import LOSS_OPTIONS, ObjectiveSpec
 from worker.engine.backends.local.checkpoints import (
     ADAPTER_WEIGHTS,
     OPTIMIZER_STATE,
@@ -48,6 +48,7 @@ from worker.engine.backends.local.checkpoints import (
     write_manifest,
 )
 from worker.engine.backends.local.decoding import row_chunks, target_logprobs
+from worker.engine.backends.local.distillation import Rows, Scorer, Totals, accumulate
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import SEEDED_INIT
@@ -104,6 +105,66 @@ class LocalTrainingClient:
         loss_fn_config: dict[str, float] | None = None,
     ) -> asyncio.Future[ForwardBackwardOutput]:
         """Check the batch now; the returned future resolves once gradients are added."""
+        name, options, samples, plan = self.planned(data, loss_fn, loss_fn_config)
+        denominator = getattr(plan.totals, DENOMINATORS.get(name, "total_active_tokens"))
+        return self.runner.submit(
+            self.accumulate_gradients,
+            name,
+            options,
+            samples,
+            plan.totals.total_active_tokens,
+            max(denominator, 1),
+        )
+
+    async def forward_backward_logits_async(
+        self,
+        data: list[Datum],
+        teachers: list[list[tuple[Any, float]]],
+        objective: ObjectiveSpec,
+        coef: float = 1.0,
+        loss_fn: str = "importance_sampling",
+        loss_fn_config: dict[str, float] | None = None,
+    ) -> asyncio.Future[ForwardBackwardOutput]:
+        """Check the batch now; the future resolves once the gradient of the objective
+        (times `coef`) plus the policy loss of the advantages, at each datum's completion
+        positions (`weights` 1) and divided by their count, is added."""
+        if not objective.logit_level:
+            raise ValidationError(
+                f"objective {objective.kind} trains through forward_backward",
+                code="validation.invalid_objective",
+            )
+        name, options, samples, _ = self.planned(data, loss_fn, loss_fn_config)
+        masks = [
+            completion_mask(datum, sample.input_length)
+            for datum, sample in zip(data, samples, strict=True)
+        ]
+        if len(teachers) != len(samples):
+            raise ValidationError(
+                f"{len(teachers)} teachers for {len(samples)} datums: give each datum its own",
+                code="validation.invalid_teachers",
+            )
+        scorers = {
+            id(client): self.teacher_scorer(client) for mixed in teachers for client, _ in mixed
+        }
+        rows = [[(scorers[id(client)], weight) for client, weight in mixed] for mixed in teachers]
+        positions = sum(sum(mask) for mask in masks)
+        return self.runner.submit(
+            self.accumulate_logit_gradients,
+            objective,
+            coef,
+            name,
+            options,
+            samples,
+            masks,
+            rows,
+            max(positions, 1),
+        )
+
+    def planned(
+        self, data: list[Datum], loss_fn: str, loss_fn_config: dict[str, float] | None
+    ) -> tuple[str, dict[str, float], list[PolicyTrainingSample], Any]:
+        """The batch checked by PyTRIO's planner and this backend: the loss, its options,
+        the samples and the plan."""
         plan = plan_training_batch(
             data,
             loss_fn=loss_fn,
@@ -125,15 +186,27 @@ class LocalTrainingClient:
                 code="validation.image_input_unsupported",
             )
         self.started = True
-        denominator = getattr(plan.totals, DENOMINATORS.get(name, "total_active_tokens"))
-        return self.runner.submit(
-            self.accumulate_gradients,
-            name,
-            options,
-            samples,
-            plan.totals.total_active_tokens,
-            max(denominator, 1),
-        )
+        return name, options, samples, plan
+
+    def teacher_scorer(self, client: Any) -> Scorer:
+        """A teacher of this backend as the objective reads it: a frozen local model over
+        the student's vocabulary."""
+        teacher = getattr(client, "inner", client)
+        if not isinstance(teacher, LocalSamplingClient) or teacher.weights:
+            raise ValidationError(
+                "a logit-level objective needs teachers made by this backend's "
+                "create_sampling_client (frozen local models)",
+                code="validation.invalid_teachers",
+            )
+        mine = self.model.get_output_embeddings().weight.shape[0]
+        theirs = teacher.model.get_output_embeddings().weight.shape[0]
+        if mine != theirs:
+            raise ValidationError(
+                f"the teacher's vocabulary has {theirs} tokens and the student's {mine}: "
+                "a logit-level objective compares distributions over one vocabulary",
+                code="validation.invalid_teachers",
+            )
+        return Scorer(teacher.model)
 
     async def optim_step_async(self, adam_params: AdamParams) -> asyncio.Future[OptimStepResponse]:
         self.started = True
@@ -231,6 +304,47 @@ class LocalTrainingClient:
             },
         )
 
+    def accumulate_logit_gradients(
+        self,
+        objective: ObjectiveSpec,
+        coef: float,
+        loss_fn: str,
+        options: dict[str, float],
+        samples: list[PolicyTrainingSample],
+        masks: list[list[bool]],
+        teachers: list[list[tuple[Scorer, float]]],
+        denominator: int,
+    ) -> ForwardBackwardOutput:
+        """`accumulate` over chunks of rows (`row_chunks`, as the policy losses)."""
+        student = Scorer(self.model.get_base_model())
+        totals = Totals()
+        outputs: list[dict[str, TensorData]] = []
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        for chunk in row_chunks([s.input_length for s in samples], vocab_size):
+            rows = Rows(samples[chunk], masks[chunk], teachers[chunk])
+            picked = accumulate(
+                student,
+                rows,
+                objective,
+                coef,
+                (LOSSES[loss_fn], options),
+                denominator,
+                self.tokenizer.pad_token_id,
+                self.placement.device,
+                totals,
+            )
+            outputs.extend({"logprobs": TensorData.from_torch(row)} for row in picked)
+        positions = max(totals.positions, 1)
+        metrics = {
+            "loss_sum": totals.loss,
+            "loss_mean": totals.loss / positions,
+            "token_count": totals.positions,
+            "objective_mean": totals.objective / positions,
+        }
+        if objective.top_k:
+            metrics["teacher_mass_mean"] = totals.mass / positions
+        return ForwardBackwardOutput(loss_fn_outputs=outputs, metrics=metrics)
+
     def apply_optimizer(self, adam: AdamParams) -> OptimStepResponse:
         """One AdamW step with this call's parameters, then clear the gradients."""
         for group in self.optimizer.param_groups:
@@ -327,6 +441,18 @@ def loss_options(loss_fn: str, given: dict[str, float] | None) -> dict[str, floa
             code="validation.invalid_loss_fn_config",
         )
     return defaults | (given or {})
+
+
+def completion_mask(datum: Datum, length: int) -> list[bool]:
+    """The positions a logit-level objective compares: where the datum's `weights` is 1."""
+    weights = datum.loss_fn_inputs.get("weights")
+    if weights is None or weights.shape != [length]:
+        raise ValidationError(
+            f"a logit-level objective needs each datum's weights: 1 at the completion "
+            f"positions, 0 on the prompt, shape [{length}]",
+            code="validation.invalid_loss_fn_inputs",
+        )
+    return [bool(value) for value in weights.data]
 
 
 def padded_loss_inputs(
