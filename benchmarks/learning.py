@@ -41,6 +41,7 @@ from pytrio.types import ModelInput, SampleResponse, SamplingParams
 
 from kernel.spec import JobSpec
 from tests.fakes.trio import validated_request
+from worker.engine.backends import connect
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
@@ -200,9 +201,11 @@ def study_base(name: str, args: argparse.Namespace) -> dict[str, Any]:
 async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path, grade: Grade) -> Curve:
     prompts = load_datasets(spec, artifacts, False)
     eval_prompts = load_eval_prompts(spec, artifacts, False)
-    local = LocalServiceClient(spec.local, artifacts)
-    backend = local if remote is None else ServedService(local, Engine(remote))
-    service = resilient(backend, ERRORS, lambda *_: None)  # type: ignore[arg-type]
+    if remote is None:
+        service = connect(spec, artifacts, lambda *_: None)  # as the worker connects
+    else:
+        served = ServedService(LocalServiceClient(spec.local, artifacts), Engine(remote))
+        service = resilient(served, ERRORS, lambda *_: None)  # type: ignore[arg-type]
     curve = Curve()
     await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
     return curve
