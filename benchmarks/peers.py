@@ -3,7 +3,8 @@ run, both graded by the eval's own code.
 
     python benchmarks/peers.py [--seeds 42 1 3] [--steps 200] [--every 50]
                                [--betas 1 0 0.5] [--objectives sampled_reverse_kl jsd ...]
-                               [--shapes 8x4 32x1] [--eval-samples 4] [--json out.json]
+                               [--shapes 8x4 32x1] [--set optim.grad_clip_norm=1.0 ...]
+                               [--eval-samples 4] [--json out.json]
     python benchmarks/peers.py --tables out.json      # the tables again, from the curves
 
 Every run is the demo's job (examples/arith.yaml: arith-student, a rank-32 LoRA from the
@@ -12,10 +13,10 @@ temperature 1, one torch thread), for each seed one after the other: TRL 1.16's
 `DistillationTrainer` (on-policy, one divergence per `--betas` value: 1 reverse KL, 0
 forward KL, 0.5 JSD; 32 prompts x 1 completion a step) training the very LoRA model the
 local backend made, and opd's `run_loop` with each `--objectives` value as `loop.objective`
-and each `--shapes` batch x group. Every student is evaluated by the loop's `Evaluation`
-(the same held-out problems, sampler, seeds and grader) before the first step, every
-`--every` steps and after the last. Step time is the steps' wall time, evals left out. See
-benchmarks/README.md.
+and each `--shapes` batch x group (and `--set`'s settings). Every student is evaluated by
+the loop's `Evaluation` (the same held-out problems, sampler, seeds and grader) before the
+first step, every `--every` steps and after the last. Step time is the steps' wall time,
+evals left out. See benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -105,9 +106,19 @@ def peers(args: argparse.Namespace) -> list[Peer]:
         for shape in args.shapes:
             batch, group = (int(n) for n in shape.split("x"))
             label = f"opd {objective_label(objective)} ({batch}x{group})"
-            setting = {"objective": objective, "batch_size": batch, "group_size": group}
-            rows.append(Peer(label, "opd", setting))
+            setting = {
+                "loop.objective": objective,
+                "loop.batch_size": batch,
+                "loop.group_size": group,
+            }
+            rows.append(Peer(label, "opd", setting | dict(map(assignment, args.set))))
     return rows
+
+
+def assignment(text: str) -> tuple[str, Any]:
+    """`optim.grad_clip_norm=1.0` as (its dotted setting, its YAML value)."""
+    key, _, value = text.partition("=")
+    return key, yaml.safe_load(value)
 
 
 def objective_label(objective: str | dict[str, Any]) -> str:
@@ -131,7 +142,7 @@ def peer_spec(base: dict[str, Any], peer: Peer, seed: int) -> JobSpec:
         data["loop"] |= {"batch_size": TRL_BATCH, "group_size": 1}
     else:
         for key, value in peer.setting.items():
-            set_setting(data, f"loop.{key}", value)
+            set_setting(data, key, value)
     return JobSpec.model_validate(data)
 
 
@@ -349,6 +360,13 @@ def main() -> None:
         help="loop.objective values, each a name or a YAML mapping",
     )
     parser.add_argument("--shapes", nargs="+", default=["8x4"], help="opd's batch x group")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more settings of every opd run (optim.grad_clip_norm=1.0)",
+    )
     parser.add_argument("--json", type=Path, help="keep every curve in this file")
     parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
     args = parser.parse_args()
