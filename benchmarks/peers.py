@@ -345,6 +345,14 @@ def print_tables(figures: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def cpu_name() -> str:
+    """The CPU's model name (its float kernels move the figures), as Linux reports it."""
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 3])
@@ -381,7 +389,7 @@ def main() -> None:
     print(
         f"peers: {len(rows)} runs x {len(args.seeds)} seeds, {args.steps} steps, eval every "
         f"{args.every} on {args.holdout} held-out problems x {args.eval_samples}; "
-        f"{os.cpu_count()} CPUs, load average {load:.2f}"
+        f"{cpu_name()}, {os.cpu_count()} CPUs, load average {load:.2f}"
     )
     started = time.perf_counter()
     runs = asyncio.run(run_all(args, rows))
@@ -393,7 +401,7 @@ def main() -> None:
             "holdout": args.holdout,
             "eval_samples": args.eval_samples,
             "peers": [asdict(peer) for peer in rows],
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+            "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
             "load_average": [load, os.getloadavg()[0]],
             "seconds": time.perf_counter() - started,
         },
