@@ -126,6 +126,7 @@ class Rollouts:
             params,
             version,
             self.scoring,
+            self.spec.teacher_top_k(),
         )
 
     def keep_new_weights(self) -> None:

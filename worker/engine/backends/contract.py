@@ -156,7 +156,9 @@ class TrainingClient(Protocol):
 
 
 class LogitTrainingClient(TrainingClient, Protocol):
-    """A training client that can also train a logit-level objective (the local backend)."""
+    """A training client that can also train a logit-level objective: the local backend
+    every one, from its teachers' models; Tinker forward_kl over the teacher's top k, from
+    the top k each datum carries (`teacher_tokens`, `teacher_probs`)."""
 
     @call(Call.state_changing)
     async def forward_backward_logits_async(
