@@ -858,6 +858,12 @@ class JobSpec(SpecModel):
         objective = self.loop.objective
         return objective.top_k if self.backend == "tinker" and objective.logit_level else 0
 
+    def trainer_scores(self) -> bool:
+        """Whether the trainer scores the sampled tokens with the teacher itself, so the
+        rollouts need not: the local backend's logit-level objectives read the teachers'
+        whole distributions while training and report the sampled tokens' logprobs."""
+        return self.backend == "local" and self.loop.objective.logit_level
+
     def _eval_fits_the_teachers(self) -> None:
         if self.eval is None or len(self.teacher_specs()) < 2:
             return

@@ -127,6 +127,7 @@ class Rollouts:
             version,
             self.scoring,
             self.spec.teacher_top_k(),
+            scored=not self.spec.trainer_scores(),
         )
 
     def keep_new_weights(self) -> None:

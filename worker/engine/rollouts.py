@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Protocol, cast
 
 import numpy as np
-from pytrio.types import Datum, ModelInput, SamplingParams
+from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import SamplingClient
@@ -74,6 +74,21 @@ class Batch:
     def datum_tokens(self) -> int:
         """Tokens of the batch's datums: each is prompt + completion[:-1]."""
         return sum(len(c.prompt) + len(c.tokens) - 1 for c in self.completions)
+
+
+def with_teacher_logprobs(batch: Batch, outputs: Sequence[Mapping[str, TensorData]]) -> Batch:
+    """The batch with each completion's teacher logprobs taken from its datum's training
+    output (`teacher_logprobs`, one per datum position: the completion's are the last)."""
+    completions = [
+        replace(
+            completion,
+            teacher_logprobs=[
+                float(v) for v in output["teacher_logprobs"].data[-len(completion.tokens) :]
+            ],
+        )
+        for completion, output in zip(batch.completions, outputs, strict=True)
+    ]
+    return replace(batch, completions=completions)
 
 
 class Scorer(Protocol):
@@ -144,13 +159,15 @@ async def sample_and_score(
     version: int = 0,
     scoring: asyncio.Lock | None = None,
     teacher_top_k: int = 0,
+    scored: bool = True,
 ) -> Batch:
     """`num_samples` completions of each prompt, each scored by the teacher (or by the
     prompt's own, one per prompt); `version` is the optimizer steps taken by the sampler's
     weights. Batches sampled at the same time pass the same `scoring` lock: their scoring
     never interleaves (`ScoringTurn`). `teacher_top_k` k >= 1 also keeps the teacher's
     top k at each completion position (`teacher_scores`; the teachers are then sampling
-    clients)."""
+    clients). `scored` False leaves the teacher's logprobs empty, for the trainer to fill
+    in (`with_teacher_logprobs`)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
@@ -173,7 +190,9 @@ async def sample_and_score(
                     code="bad_sampler_logprobs",
                 )
         await turn.wait()
-        if teacher_top_k:
+        if not scored:
+            scores, topks = [[] for _ in sequences], [None] * len(sequences)
+        elif teacher_top_k:
             teacher = cast(SamplingClient, teachers[index])
             both = await asyncio.gather(
                 *(teacher_scores(teacher, prompt, seq.tokens, teacher_top_k) for seq in sequences)

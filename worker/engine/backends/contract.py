@@ -172,7 +172,9 @@ class LogitTrainingClient(TrainingClient, Protocol):
     ) -> Awaitable[ForwardBackwardOutput]:
         """Add the gradient of `coef` times the objective between the student's and each
         datum's teachers' (sampler, weight) mixture at its completion positions (`weights`
-        1), plus `loss_fn` of its advantages there, divided by the number of them."""
+        1), plus `loss_fn` of its advantages there, divided by the number of them. Each
+        datum's output holds its target tokens' `logprobs` and, where the trainer reads
+        the teachers itself (the local backend), their `teacher_logprobs`."""
         ...
 
 

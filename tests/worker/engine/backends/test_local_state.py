@@ -184,6 +184,18 @@ async def test_a_logit_level_objective_resumes_exactly_two_steps_off_policy(tmp_
     assert_same_training(resumed, whole, 6)
 
 
+async def test_the_sampled_reverse_kl_means_the_same_whichever_objective_trains(tmp_path):
+    """A logit-level objective's trainer scores the sampled tokens with the teacher (the
+    rollouts do not); step 0 samples the same completions under every objective, so its
+    sampled reverse KL is the reference's."""
+    reference = await run(tmp_path / "reference", job=pipelined(steps=1, save_every=0))
+    logit = await run(
+        tmp_path / "jsd", job=pipelined(steps=1, save_every=0, objective="reverse_kl")
+    )
+    for key in ("opd/reverse_kl_mean", "opd/reverse_kl_std", "data/completion_tokens_total"):
+        assert_close(logit.metrics[0][key], reference.metrics[0][key], rtol=1e-5, what=key)
+
+
 async def test_one_step_off_policy_cancels_at_the_next_boundary_without_sampler_weights(tmp_path):
     """A resumable stop asked at step 1 would train step 1 and keep its weights; a cancel
     ends the run right there with its state, and one asked during the last step leaves no
