@@ -840,6 +840,29 @@ class JobSpec(SpecModel):
                 "backend tinker: the top-k of a mixture of teachers is not the top-k of each, "
                 "so forward_kl cannot be trained exactly against a mixture; use route",
             )
+        if self.loop.loss_fn == "dro":
+            raise field_error(
+                ("loop", "loss_fn"),
+                "backend tinker trains the reward's advantages beside forward_kl in a second "
+                "forward_backward, each divided by the completion positions (Tinker sums its "
+                "losses where the local backend averages them); dro's penalty does not scale "
+                "with the advantages, so it would weigh that many times more: use "
+                "importance_sampling, ppo or cispo",
+            )
+
+    def teacher_top_k(self) -> int:
+        """How many of the teacher's likeliest tokens each score brings back with the
+        sampled token's logprob: the objective's top_k on Tinker, whose trainer never sees
+        the teacher and learns the teacher's top-k from the datums; else 0 (the reference,
+        and the local backend, which reads its teachers' logits itself)."""
+        objective = self.loop.objective
+        return objective.top_k if self.backend == "tinker" and objective.logit_level else 0
+
+    def trainer_scores(self) -> bool:
+        """Whether the trainer scores the sampled tokens with the teacher itself, so the
+        rollouts need not: the local backend's logit-level objectives read the teachers'
+        whole distributions while training and report the sampled tokens' logprobs."""
+        return self.backend == "local" and self.loop.objective.logit_level
 
     def _eval_fits_the_teachers(self) -> None:
         if self.eval is None or len(self.teacher_specs()) < 2:

@@ -13,6 +13,8 @@ TOKENS_PER_SECOND = "data/completion_tokens_per_second"
 TIME_PREFIX = "time/"
 EVAL_PREFIX = "eval/"
 REWARD = "reward/mean"
+OBJECTIVE = "opd/objective_mean"
+TEACHER_MASS = "opd/teacher_mass_mean"
 MAX_POINTS = 500
 """Buckets a chart asks the curves endpoint for: with min and max kept per bucket, up to
 twice as many points, more than a chart's width in pixels."""
@@ -33,9 +35,10 @@ class Chart:
 
 
 def job_charts(names: Sequence[str]) -> list[Chart]:
-    """Reverse KL (with its std band, and one curve per dataset beside it), reward, loss,
-    tokens/s, per-phase times and every eval curve (each dataset's on its figure's chart);
-    a chart whose metrics the job never recorded is left out."""
+    """Reverse KL (with its std band, and one curve per dataset beside it), a logit-level
+    objective's value and kept teacher mass, reward, loss, tokens/s, per-phase times and
+    every eval curve (each dataset's on its figure's chart); a chart whose metrics the job
+    never recorded is left out."""
     present = set(names)
     charts = []
     if REVERSE_KL in present:
@@ -43,6 +46,10 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
         charts.append(Chart("reverse-kl", "Reverse KL (mean ± std)", [REVERSE_KL], band))
     if per_dataset := sorted(name for name in present if name.startswith(f"{REVERSE_KL}/")):
         charts.append(Chart("reverse-kl-datasets", "Reverse KL by dataset", per_dataset))
+    if OBJECTIVE in present:
+        charts.append(Chart("objective", "Objective (per completion position)", [OBJECTIVE]))
+    if TEACHER_MASS in present:
+        charts.append(Chart("teacher-mass", "Teacher mass in the top-k", [TEACHER_MASS]))
     if rewards := sorted(name for name in present if name.split("/")[:2] == REWARD.split("/")):
         charts.append(Chart("reward", "Reward (mean; by dataset)", rewards))
     loss = next((name for name in LOSSES if name in present), None)

@@ -50,6 +50,24 @@ def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Se
     assert "Loaded 8 prompts" in messages and "Succeeded" in messages
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_logit_level_objective_trains_through_the_service(service: Service):
+    service.start_worker()
+    objective = {"kind": "jsd", "top_k": 16}
+    job = service.submit(tiny_spec(steps=24, objective=objective, save_weights_name="jsd"))
+
+    done = service.wait(job["id"])
+
+    assert done["status"] == "succeeded", done
+    assert done["spec"]["loop"]["objective"] == {**objective, "beta": None, "tail": None}
+    values = np.array([value for _, value in service.curve(job["id"], "opd/objective_mean")])
+    assert len(values) == 24 and (values > 0).all()
+    assert values[-4:].mean() < 0.8 * values[:4].mean(), values
+    mass = [value for _, value in service.curve(job["id"], "opd/teacher_mass_mean")]
+    assert len(mass) == 24 and all(0 < m <= 1 for m in mass)
+    assert len(service.curve(job["id"], "opd/reverse_kl_mean")) == 24
+
+
 # Cancels are stored alike on both databases (tests/app/jobs); end to end on SQLite, where
 # the API's cancel and the worker's step writes take turns at one write lock.
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

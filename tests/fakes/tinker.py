@@ -11,10 +11,13 @@ loss without the inputs it reads, a checkpoint name taken, an unknown checkpoint
 with the SDK's error type for that HTTP status. Results come as the SDK's futures, and a
 failure surfaces when the future is awaited, as it does from the SDK's background thread.
 
-A toy model (`tests/fakes/model.py`) samples and scores; training changes its weights as a
-function of the data, and a state loads back exactly. The losses are the engine's own
-definitions (Tinker's), so `loss:sum` is the real loss of the batch. Every accepted request
-is recorded. Not served: top-k logprobs and losses other than the policy losses.
+A toy model (`tests/fakes/model.py`) samples and scores (with the top-k prompt logprobs
+its bigram table gives, as Tinker's dense `TopkLogprobs`); training changes its weights as
+a function of the data, and a state loads back exactly. The losses are the engine's own
+definitions (Tinker's) and Tinker's cross_entropy, -sum weights * logprob of the targets
+(one per position, or k with 2-D targets and weights), so `loss:sum` is the real loss of
+the batch; each forward_backward also records its gradient with respect to the bigram
+logits, in float64. Every accepted request is recorded. Not served: the other losses.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from tinker import types
 from tinker.lib.public_interfaces.api_future import AwaitableConcurrentFuture
 from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker.types import ParsedCheckpointTinkerPath
+from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
 from kernel.spec import LOSS_OPTIONS
 from tests.fakes import model
@@ -56,7 +60,10 @@ class Call:
     request: Any
     result: Any = None
     weights: str | None = None
-    """The weights of the sampler that answered a sample (a teacher's, or the student's)."""
+    """The weights of the sampler that answered a sample (a teacher's, or the student's),
+    or those a forward_backward ran on."""
+    gradient: np.ndarray | None = None
+    """A forward_backward's: d loss:sum / d the bigram logits of `weights`, [VOCAB, VOCAB]."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +128,14 @@ class FakeServiceClient:
         self.sampler_ids = itertools.count()
 
     def record(
-        self, name: str, request: Any, result: Any = None, weights: str | None = None
+        self,
+        name: str,
+        request: Any,
+        result: Any = None,
+        weights: str | None = None,
+        gradient: np.ndarray | None = None,
     ) -> None:
-        self.calls.append(Call(name, request, result, weights))
+        self.calls.append(Call(name, request, result, weights, gradient))
 
     def calls_named(self, name: str) -> list[Call]:
         return [call for call in self.calls if call.name == name]
@@ -300,25 +312,30 @@ class FakeTrainingClient:
                 seq_id=next(self.seq_ids),
             )
             forward_backward_request_to_proto(request)
-            if loss_fn not in LOSSES:
+            if loss_fn != "cross_entropy" and loss_fn not in LOSSES:
                 raise refused(tinker.BadRequestError, f"the fake serves no loss {loss_fn!r}")
-            options = LOSS_OPTIONS[loss_fn] | dict(loss_fn_config or {})
+            options = LOSS_OPTIONS.get(loss_fn, {}) | dict(loss_fn_config or {})
             outputs, loss = [], 0.0
+            logits = torch.tensor(model.log_probs(self.weights), requires_grad=True)
             for index, datum in enumerate(data):
-                tokens, inputs = policy_inputs(datum, index)
-                logprobs = model.target_logprobs(self.weights, tokens, inputs["target_tokens"])
-                tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
-                per_token = LOSSES[loss_fn](torch.tensor(logprobs), tensors, options)
-                loss += float(per_token.sum())
-                scores = np.asarray(logprobs, dtype=np.float32)
+                if loss_fn == "cross_entropy":
+                    tokens, inputs = cross_entropy_inputs(datum, index)
+                    datum_loss, scores = cross_entropy(self.weights, tokens, inputs)
+                else:
+                    tokens, inputs = policy_inputs(datum, index)
+                    datum_loss, scores = policy_loss(self.weights, tokens, inputs, loss_fn, options)
+                loss += datum_loss
                 outputs.append({"logprobs": types.TensorData.from_numpy(scores)})
                 self.gradients.append(model.digest(loss_fn, options, tokens, datum_values(inputs)))
+                exact_loss(logits, loss_fn, options, tokens, inputs).backward()
             output = types.ForwardBackwardOutput(
                 loss_fn_output_type="ArrayRecord",
                 loss_fn_outputs=outputs,
                 metrics={"loss:sum": loss},
             )
-            self.service.record("forward_backward", request, output)
+            assert logits.grad is not None
+            gradient = logits.grad.numpy()
+            self.service.record("forward_backward", request, output, self.weights, gradient)
             return output
 
         return completed(run)
@@ -457,6 +474,73 @@ def policy_inputs(datum: types.Datum, index: int) -> tuple[list[int], dict[str, 
     return tokens, inputs
 
 
+def cross_entropy_inputs(datum: types.Datum, index: int) -> tuple[list[int], dict[str, np.ndarray]]:
+    """Tinker's cross_entropy inputs: target_tokens and weights, both [N] or both [N, K]
+    for a model input of N tokens (K targets per position: top-k distillation)."""
+    tokens = datum.model_input.to_ints()
+    inputs = {}
+    for name in ("target_tokens", "weights"):
+        tensor = datum.loss_fn_inputs.get(name)
+        if tensor is None:
+            raise refused(tinker.BadRequestError, f"datum {index} has no loss input {name!r}")
+        inputs[name] = tensor.to_numpy()
+    targets, weights = inputs["target_tokens"], inputs["weights"]
+    if targets.shape != weights.shape or targets.ndim not in (1, 2) or len(targets) != len(tokens):
+        raise refused(
+            tinker.BadRequestError,
+            f"datum {index}: target_tokens {list(targets.shape)} and weights "
+            f"{list(weights.shape)} must both be [{len(tokens)}] or [{len(tokens)}, K]",
+        )
+    if targets.dtype != np.int64 or ((targets < 0) | (targets >= model.VOCAB)).any():
+        raise refused(tinker.BadRequestError, f"datum {index}: target_tokens are not token ids")
+    if weights.dtype != np.float32 or not np.isfinite(weights).all():
+        raise refused(tinker.BadRequestError, f"datum {index}: weights must be finite float32")
+    return tokens, inputs
+
+
+def cross_entropy(
+    weights: str, tokens: list[int], inputs: dict[str, np.ndarray]
+) -> tuple[float, np.ndarray]:
+    """(-sum weights * logprob of the targets, the targets' logprobs in their shape)."""
+    targets = inputs["target_tokens"]
+    rows = np.asarray(tokens).reshape((-1,) + (1,) * (targets.ndim - 1))
+    logprobs = model.log_probs(weights)[rows, targets].astype(np.float32)
+    return float(-(inputs["weights"] * logprobs).sum()), logprobs
+
+
+def policy_loss(
+    weights: str,
+    tokens: list[int],
+    inputs: dict[str, np.ndarray],
+    loss_fn: str,
+    options: dict[str, float],
+) -> tuple[float, np.ndarray]:
+    """(the policy loss summed over the datum's positions, the targets' logprobs)."""
+    logprobs = model.target_logprobs(weights, tokens, inputs["target_tokens"])
+    tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
+    per_token = LOSSES[loss_fn](torch.tensor(logprobs), tensors, options)
+    return float(per_token.sum()), np.asarray(logprobs, dtype=np.float32)
+
+
+def exact_loss(
+    logits: torch.Tensor,
+    loss_fn: str,
+    options: dict[str, float],
+    tokens: list[int],
+    inputs: dict[str, np.ndarray],
+) -> torch.Tensor:
+    """A datum's loss in float64 as a function of the bigram logits (each row's
+    log-softmax is the model's table), for its gradient."""
+    table = logits.log_softmax(-1)
+    targets = torch.from_numpy(inputs["target_tokens"])
+    rows = torch.tensor(tokens).reshape((-1,) + (1,) * (targets.dim() - 1))
+    logprobs = table[rows, targets]
+    tensors = {name: torch.from_numpy(value).double() for name, value in inputs.items()}
+    if loss_fn == "cross_entropy":
+        return -(tensors["weights"] * logprobs).sum()
+    return LOSSES[loss_fn](logprobs, tensors, options).sum()
+
+
 def datum_values(inputs: dict[str, np.ndarray]) -> dict[str, list[float]]:
     return {name: value.tolist() for name, value in sorted(inputs.items())}
 
@@ -478,10 +562,10 @@ class FakeSamplingClient:
         include_prompt_logprobs: bool = False,
         topk_prompt_logprobs: int = 0,
     ) -> tinker.APIFuture[types.SampleResponse]:
-        if topk_prompt_logprobs:
-            raise NotImplementedError("the fake returns no top-k logprobs")
         return completed(
-            lambda: self.respond(prompt, num_samples, sampling_params, include_prompt_logprobs)
+            lambda: self.respond(
+                prompt, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs
+            )
         )
 
     def compute_logprobs(self, prompt: types.ModelInput) -> tinker.APIFuture[list[float | None]]:
@@ -495,6 +579,7 @@ class FakeSamplingClient:
         num_samples: int,
         params: types.SamplingParams,
         include_prompt_logprobs: bool,
+        topk_prompt_logprobs: int = 0,
     ) -> types.SampleResponse:
         request = types.SampleRequest(
             sampling_session_id=self.service.session_id,
@@ -503,12 +588,15 @@ class FakeSamplingClient:
             prompt=prompt,
             sampling_params=params,
             prompt_logprobs=include_prompt_logprobs,
+            topk_prompt_logprobs=topk_prompt_logprobs,
         )
         tokens = request.prompt.to_ints()
         if not tokens or max(tokens) >= model.VOCAB or min(tokens) < 0:
             raise refused(tinker.BadRequestError, "the prompt must be token ids, at least one")
         if params.max_tokens is None or params.max_tokens < 1:
             raise refused(tinker.BadRequestError, "sampling_params.max_tokens must be positive")
+        if request.topk_prompt_logprobs < 0:
+            raise refused(tinker.BadRequestError, "topk_prompt_logprobs must be 0 or more")
         draws = model.sample(self.weights, tokens, num_samples, model.Sampling.of(params))
         sequences = [
             types.SampledSequence(
@@ -520,13 +608,30 @@ class FakeSamplingClient:
             for index, draw in enumerate(draws)
         ]
         scored = model.score(self.weights, tokens) if include_prompt_logprobs else None
-        self.service.record("sample", request, weights=self.weights)
-        return types.SampleResponse(
+        k = request.topk_prompt_logprobs
+        response = types.SampleResponse(
             sequences=sequences,
             prompt_logprobs_np=None
             if scored is None
             else np.asarray([np.nan if v is None else v for v in scored], dtype=np.float32),
+            topk_prompt_logprobs_np=top_logprobs(self.weights, tokens, k) if k else None,
         )
+        self.service.record("sample", request, response, self.weights)
+        return response
+
+
+def top_logprobs(weights: str, tokens: list[int], k: int) -> TopkLogprobs:
+    """The k likeliest next tokens at each prompt position (the first has no context and
+    is the sentinel row), likeliest first; past the vocabulary, sentinels, as Tinker pads."""
+    table = model.log_probs(weights)
+    token_ids = np.zeros((len(tokens), k), dtype=np.int32)
+    logprobs = np.full((len(tokens), k), MASK_LOGPROB, dtype=np.float32)
+    width = min(k, model.VOCAB)
+    for position, previous in enumerate(tokens[:-1], start=1):
+        order = np.argsort(-table[previous], kind="stable")[:width]
+        token_ids[position, :width] = order
+        logprobs[position, :width] = table[previous, order]
+    return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
 
 
 def patch_tinker(monkeypatch: pytest.MonkeyPatch, fake: FakeServiceClient) -> None:

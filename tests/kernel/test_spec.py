@@ -197,3 +197,62 @@ def test_a_teachers_or_a_datasets_weight_refuses_a_non_finite_number(value):
         with pytest.raises(SpecError) as refused:
             parse_spec(named(groups))
         assert refused.value.problems == [(path, "Input should be a finite number")]
+
+
+def test_the_objective_defaults_to_the_reference_and_takes_a_name_alone():
+    assert JobSpec.model_validate(named({})).loop.objective.kind == "sampled_reverse_kl"
+    assert not JobSpec.model_validate(named({})).loop.objective.logit_level
+    objective = parse_spec(named({"backend": "local", "loop": {"objective": "jsd"}})).loop.objective
+    assert (objective.kind, objective.mixture_weight, objective.top_k) == ("jsd", 0.5, 0)
+    stored = parse_spec(named({"backend": "local", "loop": {"objective": "jsd"}})).model_dump()
+    assert parse_spec(stored).loop.objective == objective
+
+
+@pytest.mark.parametrize(
+    ("objective", "loop", "field", "says"),
+    [
+        ({"kind": "sampled_reverse_kl", "top_k": 8}, {}, "loop.objective.top_k", "sampled token"),
+        ({"kind": "reverse_kl", "beta": 0.5}, {}, "loop.objective.beta", "jsd's"),
+        ({"kind": "forward_kl", "tail": False}, {}, "loop.objective.tail", "top_k >= 1"),
+        ({"kind": "jsd", "beta": 1.5}, {}, "loop.objective.beta", "less than or equal"),
+        ({"kind": "forward_kl", "top_k": 2000}, {}, "loop.objective.top_k", "less than"),
+        ("reverse_kl", {"kl_discount_factor": 0.9}, "loop.kl_discount_factor", "discounting"),
+        ("forward_kl", {"loss_fn": "ppo"}, "loop.loss_fn", "reward.coef is 0"),
+    ],
+)
+def test_an_objective_that_makes_no_sense_is_refused_at_its_field(objective, loop, field, says):
+    data = named({"backend": "local", "loop": {"objective": objective, **loop}})
+    with pytest.raises(SpecError, match=rf"^{field}: .*{says}"):
+        parse_spec(data)
+
+
+@pytest.mark.parametrize(
+    ("backend", "objective", "extra", "field"),
+    [
+        ("trio", "reverse_kl", {}, "loop.objective.kind"),
+        ("trio", {"kind": "forward_kl", "top_k": 20, "tail": False}, {}, "loop.objective.kind"),
+        ("tinker", "reverse_kl", {}, "loop.objective.kind"),
+        ("tinker", {"kind": "forward_kl", "top_k": 20}, {}, "loop.objective.kind"),
+        ("tinker", {"kind": "jsd", "top_k": 20, "tail": False}, {}, "loop.objective.kind"),
+    ],
+)
+def test_an_objective_a_backend_cannot_train_is_refused_naming_both(
+    backend, objective, extra, field
+):
+    data = named({"backend": backend, "loop": {"objective": objective}, **extra})
+    with pytest.raises(SpecError, match=rf"^{field}: backend {backend} .*") as raised:
+        parse_spec(data)
+    kind = objective if isinstance(objective, str) else objective["kind"]
+    assert kind in str(raised.value)
+
+
+def test_the_default_objective_and_every_local_objective_are_accepted():
+    for backend in ("local", "trio", "tinker"):
+        assert parse_spec(named({"backend": backend})).loop.objective.kind == "sampled_reverse_kl"
+    for objective in ("reverse_kl", "forward_kl", "jsd", {"kind": "reverse_kl", "top_k": 64}):
+        parse_spec(named({"backend": "local", "loop": {"objective": objective}}))
+    tinker = {"kind": "forward_kl", "top_k": 20, "tail": False}
+    assert (
+        parse_spec(named({"backend": "tinker", "loop": {"objective": tinker}})).loop.objective.top_k
+        == 20
+    )

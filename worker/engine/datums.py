@@ -6,6 +6,7 @@ shifted for next-token prediction and padded with zeros over the prompt.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +40,24 @@ def completion_slice(all_logprobs: Sequence[float | None], prompt_len: int, n: i
             code="bad_teacher_logprobs",
         )
     return [float(value) for value in completion]
+
+
+TopK = Sequence[tuple[int, float]]
+"""The teacher's k likeliest tokens at one position as (token, logprob), likeliest first."""
+
+
+def completion_topk(all_topk: Sequence[TopK | None], prompt_len: int, n: int, k: int) -> list[TopK]:
+    """The teacher's top k at each completion position, each present, padded to k entries
+    with (0, -inf) where fewer came back (a vocabulary smaller than k)."""
+    completion = all_topk[prompt_len:]
+    if len(completion) != n or any(not row or len(row) > k for row in completion):
+        raise BackendFailure(
+            f"Invalid teacher top-{k} logprobs for completion tokens: expected 1 to {k} "
+            "(token, logprob) pairs per token",
+            code="bad_teacher_logprobs",
+        )
+    padding = [(0, -math.inf)]
+    return [[(int(t), float(v)) for t, v in row] + padding * (k - len(row)) for row in completion]
 
 
 def discounted_future_sum(values: np.ndarray, gamma: float) -> np.ndarray:
@@ -78,10 +97,13 @@ def build_opd_datum(
     advantages: Sequence[float] | np.ndarray,
     *,
     weighted: bool = False,
+    teacher_topk: Sequence[TopK] | None = None,
 ) -> Datum:
     """One training datum: input = prompt + completion[:-1], targets shifted by one;
     `weighted` adds `weights`, 1 at the completion positions a logit-level objective
-    compares and 0 on the prompt."""
+    compares and 0 on the prompt; `teacher_topk` (k pairs per completion token) adds the
+    teacher's distribution there for a trainer that never sees the teacher (Tinker's
+    forward_kl): `teacher_tokens` and `teacher_probs`, [length, k], 0 on the prompt."""
     pad = len(prompt_ids) - 1
     input_ids = list(prompt_ids) + list(completion_ids[:-1])
     target_ids = [0] * pad + list(completion_ids)
@@ -98,7 +120,23 @@ def build_opd_datum(
     if weighted:
         weights = np.concatenate([np.zeros(pad), np.ones(len(completion_ids))])
         inputs["weights"] = TensorData.from_numpy(weights.astype(np.float32))
+    if teacher_topk is not None:
+        inputs |= teacher_inputs(pad, teacher_topk)
     return Datum(model_input=ModelInput.from_ints(input_ids), loss_fn_inputs=inputs)
+
+
+def teacher_inputs(pad: int, topk: Sequence[TopK]) -> dict[str, TensorData]:
+    """`teacher_tokens` (int64) and `teacher_probs` (float32), [pad + len(topk), k]: the
+    teacher's top k at each completion position, zeros on the `pad` prompt positions."""
+    width = len(topk[0])
+    tokens = np.zeros((pad + len(topk), width), dtype=np.int64)
+    probs = np.zeros((pad + len(topk), width), dtype=np.float64)
+    tokens[pad:] = [[token for token, _ in row] for row in topk]
+    probs[pad:] = np.exp([[logprob for _, logprob in row] for row in topk])
+    return {
+        "teacher_tokens": TensorData.from_numpy(tokens),
+        "teacher_probs": TensorData.from_numpy(probs.astype(np.float32)),
+    }
 
 
 def batch_indices(step: int, batch_size: int, pool_size: int) -> list[int]:

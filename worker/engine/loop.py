@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pytrio.types import AdamParams, Datum, SamplingParams
+from pytrio.types import AdamParams, Datum, ForwardBackwardOutput, SamplingParams
 
 from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample, keeps_samples
@@ -53,6 +53,7 @@ from worker.engine.rollouts import (
     opd_datums,
     sample_and_score,
     teacher_logprobs,
+    with_teacher_logprobs,
 )
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
@@ -212,7 +213,7 @@ class Run:
 
     async def train(
         self, datums: list[Datum], teachers: list[list[tuple[SamplingClient, float]]]
-    ) -> dict[str, float]:
+    ) -> ForwardBackwardOutput:
         """One forward_backward (with a logit-level objective, against each datum's
         `teachers`) and one optim_step, both submitted before either is awaited."""
         loop = self.spec.loop
@@ -232,7 +233,7 @@ class Run:
         optim = await self.training.optim_step_async(self.adam)
         result = await fwd_bwd
         await optim
-        return dict(result.metrics)
+        return result
 
     async def save_state(self, steps_done: int) -> SavedState:
         saved = await (await self.training.save_state_async(state_name(self.spec, steps_done)))
@@ -635,7 +636,10 @@ async def run_loop(
             datums, rewarded = await steps.datums(batch, items)
             teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
             with timer("train"):
-                trainer_metrics = await run.train(datums, teachers)
+                trained = await run.train(datums, teachers)
+            if spec.trainer_scores():
+                batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
+            trainer_metrics = dict(trained.metrics)
             phases = timer.lap()
             elapsed = time.time() - step_start
             metrics = step_metrics(

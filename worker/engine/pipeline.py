@@ -126,6 +126,8 @@ class Rollouts:
             params,
             version,
             self.scoring,
+            self.spec.teacher_top_k(),
+            scored=not self.spec.trainer_scores(),
         )
 
     def keep_new_weights(self) -> None:

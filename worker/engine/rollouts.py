@@ -10,16 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, cast
 
 import numpy as np
-from pytrio.types import Datum, ModelInput, SamplingParams
+from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.datums import build_opd_datum, completion_slice, kl_advantages
+from worker.engine.datums import (
+    TopK,
+    build_opd_datum,
+    completion_slice,
+    completion_topk,
+    kl_advantages,
+)
+
+TOPK_SCORING = SamplingParams(max_tokens=1)
+"""A one-token sample: the prefill that scores its prompt (as Tinker's compute_logprobs)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,9 @@ class Completion:
     """The optimizer steps taken by the weights that sampled it."""
     group: int = 0
     """The index of its prompt in the batch."""
+    teacher_topk: list[TopK] | None = None
+    """With an objective over the teacher's top-k on Tinker: the teacher's k likeliest
+    (token, logprob) at each completion position (`teacher_scores`)."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -64,6 +76,21 @@ class Batch:
         return sum(len(c.prompt) + len(c.tokens) - 1 for c in self.completions)
 
 
+def with_teacher_logprobs(batch: Batch, outputs: Sequence[Mapping[str, TensorData]]) -> Batch:
+    """The batch with each completion's teacher logprobs taken from its datum's training
+    output (`teacher_logprobs`, one per datum position: the completion's are the last)."""
+    completions = [
+        replace(
+            completion,
+            teacher_logprobs=[
+                float(v) for v in output["teacher_logprobs"].data[-len(completion.tokens) :]
+            ],
+        )
+        for completion, output in zip(batch.completions, outputs, strict=True)
+    ]
+    return replace(batch, completions=completions)
+
+
 class Scorer(Protocol):
     """What scores tokens: a teacher's sampling client, or a mixture of teachers."""
 
@@ -76,6 +103,24 @@ async def teacher_logprobs(
     """The teacher's logprob of each completion token, in the prompt's context."""
     all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
     return completion_slice(all_logprobs, len(prompt), len(completion))
+
+
+async def teacher_scores(
+    teacher: SamplingClient, prompt: list[int], completion: list[int], k: int
+) -> tuple[list[float], list[TopK]]:
+    """The teacher's logprob of each completion token and its k likeliest tokens at each
+    completion position, from one prefill of prompt + completion (a one-token sample
+    with the prompt's logprobs, as compute_logprobs asks for them, and their top k)."""
+    response = await teacher.sample_async(
+        ModelInput.from_ints(prompt + completion),
+        num_samples=1,
+        sampling_params=TOPK_SCORING,
+        include_prompt_logprobs=True,
+        topk_prompt_logprobs=k,
+        return_text=False,
+    )
+    logprobs = completion_slice(response.prompt_logprobs, len(prompt), len(completion))
+    return logprobs, completion_topk(response.topk_prompt_logprobs, len(prompt), len(completion), k)
 
 
 class ScoringTurn:
@@ -113,11 +158,16 @@ async def sample_and_score(
     params: SamplingParams,
     version: int = 0,
     scoring: asyncio.Lock | None = None,
+    teacher_top_k: int = 0,
+    scored: bool = True,
 ) -> Batch:
     """`num_samples` completions of each prompt, each scored by the teacher (or by the
     prompt's own, one per prompt); `version` is the optimizer steps taken by the sampler's
     weights. Batches sampled at the same time pass the same `scoring` lock: their scoring
-    never interleaves (`ScoringTurn`)."""
+    never interleaves (`ScoringTurn`). `teacher_top_k` k >= 1 also keeps the teacher's
+    top k at each completion position (`teacher_scores`; the teachers are then sampling
+    clients). `scored` False leaves the teacher's logprobs empty, for the trainer to fill
+    in (`with_teacher_logprobs`)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
@@ -140,9 +190,19 @@ async def sample_and_score(
                     code="bad_sampler_logprobs",
                 )
         await turn.wait()
-        scores = await asyncio.gather(
-            *(teacher_logprobs(teachers[index], prompt, seq.tokens) for seq in sequences)
-        )
+        if not scored:
+            scores, topks = [[] for _ in sequences], [None] * len(sequences)
+        elif teacher_top_k:
+            teacher = cast(SamplingClient, teachers[index])
+            both = await asyncio.gather(
+                *(teacher_scores(teacher, prompt, seq.tokens, teacher_top_k) for seq in sequences)
+            )
+            scores, topks = [s for s, _ in both], [t for _, t in both]
+        else:
+            scores = await asyncio.gather(
+                *(teacher_logprobs(teachers[index], prompt, seq.tokens) for seq in sequences)
+            )
+            topks = [None] * len(sequences)
         return [
             Completion(
                 prompt,
@@ -152,8 +212,9 @@ async def sample_and_score(
                 seq.stop_reason,
                 version,
                 index,
+                topk,
             )
-            for seq, scored in zip(sequences, scores, strict=True)
+            for seq, scored, topk in zip(sequences, scores, topks, strict=True)
         ]
 
     try:
@@ -200,7 +261,8 @@ def logit_datums(
 ) -> list[Datum]:
     """One datum per completion for a logit-level objective: its completion positions
     marked by `weights`, its advantage only the completion's `bonus` (the reward term),
-    since the objective itself takes its gradient from the distributions."""
+    since the objective itself takes its gradient from the distributions; the teacher's
+    top-k with it where the completion has one (Tinker)."""
     return [
         build_opd_datum(
             completion.prompt,
@@ -208,6 +270,7 @@ def logit_datums(
             completion.student_logprobs,
             np.full(len(completion.tokens), bonus[index] if bonus is not None else 0.0),
             weighted=True,
+            teacher_topk=completion.teacher_topk,
         )
         for index, completion in enumerate(completions)
     ]

@@ -72,6 +72,15 @@ def test_charts_follow_the_metrics_a_job_recorded():
     assert job_charts([]) == []
 
 
+def test_a_logit_level_objective_charts_its_value_and_the_kept_teacher_mass():
+    names = ["opd/reverse_kl_mean", "opd/objective_mean", "opd/teacher_mass_mean"]
+    charts = {chart.id: chart for chart in job_charts(names)}
+    assert list(charts) == ["reverse-kl", "objective", "teacher-mass"]
+    assert charts["objective"].series == ["opd/objective_mean"]
+    assert charts["teacher-mass"].series == ["opd/teacher_mass_mean"]
+    assert "objective" not in {c.id for c in job_charts(["opd/reverse_kl_mean"])}
+
+
 def test_rollout_tokens_are_shaded_by_reverse_kl_and_escaped():
     from app.web.present import Rollout, shade_tokens
     from app.web.templating import templates

@@ -52,7 +52,8 @@ def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
             from worker.engine.backends.tinker import connect_tinker
 
         service = connect_tinker(spec.tinker)
-        return resilient(service, TINKER_ERRORS, warn, call_backoff(spec.tinker))
+        backoff = call_backoff(spec.tinker)
+        return resilient(service, TINKER_ERRORS, warn, backoff, contract=LogitServiceClient)
     with extra_installed("local"):
         from worker.engine.backends.local import LocalServiceClient
 

@@ -156,7 +156,9 @@ class TrainingClient(Protocol):
 
 
 class LogitTrainingClient(TrainingClient, Protocol):
-    """A training client that can also train a logit-level objective (the local backend)."""
+    """A training client that can also train a logit-level objective: the local backend
+    every one, from its teachers' models; Tinker forward_kl over the teacher's top k, from
+    the top k each datum carries (`teacher_tokens`, `teacher_probs`)."""
 
     @call(Call.state_changing)
     async def forward_backward_logits_async(
@@ -170,7 +172,9 @@ class LogitTrainingClient(TrainingClient, Protocol):
     ) -> Awaitable[ForwardBackwardOutput]:
         """Add the gradient of `coef` times the objective between the student's and each
         datum's teachers' (sampler, weight) mixture at its completion positions (`weights`
-        1), plus `loss_fn` of its advantages there, divided by the number of them."""
+        1), plus `loss_fn` of its advantages there, divided by the number of them. Each
+        datum's output holds its target tokens' `logprobs` and, where the trainer reads
+        the teachers itself (the local backend), their `teacher_logprobs`."""
         ...
 
 

@@ -16,6 +16,9 @@ converted back, and no result is waited on longer than `tinker.call_timeout_seco
   left unused.
 - The contract has no close, so Tinker's session (and its heartbeat) lasts as long as the
   process that opened it.
+- Logit-level objectives: forward_kl over the teacher's top k without a tail, the one
+  Tinker's API trains exactly (`forward_backward_logits_async`): the datums carry the
+  teacher's top k, and cross_entropy takes k targets and weights per position.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
 import pydantic
 import tinker
 from pytrio.types import (
@@ -43,7 +47,7 @@ from tinker.auth import tinker_has_credentials
 from tinker.types import RequestErrorCategory
 
 from kernel.errors import BackendRejected, OPDError
-from kernel.spec import TinkerBackendSpec
+from kernel.spec import ObjectiveSpec, TinkerBackendSpec
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS, ServiceClient
 from worker.engine.backends.resilient import (
     AUTH_STATUS_CODES,
@@ -55,6 +59,10 @@ from worker.engine.backends.resilient import (
 
 T = TypeVar("T")
 R = TypeVar("R")
+POLICY_INPUTS = ("target_tokens", "logprobs", "advantages")
+SCALED_LOSSES = ("importance_sampling", "ppo", "cispo")
+"""The policy losses whose value scales with the advantages (c > 0 times the advantages is
+c times the loss), so that dividing the advantages by n divides the loss by n exactly."""
 
 LOGIN_HINT = (
     "set TINKER_API_KEY (a key starting with tml-) in the worker's environment or run "
@@ -142,6 +150,98 @@ def trio_output(output: tinker.ForwardBackwardOutput) -> ForwardBackwardOutput:
     )
 
 
+def topk_refusal(objective: ObjectiveSpec, loss_fn: str) -> str | None:
+    """Why Tinker cannot train `objective` (with `loss_fn` for the advantages) exactly,
+    or None (the spec refuses these at submission too)."""
+    if objective.kind != "forward_kl" or not objective.top_k or objective.keeps_tail:
+        return (
+            f"Tinker trains only forward_kl over the teacher's top-k without a tail bucket, "
+            f"not {objective.kind} (top_k {objective.top_k}, tail {objective.keeps_tail})"
+        )
+    if loss_fn not in SCALED_LOSSES:
+        return (
+            f"the advantages' loss {loss_fn} does not scale with them, so it cannot be "
+            f"divided by the completion positions: use one of {', '.join(SCALED_LOSSES)}"
+        )
+    return None
+
+
+def completion_mask(datum: Datum, index: int) -> np.ndarray:
+    """The positions the objective compares (`weights` 1), with the teacher's top k there."""
+    length = datum.model_input.length
+    inputs = datum.loss_fn_inputs
+    if "weights" not in inputs or inputs["weights"].shape != [length]:
+        raise BackendRejected(
+            f"the backend rejected forward_backward_logits: datum {index} has no weights of "
+            f"shape [{length}] marking its completion positions"
+        )
+    tokens, probs = inputs.get("teacher_tokens"), inputs.get("teacher_probs")
+    if tokens is None or probs is None or len(tokens.shape) != 2 or tokens.shape != probs.shape:
+        raise BackendRejected(
+            f"the backend rejected forward_backward_logits: datum {index} carries no teacher "
+            "top-k (teacher_tokens and teacher_probs, [length, k]): Tinker's trainer never "
+            "sees the teacher, so its distribution must come with the datum"
+        )
+    if tokens.shape[0] != length:
+        raise BackendRejected(
+            f"the backend rejected forward_backward_logits: datum {index}'s teacher top-k has "
+            f"{tokens.shape[0]} rows, its model input {length} tokens"
+        )
+    return inputs["weights"].to_numpy() == 1
+
+
+def distilled(datum: Datum, scale: float) -> Datum:
+    """cross_entropy over the teacher's top k: targets its tokens, weights `scale` times
+    its probabilities (0 on the prompt), so the loss is -scale sum p log q_student."""
+    inputs = datum.loss_fn_inputs
+    weights = inputs["teacher_probs"].to_numpy().astype(np.float64) * scale
+    return Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={
+            "target_tokens": inputs["teacher_tokens"],
+            "weights": TensorData.from_numpy(weights.astype(np.float32)),
+        },
+    )
+
+
+def advantaged(datum: Datum, scale: float) -> Datum:
+    """The policy loss's inputs alone, the advantages times `scale`."""
+    inputs = {name: datum.loss_fn_inputs[name] for name in POLICY_INPUTS}
+    advantages = inputs["advantages"].to_numpy().astype(np.float64) * scale
+    inputs["advantages"] = TensorData.from_numpy(advantages.astype(np.float32))
+    return Datum(model_input=datum.model_input, loss_fn_inputs=inputs)
+
+
+def topk_metrics(
+    data: list[Datum],
+    masks: list[np.ndarray],
+    student: list[np.ndarray],
+    coef: float,
+    policy_loss: float,
+) -> dict[str, float]:
+    """The local backend's metrics: `objective_mean`, sum_k p (log p - log q) over the kept
+    tokens per completion position (q the student's logprobs Tinker returned);
+    `teacher_mass_mean`, sum_k p; and the loss coef * objective + the policy loss per
+    position (`policy_loss` is Tinker's, of advantages divided by the positions)."""
+    objective = mass = 0.0
+    for datum, mask, logprobs in zip(data, masks, student, strict=True):
+        p = datum.loss_fn_inputs["teacher_probs"].to_numpy().astype(np.float64)[mask]
+        q = logprobs.astype(np.float64)[mask]
+        kept = p > 0
+        objective += float((p[kept] * (np.log(p[kept]) - q[kept])).sum())
+        mass += float(p.sum())
+    positions = int(sum(mask.sum() for mask in masks))
+    loss = coef * objective + positions * policy_loss
+    count = max(positions, 1)
+    return {
+        "loss_sum": loss,
+        "loss_mean": loss / count,
+        "token_count": positions,
+        "objective_mean": objective / count,
+        "teacher_mass_mean": mass / count,
+    }
+
+
 class TinkerSampler:
     """A Tinker SamplingClient that follows the contract."""
 
@@ -218,6 +318,47 @@ class TinkerTrainer:
         future = self.client.forward_backward(datums, loss_fn, loss_fn_config)
         self.trained = True
         return result_of(future, self.timeout, trio_output)
+
+    async def forward_backward_logits_async(
+        self,
+        data: list[Datum],
+        teachers: list[list[tuple[Any, float]]],
+        objective: ObjectiveSpec,
+        coef: float = 1.0,
+        loss_fn: str = "importance_sampling",
+        loss_fn_config: dict[str, float] | None = None,
+    ) -> Awaitable[ForwardBackwardOutput]:
+        """forward_kl over the teacher's top k, read from each datum (the teachers are not
+        asked again): one cross_entropy with the teacher's k tokens as targets, weighted
+        coef * p / n (n the completion positions of the batch; Tinker sums where the local
+        backend averages), then, where an advantage is non-zero (the reward), one
+        `loss_fn` pass of the advantages / n, both before the next optim_step. The result
+        has the local backend's metrics and the student's logprobs of the teacher's k
+        tokens ([length, k]) per datum."""
+        if refusal := topk_refusal(objective, loss_fn):
+            raise BackendRejected(f"the backend rejected forward_backward_logits: {refusal}")
+        masks = [completion_mask(datum, index) for index, datum in enumerate(data)]
+        positions = max(int(sum(mask.sum() for mask in masks)), 1)
+        distill = [tinker_datum(distilled(datum, coef / positions)) for datum in data]
+        policy = []
+        if any(np.any(datum.loss_fn_inputs["advantages"].to_numpy()) for datum in data):
+            policy = [tinker_datum(advantaged(datum, 1 / positions)) for datum in data]
+        future = self.client.forward_backward(distill, "cross_entropy")
+        second = self.client.forward_backward(policy, loss_fn, loss_fn_config) if policy else None
+        self.trained = True
+
+        async def result() -> ForwardBackwardOutput:
+            output = await result_of(future, self.timeout, trio_output)
+            policy_loss = 0.0
+            if second is not None:
+                policy_loss = (await result_of(second, self.timeout, trio_output)).metrics[
+                    "loss_sum"
+                ]
+            student = [record["logprobs"].to_numpy() for record in output.loss_fn_outputs]
+            metrics = topk_metrics(data, masks, student, coef, policy_loss)
+            return ForwardBackwardOutput(loss_fn_outputs=output.loss_fn_outputs, metrics=metrics)
+
+        return result()
 
     async def optim_step_async(self, adam_params: AdamParams) -> Awaitable[OptimStepResponse]:
         future = self.client.optim_step(tinker.AdamParams.model_validate(adam_params.model_dump()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -57,8 +58,8 @@ def spec() -> JobSpec:
     )
 
 
-def pipelined(**loop: int) -> JobSpec:
-    """spec() with other loop settings (max_steps_off_policy, steps, save_every)."""
+def pipelined(**loop: Any) -> JobSpec:
+    """spec() with other loop settings (max_steps_off_policy, steps, save_every, objective)."""
     fields = spec().model_dump()
     fields["loop"] |= loop
     return JobSpec.model_validate(fields)
@@ -163,6 +164,36 @@ async def test_one_step_off_policy_resumes_exactly_after_a_stop_and_after_a_cras
     after_crash = await run(tmp_path / "whole", crash_state, job=job)
     assert sorted(after_crash.metrics) == [6]
     assert_same_training(after_crash, whole, 7)
+
+
+async def test_a_logit_level_objective_resumes_exactly_two_steps_off_policy(tmp_path):
+    objective = {"kind": "jsd", "top_k": 16}
+    job = pipelined(max_steps_off_policy=2, steps=6, save_every=3, objective=objective)
+    whole = await run(tmp_path / "whole", job=job)
+    assert all(0 < whole.metrics[s]["opd/teacher_mass_mean"] <= 1 for s in range(6))
+
+    kept = {step: path for (step, kind), path in whole.checkpoints.items() if kind == "sampler"}
+    resumed = await run(
+        tmp_path / "whole", SavedState(whole.checkpoints[3, "state"], 3, kept), job=job
+    )
+    assert sorted(resumed.metrics) == [3, 4, 5]
+    for step in resumed.metrics:
+        assert (
+            resumed.metrics[step]["opd/objective_mean"] == whole.metrics[step]["opd/objective_mean"]
+        )
+    assert_same_training(resumed, whole, 6)
+
+
+async def test_the_sampled_reverse_kl_means_the_same_whichever_objective_trains(tmp_path):
+    """A logit-level objective's trainer scores the sampled tokens with the teacher (the
+    rollouts do not); step 0 samples the same completions under every objective, so its
+    sampled reverse KL is the reference's."""
+    reference = await run(tmp_path / "reference", job=pipelined(steps=1, save_every=0))
+    logit = await run(
+        tmp_path / "jsd", job=pipelined(steps=1, save_every=0, objective="reverse_kl")
+    )
+    for key in ("opd/reverse_kl_mean", "opd/reverse_kl_std", "data/completion_tokens_total"):
+        assert_close(logit.metrics[0][key], reference.metrics[0][key], rtol=1e-5, what=key)
 
 
 async def test_one_step_off_policy_cancels_at_the_next_boundary_without_sampler_weights(tmp_path):

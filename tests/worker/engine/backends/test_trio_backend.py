@@ -7,9 +7,12 @@ import warnings
 
 import pytest
 import pytrio
+from pytrio.client.training_batch import plan_training_batch
 from pytrio.config.config import auth_state, configuration
 from pytrio.errors.auth import AuthError
 from pytrio.errors.base import PyTrioError
+from pytrio.model.limits import TrainingLimits
+from pytrio.types import Datum, ModelInput, TensorData
 
 from kernel.errors import OPDError
 from kernel.spec import TrioBackendSpec
@@ -106,3 +109,25 @@ async def test_one_tiny_step_against_the_real_service() -> None:
     )
 
     await one_tiny_step(spec, connect_trio(spec.trio))
+
+
+def test_pytrios_cross_entropy_takes_one_target_per_position() -> None:
+    """Why the spec refuses every logit-level objective on trio: PyTRIO's own batch planner
+    refuses the [N, k] targets and weights a teacher top-k would need."""
+    two_d = {"data": [0] * 6, "shape": [3, 2]}
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2, 3]),
+        loss_fn_inputs={
+            "target_tokens": TensorData(dtype="int64", **two_d),
+            "weights": TensorData(dtype="float32", **two_d),
+        },
+    )
+    limits = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
+    with pytest.raises(ValueError, match=r"target_tokens must have shape \[3\]"):
+        plan_training_batch(
+            [datum],
+            loss_fn="cross_entropy",
+            auto_shift=False,
+            limits=limits,
+            tokenizer_vocab_size=10,
+        )

@@ -123,10 +123,10 @@ def accumulate(
     pad_id: int,
     device: torch.device,
     totals: Totals,
-) -> list[Tensor]:
+) -> tuple[list[Tensor], list[Tensor]]:
     """Add the gradient of (coef * objective + the policy loss of the datums' advantages)
     summed over the rows' completion positions and divided by `denominator`; returns each
-    row's target logprobs ([its length], 0 on the prompt) as forward_backward reports them."""
+    row's target logprobs, the student's and the teacher's ([its length], 0 on the prompt)."""
     inputs = [s.model_input.to_ints() for s in rows.samples]
     ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
     student_states = selected(student.hidden(ids, mask, positions), rows.masks)
@@ -151,12 +151,13 @@ def accumulate(
     loss_fn, options = policy
     vocab = student.model.get_output_embeddings().weight.shape[0]
     picked = torch.zeros(len(flat), device=device)
+    teacher_picked = torch.zeros(len(flat), device=device)
     for span in position_chunks(len(flat), vocab):
         logprobs = student.logprobs(leaf[span])
-        value, mass = divergence(
-            logprobs, teacher_logprobs(rows, teachers, span, owners), objective
-        )
+        teacher = teacher_logprobs(rows, teachers, span, owners)
+        value, mass = divergence(logprobs, teacher, objective)
         chosen = logprobs.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
+        teacher_picked[span] = teacher.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
         chunk_inputs = {name: tensor[span] for name, tensor in policy_inputs.items()}
         loss = (coef * value + loss_fn(chosen, chunk_inputs, options)).sum()
         (loss / denominator).backward()
@@ -167,7 +168,7 @@ def accumulate(
     totals.positions += len(flat)
     if len(flat):
         student_states.backward(leaf.grad)
-    return per_row(rows, flat, picked.cpu())
+    return per_row(rows, flat, picked.cpu()), per_row(rows, flat, teacher_picked.cpu())
 
 
 def per_row(rows: Rows, flat: list[tuple[int, int]], picked: Tensor) -> list[Tensor]:

@@ -52,9 +52,7 @@ def jsd(student: Tensor, teacher: Tensor, beta: float) -> Tensor:
         return kl(teacher, student)
     if beta == 1:
         return kl(student, teacher)
-    mixture = torch.logsumexp(
-        torch.stack([student + math.log(1 - beta), teacher + math.log(beta)]), dim=0
-    )
+    mixture = torch.logaddexp(student + math.log(1 - beta), teacher + math.log(beta))
     return beta * kl(teacher, mixture) + (1 - beta) * kl(student, mixture)
 
 

@@ -322,7 +322,7 @@ class LocalTrainingClient:
         vocab_size = self.model.get_output_embeddings().weight.shape[0]
         for chunk in row_chunks([s.input_length for s in samples], vocab_size):
             rows = Rows(samples[chunk], masks[chunk], teachers[chunk])
-            picked = accumulate(
+            picked, teacher_picked = accumulate(
                 student,
                 rows,
                 objective,
@@ -333,7 +333,13 @@ class LocalTrainingClient:
                 self.placement.device,
                 totals,
             )
-            outputs.extend({"logprobs": TensorData.from_torch(row)} for row in picked)
+            outputs.extend(
+                {
+                    "logprobs": TensorData.from_torch(row),
+                    "teacher_logprobs": TensorData.from_torch(teacher_row),
+                }
+                for row, teacher_row in zip(picked, teacher_picked, strict=True)
+            )
         positions = max(totals.positions, 1)
         metrics = {
             "loss_sum": totals.loss,
