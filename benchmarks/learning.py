@@ -2,15 +2,16 @@
 against wall time, for the losses, max_steps_off_policy and the main settings.
 
     python benchmarks/learning.py [--studies losses off_policy lr rank group kl teachers
-                                            reward]
+                                            reward objective]
                                   [--seeds 3] [--steps 100] [--every 25] [--holdout 100]
                                   [--json out.json]
     python benchmarks/learning.py --tables out.json     # the tables again, from the curves
 
 Every run is the demo's job (examples/arith.yaml: arith-student learning from
 arith-teacher) with one setting changed, run by the real loop with the eval's grader.
-`losses` (at max_steps_off_policy 2, where the losses differ), `lr`, `rank`, `group`, `kl`
-and `reward` run on the local backend; `off_policy` runs
+`losses` (at max_steps_off_policy 2, where the losses differ), `lr`, `rank`, `group`, `kl`,
+`reward` and `objective` (loop.objective: the reference and the logit-level objectives)
+run on the local backend; `off_policy` runs
 k = 0, 1, 2 against the PyTRIO fake made to answer like a remote engine with the
 latencies of loop_speed.py (its `Engine`), the fake serving the arithmetic models
 themselves. Each setting runs once per seed (student.seed: the LoRA's init and the
@@ -41,6 +42,7 @@ from pytrio.types import ModelInput, SampleResponse, SamplingParams
 
 from kernel.spec import JobSpec
 from tests.fakes.trio import validated_request
+from worker.engine.backends import connect
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
@@ -64,6 +66,17 @@ STUDIES: dict[str, tuple[str, list[Any]]] = {
     "kl": ("loop.kl_discount_factor", [0.0, 0.5, 0.9]),
     "teachers": ("teacher_mixture", ["route", "mixture"]),
     "reward": ("loop.reward.coef", [0.0, 0.5, 2.0]),
+    "objective": (
+        "loop.objective",
+        [
+            "sampled_reverse_kl",
+            "reverse_kl",
+            "forward_kl",
+            "jsd",
+            {"kind": "reverse_kl", "top_k": 16},
+            {"kind": "forward_kl", "top_k": 16},
+        ],
+    ),
 }
 STUDY_FIXED: dict[str, dict[str, Any]] = {"losses": {"loop.max_steps_off_policy": 2}}
 """Settings a study holds fixed apart from the demo's: on-policy (k = 0) every loss takes
@@ -200,9 +213,11 @@ def study_base(name: str, args: argparse.Namespace) -> dict[str, Any]:
 async def run(spec: JobSpec, remote: Latencies | None, artifacts: Path, grade: Grade) -> Curve:
     prompts = load_datasets(spec, artifacts, False)
     eval_prompts = load_eval_prompts(spec, artifacts, False)
-    local = LocalServiceClient(spec.local, artifacts)
-    backend = local if remote is None else ServedService(local, Engine(remote))
-    service = resilient(backend, ERRORS, lambda *_: None)  # type: ignore[arg-type]
+    if remote is None:
+        service = connect(spec, artifacts, lambda *_: None)  # as the worker connects
+    else:
+        served = ServedService(LocalServiceClient(spec.local, artifacts), Engine(remote))
+        service = resilient(served, ERRORS, lambda *_: None)  # type: ignore[arg-type]
     curve = Curve()
     await run_loop(spec, service, prompts, curve, eval_prompts=eval_prompts, grade=grade)
     return curve
@@ -244,6 +259,14 @@ def spread(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def label(value: Any) -> str:
+    """A setting's value as the tables and --values name it: a mapping as its `kind` and
+    its other fields (`forward_kl top_k=16`)."""
+    if isinstance(value, dict):
+        return " ".join(str(v) if k == "kind" else f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
 def cell(mean: float, deviation: float) -> str:
     return f"{mean:.0%} ± {deviation:.0%}"
 
@@ -256,14 +279,15 @@ def print_study(name: str, setting: str, rows: list[Row]) -> dict[str, Any]:
     print(f"{'vs steps':<22}" + "".join(f"{'step ' + str(s):>14}" for s in steps))
     for row in rows:
         cells = [cell(*row.at_step(i)) for i in range(len(steps))]
-        print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
+        print(f"{label(row.value):<22}" + "".join(f"{c:>14}" for c in cells))
     longest = max(c.seconds[-1] for r in rows for c in r.curves)
     times = [longest * i / 4 for i in range(1, 5)]
     print(f"{'vs wall time':<22}" + "".join(f"{f'{t:.0f} s':>14}" for t in times))
     for row in rows:
         cells = [cell(*row.at_time(t)) for t in times]
-        print(f"{row.value!s:<22}" + "".join(f"{c:>14}" for c in cells))
-    print("the steps took: " + ", ".join(f"{r.value}: {r.trained_seconds():.0f} s" for r in rows))
+        print(f"{label(row.value):<22}" + "".join(f"{c:>14}" for c in cells))
+    took = ", ".join(f"{label(r.value)}: {r.trained_seconds():.0f} s" for r in rows)
+    print(f"the steps took: {took}")
     figures: dict[str, Any] = {
         "setting": setting,
         "rows": [{"value": r.value, "runs": [asdict(c) for c in r.curves]} for r in rows],
@@ -289,7 +313,7 @@ async def run_studies(args: argparse.Namespace, latencies: Latencies) -> dict[st
             setting, values = STUDIES[name]
             base = study_base(name, args)
             if args.values:
-                values = [v for v in values if str(v) in args.values] or values
+                values = [v for v in values if label(v) in args.values] or values
             remote = latencies if name == "off_policy" else None
             rows = []
             for value in values:
@@ -300,7 +324,7 @@ async def run_studies(args: argparse.Namespace, latencies: Latencies) -> dict[st
                         curve = await run(spec, remote, Path(artifacts), grader.grade_answers)
                     curves.append(curve)
                     print(
-                        f"  {name} {value} seed {seed}: "
+                        f"  {name} {label(value)} seed {seed}: "
                         + " ".join(f"{a:.0%}" for a in curve.accuracy)
                         + f" ({curve.trained_seconds:.0f} s of steps)",
                         flush=True,
