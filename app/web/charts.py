@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 REVERSE_KL = "opd/reverse_kl_mean"
@@ -12,6 +12,7 @@ LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
 TOKENS_PER_SECOND = "data/completion_tokens_per_second"
 TIME_PREFIX = "time/"
 EVAL_PREFIX = "eval/"
+BASELINE_PREFIX = "eval/teacher_"
 REWARD = "reward/mean"
 OBJECTIVE = "opd/objective_mean"
 TEACHER_MASS = "opd/teacher_mass_mean"
@@ -29,6 +30,9 @@ class Chart:
     title: str
     series: list[str]
     band: str | None = None
+    references: list[str] = field(default_factory=list)
+    """Metrics measured once (the teacher's eval baseline, at step 0), drawn as a level
+    line across the chart."""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,8 +41,9 @@ class Chart:
 def job_charts(names: Sequence[str]) -> list[Chart]:
     """Reverse KL (with its std band, and one curve per dataset beside it), a logit-level
     objective's value and kept teacher mass, reward, loss, tokens/s, per-phase times and
-    every eval curve (each dataset's on its figure's chart); a chart whose metrics the job
-    never recorded is left out."""
+    every eval curve (each dataset's on its figure's chart, the teacher's baseline as a
+    level line on the student's); a chart whose metrics the job never recorded is left
+    out."""
     present = set(names)
     charts = []
     if REVERSE_KL in present:
@@ -61,15 +66,25 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
     if times:
         charts.append(Chart("times", "Time per step and phase (s)", times))
     figures: dict[str, list[str]] = {}
+    baselines: dict[str, list[str]] = {}
     for name in sorted(name for name in present if name.startswith(EVAL_PREFIX)):
-        figures.setdefault("/".join(name.split("/")[:2]), []).append(name)
+        if name.startswith(BASELINE_PREFIX):
+            student = EVAL_PREFIX + name.removeprefix(BASELINE_PREFIX).split("/")[0]
+            baselines.setdefault(student, []).append(name)
+        else:
+            figures.setdefault("/".join(name.split("/")[:2]), []).append(name)
     for figure, series in figures.items():
         slug = figure.removeprefix(EVAL_PREFIX)
-        charts.append(Chart(f"eval-{slug}", figure, series))
+        charts.append(Chart(f"eval-{slug}", figure, series, references=baselines.pop(figure, [])))
+    for figure, references in baselines.items():  # a baseline without its student's curve
+        slug = figure.removeprefix(EVAL_PREFIX)
+        charts.append(Chart(f"eval-teacher-{slug}", f"{figure} (teacher)", references))
     return charts
 
 
 def chart_keys(charts: Sequence[Chart]) -> list[str]:
     """Every metric the charts need, once each."""
-    keys = [key for chart in charts for key in (*chart.series, chart.band) if key]
+    keys = [
+        key for chart in charts for key in (*chart.series, chart.band, *chart.references) if key
+    ]
     return list(dict.fromkeys(keys))

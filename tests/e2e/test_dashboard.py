@@ -143,6 +143,21 @@ def test_compare_two_jobs(page, service, shots):
     shot(page, shots, "compare")
 
 
+def test_the_teachers_baseline_is_a_line_on_the_students_eval_chart(page, service, shots):
+    spec = yaml.safe_load(TINY.read_text())
+    spec["loop"] |= {"steps": 4}
+    spec["eval"] |= {"every": 2, "teacher_baseline": True, "samples_per_prompt": 1}
+    job = service.submit(spec)
+    assert service.wait(job["id"])["status"] == "succeeded"
+    sign_in(page, service, service.key)
+    page.goto(f"{service.url}/ui/jobs/{job['id']}")
+    chart = page.locator("#chart-eval-accuracy")
+    expect(chart).to_have_attribute("data-points", "3", timeout=WAIT_MS)
+    expect(chart.locator(".u-legend")).to_contain_text("eval/teacher_accuracy")
+    assert page.locator("[id^='chart-eval-teacher']").count() == 0
+    shot(page, shots, "baseline")
+
+
 def test_an_invalid_spec_shows_the_fields_error_then_a_valid_one_is_submitted(page, service, shots):
     sign_in(page, service, service.key)
     page.goto(f"{service.url}/ui/new")

@@ -10,10 +10,12 @@ const BAND_FILL = "rgba(37, 99, 235, 0.15)";
 class LiveChart {
   constructor(def) {
     this.def = def;
-    this.keys = def.band ? [...def.series, def.band] : def.series.slice();
+    this.references = def.references || [];
+    this.keys = [...def.series, ...(def.band ? [def.band] : []), ...this.references];
     this.steps = [];
     this.values = Object.fromEntries(this.keys.map((k) => [k, []]));
-    const labels = def.band ? [def.series[0], "± std (upper)", "± std (lower)"] : def.series;
+    const curves = def.band ? [def.series[0], "± std (upper)", "± std (lower)"] : def.series;
+    const labels = [...curves, ...this.references];
     const bands = def.band ? [{ series: [2, 3], fill: BAND_FILL }] : [];
     this.figure = document.getElementById(`chart-${def.id}`);
     this.plot = makeChart(this.figure, labels, bands);
@@ -37,6 +39,12 @@ class LiveChart {
       data = [this.steps, mean, upper, lower];
     } else {
       data = [this.steps, ...this.def.series.map((k) => smooth(this.values[k], weight))];
+    }
+    // A baseline measured once is a level line at its value across every step.
+    for (const k of this.references) {
+      const known = this.values[k].filter((v) => v !== null && v !== undefined);
+      const level = known.length ? known[known.length - 1] : null;
+      data.push(this.steps.map(() => level));
     }
     this.plot.setData(data);
     this.figure.dataset.points = String(this.steps.length);

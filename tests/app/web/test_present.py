@@ -72,6 +72,25 @@ def test_charts_follow_the_metrics_a_job_recorded():
     assert job_charts([]) == []
 
 
+def test_the_teachers_baseline_is_a_level_line_on_the_students_eval_chart():
+    names = [
+        "eval/accuracy",
+        "eval/teacher_accuracy",
+        "eval/accuracy/add",
+        "eval/teacher_accuracy/add",
+        "eval/teacher_truncated_fraction",
+    ]
+    charts = {chart.id: chart for chart in job_charts(names)}
+    assert list(charts) == ["eval-accuracy", "eval-teacher-truncated_fraction"]
+    assert charts["eval-accuracy"].series == ["eval/accuracy", "eval/accuracy/add"]
+    assert charts["eval-accuracy"].references == [
+        "eval/teacher_accuracy",
+        "eval/teacher_accuracy/add",
+    ]
+    assert "eval/teacher_accuracy" in chart_keys(list(charts.values()))
+    assert charts["eval-teacher-truncated_fraction"].series == ["eval/teacher_truncated_fraction"]
+
+
 def test_a_logit_level_objective_charts_its_value_and_the_kept_teacher_mass():
     names = ["opd/reverse_kl_mean", "opd/objective_mean", "opd/teacher_mass_mean"]
     charts = {chart.id: chart for chart in job_charts(names)}
