@@ -19,7 +19,7 @@ import numpy as np
 
 from kernel.spec import JobSpec, PromptOptions, SharedDataset
 from worker.engine.datasets import Prompts
-from worker.engine.datums import batch_indices
+from worker.engine.datums import batch_indices, completion_slice
 from worker.engine.rollouts import Prompted
 
 
@@ -123,7 +123,7 @@ class Mixed:
 
     async def logprobs(self, completion: list[int]) -> list[float]:
         scored = await asyncio.gather(*(t.logprobs(completion) for t in self.teachers))
-        return [float(v) for v in mixture_logprobs(scored, self.log_weights)]
+        return completion_slice(mixture_logprobs(scored, self.log_weights), 0, len(completion))
 
     def read(self, completion_tokens: int) -> dict[str, int]:
         return {t.name: len(t.prompt) + completion_tokens for t in self.teachers}
