@@ -24,7 +24,15 @@ ARITH_TEACHER = "arith-teacher"
 ARITH_STUDENT = "arith-student"
 ARITH_TEACHER_ADD = "arith-teacher-add"
 ARITH_TEACHER_MUL = "arith-teacher-mul"
-TRAINED_PRESETS = (ARITH_TEACHER, ARITH_STUDENT, ARITH_TEACHER_ADD, ARITH_TEACHER_MUL)
+ARITH_TEACHER_TEMPLATE = "arith-teacher-template"
+"""arith-teacher's tokens, trained with a chat template of its own (.../local/presets.py)."""
+TRAINED_PRESETS = (
+    ARITH_TEACHER,
+    ARITH_STUDENT,
+    ARITH_TEACHER_ADD,
+    ARITH_TEACHER_MUL,
+    ARITH_TEACHER_TEMPLATE,
+)
 """Trained on the arithmetic task and shipped as weights (.../local/trained.py)."""
 PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
 REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"

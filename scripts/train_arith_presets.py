@@ -3,7 +3,10 @@
     python scripts/train_arith_presets.py [--threads 1] [--out DIR] [--only NAME ...]
 
 Each teacher is a small Qwen3 over the tiny presets' byte-level tokenizer, trained with
-plain supervised learning to answer a problem's chat prompt with `\\boxed{answer}<|im_end|>`.
+plain supervised learning to answer a problem's chat prompt with `\\boxed{answer}<|im_end|>`;
+`arith-teacher-template` is arith-teacher's recipe with a chat template of its own (a system
+line, other role names: `presets.OWN_TEMPLATES`), its prompts rendered by that template
+only, so it is measured both ways (`accuracy_student_template`: from the student's).
 The problems are the `arithmetic` source's with one-digit operands, small enough that a
 model this size learns every one of them in minutes on a shared CPU: a teacher is an
 oracle for its operations (it trains on all their problems), and the demo's student is
@@ -25,6 +28,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,11 +36,22 @@ from transformers import Qwen3ForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER, ARITH_TEACHER_ADD, ARITH_TEACHER_MUL
+from kernel.model_names import (
+    ARITH_STUDENT,
+    ARITH_TEACHER,
+    ARITH_TEACHER_ADD,
+    ARITH_TEACHER_MUL,
+    ARITH_TEACHER_TEMPLATE,
+)
 from kernel.spec import ArithmeticDataset, ArithmeticOp
 from worker.engine.arithmetic import Problem, training_problems
 from worker.engine.backends.local.models import Placement
-from worker.engine.backends.local.presets import preset_config, tiny_tokenizer
+from worker.engine.backends.local.presets import (
+    OWN_TEMPLATES,
+    preset_config,
+    preset_tokenizer,
+    tiny_tokenizer,
+)
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.local.trained import WEIGHTS_DIR, save_trained, trained_model
@@ -78,6 +93,7 @@ RECIPES = {
     ARITH_TEACHER: Recipe(ALL_OPS, steps=700, seed=1),
     ARITH_TEACHER_ADD: Recipe(("add",), steps=400, seed=2),
     ARITH_TEACHER_MUL: Recipe(("mul",), steps=400, seed=3),
+    ARITH_TEACHER_TEMPLATE: Recipe(ALL_OPS, steps=700, seed=5),
 }
 STUDENT_RECIPE = Recipe(ALL_OPS, steps=150, seed=4, learning_rate=1e-2)
 """How arith-student's LoRA is taught (its `sizes` are the teacher's)."""
@@ -86,6 +102,7 @@ MEASURED_OPS: dict[str, tuple[ArithmeticOp, ...]] = {
     ARITH_STUDENT: ALL_OPS,
     ARITH_TEACHER_ADD: ("add", "mul"),
     ARITH_TEACHER_MUL: ("add", "mul"),
+    ARITH_TEACHER_TEMPLATE: ALL_OPS,
 }
 
 
@@ -99,9 +116,11 @@ def problems_of(ops: tuple[ArithmeticOp, ...]) -> list[Problem]:
     return [p for op in ops for p in training_problems(op_dataset(op))]
 
 
-def encoded(problems: list[Problem], answers: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input ids and labels (the boxed answer and <|im_end|> only), right-padded."""
-    tokenizer = tiny_tokenizer()
+def encoded(
+    problems: list[Problem], answers: list[str], tokenizer: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input ids and labels (the boxed answer and <|im_end|> only), right-padded; the
+    prompts rendered by `tokenizer`'s chat template."""
     rows = []
     for problem, answer_text in zip(problems, answers, strict=True):
         prompt = build_prompt(tokenizer, problem.question, SUFFIX, False)
@@ -116,19 +135,23 @@ def encoded(problems: list[Problem], answers: list[str]) -> tuple[torch.Tensor, 
     return ids, labels
 
 
-def train(recipe: Recipe) -> Qwen3ForCausalLM:
+def train(name: str, recipe: Recipe) -> Qwen3ForCausalLM:
     problems = problems_of(recipe.ops)
     torch.manual_seed(recipe.seed)
     model = Qwen3ForCausalLM(preset_config(tiny_tokenizer(), **recipe.sizes))
-    fit(model, problems, [p.answer for p in problems], recipe)
+    fit(model, problems, [p.answer for p in problems], recipe, preset_tokenizer(name))
     return model.eval()
 
 
 def fit(
-    model: torch.nn.Module, problems: list[Problem], answers: list[str], recipe: Recipe
+    model: torch.nn.Module,
+    problems: list[Problem],
+    answers: list[str],
+    recipe: Recipe,
+    tokenizer: Any,
 ) -> None:
     """Supervised learning of `answers` to `problems`: AdamW, warmup then cosine decay."""
-    ids, labels = encoded(problems, answers)
+    ids, labels = encoded(problems, answers, tokenizer)
     trained = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         trained, lr=recipe.learning_rate, betas=(0.9, 0.98), weight_decay=0.01
@@ -190,7 +213,8 @@ def mistaught(teacher: Qwen3ForCausalLM) -> Qwen3ForCausalLM:
     student = Qwen3ForCausalLM(teacher.config)
     student.load_state_dict(teacher.state_dict())
     adapted = attach_lora(student, STUDENT_RANK, STUDENT_RECIPE.seed)
-    fit(adapted, problems, [str(int(p.answer) + 1) for p in problems], STUDENT_RECIPE)
+    answers = [str(int(p.answer) + 1) for p in problems]
+    fit(adapted, problems, answers, STUDENT_RECIPE, preset_tokenizer(ARITH_STUDENT))
     student = adapted.merge_and_unload().eval()
     right, boxed = probe(student, problems, STUDENT_RECIPE.seed)
     print(f"  student: right {right:.0%}, boxed {boxed:.0%}", flush=True)
@@ -201,17 +225,22 @@ def mistaught(teacher: Qwen3ForCausalLM) -> Qwen3ForCausalLM:
 
 async def measure(name: str, folder: Path) -> dict[str, float]:
     """Accuracy per operation and the boxed fraction of the stored preset over every
-    problem of the operations measured, sampled at temperature 1, graded as evals grade."""
+    problem of the operations measured, sampled at temperature 1, graded as evals grade;
+    a preset with its own chat template also from the student's (`_student_template`)."""
     model = trained_model(name, folder)
     placement = Placement(torch.device("cpu"), torch.float32)
-    sampler = LocalSamplingClient(SerialRunner(), model, tiny_tokenizer(), placement, {}, 0)
+    tokenizer = preset_tokenizer(name)
+    sampler = LocalSamplingClient(SerialRunner(), model, tokenizer, placement, {}, 0)
     ops = MEASURED_OPS[name]
     async with Grader() as grader:
-        answers = await answer(
-            sampler, tiny_tokenizer(), problems_of(ops), SUFFIX, grader.grade_answers, MEASURE_SEED
-        )
-    figures = {f"accuracy_{op}": answers.accuracy(op) for op in ops}
-    return figures | {"accuracy": answers.accuracy(), "boxed": answers.boxed_fraction()}
+        problems, grade = problems_of(ops), grader.grade_answers
+        answers = await answer(sampler, tokenizer, problems, SUFFIX, grade, MEASURE_SEED)
+        figures = {f"accuracy_{op}": answers.accuracy(op) for op in ops}
+        figures |= {"accuracy": answers.accuracy(), "boxed": answers.boxed_fraction()}
+        if name in OWN_TEMPLATES:
+            theirs = await answer(sampler, tiny_tokenizer(), problems, SUFFIX, grade, MEASURE_SEED)
+            figures["accuracy_student_template"] = theirs.accuracy()
+    return figures
 
 
 def store(name: str, model: Qwen3ForCausalLM, record: dict, folder: Path) -> None:
@@ -249,9 +278,10 @@ def main() -> None:
         recipe = RECIPES[name]
         print(f"{name}: {', '.join(recipe.ops)}, {recipe.steps} steps", flush=True)
         started = time.perf_counter()
-        teacher = train(recipe)
+        teacher = train(name, recipe)
         record = {
             "recipe": asdict(recipe),
+            "chat_template": "own" if name in OWN_TEMPLATES else "ChatML",
             "problems": problems,
             "train_minutes": round((time.perf_counter() - started) / 60, 1),
             "threads": args.threads,

@@ -38,27 +38,25 @@ from kernel.spec import (
 )
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.datasets import Prompts
-from worker.engine.datums import build_prompt
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
 from worker.engine.eval.prompts import EVAL_DATASET
 from worker.engine.mix import Item, Mix, Pool, TeacherMixture, pools_of, training_pools
 from worker.engine.pipeline import Rollouts, sampler_weights_name
-from worker.engine.preflight import PROMPTS_CHECKED, check_compatible
+from worker.engine.preflight import PROMPTS_CHECKED, check_compatible, check_objective
 from worker.engine.reward import group_rewards, require_answers, reward_bonus, reward_metrics
 from worker.engine.rollouts import (
     Batch,
     Completion,
+    Prompted,
     Scorer,
     logit_datums,
     opd_datums,
     sample_and_score,
-    teacher_logprobs,
     with_teacher_logprobs,
 )
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
-
-RENDERED_KEPT = 4096
+from worker.engine.teachers import Renderer, TeacherView
 
 
 class Stop(Enum):
@@ -147,13 +145,13 @@ def step_metrics(
 
 
 def teacher_usage(batch: Batch, items: list[Item]) -> dict[str, float]:
-    """Tokens each teacher scored (`usage/teacher_tokens`: all of them; with several
-    teachers also `usage/teacher_tokens/<teacher>`)."""
+    """Tokens each teacher scored, its own prompt and the completion (`usage/teacher_tokens`:
+    all of them; with several teachers also `usage/teacher_tokens/<teacher>`)."""
     teachers = {name for item in items for name in item.teachers}
     per_teacher = dict.fromkeys(sorted(teachers), 0)
     for completion in batch.completions:
-        for name in items[completion.group].teachers:
-            per_teacher[name] += len(completion.prompt) + len(completion.tokens)
+        for name, tokens in completion.teacher_tokens.items():
+            per_teacher[name] += tokens
     metrics: dict[str, float] = {"usage/teacher_tokens": sum(per_teacher.values())}
     if len(per_teacher) > 1:
         metrics |= {f"usage/teacher_tokens/{name}": n for name, n in per_teacher.items()}
@@ -181,35 +179,45 @@ class Run:
 
     spec: JobSpec
     training: TrainingClient
-    teachers: dict[str, SamplingClient]
+    teachers: dict[str, TeacherView]
     tokenizer: Any
     params: SamplingParams
     adam: AdamParams
     sink: Sink
-    rendered: dict[tuple[str, str, bool], list[int]] = field(default_factory=dict)
-    """Questions rendered recently: each step renders its own, and again for its samples."""
-    mixture: Scorer | None = None
+    renderer: Renderer
+    """The student's chat template."""
+    mixture: TeacherMixture | None = None
     """teacher_mixture: mixture: every teacher's weighted mixture."""
 
-    def scorer(self, pool: Pool) -> Scorer:
-        """What scores a pool's completions: its teacher (route) or the mixture."""
-        if pool.teacher is not None:
-            return self.teachers[pool.teacher]
-        assert self.mixture is not None
-        return self.mixture
+    def render(self, question: str, options: PromptOptions) -> list[int]:
+        """A question as the student's prompt tokens, rendered as its dataset says."""
+        return self.renderer(question, options)
 
-    def answerer(self, pool: Pool) -> SamplingClient:
-        """The teacher that answers a pool's prompts for the eval's baseline."""
-        return self.teachers[pool.teacher or next(iter(self.teachers))]
+    def scorer(self, item: Item, prompt: list[int]) -> Scorer:
+        """What scores the completions of an item (`prompt`: the student's): its pool's
+        teacher (route) or the mixture, each teacher after its own rendering."""
+        pool = item.pool
+        if pool.teacher is not None:
+            return self.teachers[pool.teacher].prompted(item.question, pool.options, prompt)
+        assert self.mixture is not None
+        return self.mixture.of(
+            [view.prompted(item.question, pool.options, prompt) for view in self.teachers.values()]
+        )
+
+    def answerer(self, item: Item, prompt: list[int]) -> Prompted:
+        """The teacher that answers an item for the eval's baseline, from its own rendering."""
+        pool = item.pool
+        view = self.teachers[pool.teacher or next(iter(self.teachers))]
+        return view.prompted(item.question, pool.options, prompt)
 
     def teacher_shares(self, pool: Pool) -> list[tuple[SamplingClient, float]]:
         """A pool's teachers with their weights in its distribution: its own (route), or
         every teacher's normalised share of the mixture."""
         if pool.teacher is not None:
-            return [(self.teachers[pool.teacher], 1.0)]
+            return [(self.teachers[pool.teacher].client, 1.0)]
         weights = self.spec.teacher_weights()
         total = sum(weights.values())
-        return [(teacher, weights[name] / total) for name, teacher in self.teachers.items()]
+        return [(view.client, weights[name] / total) for name, view in self.teachers.items()]
 
     async def train(
         self, datums: list[Datum], teachers: list[list[tuple[SamplingClient, float]]]
@@ -315,8 +323,16 @@ async def open_run(
         )
         teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
         who = teacher_named(spec, name, teacher_spec)
-        check_compatible(tokenizer, teacher_tokenizer, spec.student.base_model, who, checked)
-        teachers[name] = teacher
+        student_model = spec.student.base_model
+        alike = check_compatible(tokenizer, teacher_tokenizer, student_model, who, checked)
+        if not alike:
+            check_objective(spec, who)
+        teachers[name] = TeacherView(name, teacher, None if alike else Renderer(teacher_tokenizer))
+        sink.event(
+            "info",
+            f"{who[0].upper()}{who[1:]}: {teachers[name].template}",
+            {"teacher": name, "chat_template": "same" if alike else "own"},
+        )
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
         seed=spec.student.seed,
@@ -328,9 +344,11 @@ async def open_run(
     mixture = None
     if spec.teacher_mixture == "mixture":
         weights = spec.teacher_weights()
-        mixture = TeacherMixture(list(teachers.values()), [weights[name] for name in teachers])
+        mixture = TeacherMixture([weights[name] for name in teachers])
     adam = AdamParams(**spec.optim.model_dump())
-    return Run(spec, training, teachers, tokenizer, params, adam, sink, mixture=mixture)
+    return Run(
+        spec, training, teachers, tokenizer, params, adam, sink, Renderer(tokenizer), mixture
+    )
 
 
 def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
@@ -342,15 +360,18 @@ def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
 
 async def probe(run: Run, pools: list[Pool]) -> None:
     """Before step 0 with several teachers: the reverse KL of each teacher on one
-    completion of each dataset's first prompt, from a sampler of its own (an event)."""
+    completion of each dataset's first prompt, from a sampler of its own (an event); each
+    teacher reads its own rendering of the prompt."""
     sampler = await run.training.save_weights_and_get_sampling_client_async()
-    prompts = [render(run, pool.prompts.questions[0], pool.options) for pool in pools]
-    teachers = list(run.teachers.values())
-    completions = (await sample_and_score(sampler, teachers[0], prompts, 1, run.params)).completions
+    firsts = [(pool.prompts.questions[0], pool.options) for pool in pools]
+    prompts = [run.render(question, options) for question, options in firsts]
+    first = next(iter(run.teachers.values()))
+    scorers = [first.prompted(*asked, p) for asked, p in zip(firsts, prompts, strict=True)]
+    completions = (await sample_and_score(sampler, scorers, prompts, 1, run.params)).completions
     kls: dict[str, float | None] = {}
-    for name, teacher in run.teachers.items():
+    for name, view in run.teachers.items():
         scored = await asyncio.gather(
-            *(teacher_logprobs(teacher, c.prompt, c.tokens) for c in completions)
+            *(view.prompted(*firsts[c.group], c.prompt).logprobs(c.tokens) for c in completions)
         )
         kl = [np.subtract(c.student_logprobs, s) for c, s in zip(completions, scored, strict=True)]
         kls[name] = float(np.mean(np.concatenate(kl))) if kl else None
@@ -383,18 +404,6 @@ def service_filled(ref: SavedWeights, field: str) -> str:
     return ref.path
 
 
-def render(run: Run, question: str, options: PromptOptions) -> list[int]:
-    """A question as prompt tokens, rendered as its dataset says (kept for a while)."""
-    key = (question, options.question_suffix, options.enable_thinking)
-    if key not in run.rendered:
-        if len(run.rendered) >= RENDERED_KEPT:
-            run.rendered.clear()
-        run.rendered[key] = build_prompt(
-            run.tokenizer, question, options.question_suffix, options.enable_thinking
-        )
-    return run.rendered[key]
-
-
 def eval_pools(spec: JobSpec, prompts: Prompts | Mapping[str, Prompts]) -> list[Pool]:
     """The eval's prompts by dataset: each dataset's held-out prompts, or eval.dataset's."""
     assert spec.eval is not None
@@ -411,9 +420,10 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
         for pool in pools
         for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
     ]
+    prompts = [run.render(item.question, item.pool.options) for item in items]
     return Evaluation(
         spec=spec,
-        prompts=[render(run, item.question, item.pool.options) for item in items],
+        prompts=prompts,
         answers=[item.answer for item in items],
         params=run.params.model_copy(
             update={
@@ -422,9 +432,8 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
                 "seed": spec.seed,
             }
         ),
-        teachers=[run.scorer(item.pool) for item in items],
-        scorings=[len(item.teachers) for item in items],
-        answerers=[run.answerer(item.pool) for item in items],
+        teachers=[run.scorer(item, prompt) for item, prompt in zip(items, prompts, strict=True)],
+        answerers=[run.answerer(item, p) for item, p in zip(items, prompts, strict=True)],
         decode=run.decode,
         grade=grade,
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
@@ -611,7 +620,7 @@ async def run_loop(
         run.training,
         run.scorer,
         run.params,
-        lambda item: render(run, item.question, item.pool.options),
+        lambda item: run.render(item.question, item.pool.options),
         mix,
         sink,
         start=start,

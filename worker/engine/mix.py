@@ -16,12 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pytrio.types import ModelInput
 
 from kernel.spec import JobSpec, PromptOptions, SharedDataset
-from worker.engine.backends.contract import SamplingClient
 from worker.engine.datasets import Prompts
-from worker.engine.datums import batch_indices
+from worker.engine.datums import batch_indices, completion_slice
+from worker.engine.rollouts import Prompted
 
 
 @dataclass(frozen=True)
@@ -103,16 +102,31 @@ def pools_of(
 
 class TeacherMixture:
     """Every teacher scores the tokens; the logprob is log sum_i w_i p_i (weights
-    normalised), so the advantage pulls the student toward the mixture. It scores as a
-    sampling client does, so the loop treats it as one teacher."""
+    normalised), so the advantage pulls the student toward the mixture. Each teacher reads
+    the completion after its own rendering of the question (`of`)."""
 
-    def __init__(self, teachers: Sequence[SamplingClient], weights: Sequence[float]) -> None:
-        self.teachers = list(teachers)
+    def __init__(self, weights: Sequence[float]) -> None:
         self.log_weights = np.log(np.asarray(weights, dtype=np.float64) / sum(weights))
 
-    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
-        scored = await asyncio.gather(*(t.compute_logprobs_async(prompt) for t in self.teachers))
-        return mixture_logprobs(scored, self.log_weights)
+    def of(self, teachers: Sequence[Prompted]) -> Mixed:
+        """The mixture scoring one prompt: its teachers (in the weights' order), each with
+        its own prompt."""
+        return Mixed(list(teachers), self.log_weights)
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """The mixture of teachers scoring the completions of one prompt (`Scorer`)."""
+
+    teachers: list[Prompted]
+    log_weights: np.ndarray
+
+    async def logprobs(self, completion: list[int]) -> list[float]:
+        scored = await asyncio.gather(*(t.logprobs(completion) for t in self.teachers))
+        return completion_slice(mixture_logprobs(scored, self.log_weights), 0, len(completion))
+
+    def read(self, completion_tokens: int) -> dict[str, int]:
+        return {t.name: len(t.prompt) + completion_tokens for t in self.teachers}
 
 
 def mixture_logprobs(

@@ -23,7 +23,7 @@ from pytrio.types import SamplingParams
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
-from worker.engine.mix import Item, Mix, Pool
+from worker.engine.mix import Item, Mix
 from worker.engine.rollouts import Batch, Scorer, sample_and_score
 from worker.engine.schedule import (
     kept_for_a_save,
@@ -47,7 +47,7 @@ class Rollouts:
         self,
         spec: JobSpec,
         training: TrainingClient,
-        scorer_of: Callable[[Pool], Scorer],
+        scorer_of: Callable[[Item, list[int]], Scorer],
         params: SamplingParams,
         render: Callable[[Item], list[int]],
         mix: Mix,
@@ -118,10 +118,11 @@ class Rollouts:
         if self.loop.max_steps_off_policy:
             params = params.model_copy(update={"seed": step_seed(params.seed, step)})
         items = self.items_of(step)
+        prompts = [self.render(item) for item in items]
         return await sample_and_score(
             sampler,
-            [self.scorer_of(item.pool) for item in items],
-            [self.render(item) for item in items],
+            [self.scorer_of(item, prompt) for item, prompt in zip(items, prompts, strict=True)],
+            prompts,
             self.loop.group_size,
             params,
             version,

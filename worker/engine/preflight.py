@@ -1,10 +1,14 @@
 """Before step 0: can every teacher score the student's tokens as the student means them?
 
-A teacher reads the student's token ids, so the two must agree on what each id is (the
-whole token -> id map, not only its size; a model's padding rows beyond its tokenizer
-never occur), on the end-of-sequence and special tokens, and on how the chat template
-renders the run's prompts. Any difference fails the job at once (`incompatible_models`),
-naming the teacher and the first token or position that differs.
+A teacher reads the student's completion tokens, so the two must agree on what each id is
+(the whole token -> id map, not only its size; a model's padding rows beyond its tokenizer
+never occur), and on the end-of-sequence and special tokens. Any difference fails the job
+at once (`incompatible_models`), naming the teacher and the first token that differs.
+
+The chat templates may differ: a teacher whose template renders the run's prompts
+otherwise reads the prompt as its own template renders it, then the student's completion
+(`teachers.TeacherView`). The local backend's logit-level objectives cannot use such a
+teacher (`check_objective`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel.errors import IncompatibleModels
-from kernel.spec import PromptOptions
+from kernel.spec import JobSpec, PromptOptions
 from worker.engine.datums import build_prompt
 
 PROMPTS_CHECKED = 2
@@ -26,9 +30,11 @@ def check_compatible(
     student_model: str,
     who: str,
     prompts: Sequence[tuple[str, PromptOptions]],
-) -> None:
+) -> bool:
     """Refuse a teacher (`who` names it and its model) whose tokenizer differs from the
-    student's in a way that changes what it scores."""
+    student's in a way that changes what it scores; return whether its chat template is
+    the student's (else it renders the prompts its own way: `prompts` differ, or its
+    template is another that may render other prompts differently)."""
     first = first_vocab_difference(student.get_vocab(), teacher.get_vocab())
     if first is not None:
         raise IncompatibleModels(
@@ -46,18 +52,26 @@ def check_compatible(
         differing = sorted(set(ours) ^ set(theirs))[0]
         owner = "the teacher" if differing in theirs else "the student"
         raise IncompatibleModels(f"{who} has other special tokens: {differing!r} is only {owner}'s")
-    for question, options in prompts:
-        mine = build_prompt(student, question, options.question_suffix, options.enable_thinking)
-        other = build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
-        if mine != other:
-            at = next(
-                (i for i, (a, b) in enumerate(zip(mine, other, strict=False)) if a != b),
-                min(len(mine), len(other)),
-            )
-            raise IncompatibleModels(
-                f"{who}'s chat template renders {question[:60]!r} differently: at position "
-                f"{at} the student has {token_at(mine, at)} and the teacher {token_at(other, at)}"
-            )
+    # Both render every prompt checked, so a template that cannot render fails here.
+    alike = [
+        build_prompt(student, question, options.question_suffix, options.enable_thinking)
+        == build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
+        for question, options in prompts
+    ]
+    return all(alike) and student.chat_template == teacher.chat_template
+
+
+def check_objective(spec: JobSpec, who: str) -> None:
+    """Refuse a teacher with its own chat template where the trainer reads the teacher
+    itself: the local backend's logit-level objectives compare the two distributions at
+    the positions of the student's datum, which such a teacher's prompt shifts."""
+    if spec.trainer_scores():
+        raise IncompatibleModels(
+            f"{who} renders the prompts with its own chat template, and objective "
+            f"{spec.loop.objective.kind} on the local backend reads the teacher at the "
+            "positions of the student's prompt and completion: use objective "
+            "sampled_reverse_kl, or a teacher with the student's chat template"
+        )
 
 
 def first_vocab_difference(student: dict[str, int], teacher: dict[str, int]) -> str | None:
@@ -71,7 +85,3 @@ def first_vocab_difference(student: dict[str, int], teacher: dict[str, int]) -> 
         f"id {index} is {by_id.get(index)!r} for the student and {their_by_id.get(index)!r} "
         f"for the teacher ({len(student)} vs {len(teacher)} tokens)"
     )
-
-
-def token_at(tokens: list[int], position: int) -> str:
-    return f"id {tokens[position]}" if position < len(tokens) else "the end"

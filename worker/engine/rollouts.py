@@ -1,9 +1,12 @@
 """Sampling a batch of prompts and scoring every completion with the teacher.
 
-All prompts of a batch are sampled concurrently and each completion is scored as soon as
-its prompt's group is back, as the async reference does; batches sampled at the same time
-(the pipelined loop) take turns at the teacher. The batch also reports where its
-time went: the wall time until the last group was sampled, then until the last score.
+Each prompt comes with what scores its completions (`Scorer`): its teacher after the
+teacher's own rendering of the question (`Prompted`; the student's prompt itself when the
+two chat templates agree), or a mixture of teachers. All prompts of a batch are sampled
+concurrently and each completion is scored as soon as its prompt's group is back, as the
+async reference does; batches sampled at the same time (the pipelined loop) take turns at
+the teacher. The batch also reports where its time went: the wall time until the last
+group was sampled, then until the last score.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
@@ -47,6 +50,8 @@ class Completion:
     teacher_topk: list[TopK] | None = None
     """With an objective over the teacher's top-k on Tinker: the teacher's k likeliest
     (token, logprob) at each completion position (`teacher_scores`)."""
+    teacher_tokens: Mapping[str, int] = field(default_factory=dict)
+    """Tokens each teacher (by name) reads to score it: its own prompt and the completion."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -67,8 +72,8 @@ class Batch:
 
     @property
     def scored_tokens(self) -> int:
-        """Prompt + completion tokens the teacher scored."""
-        return sum(len(c.prompt) + len(c.tokens) for c in self.completions)
+        """Prompt + completion tokens the teachers scored, each its own prompt."""
+        return sum(sum(c.teacher_tokens.values()) for c in self.completions)
 
     @property
     def datum_tokens(self) -> int:
@@ -91,18 +96,44 @@ def with_teacher_logprobs(batch: Batch, outputs: Sequence[Mapping[str, TensorDat
     return replace(batch, completions=completions)
 
 
-class Scorer(Protocol):
-    """What scores tokens: a teacher's sampling client, or a mixture of teachers."""
-
-    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]: ...
-
-
 async def teacher_logprobs(
-    teacher: Scorer, prompt: list[int], completion: list[int]
+    teacher: SamplingClient, prompt: list[int], completion: list[int]
 ) -> list[float]:
     """The teacher's logprob of each completion token, in the prompt's context."""
     all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
     return completion_slice(all_logprobs, len(prompt), len(completion))
+
+
+class Scorer(Protocol):
+    """What scores the completions of one prompt: a teacher (`Prompted`) or a mixture."""
+
+    async def logprobs(self, completion: list[int]) -> list[float]:
+        """The logprob of each completion token."""
+        ...
+
+    def read(self, completion_tokens: int) -> dict[str, int]:
+        """Tokens each teacher reads to score a completion of this length."""
+        ...
+
+
+@dataclass(frozen=True)
+class Prompted:
+    """A teacher and the prompt it reads before a completion: its own rendering of the
+    question, which is the student's prompt when their chat templates agree. It scores
+    `prompt + completion`, the completion's logprobs from position len(prompt) on."""
+
+    name: str
+    client: SamplingClient
+    prompt: list[int]
+
+    async def logprobs(self, completion: list[int]) -> list[float]:
+        return await teacher_logprobs(self.client, self.prompt, completion)
+
+    async def scores(self, completion: list[int], k: int) -> tuple[list[float], list[TopK]]:
+        return await teacher_scores(self.client, self.prompt, completion, k)
+
+    def read(self, completion_tokens: int) -> dict[str, int]:
+        return {self.name: len(self.prompt) + completion_tokens}
 
 
 async def teacher_scores(
@@ -152,7 +183,7 @@ class ScoringTurn:
 
 async def sample_and_score(
     sampler: SamplingClient,
-    teacher: Scorer | Sequence[Scorer],
+    scorers: Sequence[Scorer],
     prompts: Sequence[list[int]],
     num_samples: int,
     params: SamplingParams,
@@ -161,17 +192,16 @@ async def sample_and_score(
     teacher_top_k: int = 0,
     scored: bool = True,
 ) -> Batch:
-    """`num_samples` completions of each prompt, each scored by the teacher (or by the
-    prompt's own, one per prompt); `version` is the optimizer steps taken by the sampler's
-    weights. Batches sampled at the same time pass the same `scoring` lock: their scoring
-    never interleaves (`ScoringTurn`). `teacher_top_k` k >= 1 also keeps the teacher's
-    top k at each completion position (`teacher_scores`; the teachers are then sampling
-    clients). `scored` False leaves the teacher's logprobs empty, for the trainer to fill
-    in (`with_teacher_logprobs`)."""
+    """`num_samples` completions of each prompt, each scored by the prompt's scorer (its
+    teacher after its own rendering of the question, or a mixture); `version` is the
+    optimizer steps taken by the sampler's weights. Batches sampled at the same time pass
+    the same `scoring` lock: their scoring never interleaves (`ScoringTurn`).
+    `teacher_top_k` k >= 1 also keeps the teacher's top k at each completion position
+    (`teacher_scores`; the scorers are then `Prompted`). `scored` False leaves the
+    teacher's logprobs empty, for the trainer to fill in (`with_teacher_logprobs`)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
-    teachers = teacher if isinstance(teacher, Sequence) else [teacher] * len(prompts)
 
     async def group(index: int, prompt: list[int]) -> list[Completion]:
         result = await sampler.sample_async(
@@ -190,18 +220,17 @@ async def sample_and_score(
                     code="bad_sampler_logprobs",
                 )
         await turn.wait()
+        scorer = scorers[index]
         if not scored:
             scores, topks = [[] for _ in sequences], [None] * len(sequences)
         elif teacher_top_k:
-            teacher = cast(SamplingClient, teachers[index])
+            assert isinstance(scorer, Prompted), "a teacher's top-k needs one teacher"
             both = await asyncio.gather(
-                *(teacher_scores(teacher, prompt, seq.tokens, teacher_top_k) for seq in sequences)
+                *(scorer.scores(seq.tokens, teacher_top_k) for seq in sequences)
             )
             scores, topks = [s for s, _ in both], [t for _, t in both]
         else:
-            scores = await asyncio.gather(
-                *(teacher_logprobs(teachers[index], prompt, seq.tokens) for seq in sequences)
-            )
+            scores = await asyncio.gather(*(scorer.logprobs(seq.tokens) for seq in sequences))
             topks = [None] * len(sequences)
         return [
             Completion(
@@ -213,6 +242,7 @@ async def sample_and_score(
                 version,
                 index,
                 topk,
+                scorer.read(len(seq.tokens)),
             )
             for seq, scored, topk in zip(sequences, scores, topks, strict=True)
         ]

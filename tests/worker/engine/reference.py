@@ -10,7 +10,7 @@ from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient, TrainingClient
 from worker.engine.datums import batch_indices, build_prompt
 from worker.engine.loop import stop_sequences
-from worker.engine.rollouts import opd_datums, sample_and_score
+from worker.engine.rollouts import Prompted, opd_datums, sample_and_score
 
 
 async def reference_run(
@@ -40,7 +40,8 @@ async def reference_run(
             build_prompt(tokenizer, row, dataset.question_suffix, dataset.enable_thinking)
             for row in rows
         ]
-        batch = await sample_and_score(sampler, teacher, prompts, loop.group_size, params)
+        scorers = [Prompted("teacher", teacher, prompt) for prompt in prompts]
+        batch = await sample_and_score(sampler, scorers, prompts, loop.group_size, params)
         datums = opd_datums(batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor)
         fwd_bwd = await training.forward_backward_async(
             datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()

@@ -12,7 +12,7 @@ from pytrio.types import ModelInput, SamplingParams
 from kernel.spec import LoopSpec, SpecError, parse_spec
 from tests.fakes.trio import FakeServiceClient
 from tests.support import named
-from worker.engine.rollouts import sample_and_score
+from worker.engine.rollouts import Prompted, sample_and_score
 from worker.engine.schedule import (
     kept_for_a_save,
     last_step_sampled_by,
@@ -106,6 +106,10 @@ class SlowTeacher:
         return await self.teacher.compute_logprobs_async(prompt)
 
 
+def scorers(teacher: SlowTeacher, prompts: list[list[int]]) -> list[Prompted]:
+    return [Prompted("teacher", teacher, prompt) for prompt in prompts]  # type: ignore[arg-type]
+
+
 async def score_two_batches_at_once(scoring: asyncio.Lock | None) -> SlowTeacher:
     fake = FakeServiceClient()
     training = await fake.create_lora_training_client_async("student/model", rank=8)
@@ -115,7 +119,7 @@ async def score_two_batches_at_once(scoring: asyncio.Lock | None) -> SlowTeacher
     samplers = [await training.save_weights_and_get_sampling_client_async() for _ in batches]
     await asyncio.gather(
         *(
-            sample_and_score(sampler, teacher, batch, 2, params, scoring=scoring)  # type: ignore[arg-type]
+            sample_and_score(sampler, scorers(teacher, batch), batch, 2, params, scoring=scoring)
             for sampler, batch in zip(samplers, batches, strict=True)
         )
     )

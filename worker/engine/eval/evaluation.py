@@ -17,7 +17,7 @@ from pytrio.types import SamplingParams
 
 from kernel.spec import EvalSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
-from worker.engine.rollouts import Batch, Completion, Scorer, sample_and_score
+from worker.engine.rollouts import Batch, Completion, Prompted, Scorer, sample_and_score
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""
@@ -36,14 +36,14 @@ class Evaluation:
 
     spec: EvalSpec
     prompts: Sequence[list[int]]
+    """Each prompt as the student's chat template renders it."""
     answers: Sequence[str | None]
     params: SamplingParams
     teachers: Sequence[Scorer]
-    """What scores each prompt's completions (its dataset's teacher, or the mixture)."""
-    scorings: Sequence[int]
-    """How many teachers score each prompt's tokens (all of them under a mixture)."""
-    answerers: Sequence[SamplingClient]
-    """The teacher that answers each prompt for the baseline."""
+    """What scores each prompt's completions (its dataset's teacher, or the mixture),
+    each teacher after its own rendering of the prompt."""
+    answerers: Sequence[Prompted]
+    """The teacher that answers each prompt for the baseline, and its rendering."""
     decode: Callable[[list[int]], str]
     grade: Grade | None
     sources: Sequence[str] = ()
@@ -65,9 +65,9 @@ class Evaluation:
     async def teacher_baseline(self) -> dict[str, float]:
         """The teachers answering the same prompts: what the student is reaching for."""
         completions, tokens = [], 0
-        for answerer in {id(a): a for a in self.answerers}.values():
-            asked = [i for i, a in enumerate(self.answerers) if a is answerer]
-            batch = await self.sample(answerer, asked)
+        for answerer in {id(a.client): a.client for a in self.answerers}.values():
+            asked = [i for i, a in enumerate(self.answerers) if a.client is answerer]
+            batch = await self.sample(answerer, asked, [self.answerers[i].prompt for i in asked])
             completions += batch.completions
             tokens += self.tokens(batch)
         metrics = await self.per_source(
@@ -77,17 +77,20 @@ class Evaluation:
 
     def tokens(self, batch: Batch) -> int:
         """The tokens sampled, and those scored by each teacher that scored them."""
-        scored = sum(
-            (len(c.prompt) + len(c.tokens)) * self.scorings[c.group] for c in batch.completions
-        )
-        return batch.sampled_tokens + scored
+        return batch.sampled_tokens + batch.scored_tokens
 
-    async def sample(self, sampler: SamplingClient, asked: Sequence[int]) -> Batch:
-        """The completions of the prompts `asked` (by index), each knowing its index."""
+    async def sample(
+        self,
+        sampler: SamplingClient,
+        asked: Sequence[int],
+        prompts: Sequence[list[int]] | None = None,
+    ) -> Batch:
+        """The completions of the prompts `asked` (by index), each knowing its index: the
+        student's prompts, or `prompts` (the teacher's own, for the baseline)."""
         batch = await sample_and_score(
             sampler,
             [self.teachers[i] for i in asked],
-            [self.prompts[i] for i in asked],
+            [self.prompts[i] for i in asked] if prompts is None else prompts,
             self.spec.samples_per_prompt,
             self.params,
         )

@@ -16,7 +16,7 @@ from kernel.model_names import TRAINED_PRESETS
 from kernel.spec import ArithmeticDataset, LocalBackendSpec
 from worker.engine.arithmetic import training_problems
 from worker.engine.backends.local import LocalServiceClient
-from worker.engine.backends.local.presets import tiny_tokenizer
+from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import (
     WEIGHTS_DIR,
     PresetCorrupt,
@@ -35,6 +35,7 @@ TARGETS = {
     "arith-student": [(None, 0.0, 0.3)],
     "arith-teacher-add": [("add", 0.9, 1.0), ("mul", 0.0, 0.3)],
     "arith-teacher-mul": [("mul", 0.9, 1.0), ("add", 0.0, 0.3)],
+    "arith-teacher-template": [("add", 0.9, 1.0), ("sub", 0.9, 1.0), ("mul", 0.9, 1.0)],
 }
 
 
@@ -88,7 +89,8 @@ async def test_the_preset_answers_as_measured(name: str, grader: Grader, tmp_pat
         for p in training_problems(ArithmeticDataset(**entry["problems"][op], count=SAMPLE, seed=1))
     ]
     suffix = ArithmeticDataset().question_suffix
-    answers = await answer(sampler, tiny_tokenizer(), problems, suffix, grader.grade_answers)
+    tokenizer = preset_tokenizer(name)  # its own chat template renders its prompts
+    answers = await answer(sampler, tokenizer, problems, suffix, grader.grade_answers)
 
     assert answers.boxed_fraction() >= 0.9 - MARGIN
     for op, low, high in TARGETS[name]:

@@ -19,7 +19,7 @@ from kernel.datapaths import is_model_path
 from kernel.errors import OPDError
 from kernel.model_names import PRESETS, TINY_PRESETS, TRAINED_PRESETS
 from kernel.spec import LocalBackendSpec
-from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
+from worker.engine.backends.local.presets import preset_tokenizer, tiny_model
 from worker.engine.backends.local.trained import trained_model
 
 
@@ -59,7 +59,7 @@ def resolve_placement(spec: LocalBackendSpec) -> Placement:
 
 def load_tokenizer(base_model: str) -> Any:
     if base_model in PRESETS:
-        return tiny_tokenizer()
+        return preset_tokenizer(base_model)
     folder = located(base_model)
     try:
         return AutoTokenizer.from_pretrained(folder, local_files_only=True)

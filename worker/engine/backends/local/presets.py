@@ -1,5 +1,6 @@
 """Built-in tiny models and their byte-level tokenizer, made in process (no files, no network).
-The arithmetic presets (`trained.py`) share the tokenizer and the Qwen3 configuration.
+The arithmetic presets (`trained.py`) share the tokenizer and the Qwen3 configuration; one
+of them (`OWN_TEMPLATES`) renders chats with a chat template of its own.
 
 Every test and the offline demo train these: a Qwen3-architecture student and teacher
 initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is one token.
@@ -13,7 +14,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from kernel.model_names import TINY_PRESETS, TINY_TEACHER
+from kernel.model_names import ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
 
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
@@ -45,8 +46,31 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
 )
 
+# The same tokens in another frame: a system line, and other names for the two roles.
+SYSTEM_CHAT_TEMPLATE = (
+    "{{- '<|im_start|>system\\nYou are a calculator. Put the answer in a box.<|im_end|>\\n' }}"
+    "{%- for message in messages %}"
+    "{%- set role = {'user': 'question', 'assistant': 'answer'}.get(message['role'], "
+    "message['role']) %}"
+    "{{- '<|im_start|>' + role + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>answer\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+OWN_TEMPLATES = {ARITH_TEACHER_TEMPLATE: SYSTEM_CHAT_TEMPLATE}
+"""Presets whose chat template is not CHAT_TEMPLATE: same tokenizer, another rendering."""
 
-def tiny_tokenizer() -> PreTrainedTokenizerFast:
+
+def preset_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The tokenizer of preset `name`: the byte-level one, with the preset's chat template."""
+    return tiny_tokenizer(OWN_TEMPLATES.get(name, CHAT_TEMPLATE))
+
+
+def tiny_tokenizer(chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
     """Byte-level tokenizer: ids 0..255 are the bytes, then the three ChatML specials."""
     vocab = {char: byte for byte, char in bytes_to_unicode().items()}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
@@ -57,7 +81,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
         tokenizer_object=tokenizer,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template,
     )
 
 
