@@ -1,6 +1,8 @@
 """The OpenAI-compatible routes with the official `openai` package as the client, against
 real `opd api` and `opd worker` processes on a finished tiny job: a chat completion with
-logprobs (the playground's own answer, its usage counted), the models listed, streaming,
+logprobs (the playground's own answer, its usage counted), a text scored with
+`completions.create` (echo, logprobs, max_tokens 0: the playground's values), the models
+listed, streaming,
 a completion whose answer was lost resent (and billed once), another team's job a 404, and
 a missing worker a timeout, all in OpenAI's shapes."""
 
