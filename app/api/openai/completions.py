@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
@@ -81,13 +81,12 @@ class CompletionRequest(Strict):
             return prompt
         if not prompt:
             raise ValueError("give a prompt: a text or token ids")
-        if isinstance(prompt[0], str | list):
-            if len(prompt) > 1:
-                raise ValueError(
-                    f"one prompt per request ({len(prompt)} given): send one request each"
-                )
-            return prompt[0]  # type: ignore[return-value]
-        return prompt  # type: ignore[return-value]
+        first = prompt[0]
+        if isinstance(first, int):
+            return cast(list[int], prompt)  # the union matched list[int]: all ints
+        if len(prompt) > 1:
+            raise ValueError(f"one prompt per request ({len(prompt)} given): send one request each")
+        return first
 
     @field_validator("best_of")
     @classmethod
