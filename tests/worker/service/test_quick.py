@@ -410,6 +410,22 @@ async def test_a_text_prompt_is_completed_after_its_own_tokens_and_echoed(
     assert plain["usage"]["prompt_tokens"] == len(prompt)
 
 
+async def test_a_completion_resent_gets_the_first_and_is_billed_once(
+    api, key, trained, pytrio_fake
+):
+    body = {"model": f"job-{trained['id']}", "prompt": "1 + 1 =", "echo": True, "logprobs": 0}
+    headers = auth(key) | {"Idempotency-Key": "completion-1"}
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        first = await api.post("/v1/completions", json=body, headers=headers)
+        again = await api.post("/v1/completions", json=body, headers=headers)
+
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert bill.samplings(pytrio_fake) == ["sample", "compute_logprobs"]
+    usage = first.json()["usage"]
+    assert bill.added == {"sampled_tokens": usage["total_tokens"], "teacher_tokens": 0}
+
+
 async def test_a_token_id_beyond_the_vocabulary_is_a_400_in_openais_shape(api, key, trained):
     body = {"model": f"job-{trained['id']}", "prompt": [1, model.VOCAB + 3], "max_tokens": 1}
     response = await api.post("/v1/completions", json=body, headers=auth(key))
