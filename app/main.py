@@ -64,8 +64,8 @@ Submit on-policy distillation jobs, follow their metrics and collect their weigh
 Authenticate with `Authorization: Bearer KEY` or `X-API-Key: KEY` (keys come from
 `opd keys create --team NAME`). Every job belongs to the key's team; other teams' jobs
 answer 404. Errors look like `{"error": {"code", "message", "param"}}`, except on the
-OpenAI-compatible routes (`/v1/chat/completions`, `/v1/models`), which speak OpenAI's
-format, errors included: `{"error": {"message", "type", "param", "code"}}`.
+OpenAI-compatible routes (`/v1/chat/completions`, `/v1/completions`, `/v1/models`), which
+speak OpenAI's format, errors included: `{"error": {"message", "type", "param", "code"}}`.
 
 A key's scope decides what it may do: `read` (GET only), `submit` (also create and act on
 its team's jobs and webhooks), `admin` (every team, keys, teams' limits). Each operation

@@ -8,7 +8,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.spec import MAX_PROMPT_CHARS, CheckpointRef, JobSpec, Name, SpecModel
+from kernel.spec import MAX_PROMPT_CHARS, MAX_TOKENS, CheckpointRef, JobSpec, Name, SpecModel
 
 T = TypeVar("T")
 
@@ -36,6 +36,11 @@ class SampleRequest(SpecModel):
             "oneOf": [
                 {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
                 {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+                {"required": ["text"], "properties": {"text": {"type": "string"}}},
+                {
+                    "required": ["prompt_token_ids"],
+                    "properties": {"prompt_token_ids": {"type": "array"}},
+                },
             ]
         }
     )
@@ -54,6 +59,24 @@ class SampleRequest(SpecModel):
         description="Or a chat, rendered with the student's chat template as given; the "
         "last message is the user's.",
     )
+    text: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PROMPT_CHARS,
+        description="Or a text the models read as given, no template: tokenized with the "
+        "tokenizer's special tokens, as vLLM's completions tokenize a prompt.",
+    )
+    prompt_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_TOKENS,
+        description="Or the prompt's token ids, read as given (each below the vocabulary's size).",
+    )
+    prompt_logprobs: bool = Field(
+        False,
+        description="Also each prompt token's logprob under each model (null for the first), "
+        "from the prefill that scores a text (compute_logprobs, as the teacher scores).",
+    )
     checkpoint: CheckpointRef = Field(
         "final", description="`final` or the step of saved sampler weights."
     )
@@ -63,7 +86,12 @@ class SampleRequest(SpecModel):
         "or the untrained student (`base`); `compare` adds others.",
     )
     n: int = Field(1, ge=1, le=MAX_SAMPLES, description="Completions per model.")
-    max_tokens: int = Field(256, ge=1, le=MAX_PLAYGROUND_TOKENS)
+    max_tokens: int = Field(
+        256,
+        ge=0,
+        le=MAX_PLAYGROUND_TOKENS,
+        description="0 (only with prompt_logprobs): nothing sampled.",
+    )
     temperature: float = Field(1.0, ge=0.0, le=10.0, description="0 = greedy.")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] = Field(
@@ -100,8 +128,11 @@ class SampleRequest(SpecModel):
 
     @model_validator(mode="after")
     def _one_prompt(self) -> SampleRequest:
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give either prompt or messages")
+        given = [self.prompt, self.messages, self.text, self.prompt_token_ids]
+        if sum(value is not None for value in given) != 1:
+            raise ValueError("give one of prompt, messages, text and prompt_token_ids")
+        if self.max_tokens == 0 and not self.prompt_logprobs:
+            raise ValueError("max_tokens: 0 only with prompt_logprobs (nothing to answer)")
         if self.messages is not None and self.messages[-1].role != "user":
             raise ValueError("messages: the last message must be the user's")
         if len(set(self.compare)) != len(self.compare):
@@ -149,11 +180,20 @@ class ModelOutput(BaseModel):
     reverse_kl_mean: float | None = Field(
         None, description="Over every token of the completions (when the teacher is compared)."
     )
+    prompt_logprobs: list[float | None] | None = Field(
+        None,
+        description="Each prompt token's logprob under this model, null for the first (and "
+        "where not finite); with `prompt_logprobs` only.",
+    )
 
 
 class SampleAnswer(BaseModel):
     prompt: str = Field(description="The prompt as the models read it (chat template applied).")
     prompt_tokens: int
+    prompt_token_ids: list[int] | None = Field(None, description="The prompt's tokens.")
+    prompt_pieces: list[str] | None = Field(
+        None, description="Each prompt token decoded on its own (with `prompt_logprobs`)."
+    )
     outputs: list[ModelOutput]
     seconds: float = Field(description="The worker's time on the request.")
 

@@ -72,7 +72,8 @@ def answer_usage(answer: SampleAnswer) -> dict[str, int]:
     """What an answer adds to its job's usage counters, counted as training counts them:
     the student's weights (a checkpoint, the base) sampled their completion tokens; the
     teacher read the prompt and wrote its completions, and scored each completion it was
-    compared with (its prompt and its tokens)."""
+    compared with (its prompt and its tokens); a student's weights that scored the prompt
+    (`prompt_logprobs`) read its tokens too."""
     counts: Counter[str] = Counter()
     for output in answer.outputs:
         written = sum(len(completion.token_ids) for completion in output.completions)
@@ -80,6 +81,8 @@ def answer_usage(answer: SampleAnswer) -> dict[str, int]:
             counts["teacher_tokens"] += answer.prompt_tokens + written
             continue
         counts["sampled_tokens"] += written
+        if output.prompt_logprobs is not None:
+            counts["sampled_tokens"] += answer.prompt_tokens
         counts["teacher_tokens"] += sum(
             answer.prompt_tokens + len(completion.token_ids)
             for completion in output.completions

@@ -1,6 +1,8 @@
 """The OpenAI-compatible routes with the official `openai` package as the client, against
 real `opd api` and `opd worker` processes on a finished tiny job: a chat completion with
-logprobs (the playground's own answer, its usage counted), the models listed, streaming,
+logprobs (the playground's own answer, its usage counted), a text scored with
+`completions.create` (echo, logprobs, max_tokens 0: the playground's values), the models
+listed, streaming,
 a completion whose answer was lost resent (and billed once), another team's job a 404, and
 a missing worker a timeout, all in OpenAI's shapes."""
 
@@ -96,6 +98,52 @@ def test_a_chat_completion_with_logprobs_is_the_playgrounds_answer_and_counts_as
     assert usage.prompt_tokens > 0
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     assert after - before == usage.completion_tokens
+
+
+def test_the_openai_packages_completions_score_a_text_as_the_playground_does(service, finished):
+    """`client.completions.create` with echo, logprobs and max_tokens 0 (an eval harness's
+    loglikelihood request) on the playground's completion, as token ids: the checkpoint's
+    values are its sampling logprobs, the teacher's the scores the playground compared."""
+    job = finished["id"]
+    response = httpx.post(
+        f"{service.url}/v1/jobs/{job}/sample",
+        json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0, "compare": ["teacher"]},
+        headers={"Authorization": f"Bearer {service.key}"},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    (completion,) = answer["outputs"][0]["completions"]
+    prompt, ids = answer["prompt_token_ids"], answer["prompt_token_ids"] + completion["token_ids"]
+    client = client_of(service)
+    for model, expected in (
+        (f"job-{job}", completion["logprobs"]),
+        (f"job-{job}:teacher", completion["teacher_logprobs"]),
+    ):
+        before = usage_row(service, job)
+        scored = client.completions.create(
+            model=model, prompt=ids, echo=True, logprobs=1, max_tokens=0
+        )
+        (choice,) = scored.choices
+        values = choice.logprobs.token_logprobs
+        assert scored.object == "text_completion" and scored.model == model
+        assert len(values) == len(choice.logprobs.tokens) == len(ids)
+        assert values[0] is None and None not in values[1:]
+        assert_close(values[len(prompt) :], expected, rtol=1e-4, what=f"{model}'s logprobs")
+        assert choice.text.startswith(answer["prompt"])
+        assert (scored.usage.prompt_tokens, scored.usage.completion_tokens) == (len(ids), 0)
+        column = "teacher_tokens" if model.endswith(":teacher") else "sampled_tokens"
+        assert added(usage_row(service, job), before) == {
+            "sampled_tokens": 0,
+            "teacher_tokens": 0,
+        } | {column: len(ids)}
+
+    text = client.completions.create(
+        model=f"job-{job}", prompt="What is 2 + 3?", echo=True, logprobs=1, max_tokens=4
+    )
+    assert text.choices[0].text.startswith("What is 2 + 3?")
+    assert text.choices[0].logprobs.token_logprobs[0] is None
+    assert len(text.choices[0].logprobs.tokens) == text.usage.total_tokens
 
 
 def test_the_team_sees_the_jobs_models_and_each_can_be_sampled(service, finished):

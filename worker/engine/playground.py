@@ -46,7 +46,11 @@ def render(task: SampleTask, tokenizer: Any) -> list[int]:
     name, _ = compared_teacher(task)
     shares = spec.dataset_shares()
     dataset = next((d for d in shares if spec.route_of(d) == name), shares[0])
+    if request.prompt_token_ids is not None:
+        return known_tokens(request.prompt_token_ids, tokenizer)
     try:
+        if request.text is not None:
+            return list(tokenizer.encode(request.text, add_special_tokens=True))
         if request.prompt is not None:
             return build_prompt(
                 tokenizer, request.prompt, dataset.question_suffix, dataset.enable_thinking
@@ -61,6 +65,18 @@ def render(task: SampleTask, tokenizer: Any) -> list[int]:
         return list(tokenizer.encode(text, add_special_tokens=False))
     except ValueError as error:
         raise OPDError(f"cannot render the prompt: {error}", code="invalid_prompt") from error
+
+
+def known_tokens(token_ids: list[int], tokenizer: Any) -> list[int]:
+    """Token ids a model can read: each below the tokenizer's size."""
+    size = len(tokenizer)
+    beyond = [token for token in token_ids if token >= size]
+    if beyond:
+        raise OPDError(
+            f"prompt_token_ids: {beyond[0]} is not a token id (the vocabulary has {size})",
+            code="invalid_prompt",
+        )
+    return token_ids
 
 
 def stopped(seq: SampleSequence, stops: Sequence[str], tokenizer: Any) -> SampleSequence:
@@ -108,11 +124,19 @@ async def complete(
     teacher: SamplingClient | None,
     tokenizer: Any,
 ) -> ModelOutput:
-    """`n` completions by one model; each scored by the teacher when it is given."""
-    response = await loaded.client.sample_async(
-        ModelInput.from_ints(prompt), task.request.n, params, return_text=False
-    )
-    sequences = [stopped(seq, task.request.stop, tokenizer) for seq in response.sequences]
+    """`n` completions by one model (none sampled for max_tokens 0); each scored by the
+    teacher when it is given; the prompt's logprobs when asked for."""
+    request = task.request
+    sequences = [SampleSequence(stop_reason="length", tokens=[], logprobs=[], text="")] * request.n
+    if request.max_tokens > 0:
+        response = await loaded.client.sample_async(
+            ModelInput.from_ints(prompt), request.n, params, return_text=False
+        )
+        sequences = [stopped(seq, request.stop, tokenizer) for seq in response.sequences]
+    prompt_logprobs = None
+    if request.prompt_logprobs:
+        scored = await loaded.client.compute_logprobs_async(ModelInput.from_ints(prompt))
+        prompt_logprobs = [finite(value) for value in scored]
     scores: Sequence[list[float] | None] = [None] * len(sequences)
     if teacher is not None:
         scores = await asyncio.gather(
@@ -142,6 +166,7 @@ async def complete(
         cached=loaded.cached,
         completions=completions,
         reverse_kl_mean=sum(every_kl) / len(every_kl) if every_kl else None,
+        prompt_logprobs=prompt_logprobs,
     )
 
 
@@ -190,6 +215,10 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     return SampleAnswer(
         prompt=tokenizer.decode(prompt),
         prompt_tokens=len(prompt),
+        prompt_token_ids=prompt,
+        prompt_pieces=[tokenizer.decode([token]) for token in prompt]
+        if request.prompt_logprobs
+        else None,
         outputs=list(outputs),
         seconds=time.perf_counter() - start,
     )

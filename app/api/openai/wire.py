@@ -54,8 +54,8 @@ class ChatCompletionRequest(Strict):
 
     model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = Field(None, description="The same as max_tokens.")
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="The same as max_tokens.")
     temperature: float | None = None
     top_p: float | None = None
     n: int | None = None

@@ -4,16 +4,23 @@ deadline, on the key's team's jobs only. Errors come in OpenAI's shape."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
+from app.api.openai.completions import (
+    CompletionRequest,
+    TextCompletion,
+    renamed,
+    text_completion,
+)
 from app.api.openai.errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.api.openai.names import NAME_PATTERN, ModelName, listed, parse_model, resumes_after
 from app.api.openai.wire import (
@@ -31,9 +38,13 @@ from app.auth.tables import Team
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
+from app.jobs.store import Idempotency
 from app.jobs.tables import Job
-from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling
+from app.playground.schemas import PlaygroundAnswer
+from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, Served
+from kernel.playground import SampleRequest
 
+R = TypeVar("R", bound=BaseModel)
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=OpenAIRoute)
 MODELS_PAGE = 1000
 MAX_MODELS_PAGE = 10_000
@@ -52,6 +63,24 @@ async def model_job(
         return name, await get_job(session, name.job_id, principal.scope)
     except JobNotFound:
         raise model_not_found(model) from None
+
+
+async def serve_door(
+    sampling: Sampling,
+    job: Job,
+    request: SampleRequest,
+    respond: Callable[[PlaygroundAnswer], R],
+    kind: type[R],
+    idempotency: Idempotency | None,
+) -> Served[R]:
+    """The playground's answer as this door's response; its failures as OpenAI's errors
+    (saved weights the job does not have: a model that does not exist)."""
+    try:
+        return await sampling.serve(job, request, respond, kind, idempotency)
+    except PlaygroundError as error:
+        if error.param == "checkpoint":
+            raise ApiError(404, "model_not_found", error.message, "model") from None
+        raise ApiError(error.status, error.code, error.message, error.param) from None
 
 
 @router.post(
@@ -83,19 +112,14 @@ async def create_chat_completion(
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
     idempotency = await idempotency_of(idempotency_key, "POST /v1/chat/completions", raw)
-    sampling = Sampling(session, queue, settings, waits, principal.team_id)
-    try:
-        served = await sampling.serve(
-            job,
-            request,
-            lambda answer: chat_completion(body.model, answer, bool(body.logprobs)),
-            ChatCompletion,
-            idempotency,
-        )
-    except PlaygroundError as error:
-        if error.param == "checkpoint":  # no such saved weights: no such model
-            raise ApiError(404, "model_not_found", error.message, "model") from None
-        raise ApiError(error.status, error.code, error.message, error.param) from None
+    served = await serve_door(
+        Sampling(session, queue, settings, waits, principal.team_id),
+        job,
+        request,
+        lambda answer: chat_completion(body.model, answer, bool(body.logprobs)),
+        ChatCompletion,
+        idempotency,
+    )
     headers = {REPLAYED_HEADER: "true"} if served.replayed else None
     completion = served.value
     if body.stream:
@@ -103,6 +127,48 @@ async def create_chat_completion(
         events = stream_events(completion, include_usage)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     return JSONResponse(completion.model_dump(mode="json"), headers=headers)
+
+
+@router.post(
+    "/completions",
+    response_model=TextCompletion,
+    responses=openai_error_responses(400, 401, 403, 404, 409, 429, 502, 503, 504)
+    | error_responses(413),
+)
+async def create_completion(
+    body: CompletionRequest,
+    raw: Request,
+    principal: PrincipalDep,
+    session: SessionDep,
+    queue: QueueDep,
+    settings: SettingsDep,
+    waits: WaitsDep,
+    idempotency_key: IdempotencyKey = None,
+) -> Response | TextCompletion:
+    """Complete the prompt (a text or token ids, read as given: no chat template) with
+    the model named, `n` times; with `echo`, the text starts with the prompt, and with
+    `logprobs` each token has its logprob, the prompt's too (null for its first); with
+    `max_tokens: 0` the prompt is only scored. The values are the playground's: the
+    sampler's for sampled tokens, the prefill that scores a text (as the teacher scores)
+    for the prompt's; `top_logprobs` holds the chosen token only. A worker answers, as for
+    the playground, within `timeout_seconds`; the usage counts in the job's; an
+    `Idempotency-Key` makes a retry safe, as for chat completions."""
+    name, job = await model_job(session, principal, body.model)
+    try:
+        request = body.playground_request(name)
+    except ValidationError as error:
+        raise RequestValidationError(renamed(error.errors())) from None
+    idempotency = await idempotency_of(idempotency_key, "POST /v1/completions", raw)
+    served = await serve_door(
+        Sampling(session, queue, settings, waits, principal.team_id),
+        job,
+        request,
+        lambda answer: text_completion(body, answer),
+        TextCompletion,
+        idempotency,
+    )
+    headers = {REPLAYED_HEADER: "true"} if served.replayed else None
+    return JSONResponse(served.value.model_dump(mode="json"), headers=headers)
 
 
 @router.get("/models", response_model=ModelList, responses=openai_error_responses(400, 401, 403))

@@ -30,6 +30,7 @@ from tests.fakes.trio import (
     patch_pytrio,
 )
 from tests.fakes.trio_rest import FakeRestClient
+from tests.support import assert_close
 from worker.service.quick import quick_worker
 from worker.service.tasks import WorkerContext, run_job
 
@@ -290,3 +291,146 @@ def app_of(http: httpx.AsyncClient) -> Any:
     transport = http._transport
     assert isinstance(transport, httpx.ASGITransport)
     return transport.app
+
+
+# --- POST /v1/completions: a text scored as the playground scores it ----------------------------
+
+
+async def completed(api, key, **body: Any) -> dict[str, Any]:
+    response = await api.post("/v1/completions", json=body, headers=auth(key))
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+async def test_an_echoed_text_is_scored_as_the_playground_scored_it(api, key, trained, pytrio_fake):
+    """The playground's completions (with the teacher's scores), then each as token ids
+    (its prompt's and its own) echoed with max_tokens 0 by the checkpoint and by the
+    teacher: a logprob per token, null first, the completion's the playground's ones, and
+    the usage the scoring prefill's."""
+    job_id = trained["id"]
+    body = BODY | {"compare": ["teacher"]}
+    answer = (await api.post(f"/v1/jobs/{job_id}/sample", json=body, headers=auth(key))).json()
+    prompt = answer["prompt_token_ids"]
+    assert prompt == model.TOKENIZER.encode(answer["prompt"], add_special_tokens=False)
+    student, teacher = (
+        pytrio_fake.checkpoints[trained["final_weights_path"]].weights,
+        model.digest("base", "teacher/model"),
+    )
+    for completion in answer["outputs"][0]["completions"]:
+        ids = prompt + completion["token_ids"]
+        for name, weights, playground in (
+            (f"job-{job_id}", student, completion["logprobs"]),
+            (f"job-{job_id}:teacher", teacher, completion["teacher_logprobs"]),
+        ):
+            async with billed(api, key, job_id, pytrio_fake) as bill:
+                scored = await completed(
+                    api, key, model=name, prompt=ids, echo=True, logprobs=1, max_tokens=0
+                )
+            (choice,) = scored["choices"]
+            logprobs = choice["logprobs"]
+            assert scored["object"] == "text_completion" and scored["model"] == name
+            assert choice["text"] == model.TOKENIZER.decode(ids)
+            assert choice["finish_reason"] == "length" and choice["prompt_logprobs"] is None
+            assert logprobs["tokens"] == [model.TOKENIZER.decode([token]) for token in ids]
+            values = logprobs["token_logprobs"]
+            assert len(values) == len(ids) and values[0] is None and None not in values[1:]
+            assert_close(values[len(prompt) :], playground, what=f"{name}'s completion")
+            assert_close(values[1:], model.score(weights, ids)[1:], what=f"{name}'s text")
+            assert logprobs["top_logprobs"] == [None] + [
+                {token: value}
+                for token, value in zip(logprobs["tokens"][1:], values[1:], strict=True)
+            ]
+            offsets = [0]
+            for token in logprobs["tokens"][:-1]:
+                offsets.append(offsets[-1] + len(token))
+            assert logprobs["text_offset"] == offsets
+            usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
+            assert scored["usage"] == usage
+            assert bill.samplings(pytrio_fake) == ["compute_logprobs"]
+            column = "teacher_tokens" if name.endswith(":teacher") else "sampled_tokens"
+            assert bill.added == {"sampled_tokens": 0, "teacher_tokens": 0} | {column: len(ids)}
+
+
+async def test_a_text_prompt_is_completed_after_its_own_tokens_and_echoed(
+    api, key, trained, pytrio_fake
+):
+    """A text prompt, read as given (no template), sampled n times with echo and logprobs:
+    each choice's text and logprobs start with the prompt's, then the sampled tokens with
+    their sampling logprobs; vLLM's prompt_logprobs give the same prompt values."""
+    text = "What is 1 + 1?"
+    prompt = model.TOKENIZER.encode(text, add_special_tokens=True)
+    student = pytrio_fake.checkpoints[trained["final_weights_path"]].weights
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        answer = await completed(
+            api,
+            key,
+            model=f"job-{trained['id']}",
+            prompt=[text],
+            echo=True,
+            logprobs=5,
+            prompt_logprobs=2,
+            max_tokens=5,
+            n=2,
+            seed=7,
+        )
+
+    (sampling,) = [call for call in pytrio_fake.calls[bill.first_call :] if call.name == "sample"]
+    sequences = sampling.args["response"].sequences
+    assert [choice["index"] for choice in answer["choices"]] == [0, 1]
+    sampled = 0
+    for choice, sequence in zip(answer["choices"], sequences, strict=True):
+        logprobs = choice["logprobs"]
+        ids = prompt + list(sequence.tokens)
+        assert logprobs["tokens"] == [model.TOKENIZER.decode([token]) for token in ids]
+        assert choice["text"] == text + model.TOKENIZER.decode(
+            sequence.tokens, skip_special_tokens=True
+        )
+        values = logprobs["token_logprobs"]
+        assert values[0] is None
+        assert_close(values[1:], model.score(student, ids)[1:], what="the prompt and completion")
+        assert all(len(top) == 1 for top in logprobs["top_logprobs"][1:]), "the chosen token only"
+        assert choice["prompt_logprobs"] == [None] + [
+            {str(token): {"logprob": value, "rank": None, "decoded_token": piece}}
+            for token, value, piece in zip(
+                prompt[1:],
+                values[1 : len(prompt)],
+                logprobs["tokens"][1 : len(prompt)],
+                strict=True,
+            )
+        ]
+        sampled += len(ids) - len(prompt)
+    usage = answer["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (len(prompt), sampled)
+    assert bill.samplings(pytrio_fake) == ["sample", "compute_logprobs"]
+    assert bill.added == {"sampled_tokens": sampled + len(prompt), "teacher_tokens": 0}
+
+    plain = await completed(api, key, model=f"job-{trained['id']}", prompt=text, max_tokens=3)
+    (choice,) = plain["choices"]
+    assert choice["logprobs"] is None and not choice["text"].startswith(text)
+    assert plain["usage"]["prompt_tokens"] == len(prompt)
+
+
+async def test_a_completion_resent_gets_the_first_and_is_billed_once(
+    api, key, trained, pytrio_fake
+):
+    body = {"model": f"job-{trained['id']}", "prompt": "1 + 1 =", "echo": True, "logprobs": 0}
+    headers = auth(key) | {"Idempotency-Key": "completion-1"}
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        first = await api.post("/v1/completions", json=body, headers=headers)
+        again = await api.post("/v1/completions", json=body, headers=headers)
+
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert bill.samplings(pytrio_fake) == ["sample", "compute_logprobs"]
+    usage = first.json()["usage"]
+    assert bill.added == {"sampled_tokens": usage["total_tokens"], "teacher_tokens": 0}
+
+
+async def test_a_token_id_beyond_the_vocabulary_is_a_400_in_openais_shape(api, key, trained):
+    body = {"model": f"job-{trained['id']}", "prompt": [1, model.VOCAB + 3], "max_tokens": 1}
+    response = await api.post("/v1/completions", json=body, headers=auth(key))
+
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_prompt")
+    assert f"{model.VOCAB + 3} is not a token id" in error["message"]

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert
 
+from app.api.openai.completions import CompletionRequest
 from app.api.openai.names import ModelName, names_of, parse_model
 from app.api.openai.wire import ChatCompletionRequest
 from app.auth.schemas import Scope
@@ -116,6 +117,34 @@ def test_a_chat_request_maps_onto_the_playgrounds():
     )
 
 
+@pytest.mark.parametrize(
+    ("prompt", "asked"),
+    [
+        ("2 + 3 =", {"text": "2 + 3 ="}),
+        ([5, 6, 7], {"prompt_token_ids": [5, 6, 7]}),
+        (["2 + 3 ="], {"text": "2 + 3 ="}),
+        ([[5, 6]], {"prompt_token_ids": [5, 6]}),
+    ],
+)
+def test_a_completion_request_maps_onto_the_playgrounds_with_its_prompt_as_given(prompt, asked):
+    scored = CompletionRequest(
+        model="job-3:teacher", prompt=prompt, echo=True, logprobs=1, max_tokens=0
+    )
+    request = scored.playground_request(parse_model(scored.model))
+    given = request.model_dump(include={"text", "prompt_token_ids"}, exclude_none=True)
+    assert given == asked and request.prompt is None and request.messages is None
+    assert (request.model, request.checkpoint, request.max_tokens) == ("teacher", "final", 0)
+    assert request.prompt_logprobs
+    sampled = CompletionRequest(
+        model="job-3@step-2", prompt=prompt, n=2, stop="\n", seed=4, temperature=0, logprobs=2
+    )
+    request = sampled.playground_request(parse_model(sampled.model))
+    assert (request.checkpoint, request.max_tokens, request.n, request.stop) == (2, 16, 2, ["\n"])
+    assert (request.seed, request.temperature, request.prompt_logprobs) == (4, 0, False)
+    vllm = CompletionRequest(model="job-3", prompt=prompt, prompt_logprobs=0, max_tokens=0)
+    assert vllm.playground_request(parse_model(vllm.model)).prompt_logprobs
+
+
 @pytest.fixture
 def saved_job(session, submit):
     """A running job of the caller's team that saved sampler weights after step 2."""
@@ -167,6 +196,39 @@ async def test_a_bad_request_is_a_400_in_openais_shape_naming_the_param(
     )
 
 
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt", "one prompt per request (2 given)"),
+        ({"prompt": [[1], [2]]}, "prompt", "one prompt per request (2 given)"),
+        ({"prompt": []}, "prompt", "give a prompt"),
+        ({"prompt": ""}, "prompt", "at least 1 character"),
+        ({"prompt": [[]]}, "prompt", "at least 1 item"),
+        ({"prompt": [3, -1]}, "prompt.1", "greater than or equal to 0"),
+        ({"prompt": "a", "max_tokens": 0}, None, "0 only with prompt_logprobs"),
+        ({"prompt": "a", "max_tokens": 5000}, "max_tokens", "less than or equal to 4096"),
+        ({"prompt": "a", "logprobs": 21}, "logprobs", "less than or equal to 20"),
+        ({"prompt": "a", "prompt_logprobs": -1}, "prompt_logprobs", "greater than or equal"),
+        ({"prompt": "a", "n": 2, "best_of": 3}, "best_of", "only n is supported"),
+        ({"prompt": "a", "stream": True}, "stream", "Input should be False"),
+        ({"prompt": "a", "suffix": "b"}, "suffix", "Extra inputs are not permitted"),
+        ({"prompt": "a", "presence_penalty": 1}, "presence_penalty", "only 0 is supported"),
+        ({"prompt": "a", "n": 17}, "n", "less than or equal to 16"),
+        ({}, "prompt", "Field required"),
+    ],
+)
+async def test_a_bad_completion_request_is_a_400_in_openais_shape_naming_the_param(
+    client, key, saved_job, body, param, words
+):
+    job = await saved_job()
+    response = await client.post(
+        "/v1/completions", json={"model": f"job-{job['id']}@step-2"} | body, headers=auth(key)
+    )
+    assert words in assert_openai_error(
+        response, 400, "invalid_request_error", "invalid_request", param
+    )
+
+
 async def test_json_that_does_not_parse_is_a_400(client, key):
     response = await client.post(
         "/v1/chat/completions",
@@ -198,6 +260,8 @@ async def test_another_teams_job_and_a_job_that_is_not_there_are_the_same_404(
         for job_id in (theirs["id"], missing)
     ]
     answers.append(await client.get(f"/v1/models/job-{theirs['id']}@step-2", headers=auth(key)))
+    completion = {"model": f"job-{theirs['id']}@step-2", "prompt": [1, 2], "max_tokens": 1}
+    answers.append(await client.post("/v1/completions", json=completion, headers=auth(key)))
 
     messages = [
         assert_openai_error(r, 404, "invalid_request_error", "model_not_found", "model")
@@ -208,7 +272,7 @@ async def test_another_teams_job_and_a_job_that_is_not_there_are_the_same_404(
         == f"The model `job-{theirs['id']}@step-2` does not exist or you do not have access to it."
     )
     assert messages[1] == messages[0].replace(str(theirs["id"]), str(missing))
-    assert messages[2] == messages[0]
+    assert messages[2] == messages[3] == messages[0]
 
 
 async def test_weights_the_job_did_not_save_are_a_404_that_says_which_it_has(

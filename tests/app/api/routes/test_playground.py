@@ -48,8 +48,10 @@ async def withdrawn(requests: list[asyncio.Task]) -> None:
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
-        ({}, None, "give either prompt or messages"),
-        ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, None, "either"),
+        ({}, None, "give one of prompt, messages, text and prompt_token_ids"),
+        ({"prompt": "a", "text": "b"}, None, "give one of prompt, messages, text"),
+        ({"prompt": "a", "max_tokens": 0}, None, "0 only with prompt_logprobs"),
+        ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, None, "give one of"),
         ({"messages": [{"role": "assistant", "content": "a"}]}, None, "the user's"),
         ({"prompt": "a", "n": 0}, "n", "greater than or equal to 1"),
         ({"prompt": "a", "max_tokens": 100_000}, "max_tokens", "less than or equal"),

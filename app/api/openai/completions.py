@@ -1,0 +1,243 @@
+"""OpenAI's legacy completions wire format (`POST /v1/completions`) as vLLM serves it, and
+how it maps onto the playground's request and answer (kernel/playground.py): one prompt,
+text or token ids, read as given (no chat template); `echo` and `logprobs` score the
+prompt's tokens too, with the same call the playground scores a text with, so that eval
+harnesses' loglikelihood tasks (and a job's teacher server) work against a checkpoint.
+
+The playground computes each token's own logprob, not the likeliest alternatives: every
+position's `top_logprobs` (and vLLM's `prompt_logprobs`) holds the chosen token only,
+whatever `logprobs` asks for."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, cast
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+
+from app.api.openai.names import ModelName
+from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage
+from kernel.playground import MAX_TIMEOUT_SECONDS, Completion, SampleAnswer
+from kernel.playground import SampleRequest as PlaygroundRequest
+
+MAX_LOGPROBS = 20
+"""The most `logprobs` (and `prompt_logprobs`) asks for, as vLLM's default allows."""
+DEFAULT_MAX_TOKENS = 16
+"""OpenAI's default for a legacy completion."""
+PROMPT_FIELDS = {"text": "prompt", "prompt_token_ids": "prompt"}
+"""The playground's names for the prompt, as this route's caller named it."""
+
+Prompt = str | list[int] | list[str] | list[list[int]]
+
+
+class CompletionRequest(Strict):
+    """`POST /v1/completions`: one prompt (a text, token ids, or a list of one of them).
+    Bounds are the playground's (at most 16 completions of at most 4096 tokens, 4 stop
+    strings); `max_tokens` defaults to 16, and 0 samples nothing (with `echo` and
+    `logprobs`, or `prompt_logprobs`: the prompt is only scored)."""
+
+    model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
+    prompt: Prompt = Field(
+        description="A text (tokenized with the tokenizer's special tokens, no template) or "
+        "its token ids; a list of several prompts is refused (send one request each)."
+    )
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int | None = None
+    best_of: int | None = Field(None, description="Only n (or 1): no reranking.")
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, description="Passed to the backend's sampler.")
+    echo: bool | None = Field(False, description="The text (and logprobs) start with the prompt.")
+    logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_LOGPROBS,
+        description="Each token's logprob; `top_logprobs` holds the chosen token only.",
+    )
+    prompt_logprobs: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_LOGPROBS,
+        description="vLLM's: each prompt token's logprob per choice (the chosen token only).",
+    )
+    frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    stream: Literal[False] | None = Field(None, description="Only false: no streaming.")
+    user: str | None = Field(None, description="Accepted and not used.")
+    timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="This service's own: how long to wait for a worker (default "
+        "OPD_SAMPLE_TIMEOUT); the `openai` package sends it with extra_body.",
+    )
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: Prompt) -> str | list[int]:
+        if isinstance(prompt, str):
+            return prompt
+        if not prompt:
+            raise ValueError("give a prompt: a text or token ids")
+        first = prompt[0]
+        if isinstance(first, int):
+            return cast(list[int], prompt)  # the union matched list[int]: all ints
+        if len(prompt) > 1:
+            raise ValueError(f"one prompt per request ({len(prompt)} given): send one request each")
+        return first
+
+    @field_validator("best_of")
+    @classmethod
+    def _no_reranking(cls, best_of: int | None, info: ValidationInfo) -> int | None:
+        if best_of not in (None, 1, info.data.get("n") or 1):
+            raise ValueError("only n is supported (no reranking)")
+        return best_of
+
+    @field_validator("frequency_penalty", "presence_penalty")
+    @classmethod
+    def _only_zero(cls, value: float | None) -> float | None:
+        if value:
+            raise ValueError("only 0 is supported")
+        return value
+
+    def scores_prompt(self) -> bool:
+        return (bool(self.echo) and self.logprobs is not None) or self.prompt_logprobs is not None
+
+    def playground_request(self, name: ModelName) -> PlaygroundRequest:
+        """The playground request this asks for (pydantic's ValidationError, naming the
+        field, when a value is beyond the playground's bounds)."""
+        given = self.model_dump(
+            include={"n", "temperature", "top_p", "seed", "timeout_seconds"}, exclude_none=True
+        )
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        prompt = {"text" if isinstance(self.prompt, str) else "prompt_token_ids": self.prompt}
+        max_tokens = DEFAULT_MAX_TOKENS if self.max_tokens is None else self.max_tokens
+        return PlaygroundRequest.model_validate(
+            given
+            | prompt
+            | ({} if stop is None else {"stop": stop})
+            | {
+                "max_tokens": max_tokens,
+                "prompt_logprobs": self.scores_prompt(),
+                "checkpoint": name.checkpoint,
+                "model": name.role,
+            }
+        )
+
+
+class Logprobs(BaseModel):
+    """OpenAI's legacy logprobs: per token its text, logprob (null for a prompt's first),
+    the likeliest tokens there (here the chosen one only) and where it starts in `text`."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class PromptLogprob(BaseModel):
+    """vLLM's logprob of one token: `rank` is not computed (null)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str
+
+
+class TextChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: Logprobs | None
+    finish_reason: Literal["stop", "length"]
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+
+
+class TextCompletion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage
+
+
+def floored(value: float | None) -> float:
+    return FLOOR_LOGPROB if value is None else value
+
+
+def logprobs_of(tokens: list[str], values: list[float | None]) -> Logprobs:
+    """Legacy logprobs of these tokens; a null value is the prompt's first token's (a
+    non-finite one, null in the playground's answer, travels as FLOOR_LOGPROB)."""
+    offsets, at = [], 0
+    for token in tokens:
+        offsets.append(at)
+        at += len(token)
+    return Logprobs(
+        tokens=tokens,
+        token_logprobs=values,
+        top_logprobs=[None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)],
+        text_offset=offsets,
+    )
+
+
+def prompt_scores(answer: SampleAnswer) -> list[float | None]:
+    """The prompt's logprobs by the model asked for: null for the first token only."""
+    scored = answer.outputs[0].prompt_logprobs or []
+    return [None, *(floored(value) for value in scored[1:])]
+
+
+def vllm_prompt_logprobs(answer: SampleAnswer) -> list[dict[str, PromptLogprob] | None]:
+    ids, pieces = answer.prompt_token_ids or [], answer.prompt_pieces or []
+    values = prompt_scores(answer)
+    return [
+        None if value is None else {str(token): PromptLogprob(logprob=value, decoded_token=piece)}
+        for token, piece, value in zip(ids, pieces, values, strict=True)
+    ]
+
+
+def choice_of(
+    body: CompletionRequest, answer: SampleAnswer, index: int, completion: Completion
+) -> TextChoice:
+    echoed = bool(body.echo)
+    prompt_text = body.prompt if isinstance(body.prompt, str) else answer.prompt
+    tokens = list(completion.tokens)
+    values: list[float | None] = [floored(value) for value in completion.logprobs]
+    if echoed and body.logprobs is not None:
+        tokens = (answer.prompt_pieces or []) + tokens
+        values = prompt_scores(answer) + values
+    return TextChoice(
+        index=index,
+        text=(prompt_text if echoed else "") + completion.text,
+        logprobs=None if body.logprobs is None else logprobs_of(tokens, values),
+        finish_reason=FINISH_REASONS.get(completion.stop_reason, "stop"),
+        prompt_logprobs=None if body.prompt_logprobs is None else vllm_prompt_logprobs(answer),
+    )
+
+
+def text_completion(body: CompletionRequest, answer: SampleAnswer) -> TextCompletion:
+    """The answer's completions by the model asked for (its first output), as choices."""
+    completions = answer.outputs[0].completions
+    sampled = sum(len(completion.token_ids) for completion in completions)
+    return TextCompletion(
+        id=f"cmpl-{uuid.uuid4().hex}",
+        created=int(time.time()),
+        model=body.model,
+        choices=[
+            choice_of(body, answer, index, completion)
+            for index, completion in enumerate(completions)
+        ],
+        usage=Usage(
+            prompt_tokens=answer.prompt_tokens,
+            completion_tokens=sampled,
+            total_tokens=answer.prompt_tokens + sampled,
+        ),
+    )
+
+
+def renamed(errors: list[Any]) -> list[Any]:
+    """The playground's validation errors, the prompt's fields named as the caller named it."""
+    return [
+        error | {"loc": tuple(PROMPT_FIELDS.get(str(part), part) for part in error["loc"])}
+        for error in errors
+    ]
