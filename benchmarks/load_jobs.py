@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 import psycopg
 import yaml
+from harness import interrupt
 from redis.exceptions import RedisError
 from sqlalchemy import func, make_url, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -615,6 +616,10 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C
+    # Ctrl-C raises where the event loop is, as SIGTERM does: asyncio's own handler would
+    # only cancel the main task, and a cancel landing inside a database call was seen to be
+    # swallowed (the run then went on to its end).
+    signal.signal(signal.SIGINT, interrupt)
     print(
         f"Load: {options.jobs} jobs, {options.clients} clients, {options.apis} API processes, "
         f"{options.workers} workers x {options.concurrency} jobs",
