@@ -5,6 +5,7 @@ rendering of the question followed by the student's completion."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,9 +14,11 @@ import pytest
 from kernel.errors import IncompatibleModels
 from kernel.spec import EvalSpec, JobSpec
 from tests.fakes import model
+from tests.fakes import tinker as tinker_fake
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import Call, FakeServiceClient, base_weights
 from tests.support import assert_close
+from worker.engine.backends import connect
 from worker.engine.backends.local.presets import SYSTEM_CHAT_TEMPLATE, tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
@@ -26,6 +29,7 @@ ANSWERS = ["3", "8", "9"]
 SUFFIX = "Box it."
 STUDENT, OWN, SAME = "student/model", "teacher/own", "teacher/same"
 OWN_TOKENIZER = tiny_tokenizer(SYSTEM_CHAT_TEMPLATE)
+TOPK = {"kind": "forward_kl", "top_k": 4, "tail": False}
 
 
 def rendered(tokenizer: Any) -> dict[tuple[int, ...], str]:
@@ -214,3 +218,36 @@ async def test_another_template_does_not_excuse_another_vocabulary_or_eos(tokeni
         await run_loop(spec, fake, pools(spec), RecordingSink())
 
     assert not fake.calls_named("sample")
+
+
+async def test_on_tinker_the_teachers_top_k_comes_from_its_own_rendering(monkeypatch):
+    """forward_kl over the teacher's top-k (Tinker): the teacher's scoring requests are its
+    own rendering + the completion, so its top-k positions are the completion's."""
+    monkeypatch.setattr(
+        tinker_fake.FakeSamplingClient,
+        "get_tokenizer",
+        lambda self: OWN_TOKENIZER if self.base_model == "tiny-teacher" else model.TOKENIZER,
+    )
+    service = tinker_fake.FakeServiceClient()
+    tinker_fake.patch_tinker(monkeypatch, service)
+    spec = JobSpec.model_validate(
+        {
+            "backend": "tinker",
+            "student": {"base_model": "tiny-student", "lora_rank": 8},
+            "teacher": {"base_model": "tiny-teacher"},
+            "dataset": {"source": "inline", "prompts": QUESTIONS, "question_suffix": SUFFIX},
+            "sampling": {"max_tokens": 6},
+            "loop": {"steps": 1, "batch_size": 2, "group_size": 2, "objective": TOPK},
+            "tinker": {"call_retry_delay_seconds": 0.001},
+        }
+    )
+    sink = RecordingSink()
+
+    await run_loop(spec, connect(spec, Path("unused"), lambda *_: None), pools(spec), sink)
+
+    teacher = tinker_fake.base_weights("tiny-teacher")
+    scored = [c for c in service.calls_named("sample") if c.weights == teacher]
+    assert scored and all(c.request.topk_prompt_logprobs == 4 for c in scored)
+    for call in scored:
+        assert split(call.request.prompt.to_ints(), OWNS), call.request.prompt.to_ints()
+    assert sink.steps[0]["data/datums"] >= 1
