@@ -17,8 +17,8 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from app.api.openai.names import ModelName
-from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage
-from kernel.playground import MAX_TIMEOUT_SECONDS, Completion, SampleAnswer
+from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage, WorkerTimeout
+from kernel.playground import Completion, SampleAnswer
 from kernel.playground import SampleRequest as PlaygroundRequest
 
 MAX_LOGPROBS = 20
@@ -66,13 +66,7 @@ class CompletionRequest(Strict):
     presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
     stream: Literal[False] | None = Field(None, description="Only false: no streaming.")
     user: str | None = Field(None, description="Accepted and not used.")
-    timeout_seconds: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_TIMEOUT_SECONDS,
-        description="This service's own: how long to wait for a worker (default "
-        "OPD_SAMPLE_TIMEOUT); the `openai` package sends it with extra_body.",
-    )
+    timeout_seconds: WorkerTimeout = None
 
     @field_validator("prompt")
     @classmethod

@@ -9,7 +9,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -22,6 +22,18 @@ FLOOR_LOGPROB = -9999.0
 OpenAI's own API and vLLM send it: the wire format has no null logprob."""
 FINISH_REASONS = {"length": "length"}
 """Backend stop reasons OpenAI spells differently; every other reason is a `stop`."""
+
+
+WorkerTimeout = Annotated[
+    float | None,
+    Field(
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="This service's own: how long to wait for a worker (default "
+        "OPD_SAMPLE_TIMEOUT); the `openai` package sends it with extra_body.",
+    ),
+]
+"""A door's `timeout_seconds`, the same for chat and text completions."""
 
 
 class Strict(BaseModel):
@@ -70,13 +82,7 @@ class ChatCompletionRequest(Strict):
     )
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="Accepted and not used.")
-    timeout_seconds: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_TIMEOUT_SECONDS,
-        description="This service's own: how long to wait for a worker (default "
-        "OPD_SAMPLE_TIMEOUT); the `openai` package sends it with extra_body.",
-    )
+    timeout_seconds: WorkerTimeout = None
 
     @field_validator("top_logprobs", "frequency_penalty", "presence_penalty")
     @classmethod
