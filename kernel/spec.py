@@ -224,9 +224,8 @@ class TeacherSpec(SpecModel):
         """A server teacher needs no base_model: it is the server's model."""
         if isinstance(data, dict) and data.get("base_model") is None:
             server = data.get("server")
-            model = server.get("model") if isinstance(server, dict) else None
-            if isinstance(model, str):
-                return {**data, "base_model": model}
+            if isinstance(server, dict):  # without a model the server is refused for it
+                return {**data, "base_model": server.get("model") or "(server)"}
         return data
 
     @model_validator(mode="after")

@@ -168,6 +168,14 @@ class Sampling:
                 f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
             )
             raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
+        server = teachers[request.teacher or next(iter(teachers))].server
+        if server is not None and "teacher" in (request.model, *request.compare):
+            message = (
+                f"job {job.id}'s teacher is model {server.model!r} on the inference server "
+                f"{server.url}, which a worker does not load: ask that server"
+            )
+            param = "model" if request.model == "teacher" else "compare"
+            raise PlaygroundError(422, "invalid_request", message, param)
         try:
             checkpoint = await sampler_weights(session, job, request.checkpoint)
         except CheckpointUnavailable as error:
