@@ -1,10 +1,11 @@
 """A real HTTP server that answers `POST /v1/completions` in vLLM's shapes (echo + logprobs,
 or `prompt_logprobs` keyed by token id), run by uvicorn in a thread of the test process.
 
-Its "model" gives token t at position i the logprob `score(t, i)` and, with top-k, the k
-likeliest ids at each position (the token itself among them). `script` makes it misbehave
-on the next requests: an HTTP status, a wait longer than the client's timeout, or an
-answer without prompt logprobs.
+Its "model" gives each position a row of logprobs over the vocabulary (by default token t
+at position i has `score(t, i)`; `row` may be any model's, e.g. the PyTRIO fake's bigram),
+and with top-k the k likeliest ids at each position (the token itself beside them).
+`script` makes it misbehave on the next requests: an HTTP status, a wait longer than the
+client's timeout, or an answer without prompt logprobs.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -36,6 +38,11 @@ def piece(token: int) -> str:
     return bytes([token % VOCAB]).decode("latin-1")
 
 
+def score_row(tokens: list[int], position: int) -> np.ndarray:
+    """The default model's logprobs at `position`, over the vocabulary."""
+    return np.array([score(t, position) for t in range(VOCAB)])
+
+
 class ByteTokenizer:
     """The tokenizer the fake server's model reads (one token a byte)."""
 
@@ -51,6 +58,10 @@ class FakeVLLM:
     """Per request, first: an HTTP status (int), "slow" (wait `slow_seconds`), "no_logprobs",
     or "ok"; once empty every request is answered."""
     slow_seconds: float = 5.0
+    row: Callable[[list[int], int], np.ndarray] = score_row
+    """The model: logprobs over the vocabulary at a position of a prompt."""
+    decode: Callable[[int], str] = piece
+    """Its tokenizer: a token id's text."""
     offset: int = 0
     """Added to every id before its text is given (a server with another tokenizer)."""
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -103,8 +114,11 @@ class FakeVLLM:
     def choice(
         self, index: int, tokens: list[int], body: dict[str, Any], logprobs: bool
     ) -> dict[str, Any]:
-        texts = [piece(token + self.offset) for token in tokens]
-        values = [None, *(score(t, i) for i, t in enumerate(tokens) if i)]
+        texts = [self.decode(token + self.offset) for token in tokens]
+        rows = [None, *(self.row(tokens, i) for i in range(1, len(tokens)))]
+        values = [
+            None if row is None else float(row[t]) for row, t in zip(rows, tokens, strict=True)
+        ]
         choice: dict[str, Any] = {
             "index": index,
             "text": "".join(texts) if body.get("echo") else "",
@@ -126,29 +140,23 @@ class FakeVLLM:
         if body.get("prompt_logprobs") is not None:
             k = body["prompt_logprobs"]
             choice["prompt_logprobs"] = [None] + [
-                self.position(token, position, k)
-                for position, token in enumerate(tokens)
-                if position
+                self.position(token, row, k)
+                for token, row in zip(tokens, rows, strict=True)
+                if row is not None
             ]
         return choice
 
-    def position(self, token: int, position: int, k: int) -> dict[str, Any]:
+    def position(self, token: int, row: np.ndarray, k: int) -> dict[str, Any]:
         """vLLM's dict at one prompt position: the token itself and the k likeliest."""
-        ranked = sorted(range(VOCAB), key=lambda t: (-score(t, position), t))
-        entries = {
+        ranked = sorted(range(len(row)), key=lambda t: (-row[t], t))
+        return {
             str(t): {
-                "logprob": score(t, position),
-                "rank": rank + 1,
-                "decoded_token": piece(t + self.offset),
+                "logprob": float(row[t]),
+                "rank": ranked.index(t) + 1,
+                "decoded_token": self.decode(t + self.offset),
             }
-            for rank, t in enumerate(ranked[:k])
+            for t in [*ranked[:k], token]
         }
-        entries[str(token)] = {
-            "logprob": score(token, position),
-            "rank": ranked.index(token) + 1,
-            "decoded_token": piece(token + self.offset),
-        }
-        return entries
 
 
 @contextmanager
