@@ -130,3 +130,16 @@ async def test_what_a_server_teacher_cannot_do_is_refused(
 ):
     error = await refused(client, key, redis, queue_name, served() | change)
     assert error["param"] == param and words in error["message"], error
+
+
+async def test_the_playground_does_not_load_a_server_teacher(client, key, listed):
+    job = await client.post("/v1/jobs", json=served(), headers=auth(key))
+    assert job.status_code == 201, job.text
+    asked = {"messages": [{"role": "user", "content": "2 + 3?"}], "compare": ["teacher"]}
+    response = await client.post(
+        f"/v1/jobs/{job.json()['id']}/sample", json=asked, headers=auth(key)
+    )
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "compare" and LISTED in error["message"]
+    assert "ask that server" in error["message"]
