@@ -71,6 +71,8 @@ class Scored:
 
 @dataclass
 class Waiting:
+    """A prompt waiting for the request that will score it."""
+
     tokens: list[int]
     answer: asyncio.Future[Scored]
 
@@ -114,8 +116,6 @@ class ServerTeacher:
         self.flushing: set[int] = set()
         self.sending: set[asyncio.Task[None]] = set()
         self.slots: asyncio.Semaphore | None = None
-        self.requests = 0
-        """Requests sent (retries included): what batching saves is visible."""
 
     def _key(self, environ: Callable[[str], str | None]) -> str | None:
         name = self.options.api_key_env
@@ -263,7 +263,6 @@ class ServerTeacher:
                 transport=self.transport,
                 limits=httpx.Limits(max_connections=self.options.max_concurrency),
             )
-        self.requests += 1
         url = f"{self.options.url}/completions"
         async with asyncio.timeout(self.options.timeout_seconds):
             async with self.http.stream("POST", url, json=body) as response:
@@ -361,11 +360,11 @@ class ServerTeacher:
                 code="teacher_server_unavailable",
             )
         if failure.kind is Kind.auth:
-            where = self.options.api_key_env or "api_key_env"
+            name = self.options.api_key_env
+            sent = f"the key in {name}" if name else "no key"
             return BackendAuth(
-                f"{self.who} refused the key: {failure.description}. Set {self.field}."
-                f"api_key_env to a variable of the worker's environment holding its key "
-                f"(now {where})",
+                f"{self.who} refused {sent}: {failure.description}. Set {self.field}."
+                "api_key_env to the variable of the worker's environment that holds its key",
                 code="teacher_server_auth",
             )
         return BackendRejected(
