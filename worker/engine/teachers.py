@@ -112,7 +112,8 @@ async def server_view(
     client = ServerTeacher(server, tokenizer, field=f"{spec.teacher_field(name)}.server", warn=warn)
     view = TeacherView(name, client, None if alike else Renderer(tokenizer), server.url)
     question, options = checked[0] if checked else (PROBE_QUESTION, PromptOptions())
-    probe = view.prompt(question, options, build_prompt(student, question, "", False))
+    rendered = build_prompt(student, question, options.question_suffix, options.enable_thinking)
+    probe = view.prompt(question, options, rendered)
     try:
         if (difference := await client.probe(probe)) is not None:
             raise IncompatibleModels(

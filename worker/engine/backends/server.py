@@ -2,8 +2,8 @@
 SGLang serve it (and this service's own `POST /v1/completions`), as a teacher SamplingClient.
 
 It scores token-id prompts with `max_tokens: 0` and either `echo: true, logprobs: k` (the
-legacy protocol: each prompt token's logprob, `tokens` its text) or vLLM's
-`prompt_logprobs: k` (keyed by token id: what a top-k objective needs). Calls made at once
+legacy protocol: each prompt token's logprob, `tokens` its text) or `echo: true` with
+vLLM's `prompt_logprobs: k` (keyed by token id: what a top-k objective needs). Calls made at once
 are gathered into requests of up to `batch_size` prompts (a list prompt), at most
 `max_concurrency` of them in flight; each request is bounded in time and in the size of its
 answer, and retried with backoff on 429, 5xx, timeouts and dropped connections. What
@@ -250,8 +250,8 @@ class ServerTeacher:
             "max_tokens": 0,
             "temperature": 0.0,
         }
-        if self.options.protocol == "prompt_logprobs":
-            return body | {"prompt_logprobs": k}
+        if self.options.protocol == "prompt_logprobs":  # echo: vLLM scores without sampling
+            return body | {"echo": True, "prompt_logprobs": k}
         return body | {"echo": True, "logprobs": max(k, 1)}
 
     async def post(self, body: dict[str, Any], limit: int) -> dict[str, Any]:

@@ -78,7 +78,7 @@ async def test_concurrent_scores_share_requests_of_at_most_batch_size(fake, url,
         if protocol == "echo":
             assert body["echo"] is True and body["logprobs"] >= 1
         else:
-            assert body["prompt_logprobs"] == 0 and "echo" not in body
+            assert body["prompt_logprobs"] == 0 and "logprobs" not in body
     assert {h["authorization"] for h in fake.headers} == {"Bearer sk-test"}
 
 
