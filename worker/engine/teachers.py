@@ -4,18 +4,23 @@ A teacher whose chat template is the student's reads the student's prompt itself
 requests are those of a run that never heard of templates. One with its own template reads
 the question as that template renders it, then the student's completion tokens: its
 input is `teacher_prompt + completion`, the completion's logprobs from len(teacher_prompt)
-on (the preflight has checked that the two tokenizers agree on every token).
+on (the preflight has checked that the two tokenizers agree on every token). One with
+another tokenizer reads its own rendering, then the completion's text as its own tokens
+(`cross_tokenizer.Retokenized`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.spec import PromptOptions
 from worker.engine.backends.contract import SamplingClient
+from worker.engine.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.datums import build_prompt
-from worker.engine.rollouts import Prompted
+from worker.engine.preflight import MODE_WORDS, Mode
+from worker.engine.rollouts import Prompted, Scorer
 
 RENDERED_KEPT = 4096
 
@@ -40,28 +45,59 @@ class Renderer:
         return self.rendered[key]
 
 
+@dataclass(frozen=True)
+class Answerer:
+    """A teacher answering a prompt for the eval's baseline, from its own rendering: it
+    scores its own answer's tokens (`scorer`); with another tokenizer than the student's
+    its answers are decoded with its own (`decode`) and stop at its own end of sequence
+    (`stop`). None: the student's."""
+
+    scorer: Prompted
+    decode: Callable[[list[int]], str] | None = None
+    stop: list[str] | None = None
+
+
 @dataclass
 class TeacherView:
-    """One teacher: its name, its client and, when its chat template is not the student's,
-    the renderer of its own template (`own`; None: it reads the student's prompt)."""
+    """One teacher: its name, its client, its mode (`preflight.Mode`) and, unless it reads
+    the student's prompt, the renderer of its own template (`own`); with another tokenizer
+    also both tokenizers as bytes (`tokenizers`)."""
 
     name: str
     client: SamplingClient
     own: Renderer | None = None
+    tokenizers: Tokenizers | None = None
+
+    @property
+    def mode(self) -> Mode:
+        return "cross" if self.tokenizers else "own" if self.own else "same"
 
     def prompt(self, question: str, options: PromptOptions, student_prompt: list[int]) -> list[int]:
         """The prompt this teacher reads before a completion of `question`."""
         return student_prompt if self.own is None else self.own(question, options)
 
-    def prompted(
-        self, question: str, options: PromptOptions, student_prompt: list[int]
-    ) -> Prompted:
+    def prompted(self, question: str, options: PromptOptions, student_prompt: list[int]) -> Scorer:
         """This teacher, ready to score the completions of `question`."""
-        return Prompted(self.name, self.client, self.prompt(question, options, student_prompt))
+        prompt = self.prompt(question, options, student_prompt)
+        if self.tokenizers is not None:
+            return Retokenized(self.name, self.client, prompt, self.tokenizers)
+        return Prompted(self.name, self.client, prompt)
+
+    def answerer(
+        self, question: str, options: PromptOptions, student_prompt: list[int]
+    ) -> Answerer:
+        """This teacher answering `question` in its own tokens."""
+        scorer = Prompted(self.name, self.client, self.prompt(question, options, student_prompt))
+        if self.tokenizers is None:
+            return Answerer(scorer)
+        tokenizer = self.tokenizers.teacher.tokenizer
+        return Answerer(
+            scorer,
+            lambda tokens: tokenizer.decode(tokens, skip_special_tokens=True),
+            [tokenizer.eos_token],
+        )
 
     @property
     def template(self) -> str:
         """Which case the preflight found, in words."""
-        return "same tokenizer, " + (
-            "same chat template" if self.own is None else "its own chat template"
-        )
+        return MODE_WORDS[self.mode]
