@@ -26,15 +26,20 @@ ARITH_TEACHER_ADD = "arith-teacher-add"
 ARITH_TEACHER_MUL = "arith-teacher-mul"
 ARITH_TEACHER_TEMPLATE = "arith-teacher-template"
 """arith-teacher's tokens, trained with a chat template of its own (.../local/presets.py)."""
+ARITH_TEACHER_BPE = "arith-teacher-bpe"
+"""arith-teacher's task over a tokenizer of its own: a BPE (.../local/presets.py)."""
 TRAINED_PRESETS = (
     ARITH_TEACHER,
     ARITH_STUDENT,
     ARITH_TEACHER_ADD,
     ARITH_TEACHER_MUL,
     ARITH_TEACHER_TEMPLATE,
+    ARITH_TEACHER_BPE,
 )
 """Trained on the arithmetic task and shipped as weights (.../local/trained.py)."""
 PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
+OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe"}
+"""Presets over a tokenizer of their own; every other preset shares the byte-level one."""
 REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -68,6 +73,14 @@ def model_name_refusal(backend: str, name: str) -> str | None:
     if near:
         return f"{refusal}; {near} is a preset of backend: local"
     return refusal
+
+
+def preset_tokenizer(name: str) -> str | None:
+    """The tokenizer a preset is over (`OWN_TOKENIZERS`, else byte-level); None for a
+    model that is no preset, whose tokenizer only the worker can read."""
+    if name not in PRESETS:
+        return None
+    return OWN_TOKENIZERS.get(name, "byte-level")
 
 
 def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:

@@ -25,6 +25,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kernel.model_names import preset_tokenizer
+
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
 )
@@ -910,7 +912,26 @@ class JobSpec(SpecModel):
         self._eval_fits_the_teachers()
         self._objective_fits_the_backend()
         self._servers_fit_the_objective()
+        self._objective_fits_the_tokenizers()
         return self
+
+    def _objective_fits_the_tokenizers(self) -> None:
+        """A logit-level objective compares distributions over one vocabulary: refused
+        with a teacher whose tokenizer is visibly another (presets of the local backend;
+        any other model's the worker's preflight reads)."""
+        if not self.loop.objective.logit_level or self.backend != "local":
+            return
+        student = preset_tokenizer(self.student.base_model)
+        for name, teacher in self.teacher_specs().items():
+            theirs = preset_tokenizer(teacher.base_model)
+            if student is not None and theirs is not None and theirs != student:
+                raise field_error(
+                    ("loop", "objective", "kind"),
+                    f"{self.teacher_field(name)} {teacher.base_model!r} has another tokenizer "
+                    f"({theirs}, the student's is {student}), and objective "
+                    f"{self.loop.objective.kind} compares the two distributions token by "
+                    "token, which needs a shared vocabulary: use sampled_reverse_kl",
+                )
 
     def _servers_fit_the_objective(self) -> None:
         """A server teacher answers logprobs over HTTP, never its logits: what needs more

@@ -23,7 +23,9 @@ from tests.fakes.vllm_server import FakeVLLM, serving
 from tests.support import assert_close
 from tests.worker.engine.test_teacher_template import completions_of
 from worker.engine.backends import connect
+from worker.engine.backends.local.presets import bpe_tokenizer
 from worker.engine.datasets import Prompts
+from worker.engine.datums import build_prompt
 from worker.engine.loop import run_loop
 
 QUESTIONS = ["What is 1 + 2?", "What is 4 + 4?", "What is 3 * 3?"]
@@ -72,7 +74,7 @@ async def test_the_loop_trains_on_the_servers_scores_of_the_students_tokens(fake
 
     [(_, message, data)] = [e for e in sink.events if e[2] and "chat_template" in e[2]]
     assert message == f"Teacher {SERVED!r}: server {url}, same tokenizer, same chat template"
-    assert data == {"teacher": "teacher", "chat_template": "same", "server": url}
+    assert data == {"teacher": "teacher", "mode": "same", "chat_template": "same", "server": url}
     got, expected, scored = [], [], 0
     for step, call in enumerate(service.calls_named("forward_backward")):
         read = 0
@@ -136,3 +138,33 @@ async def test_on_tinker_forward_kl_learns_the_servers_top_k_by_id(fake, url, mo
         for position in completion:
             kept = sorted(range(len(teacher)), key=lambda t: (-teacher[tokens[position], t], t))
             assert targets[position].tolist() == kept[:K]
+
+
+async def test_a_server_over_another_tokenizer_scores_the_completions_text_in_its_own(url, fake):
+    """`server.tokenizer` names a model over another tokenizer (a BPE, its own template):
+    the server reads its own rendering and the completion's text in its own tokens, and
+    the preflight says so with the probe's aligned fraction."""
+    bpe = bpe_tokenizer()
+    table = np.random.default_rng(7).normal(size=(len(bpe), len(bpe)))
+    table -= np.logaddexp.reduce(table, axis=-1, keepdims=True)
+    fake.row = lambda tokens, position: table[tokens[position - 1]]
+    fake.decode = lambda token: bpe.decode([token])
+    service, sink = FakeServiceClient(tokenizers={"bpe/teacher": bpe}), RecordingSink()
+    spec = make_spec(url, server={"tokenizer": "bpe/teacher"}, loop={"steps": 1})
+    await run_loop(spec, service, pools(), sink)
+
+    [(_, message, data)] = [e for e in sink.events if e[2] and e[2].get("mode")]
+    assert message.startswith(f"Teacher {SERVED!r}: server {url}, another tokenizer")
+    assert data["mode"] == "cross" and data["server"] == url
+    # The fake student's completions are random bytes, mostly no text: how much aligns
+    # is the cross-tokenizer scorer's to say (tests/worker/engine/test_alignment.py).
+    assert 0 <= data["aligned_bytes_fraction"] <= 1
+    assert 0 <= sink.steps[0]["opd/aligned_bytes_fraction"] <= 1
+    own = {tuple(build_prompt(bpe, q, "", False)) for q in QUESTIONS}
+    scored = [p for body in fake.bodies for p in prompts_of(body)]
+    assert scored and all(any(tuple(p[: len(r)]) == r for r in own) for p in scored)
+
+
+def prompts_of(body: dict[str, Any]) -> list[list[int]]:
+    prompt = body["prompt"]
+    return [prompt] if isinstance(prompt[0], int) else prompt
