@@ -41,7 +41,7 @@ from worker.engine.datums import TopK
 ANSWER_BASE_BYTES = 1 << 20
 ANSWER_BYTES_PER_ENTRY = 512
 """An answer may hold 1 MiB plus this much per (position, alternative) asked for."""
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
+TRANSIENT_STATUS = frozenset({408, 429})
 ERROR_TEXT_CHARS = 300
 
 
