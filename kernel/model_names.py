@@ -26,15 +26,20 @@ ARITH_TEACHER_ADD = "arith-teacher-add"
 ARITH_TEACHER_MUL = "arith-teacher-mul"
 ARITH_TEACHER_TEMPLATE = "arith-teacher-template"
 """arith-teacher's tokens, trained with a chat template of its own (.../local/presets.py)."""
+ARITH_TEACHER_BPE = "arith-teacher-bpe"
+"""arith-teacher's task over a tokenizer of its own: a BPE (.../local/presets.py)."""
 TRAINED_PRESETS = (
     ARITH_TEACHER,
     ARITH_STUDENT,
     ARITH_TEACHER_ADD,
     ARITH_TEACHER_MUL,
     ARITH_TEACHER_TEMPLATE,
+    ARITH_TEACHER_BPE,
 )
 """Trained on the arithmetic task and shipped as weights (.../local/trained.py)."""
 PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
+OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe"}
+"""Presets over a tokenizer of their own; every other preset shares the byte-level one."""
 REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -70,11 +75,24 @@ def model_name_refusal(backend: str, name: str) -> str | None:
     return refusal
 
 
+def preset_tokenizer(name: str) -> str | None:
+    """The tokenizer a preset is over (`OWN_TOKENIZERS`, else byte-level); None for a
+    model that is no preset, whose tokenizer only the worker can read."""
+    if name not in PRESETS:
+        return None
+    return OWN_TOKENIZERS.get(name, "byte-level")
+
+
 def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
     """(field, why) for each model name of the spec that its backend cannot load."""
     named = [("student.base_model", spec.student.base_model)]
     for teacher, teacher_spec in spec.teacher_specs().items():
-        named.append((f"{spec.teacher_field(teacher)}.base_model", teacher_spec.base_model))
+        field = spec.teacher_field(teacher)
+        server = teacher_spec.server
+        if server is None:
+            named.append((f"{field}.base_model", teacher_spec.base_model))
+        elif server.tokenizer is not None:  # the server's model is its own to name
+            named.append((f"{field}.server.tokenizer", server.tokenizer))
     return [
         (field, refusal)
         for field, name in named

@@ -6,7 +6,10 @@ Each teacher is a small Qwen3 over the tiny presets' byte-level tokenizer, train
 plain supervised learning to answer a problem's chat prompt with `\\boxed{answer}<|im_end|>`;
 `arith-teacher-template` is arith-teacher's recipe with a chat template of its own (a system
 line, other role names: `presets.OWN_TEMPLATES`), its prompts rendered by that template
-only, so it is measured both ways (`accuracy_student_template`: from the student's).
+only, so it is measured both ways (`accuracy_student_template`: from the student's);
+`arith-teacher-bpe` is the same recipe over a tokenizer of its own (`presets.bpe_tokenizer`:
+a BPE with merges for numbers and frequent words, other special tokens, another template),
+the teacher of cross-tokenizer distillation.
 The problems are the `arithmetic` source's with one-digit operands, small enough that a
 model this size learns every one of them in minutes on a shared CPU: a teacher is an
 oracle for its operations (it trains on all their problems), and the demo's student is
@@ -40,6 +43,7 @@ from kernel.model_names import (
     ARITH_STUDENT,
     ARITH_TEACHER,
     ARITH_TEACHER_ADD,
+    ARITH_TEACHER_BPE,
     ARITH_TEACHER_MUL,
     ARITH_TEACHER_TEMPLATE,
 )
@@ -94,6 +98,7 @@ RECIPES = {
     ARITH_TEACHER_ADD: Recipe(("add",), steps=400, seed=2),
     ARITH_TEACHER_MUL: Recipe(("mul",), steps=400, seed=3),
     ARITH_TEACHER_TEMPLATE: Recipe(ALL_OPS, steps=700, seed=5),
+    ARITH_TEACHER_BPE: Recipe(ALL_OPS, steps=700, seed=6),
 }
 STUDENT_RECIPE = Recipe(ALL_OPS, steps=150, seed=4, learning_rate=1e-2)
 """How arith-student's LoRA is taught (its `sizes` are the teacher's)."""
@@ -103,6 +108,7 @@ MEASURED_OPS: dict[str, tuple[ArithmeticOp, ...]] = {
     ARITH_TEACHER_ADD: ("add", "mul"),
     ARITH_TEACHER_MUL: ("add", "mul"),
     ARITH_TEACHER_TEMPLATE: ALL_OPS,
+    ARITH_TEACHER_BPE: ALL_OPS,
 }
 
 
@@ -138,8 +144,9 @@ def encoded(
 def train(name: str, recipe: Recipe) -> Qwen3ForCausalLM:
     problems = problems_of(recipe.ops)
     torch.manual_seed(recipe.seed)
-    model = Qwen3ForCausalLM(preset_config(tiny_tokenizer(), **recipe.sizes))
-    fit(model, problems, [p.answer for p in problems], recipe, preset_tokenizer(name))
+    tokenizer = preset_tokenizer(name)
+    model = Qwen3ForCausalLM(preset_config(tokenizer, **recipe.sizes))
+    fit(model, problems, [p.answer for p in problems], recipe, tokenizer)
     return model.eval()
 
 
@@ -281,7 +288,8 @@ def main() -> None:
         teacher = train(name, recipe)
         record = {
             "recipe": asdict(recipe),
-            "chat_template": "own" if name in OWN_TEMPLATES else "ChatML",
+            "chat_template": "own" if name in (*OWN_TEMPLATES, ARITH_TEACHER_BPE) else "ChatML",
+            "tokenizer": "bpe" if name == ARITH_TEACHER_BPE else "byte-level",
             "problems": problems,
             "train_minutes": round((time.perf_counter() - started) / 60, 1),
             "threads": args.threads,

@@ -16,6 +16,7 @@ BASELINE_PREFIX = "eval/teacher_"
 REWARD = "reward/mean"
 OBJECTIVE = "opd/objective_mean"
 TEACHER_MASS = "opd/teacher_mass_mean"
+ALIGNED = "opd/aligned_bytes_fraction"
 MAX_POINTS = 500
 """Buckets a chart asks the curves endpoint for: with min and max kept per bucket, up to
 twice as many points, more than a chart's width in pixels."""
@@ -40,7 +41,8 @@ class Chart:
 
 def job_charts(names: Sequence[str]) -> list[Chart]:
     """Reverse KL (with its std band, and one curve per dataset beside it), a logit-level
-    objective's value and kept teacher mass, reward, loss, tokens/s, per-phase times and
+    objective's value and kept teacher mass, the fraction of completion bytes a teacher with
+    another tokenizer aligned (and each such teacher's), reward, loss, tokens/s, per-phase times and
     every eval curve (each dataset's on its figure's chart, the teacher's baseline as a
     level line on the student's); a chart whose metrics the job never recorded is left
     out."""
@@ -55,6 +57,8 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
         charts.append(Chart("objective", "Objective (per completion position)", [OBJECTIVE]))
     if TEACHER_MASS in present:
         charts.append(Chart("teacher-mass", "Teacher mass in the top-k", [TEACHER_MASS]))
+    if aligned := sorted(name for name in present if name.split("/")[:2] == ALIGNED.split("/")):
+        charts.append(Chart("aligned", "Completion bytes aligned (cross-tokenizer)", aligned))
     if rewards := sorted(name for name in present if name.split("/")[:2] == REWARD.split("/")):
         charts.append(Chart("reward", "Reward (mean; by dataset)", rewards))
     loss = next((name for name in LOSSES if name in present), None)

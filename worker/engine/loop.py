@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
@@ -37,17 +37,17 @@ from kernel.spec import (
     named,
 )
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
+from worker.engine.cross_tokenizer import Tokenizers
 from worker.engine.datasets import Prompts
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
 from worker.engine.eval.prompts import EVAL_DATASET
 from worker.engine.mix import Item, Mix, Pool, TeacherMixture, pools_of, training_pools
 from worker.engine.pipeline import Rollouts, sampler_weights_name
-from worker.engine.preflight import PROMPTS_CHECKED, check_compatible, check_objective
+from worker.engine.preflight import PROMPTS_CHECKED, check_objective, teacher_mode
 from worker.engine.reward import group_rewards, require_answers, reward_bonus, reward_metrics
 from worker.engine.rollouts import (
     Batch,
     Completion,
-    Prompted,
     Scorer,
     logit_datums,
     opd_datums,
@@ -56,7 +56,7 @@ from worker.engine.rollouts import (
 )
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
-from worker.engine.teachers import Renderer, TeacherView
+from worker.engine.teachers import Answerer, Renderer, TeacherView, server_view
 
 
 class Stop(Enum):
@@ -137,6 +137,7 @@ def step_metrics(
         "usage/trained_tokens": batch.datum_tokens,
     }
     metrics.update(teacher_usage(batch, items))
+    metrics.update(alignment_metrics(batch))
     metrics.update(dataset_metrics(batch, items))
     metrics.update({f"time/{name}": seconds for name, seconds in phases.items()})
     for name, value in trainer_metrics.items():
@@ -155,6 +156,25 @@ def teacher_usage(batch: Batch, items: list[Item]) -> dict[str, float]:
     metrics: dict[str, float] = {"usage/teacher_tokens": sum(per_teacher.values())}
     if len(per_teacher) > 1:
         metrics |= {f"usage/teacher_tokens/{name}": n for name, n in per_teacher.items()}
+    return metrics
+
+
+ALIGNED = "opd/aligned_bytes_fraction"
+
+
+def alignment_metrics(batch: Batch) -> dict[str, float]:
+    """With a teacher of another tokenizer: the fraction of the step's completion bytes
+    its tokens aligned with the student's (`opd/aligned_bytes_fraction`; with several such
+    teachers, of all of theirs, and `.../<teacher>` for each)."""
+    per_teacher: dict[str, list[tuple[int, int]]] = {}
+    for completion in batch.completions:
+        for name, aligned in completion.aligned_bytes.items():
+            per_teacher.setdefault(name, []).append(aligned)
+    if not per_teacher:
+        return {}
+    metrics = {ALIGNED: aligned_fraction([a for pairs in per_teacher.values() for a in pairs])}
+    if len(per_teacher) > 1:
+        metrics |= {f"{ALIGNED}/{name}": aligned_fraction(p) for name, p in per_teacher.items()}
     return metrics
 
 
@@ -204,11 +224,11 @@ class Run:
             [view.prompted(item.question, pool.options, prompt) for view in self.teachers.values()]
         )
 
-    def answerer(self, item: Item, prompt: list[int]) -> Prompted:
+    def answerer(self, item: Item, prompt: list[int]) -> Answerer:
         """The teacher that answers an item for the eval's baseline, from its own rendering."""
         pool = item.pool
         view = self.teachers[pool.teacher or next(iter(self.teachers))]
-        return view.prompted(item.question, pool.options, prompt)
+        return view.answerer(item.question, pool.options, prompt)
 
     def teacher_shares(self, pool: Pool) -> list[tuple[SamplingClient, float]]:
         """A pool's teachers with their weights in its distribution: its own (route), or
@@ -314,25 +334,22 @@ async def open_run(
         for pool in pools or []
         for question in pool.prompts.questions[:PROMPTS_CHECKED]
     ]
-    teachers = {}
-    for name, teacher_spec in spec.teacher_specs().items():
-        if teacher_spec.init_from is not None:
-            service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
-        teacher = await service.create_sampling_client_async(
-            base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
-        )
-        teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
-        who = teacher_named(spec, name, teacher_spec)
-        student_model = spec.student.base_model
-        alike = check_compatible(tokenizer, teacher_tokenizer, student_model, who, checked)
-        if not alike:
-            check_objective(spec, who)
-        teachers[name] = TeacherView(name, teacher, None if alike else Renderer(teacher_tokenizer))
-        sink.event(
-            "info",
-            f"{who[0].upper()}{who[1:]}: {teachers[name].template}",
-            {"teacher": name, "chat_template": "same" if alike else "own"},
-        )
+    teachers: dict[str, TeacherView] = {}
+    stop = stop_sequences(tokenizer)
+    try:
+        for name, teacher_spec in spec.teacher_specs().items():
+            who = teacher_named(spec, name, teacher_spec)
+            if teacher_spec.server is not None:
+                warn = warning_to(sink)
+                view = await server_view(spec, name, service, tokenizer, checked, warn, stop)
+            else:
+                view = await loaded_view(spec, name, service, tokenizer, checked, who)
+            teachers[name] = view
+            if view.mode != "cross":  # a cross-tokenizer teacher's event gives the probe's
+                mode_event(sink, who, view)  # alignment
+    except BaseException:
+        await close_teachers(teachers)
+        raise
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
         seed=spec.student.seed,
@@ -351,6 +368,44 @@ async def open_run(
     )
 
 
+async def loaded_view(
+    spec: JobSpec,
+    name: str,
+    service: ServiceClient,
+    tokenizer: Any,
+    checked: list[tuple[str, PromptOptions]],
+    who: str,
+) -> TeacherView:
+    """Teacher `name` as the backend loads it, in the mode the preflight finds it in."""
+    teacher_spec = spec.teacher_specs()[name]
+    if teacher_spec.init_from is not None:
+        service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
+    teacher = await service.create_sampling_client_async(
+        base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
+    )
+    teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
+    mode = teacher_mode(tokenizer, teacher_tokenizer, checked)
+    check_objective(spec, who, mode)
+    return TeacherView(
+        name,
+        teacher,
+        None if mode == "same" else Renderer(teacher_tokenizer),
+        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer))
+        if mode == "cross"
+        else None,
+    )
+
+
+def warning_to(sink: Sink) -> Callable[[str, dict[str, Any]], None]:
+    """A warning event of the run, for what retries a call."""
+    return lambda message, data: sink.event("warning", message, data)
+
+
+async def close_teachers(teachers: Mapping[str, TeacherView]) -> None:
+    for view in teachers.values():
+        await view.aclose()
+
+
 def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
     """How messages name a teacher: its model, and its name when there are several."""
     if spec.teachers is None:
@@ -358,10 +413,35 @@ def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
     return f"teacher {name!r} ({teacher.base_model!r})"
 
 
-async def probe(run: Run, pools: list[Pool]) -> None:
-    """Before step 0 with several teachers: the reverse KL of each teacher on one
-    completion of each dataset's first prompt, from a sampler of its own (an event); each
-    teacher reads its own rendering of the prompt."""
+def mode_event(sink: Sink, who: str, view: TeacherView, aligned: float | None = None) -> None:
+    """The preflight's event naming a teacher's mode and, with another tokenizer, the
+    fraction of the probe batch's completion bytes its tokens aligned."""
+    data: dict[str, Any] = {
+        "teacher": view.name,
+        "mode": view.mode,
+        "chat_template": "same" if view.mode == "same" else "own",
+    } | ({} if view.server is None else {"server": view.server})
+    message = f"{who[0].upper()}{who[1:]}: {view.template}"
+    if view.mode == "cross" and aligned is not None:
+        data["aligned_bytes_fraction"] = aligned
+        message += f"; {aligned:.1%} of the probe batch's completion bytes aligned"
+    sink.event("info", message, data)
+
+
+async def probe(run: Run, pools: list[Pool], start: int) -> None:
+    """Before step 0, with several teachers or one with another tokenizer: one completion
+    of each dataset's first prompt, from a sampler of its own, scored by every teacher
+    (each after its own rendering of the prompt). Events: each cross-tokenizer teacher's
+    mode with the fraction of those completions' bytes it aligned (without the probe when
+    resuming) and, with several teachers, each one's reverse KL."""
+    spec = run.spec
+    cross = [name for name, view in run.teachers.items() if view.mode == "cross"]
+    if start > 0 or (len(run.teachers) < 2 and not cross):
+        for name in cross:
+            mode_event(
+                run.sink, teacher_named(spec, name, spec.teacher_specs()[name]), run.teachers[name]
+            )
+        return
     sampler = await run.training.save_weights_and_get_sampling_client_async()
     firsts = [(pool.prompts.questions[0], pool.options) for pool in pools]
     prompts = [run.render(question, options) for question, options in firsts]
@@ -371,12 +451,33 @@ async def probe(run: Run, pools: list[Pool]) -> None:
     kls: dict[str, float | None] = {}
     for name, view in run.teachers.items():
         scored = await asyncio.gather(
-            *(view.prompted(*firsts[c.group], c.prompt).logprobs(c.tokens) for c in completions)
+            *(
+                view.prompted(*firsts[c.group], c.prompt).score(c.tokens, c.student_logprobs)
+                for c in completions
+            )
         )
-        kl = [np.subtract(c.student_logprobs, s) for c, s in zip(completions, scored, strict=True)]
+        kl = [
+            np.subtract(c.student_logprobs, s.logprobs)
+            for c, s in zip(completions, scored, strict=True)
+        ]
         kls[name] = float(np.mean(np.concatenate(kl))) if kl else None
-    figures = ", ".join(f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items())
-    run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
+        if view.mode == "cross":
+            aligned = [s.aligned_bytes[name] for s in scored]
+            fraction = aligned_fraction(aligned)
+            mode_event(
+                run.sink, teacher_named(spec, name, spec.teacher_specs()[name]), view, fraction
+            )
+    if len(run.teachers) > 1:
+        figures = ", ".join(
+            f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items()
+        )
+        run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
+
+
+def aligned_fraction(aligned: Sequence[tuple[int, int]]) -> float:
+    """Bytes aligned over all bytes, of (aligned, total) pairs; 1 where there were none."""
+    total = sum(t for _, t in aligned)
+    return sum(a for a, _ in aligned) / total if total else 1.0
 
 
 async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> None:
@@ -609,60 +710,62 @@ async def run_loop(
         require_answers(pools, grade)
     mix = Mix(pools, loop.batch_size)
     run = await open_run(spec, service, sink, resume, pools)
-    evaluation = None
-    if eval_prompts is not None:
-        evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
-    if start == 0 and len(run.teachers) > 1:
-        await probe(run, pools)
-    sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
-    rollouts = Rollouts(
-        spec,
-        run.training,
-        run.scorer,
-        run.params,
-        lambda item: run.render(item.question, item.pool.options),
-        mix,
-        sink,
-        start=start,
-        kept=resume.samplers if resume else {},
-    )
-    steps = Steps(run, rollouts, evaluation, grade, latest=resume)
-    timer = PhaseTimer()
     try:
-        for step in range(start, loop.steps):
-            if stopped := await steps.stop_if_asked(step, should_stop()):
-                return stopped
-            evaluated = await steps.evaluate_if_due(step)
+        evaluation = None
+        if eval_prompts is not None:
+            evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
+        await probe(run, pools, start)
+        sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
+        rollouts = Rollouts(
+            spec,
+            run.training,
+            run.scorer,
+            run.params,
+            lambda item: run.render(item.question, item.pool.options),
+            mix,
+            sink,
+            start=start,
+            kept=resume.samplers if resume else {},
+        )
+        steps = Steps(run, rollouts, evaluation, grade, latest=resume)
+        timer = PhaseTimer()
+        try:
+            for step in range(start, loop.steps):
+                if stopped := await steps.stop_if_asked(step, should_stop()):
+                    return stopped
+                evaluated = await steps.evaluate_if_due(step)
 
-            step_start = time.time()
-            with timer("sampler_refresh"):
-                await rollouts.refresh(step)
-            with timer("rollout_wait"):
-                batch = await rollouts.batch(step)
-            timer.record("sample", batch.sample_seconds)
-            timer.record("teacher", batch.teacher_seconds)
-            items = rollouts.items_of(step)
-            datums, rewarded = await steps.datums(batch, items)
-            teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
-            with timer("train"):
-                trained = await run.train(datums, teachers)
-            if spec.trainer_scores():
-                batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
-            trainer_metrics = dict(trained.metrics)
-            phases = timer.lap()
-            elapsed = time.time() - step_start
-            metrics = step_metrics(
-                batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
-            )
-            sink.step(step, metrics | rewarded | evaluated)
-            steps.record_samples(step, batch, items)
+                step_start = time.time()
+                with timer("sampler_refresh"):
+                    await rollouts.refresh(step)
+                with timer("rollout_wait"):
+                    batch = await rollouts.batch(step)
+                timer.record("sample", batch.sample_seconds)
+                timer.record("teacher", batch.teacher_seconds)
+                items = rollouts.items_of(step)
+                datums, rewarded = await steps.datums(batch, items)
+                teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
+                with timer("train"):
+                    trained = await run.train(datums, teachers)
+                if spec.trainer_scores():
+                    batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
+                trainer_metrics = dict(trained.metrics)
+                phases = timer.lap()
+                elapsed = time.time() - step_start
+                metrics = step_metrics(
+                    batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
+                )
+                sink.step(step, metrics | rewarded | evaluated)
+                steps.record_samples(step, batch, items)
 
-            if checkpoint_due(loop, step + 1):
-                with timer("save"):
-                    await steps.save_checkpoint(step + 1)
-    finally:
-        await rollouts.close()
-    return await steps.finish(should_stop())
+                if checkpoint_due(loop, step + 1):
+                    with timer("save"):
+                        await steps.save_checkpoint(step + 1)
+        finally:
+            await rollouts.close()
+        return await steps.finish(should_stop())
+    finally:  # a server teacher's connections
+        await close_teachers(run.teachers)
 
 
 async def run_job(
@@ -693,9 +796,7 @@ async def run_job(
         eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:
             eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
-        service = await asyncio.to_thread(
-            connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
-        )
+        service = await asyncio.to_thread(connect, spec, artifact_dir, warning_to(sink))
         async with AsyncExitStack() as stack:
             graded = graded_prompts(spec, prompts, eval_prompts)
             grade = await stack.enter_async_context(open_grader(graded))

@@ -20,7 +20,7 @@ import numpy as np
 from kernel.spec import JobSpec, PromptOptions, SharedDataset
 from worker.engine.datasets import Prompts
 from worker.engine.datums import batch_indices, completion_slice
-from worker.engine.rollouts import Prompted
+from worker.engine.rollouts import Scored, Scorer
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class TeacherMixture:
     def __init__(self, weights: Sequence[float]) -> None:
         self.log_weights = np.log(np.asarray(weights, dtype=np.float64) / sum(weights))
 
-    def of(self, teachers: Sequence[Prompted]) -> Mixed:
+    def of(self, teachers: Sequence[Scorer]) -> Mixed:
         """The mixture scoring one prompt: its teachers (in the weights' order), each with
         its own prompt."""
         return Mixed(list(teachers), self.log_weights)
@@ -118,15 +118,22 @@ class TeacherMixture:
 class Mixed:
     """The mixture of teachers scoring the completions of one prompt (`Scorer`)."""
 
-    teachers: list[Prompted]
+    teachers: list[Scorer]
     log_weights: np.ndarray
 
-    async def logprobs(self, completion: list[int]) -> list[float]:
-        scored = await asyncio.gather(*(t.logprobs(completion) for t in self.teachers))
-        return completion_slice(mixture_logprobs(scored, self.log_weights), 0, len(completion))
+    async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
+        scored = await asyncio.gather(
+            *(t.score(completion, student_logprobs) for t in self.teachers)
+        )
+        mixed = mixture_logprobs([s.logprobs for s in scored], self.log_weights)
+        return Scored(
+            completion_slice(mixed, 0, len(completion)),
+            {name: n for s in scored for name, n in s.teacher_tokens.items()},
+            {name: a for s in scored for name, a in s.aligned_bytes.items()},
+        )
 
-    def read(self, completion_tokens: int) -> dict[str, int]:
-        return {t.name: len(t.prompt) + completion_tokens for t in self.teachers}
+    def read(self, completion: list[int]) -> dict[str, int]:
+        return {name: n for t in self.teachers for name, n in t.read(completion).items()}
 
 
 def mixture_logprobs(

@@ -2,7 +2,8 @@
 
 Each prompt comes with what scores its completions (`Scorer`): its teacher after the
 teacher's own rendering of the question (`Prompted`; the student's prompt itself when the
-two chat templates agree), or a mixture of teachers. All prompts of a batch are sampled
+two chat templates agree; `cross_tokenizer.Retokenized` for a teacher with another
+tokenizer), or a mixture of teachers. All prompts of a batch are sampled
 concurrently and each completion is scored as soon as its prompt's group is back, as the
 async reference does; batches sampled at the same time (the pipelined loop) take turns at
 the teacher. The batch also reports where its time went: the wall time until the last
@@ -52,6 +53,9 @@ class Completion:
     (token, logprob) at each completion position (`teacher_scores`)."""
     teacher_tokens: Mapping[str, int] = field(default_factory=dict)
     """Tokens each teacher (by name) reads to score it: its own prompt and the completion."""
+    aligned_bytes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """For each teacher with another tokenizer (by name): the completion's bytes its tokens
+    aligned with the student's, and all of them (`alignment.align`)."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -104,15 +108,27 @@ async def teacher_logprobs(
     return completion_slice(all_logprobs, len(prompt), len(completion))
 
 
-class Scorer(Protocol):
-    """What scores the completions of one prompt: a teacher (`Prompted`) or a mixture."""
+@dataclass(frozen=True)
+class Scored:
+    """A completion as its scorer saw it: the logprob of each of its (student) tokens, the
+    tokens each teacher read, and what each cross-tokenizer teacher aligned."""
 
-    async def logprobs(self, completion: list[int]) -> list[float]:
-        """The logprob of each completion token."""
+    logprobs: list[float]
+    teacher_tokens: dict[str, int]
+    aligned_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    """What scores the completions of one prompt: a teacher (`Prompted`, `Retokenized`) or
+    a mixture."""
+
+    async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
+        """The logprob of each completion token (a teacher with another tokenizer maps its
+        own onto them, against the student's), and what it took."""
         ...
 
-    def read(self, completion_tokens: int) -> dict[str, int]:
-        """Tokens each teacher reads to score a completion of this length."""
+    def read(self, completion: list[int]) -> dict[str, int]:
+        """Tokens each teacher reads to score this completion (when the trainer scores it)."""
         ...
 
 
@@ -126,14 +142,15 @@ class Prompted:
     client: SamplingClient
     prompt: list[int]
 
-    async def logprobs(self, completion: list[int]) -> list[float]:
-        return await teacher_logprobs(self.client, self.prompt, completion)
+    async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
+        logprobs = await teacher_logprobs(self.client, self.prompt, completion)
+        return Scored(logprobs, self.read(completion))
 
     async def scores(self, completion: list[int], k: int) -> tuple[list[float], list[TopK]]:
         return await teacher_scores(self.client, self.prompt, completion, k)
 
-    def read(self, completion_tokens: int) -> dict[str, int]:
-        return {self.name: len(self.prompt) + completion_tokens}
+    def read(self, completion: list[int]) -> dict[str, int]:
+        return {self.name: len(self.prompt) + len(completion)}
 
 
 async def teacher_scores(
@@ -222,29 +239,36 @@ async def sample_and_score(
         await turn.wait()
         scorer = scorers[index]
         if not scored:
-            scores, topks = [[] for _ in sequences], [None] * len(sequences)
+            done = [Scored([], scorer.read(seq.tokens)) for seq in sequences]
+            topks: list[list[TopK] | None] = [None] * len(sequences)
         elif teacher_top_k:
             assert isinstance(scorer, Prompted), "a teacher's top-k needs one teacher"
             both = await asyncio.gather(
                 *(scorer.scores(seq.tokens, teacher_top_k) for seq in sequences)
             )
-            scores, topks = [s for s, _ in both], [t for _, t in both]
+            done = [
+                Scored(s, scorer.read(q.tokens)) for (s, _), q in zip(both, sequences, strict=True)
+            ]
+            topks = [t for _, t in both]
         else:
-            scores = await asyncio.gather(*(scorer.logprobs(seq.tokens) for seq in sequences))
+            done = await asyncio.gather(
+                *(scorer.score(seq.tokens, seq.logprobs or []) for seq in sequences)
+            )
             topks = [None] * len(sequences)
         return [
             Completion(
                 prompt,
                 list(seq.tokens),
                 [float(v) for v in seq.logprobs],
-                scored,
+                scored.logprobs,
                 seq.stop_reason,
                 version,
                 index,
                 topk,
-                scorer.read(len(seq.tokens)),
+                scored.teacher_tokens,
+                scored.aligned_bytes,
             )
-            for seq, scored, topk in zip(sequences, scores, topks, strict=True)
+            for seq, scored, topk in zip(sequences, done, topks, strict=True)
         ]
 
     try:

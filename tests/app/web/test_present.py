@@ -100,6 +100,22 @@ def test_a_logit_level_objective_charts_its_value_and_the_kept_teacher_mass():
     assert "objective" not in {c.id for c in job_charts(["opd/reverse_kl_mean"])}
 
 
+def test_a_cross_tokenizer_teacher_charts_the_aligned_bytes_fraction():
+    names = ["opd/reverse_kl_mean", "opd/aligned_bytes_fraction"]
+    charts = {chart.id: chart for chart in job_charts(names)}
+    assert list(charts) == ["reverse-kl", "aligned"]
+    assert charts["aligned"].series == ["opd/aligned_bytes_fraction"]
+    several = job_charts([*names, "opd/aligned_bytes_fraction/a", "opd/aligned_bytes_fraction/b"])
+    assert [c.series for c in several if c.id == "aligned"] == [
+        [
+            "opd/aligned_bytes_fraction",
+            "opd/aligned_bytes_fraction/a",
+            "opd/aligned_bytes_fraction/b",
+        ]
+    ]
+    assert "aligned" not in {c.id for c in job_charts(["opd/reverse_kl_mean"])}
+
+
 def test_rollout_tokens_are_shaded_by_reverse_kl_and_escaped():
     from app.web.present import Rollout, shade_tokens
     from app.web.templating import templates

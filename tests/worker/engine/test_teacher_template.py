@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernel.errors import IncompatibleModels
 from kernel.spec import EvalSpec, JobSpec
 from tests.fakes import model
 from tests.fakes import tinker as tinker_fake
@@ -190,7 +189,7 @@ async def test_a_teacher_with_the_students_template_gets_the_students_prompt():
 
     [(_, message, data)] = [e for e in sink.events if e[2] and "chat_template" in e[2]]
     assert message == "Teacher 'teacher/same': same tokenizer, same chat template"
-    assert data == {"teacher": "teacher", "chat_template": "same"}
+    assert data == {"teacher": "teacher", "mode": "same", "chat_template": "same"}
     assert all(split(prompt_of(c), STUDENTS) for c in fake.calls_named("compute_logprobs"))
 
 
@@ -206,18 +205,26 @@ def other_vocab() -> Any:
     return tokenizer
 
 
-@pytest.mark.parametrize(
-    ("tokenizer", "why"),
-    [(other_vocab, "map tokens differently: id 259"), (other_eos, "has another eos_token")],
-)
-async def test_another_template_does_not_excuse_another_vocabulary_or_eos(tokenizer, why):
-    fake = FakeServiceClient(tokenizers={OWN: tokenizer()})
-    spec = make_spec({"teacher": OWN}, steps=1)
+@pytest.mark.parametrize("tokenizer", [other_vocab, other_eos])
+async def test_another_vocabulary_or_eos_makes_a_cross_tokenizer_teacher(tokenizer):
+    """Once refused, now read as another tokenizer: the completion's text re-tokenized, the
+    student's end of sequence read as the teacher's own."""
+    theirs = tokenizer()
+    fake = FakeServiceClient(tokenizers={OWN: theirs})
+    sink = RecordingSink()
+    spec = make_spec({"teacher": OWN}, steps=2)
 
-    with pytest.raises(IncompatibleModels, match=why):
-        await run_loop(spec, fake, pools(spec), RecordingSink())
+    await run_loop(spec, fake, pools(spec), sink)
 
-    assert not fake.calls_named("sample")
+    [(_, message, data)] = [e for e in sink.events if e[2] and e[2].get("mode")]
+    assert data["mode"] == "cross"
+    assert message.startswith("Teacher 'teacher/own': another tokenizer")
+    # The fake samples any bytes, invalid UTF-8 too, which the teacher cannot reproduce.
+    assert all(0 < m["opd/aligned_bytes_fraction"] <= 1 for m in sink.steps.values())
+    ends = {prompt_of(call)[-1] for call in fake.calls_named("compute_logprobs")}
+    assert theirs.eos_token_id in ends
+    if theirs.eos_token_id != model.EOS:
+        assert model.EOS not in ends, "the student's EOS is the teacher's own"
 
 
 async def test_on_tinker_the_teachers_top_k_comes_from_its_own_rendering(monkeypatch):

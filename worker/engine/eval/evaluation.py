@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 from pytrio.types import SamplingParams
@@ -18,6 +19,9 @@ from pytrio.types import SamplingParams
 from kernel.spec import EvalSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
 from worker.engine.rollouts import Batch, Completion, Prompted, Scorer, sample_and_score
+
+if TYPE_CHECKING:
+    from worker.engine.teachers import Answerer
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""
@@ -42,8 +46,9 @@ class Evaluation:
     teachers: Sequence[Scorer]
     """What scores each prompt's completions (its dataset's teacher, or the mixture),
     each teacher after its own rendering of the prompt."""
-    answerers: Sequence[Prompted]
-    """The teacher that answers each prompt for the baseline, and its rendering."""
+    answerers: Sequence[Answerer]
+    """The teacher that answers each prompt for the baseline, its rendering and, with
+    another tokenizer, how its answers are decoded and where they stop."""
     decode: Callable[[list[int]], str]
     grade: Grade | None
     sources: Sequence[str] = ()
@@ -65,13 +70,16 @@ class Evaluation:
     async def teacher_baseline(self) -> dict[str, float]:
         """The teachers answering the same prompts: what the student is reaching for."""
         completions, tokens = [], 0
-        for answerer in {id(a.client): a.client for a in self.answerers}.values():
-            asked = [i for i, a in enumerate(self.answerers) if a.client is answerer]
-            batch = await self.sample(answerer, asked, [self.answerers[i].prompt for i in asked])
+        for first in {id(a.scorer.client): a for a in self.answerers}.values():
+            client = first.scorer.client
+            asked = [i for i, a in enumerate(self.answerers) if a.scorer.client is client]
+            scorers = [self.answerers[i].scorer for i in asked]
+            batch = await self.sample(client, asked, scorers, first.stop)
             completions += batch.completions
             tokens += self.tokens(batch)
+        decodes = [a.decode or self.decode for a in self.answerers]
         metrics = await self.per_source(
-            Batch(completions), lambda batch: self.answers_metrics(batch, "eval/teacher_")
+            Batch(completions), lambda batch: self.answers_metrics(batch, "eval/teacher_", decodes)
         )
         return metrics | {EVAL_TOKENS: tokens}
 
@@ -83,16 +91,20 @@ class Evaluation:
         self,
         sampler: SamplingClient,
         asked: Sequence[int],
-        prompts: Sequence[list[int]] | None = None,
+        answerers: Sequence[Prompted] | None = None,
+        stop: list[str] | None = None,
     ) -> Batch:
         """The completions of the prompts `asked` (by index), each knowing its index: the
-        student's prompts, or `prompts` (the teacher's own, for the baseline)."""
+        student's prompts scored by their teachers, or (the baseline) the teachers' own
+        prompts, each scored by the teacher answering it, which stops at `stop`."""
         batch = await sample_and_score(
             sampler,
-            [self.teachers[i] for i in asked],
-            [self.prompts[i] for i in asked] if prompts is None else prompts,
+            [self.teachers[i] for i in asked] if answerers is None else answerers,
+            [self.prompts[i] for i in asked]
+            if answerers is None
+            else [a.prompt for a in answerers],
             self.spec.samples_per_prompt,
-            self.params,
+            self.params if stop is None else self.params.model_copy(update={"stop": stop}),
         )
         batch.completions = [replace(c, group=asked[c.group]) for c in batch.completions]
         return batch
@@ -109,8 +121,14 @@ class Evaluation:
                 metrics |= {f"{k}/{source}": v for k, v in (await figures(part)).items()}
         return metrics
 
-    async def answers_metrics(self, batch: Batch, prefix: str) -> dict[str, float]:
-        """Length, truncation and, where there are reference answers, accuracy."""
+    async def answers_metrics(
+        self,
+        batch: Batch,
+        prefix: str,
+        decodes: Sequence[Callable[[list[int]], str]] | None = None,
+    ) -> dict[str, float]:
+        """Length, truncation and, where there are reference answers, accuracy (each
+        prompt's completions decoded by its `decodes`, else by the student's tokenizer)."""
         completions = batch.completions
         metrics = {
             f"{prefix}completion_tokens_mean": float(np.mean([len(c.tokens) for c in completions])),
@@ -126,7 +144,8 @@ class Evaluation:
         if self.grade is None or not graded:
             return metrics
         correct = await self.grade(
-            [self.decode(c.tokens) for c, _ in graded], [a for _, a in graded]
+            [(decodes[c.group] if decodes else self.decode)(c.tokens) for c, _ in graded],
+            [a for _, a in graded],
         )
         metrics[f"{prefix}accuracy"] = float(np.mean(correct))
         k = self.spec.samples_per_prompt

@@ -61,6 +61,6 @@ async def test_a_run_with_it_says_the_teacher_has_its_own_template(tmp_path: Pat
     assert (
         "info",
         "Teacher 'arith-teacher-template': same tokenizer, its own chat template",
-        {"teacher": "teacher", "chat_template": "own"},
+        {"teacher": "teacher", "mode": "own", "chat_template": "own"},
     ) in sink.events
     assert sink.steps[0]["data/datums"] >= 1

@@ -1,6 +1,8 @@
 """Built-in tiny models and their byte-level tokenizer, made in process (no files, no network).
 The arithmetic presets (`trained.py`) share the tokenizer and the Qwen3 configuration; one
-of them (`OWN_TEMPLATES`) renders chats with a chat template of its own.
+of them (`OWN_TEMPLATES`) renders chats with a chat template of its own, and one
+(`arith-teacher-bpe`) has a tokenizer of its own (`bpe_tokenizer`): a BPE with merges for
+numbers and the task's frequent words, other special tokens and another chat template.
 
 Every test and the offline demo train these: a Qwen3-architecture student and teacher
 initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is one token.
@@ -14,7 +16,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from kernel.model_names import ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
+from kernel.model_names import ARITH_TEACHER_BPE, ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
+from worker.engine.alignment import bytes_to_unicode
 
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
@@ -66,7 +69,10 @@ OWN_TEMPLATES = {ARITH_TEACHER_TEMPLATE: SYSTEM_CHAT_TEMPLATE}
 
 
 def preset_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The tokenizer of preset `name`: the byte-level one, with the preset's chat template."""
+    """The tokenizer of preset `name`: the byte-level one with the preset's chat template,
+    or arith-teacher-bpe's own."""
+    if name == ARITH_TEACHER_BPE:
+        return bpe_tokenizer()
     return tiny_tokenizer(OWN_TEMPLATES.get(name, CHAT_TEMPLATE))
 
 
@@ -85,20 +91,50 @@ def tiny_tokenizer(chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFas
     )
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character table, which `ByteLevel` applies."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+BPE_EOS = "<|end|>"
+BPE_PAD = "<pad>"
+BPE_SPECIALS = [BPE_PAD, "<|user|>", "<|bot|>", BPE_EOS]
+BPE_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- ('<|user|>' if message['role'] == 'user' else '<|bot|>') + message['content'] + "
+    "'<|end|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|bot|>' }}{%- endif %}"
+)
+"""No system line, no newlines after the role, no think block: another frame entirely."""
+BPE_WORDS = ["What", " is", "Answer", " in", "\\boxed{", "}.", "?\n\n"]
+"""Frequent pieces of the task's text that become one token each (built left to right)."""
+
+
+def bpe_merges() -> list[tuple[str, str]]:
+    """arith-teacher-bpe's merges, in rank order: every number 10..99 as one token (so a
+    two-digit answer is one teacher token but two student bytes), then the words."""
+    table = bytes_to_unicode()
+    merges = [(str(a), str(b)) for a in range(1, 10) for b in range(10)]
+    for word in BPE_WORDS:
+        pieces = [table[byte] for byte in word.encode()]
+        for end in range(2, len(pieces) + 1):
+            merges.append(("".join(pieces[: end - 1]), pieces[end - 1]))
+    return list(dict.fromkeys(merges))
+
+
+def bpe_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE: ids 0..255 the bytes, then the merged tokens, then four special
+    tokens of its own (`<|end|>` ends a turn); its chat template is BPE_CHAT_TEMPLATE."""
+    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
+    merges = bpe_merges()
+    for left, right in merges:
+        vocab.setdefault(left + right, len(vocab))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(BPE_SPECIALS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        eos_token=BPE_EOS,
+        pad_token=BPE_PAD,
+        chat_template=BPE_CHAT_TEMPLATE,
     )
-    table = {byte: chr(byte) for byte in printable}
-    extra = 0
-    for byte in range(256):
-        if byte not in table:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
 
 
 TINY_SIZES: dict[str, int | float] = {

@@ -1,9 +1,10 @@
 """Built-in presets trained on the arithmetic task, shipped as safetensors beside this file.
 
 `scripts/train_arith_presets.py` trains them (Qwen3 models over the tiny presets' byte-level
-tokenizer and chat template) and writes `weights/manifest.json`: each file's sha256, the
-model's sizes, how it was trained and the accuracies it measured. Loading checks the
-sha256, so a damaged or replaced file is refused instead of quietly served.
+tokenizer and chat template, or a preset's own: `presets.preset_tokenizer`) and writes
+`weights/manifest.json`: each file's sha256, the model's sizes, how it was trained and the
+accuracies it measured. Loading checks the sha256, so a damaged or replaced file is
+refused instead of quietly served.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from safetensors.torch import load_model, save_model
 from transformers import Qwen3ForCausalLM
 
 from kernel.errors import OPDError
-from worker.engine.backends.local.presets import SEEDED_INIT, preset_config, tiny_tokenizer
+from worker.engine.backends.local.presets import SEEDED_INIT, preset_config, preset_tokenizer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 MANIFEST = "manifest.json"
@@ -51,7 +52,7 @@ def trained_model(name: str, folder: Path = WEIGHTS_DIR) -> Qwen3ForCausalLM:
             "restore it from the repository or rerun scripts/train_arith_presets.py"
         )
     with SEEDED_INIT, torch.random.fork_rng(devices=[]):
-        model = Qwen3ForCausalLM(preset_config(tiny_tokenizer(), **entry["config"]))
+        model = Qwen3ForCausalLM(preset_config(preset_tokenizer(name), **entry["config"]))
     load_model(model, path)
     model.name_or_path = model.config.name_or_path = name
     return model.eval()

@@ -1,0 +1,158 @@
+"""The local backend with `arith-teacher-bpe`, a teacher over another tokenizer (a BPE with
+other special tokens and another chat template): its scoring of the student's completions,
+mapped onto the student's tokens, keeps the teacher's own logprob of every aligned run; the
+preflight names its mode and the probe's alignment; a short job logs the aligned fraction;
+and a logit-level objective is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernel.errors import IncompatibleModels
+from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER, ARITH_TEACHER_BPE
+from kernel.spec import ArithmeticDataset, JobSpec, LocalBackendSpec
+from tests.fakes.sinks import RecordingSink
+from worker.engine.backends.local import LocalServiceClient
+from worker.engine.backends.local.presets import preset_tokenizer
+from worker.engine.backends.local.trained import trained_model
+from worker.engine.cross_tokenizer import Retokenized, Tokenizers
+from worker.engine.datasets import Prompts
+from worker.engine.datums import build_prompt
+from worker.engine.loop import run_loop, stop_sequences
+from worker.engine.preflight import teacher_mode
+from worker.engine.rollouts import teacher_logprobs
+
+SUFFIX = ArithmeticDataset().question_suffix
+QUESTIONS = ["What is 2 + 3?", "What is 7 * 8?"]
+COMPLETIONS = [
+    "\\boxed{5}<|im_end|>",  # right, ends with the student's EOS
+    "\\boxed{56}<|im_end|>",  # a two-digit answer: one teacher token, two student bytes
+    "\\boxed{57",  # truncated: no EOS to pair
+    "\\boxed{é}<|im_end|>",  # a character of two bytes, two student tokens
+]
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> LocalServiceClient:
+    return LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+
+
+def spec_with(teacher: str, **loop: object) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "backend": "local",
+            "local": {"device": "cpu"},
+            "student": {"base_model": ARITH_STUDENT, "lora_rank": 4},
+            "teacher": {"base_model": teacher},
+            "dataset": {"source": "inline", "prompts": QUESTIONS},
+            "sampling": {"max_tokens": 12},
+            "loop": {"steps": 2, "batch_size": 2, "group_size": 2, **loop},
+        }
+    )
+
+
+async def test_each_runs_mapped_logprobs_sum_to_the_teachers_own(service) -> None:
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
+    theirs, students = teacher.get_tokenizer(), preset_tokenizer(ARITH_STUDENT)
+    tokenizers = Tokenizers.of(students, theirs, stop_sequences(students))
+    prompt = build_prompt(theirs, QUESTIONS[1], SUFFIX, False)
+    scorer = Retokenized("teacher", teacher, prompt, tokenizers)
+    for text in COMPLETIONS:
+        completion = students.encode(text, add_special_tokens=False)
+        student_logprobs = [-0.05 * (i + 1) for i in range(len(completion))]
+
+        scored = await scorer.score(completion, student_logprobs)
+
+        # The teacher's own scoring of its own tokens of the same text.
+        ended = text.endswith("<|im_end|>")
+        body = theirs.encode(text.removesuffix("<|im_end|>"), add_special_tokens=False)
+        own = [*body, theirs.eos_token_id] if ended else body
+        direct = await teacher_logprobs(teacher, prompt, own)
+        alignment = tokenizers.align(completion, own, ended)
+        assert alignment.runs, text
+        for run in alignment.runs:
+            mapped = sum(scored.logprobs[i] for i in run.student)
+            assert mapped == pytest.approx(sum(direct[j] for j in run.teacher), abs=1e-5), text
+        outside = set(range(len(completion))) - {i for r in alignment.runs for i in r.student}
+        assert all(scored.logprobs[i] == student_logprobs[i] for i in outside)
+        assert scored.teacher_tokens == {"teacher": len(prompt) + len(own)}
+        assert scored.aligned_bytes == {"teacher": (alignment.aligned_bytes, alignment.total_bytes)}
+        every_byte = len(text.removesuffix("<|im_end|>").encode())
+        assert alignment.aligned_bytes == alignment.total_bytes == every_byte
+
+
+async def test_a_right_answer_is_likelier_than_a_wrong_one_through_the_alignment(service):
+    """The mapping carries the teacher's judgement: the student's bytes of the right answer
+    get a far higher summed teacher logprob than those of a wrong one."""
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
+    students = preset_tokenizer(ARITH_STUDENT)
+    tokenizers = Tokenizers.of(students, teacher.get_tokenizer(), stop_sequences(students))
+    prompt = build_prompt(teacher.get_tokenizer(), QUESTIONS[1], SUFFIX, False)
+    scorer = Retokenized("teacher", teacher, prompt, tokenizers)
+    sums = {}
+    for answer in ("56", "57"):
+        completion = students.encode(f"\\boxed{{{answer}}}<|im_end|>", add_special_tokens=False)
+        scored = await scorer.score(completion, [0.0] * len(completion))
+        sums[answer] = sum(scored.logprobs)
+
+    assert sums["56"] > -1.0
+    assert sums["56"] > sums["57"] + 5.0, sums
+
+
+def test_the_preflight_tells_the_three_modes_apart() -> None:
+    students = preset_tokenizer(ARITH_STUDENT)
+    checked = [(QUESTIONS[0], ArithmeticDataset())]
+
+    assert teacher_mode(students, preset_tokenizer(ARITH_TEACHER), checked) == "same"
+    assert teacher_mode(students, preset_tokenizer("arith-teacher-template"), checked) == "own"
+    assert teacher_mode(students, preset_tokenizer(ARITH_TEACHER_BPE), checked) == "cross"
+
+
+async def test_a_short_job_names_the_mode_and_logs_the_aligned_fraction(service) -> None:
+    spec = spec_with(ARITH_TEACHER_BPE)
+    sink = RecordingSink()
+
+    await run_loop(spec, service, Prompts(QUESTIONS, ["5", "56"]), sink)
+
+    [(level, message, data)] = [e for e in sink.events if e[2] and e[2].get("mode")]
+    assert level == "info"
+    assert message.startswith("Teacher 'arith-teacher-bpe': another tokenizer")
+    assert "of the probe batch's completion bytes aligned" in message
+    assert data["mode"] == "cross" and data["teacher"] == "teacher"
+    assert 0.9 <= data["aligned_bytes_fraction"] <= 1.0
+    assert len(sink.steps) == 2
+    for metrics in sink.steps.values():
+        assert 0.9 <= metrics["opd/aligned_bytes_fraction"] <= 1.0
+        # The teacher reads its own BPE tokens: fewer than the student's bytes.
+        assert 0 < metrics["usage/teacher_tokens"] < metrics["usage/trained_tokens"]
+
+
+async def test_the_same_tokenizer_logs_no_aligned_fraction(service) -> None:
+    sink = RecordingSink()
+
+    await run_loop(spec_with(ARITH_TEACHER), service, Prompts(QUESTIONS, ["5", "56"]), sink)
+
+    assert all("opd/aligned_bytes_fraction" not in m for m in sink.steps.values())
+
+
+def test_a_logit_objective_with_a_cross_tokenizer_preset_is_a_spec_error() -> None:
+    with pytest.raises(ValueError, match=r"loop.objective.kind\n.*another tokenizer"):
+        spec_with(ARITH_TEACHER_BPE, objective="jsd")
+
+
+async def test_a_logit_objective_with_a_cross_tokenizer_folder_fails_the_preflight(
+    service, tmp_path: Path
+) -> None:
+    """A folder's tokenizer is visible only to the worker: its preflight refuses."""
+    folder = tmp_path / "bpe-teacher"
+    trained_model(ARITH_TEACHER_BPE).save_pretrained(folder)
+    preset_tokenizer(ARITH_TEACHER_BPE).save_pretrained(folder)
+    spec = spec_with(str(folder), objective="jsd")
+    sink = RecordingSink()
+
+    with pytest.raises(IncompatibleModels, match="another tokenizer, and objective jsd"):
+        await run_loop(spec, service, Prompts(QUESTIONS, ["5", "56"]), sink)
+
+    assert not sink.steps
