@@ -1,5 +1,6 @@
-"""A job's progress while `wait(progress=True)` polls it: a tqdm bar when tqdm is
-installed, else one line on stderr rewritten in place."""
+"""A job's progress while `wait(progress=True)` polls it, and a file's while
+`files.upload` sends it: a tqdm bar when tqdm is installed, else one line on stderr
+rewritten in place."""
 
 from __future__ import annotations
 
@@ -41,6 +42,39 @@ class Progress:
         if self.kl is not None:
             self.bar.set_postfix(reverse_kl=f"{self.kl:.4f}", refresh=False)
         self.bar.set_description(f"job {job.id} {job.status}", refresh=False)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is None:
+            print(file=sys.stderr)
+        else:
+            self.bar.close()
+
+
+class UploadProgress:
+    """Bytes of one file sent so far (a retried upload starts the bar again)."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self.name, self.total = name, total
+        self.bar: Any = None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self.bar = tqdm(
+            total=total,
+            desc=f"uploading {name}",
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+
+    def sent(self, done: int) -> None:
+        if self.bar is None:
+            print(f"\ruploading {self.name}: {done}/{self.total} bytes", end="", file=sys.stderr)
+            return
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:

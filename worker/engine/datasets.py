@@ -17,12 +17,13 @@ import logging
 import os
 import urllib.parse
 import urllib.request
+from csv import reader
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow
-from datasets import Dataset, Value, load_dataset
+from datasets import Dataset, Features, Value, load_dataset
 from datasets.exceptions import DatasetsError
 from tqdm import tqdm
 
@@ -48,7 +49,8 @@ DEFAULT_DEEPMATH = DeepMathDataset()
 DOWNLOAD_CHUNK = 1 << 20
 DOWNLOAD_TIMEOUT_SECONDS = 60
 PARQUET_MAGIC = b"PAR1"
-FILE_LOADERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv"}
+FILE_LOADERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+UPLOAD_LOADERS = {**FILE_LOADERS, ".csv": "csv"}
 TEXT_TYPES = ("string", "large_string")
 DEEPMATH_ANSWERS = "final_answer"
 
@@ -155,7 +157,7 @@ def open_table(
         uploaded(dataset, blobs) if dataset.file else locate(dataset.path or "", data_root, confine)
     )
     name = dataset.where()
-    rows = read_table(FILE_LOADERS[path.suffix.lower()], [path], data_root / "datasets", name)
+    rows = read_table(UPLOAD_LOADERS[path.suffix.lower()], [path], data_root / "datasets", name)
     return Table(rows, dataset.field, dataset.answer_field, name, dataset.seed, dataset.sample_size)
 
 
@@ -239,19 +241,26 @@ def locate(path: str, data_root: Path, confine: bool) -> Path:
 
 
 def read_table(loader: str, files: list[Path], cache_root: Path, name: str) -> Dataset:
-    """Read local files with `datasets`' own reader, as the reference does (a CSV's columns
-    all as text, as its upload was checked)."""
+    """Read local files with `datasets`' own reader, as the reference does (an uploaded
+    CSV's columns all as text, as its upload was checked)."""
     try:
         return load_dataset(
             loader,
             data_files=[str(file) for file in files],
             split="train",
             cache_dir=str(cache_root / ".datasets_cache"),
-            **({"dtype": str} if loader == "csv" else {}),
+            **({"features": text_features(files[0])} if loader == "csv" else {}),
         )
     except (DatasetsError, pyarrow.ArrowException, OSError) as error:
         cause = f" ({error.__cause__})" if error.__cause__ else ""
         raise DatasetUnavailable(f"cannot read {name} as {loader}: {error}{cause}") from error
+
+
+def text_features(csv: Path) -> Features:
+    """Every column of the CSV as text (its header names them)."""
+    with csv.open(encoding="utf-8", newline="") as source:
+        header = next(reader(source), [])
+    return Features({name: Value("string") for name in header})
 
 
 def deepmath_folder(dataset: DeepMathDataset, data_root: Path) -> Path:
