@@ -30,7 +30,10 @@ from app.files.report import (
 from app.files.schemas import FileColumn, FileFormat, FileReport
 
 CHUNK = 1 << 20
-BLOCK_BYTES = 16 << 20
+BLOCK_BYTES = (1 << 20, 64 << 20)
+"""Arrow's text readers take a file a block at a time and hold some dozens of blocks at
+once: small blocks keep a large upload's check within ~100 MB; a row longer than a block
+needs the larger one (tried once the small one fails)."""
 
 
 def inspect_file(
@@ -39,8 +42,20 @@ def inspect_file(
     """The report of the file at `path`; FileRefused (422) saying why it cannot be a dataset."""
     if kind is not FileFormat.parquet:
         check_utf8(path)
+    small, large = BLOCK_BYTES
     try:
-        schema, batches = open_batches(path, kind)
+        return read_report(path, kind, field, answers, small)
+    except FileRefused as refused:
+        if "straddl" not in refused.message:  # Arrow: a row straddles two blocks
+            raise
+    return read_report(path, kind, field, answers, large)
+
+
+def read_report(
+    path: Path, kind: FileFormat, field: str | None, answers: str | None, block: int
+) -> FileReport:
+    try:
+        schema, batches = open_batches(path, kind, block)
         columns = {name: str(schema.field(name).type) for name in schema.names}
         question = question_field(columns, field)
         answer = answer_field(columns, answers, question)
@@ -92,18 +107,18 @@ def check_utf8(path: Path) -> None:
 
 
 def open_batches(
-    path: Path, kind: FileFormat
+    path: Path, kind: FileFormat, block: int
 ) -> tuple[pyarrow.Schema, Iterator[pyarrow.RecordBatch]]:
     if kind is FileFormat.parquet:
         parquet = pyarrow.parquet.ParquetFile(path)
         return parquet.schema_arrow, parquet.iter_batches()
     if kind is FileFormat.csv:
-        read = pyarrow.csv.ReadOptions(block_size=BLOCK_BYTES)
+        read = pyarrow.csv.ReadOptions(block_size=block)
         names = pyarrow.csv.open_csv(path, read_options=read).schema.names
         text = pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(names, pyarrow.string()))
         reader = pyarrow.csv.open_csv(path, read_options=read, convert_options=text)
     else:
         reader = pyarrow.json.open_json(
-            path, read_options=pyarrow.json.ReadOptions(block_size=BLOCK_BYTES)
+            path, read_options=pyarrow.json.ReadOptions(block_size=block)
         )
     return reader.schema, iter(reader)
