@@ -165,3 +165,15 @@ def temporary_bucket() -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def temporary_storage(kind: str, folder: Path) -> Iterator[Any]:
+    """A Storage of `kind`: `folder` (under `folder`) or `s3` (a temporary bucket)."""
+    from kernel.storage.blobs import open_storage
+
+    if kind == "folder":
+        yield open_storage(str(folder / "store"))
+        return
+    with temporary_bucket() as url:
+        yield open_storage(url, retry_seconds=2)

@@ -125,47 +125,32 @@ async def upload_file(
     team's same bytes with the same fields answer with the file they made). FileRefused,
     audited, when it cannot serve as a dataset or goes past a limit."""
     try:
-        return await checked_upload(session, principal, storage, settings, upload, chunks)
+        kind = format_of(upload.filename, upload.format)
+        used = await team_bytes(session, principal.team_id)
+        await session.commit()  # no connection held while the body arrives
+        spooled = await spool(chunks, settings.home / "uploads", limits(upload, used, settings))
     except FileRefused as refused:
-        detail = {"error": refused.code, "filename": upload.filename}
-        await record_audit(session, principal, "file.upload", None, refused.status, detail)
+        await audit_refusal(session, principal, upload, refused)
         raise
-
-
-async def checked_upload(
-    session: AsyncSession,
-    principal: Principal,
-    storage: Storage,
-    settings: Settings,
-    upload: Upload,
-    chunks: AsyncIterator[bytes],
-) -> tuple[UploadedFile, bool]:
-    kind = format_of(upload.filename, upload.format)
-    team, quota, limit = principal.team_id, settings.team_max_file_bytes, settings.max_upload_bytes
-    used = await team_bytes(session, team)
-    await session.commit()  # no connection held while the body arrives
-    declared = upload.declared_bytes
-    if declared is not None and declared > limit:
-        raise too_large(limit)
-    if declared is not None and used + declared > quota:
-        raise over_quota(used, quota)
-    limits = [(limit, too_large(limit)), (quota - used, over_quota(used, quota))]
-    spooled = await spool(chunks, settings.home / "uploads", limits)
     try:
         existing = await same_upload(
-            session, team, spooled.sha256, upload.field, upload.answer_field
+            session, principal.team_id, spooled.sha256, upload.field, upload.answer_field
         )
         if existing is not None:
             return existing, False
         await session.commit()
-        report = await asyncio.to_thread(
-            inspect_file, spooled.path, kind, upload.field, upload.answer_field
-        )
+        try:
+            report = await asyncio.to_thread(
+                inspect_file, spooled.path, kind, upload.field, upload.answer_field
+            )
+        except FileRefused as refused:
+            await audit_refusal(session, principal, upload, refused)
+            raise
         await storage.put_file(spooled.path, spooled.sha256)
     finally:
         spooled.path.unlink(missing_ok=True)
     row = UploadedFile(
-        team_id=team,
+        team_id=principal.team_id,
         filename=upload.filename,
         format=kind.value,
         bytes=spooled.bytes,
@@ -180,6 +165,24 @@ async def checked_upload(
     detail = {"bytes": spooled.bytes, "sha256": spooled.sha256, "filename": upload.filename}
     await record_audit(session, principal, "file.upload", public_id(row.id or 0), 201, detail)
     return row, True
+
+
+async def audit_refusal(
+    session: AsyncSession, principal: Principal, upload: Upload, refused: FileRefused
+) -> None:
+    detail = {"error": refused.code, "filename": upload.filename}
+    await record_audit(session, principal, "file.upload", None, refused.status, detail)
+
+
+def limits(upload: Upload, used: int, settings: Settings) -> list[tuple[int, FileRefused]]:
+    """The bytes an upload may reach, each with its refusal: the service's largest file and
+    what is left of the team's quota; a declared size past one is refused at once."""
+    limit, quota = settings.max_upload_bytes, settings.team_max_file_bytes
+    bounds = [(limit, too_large(limit)), (quota - used, over_quota(used, quota))]
+    for most, refusal in bounds:
+        if upload.declared_bytes is not None and upload.declared_bytes > most:
+            raise refusal
+    return bounds
 
 
 async def delete_file(

@@ -24,16 +24,13 @@ from kernel.storage.blobs import (
     open_storage,
 )
 from kernel.storage.cache import BlobCache
-from tests.support import temporary_bucket
+from tests.support import temporary_storage
 
 
 @pytest.fixture(params=["folder", "s3"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    if request.param == "folder":
-        yield open_storage(str(tmp_path / "store"))
-        return
-    with temporary_bucket() as url:
-        yield open_storage(url, retry_seconds=2)
+    with temporary_storage(request.param, tmp_path) as storage:
+        yield storage
 
 
 def written(folder: Path, data: bytes, name: str = "data.bin") -> tuple[Path, str]:

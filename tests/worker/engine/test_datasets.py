@@ -19,9 +19,9 @@ import pytest
 import worker.engine.datasets
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import DeepMathDataset, FileDataset, InlineDataset
-from kernel.storage.blobs import Storage, file_sha256, open_storage
+from kernel.storage.blobs import Storage, file_sha256
 from kernel.storage.cache import BlobCache
-from tests.support import temporary_bucket
+from tests.support import temporary_storage
 from worker.engine.datasets import Prompts, load_holdout, load_prompts
 
 QUESTIONS = [f"question {i}" for i in range(20)]
@@ -381,11 +381,8 @@ def test_a_holdout_is_seeded_and_never_meets_the_training_pool(root: Path) -> No
 
 @pytest.fixture(params=["folder", "s3"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
-    if request.param == "folder":
-        yield open_storage(str(tmp_path / "store"))
-        return
-    with temporary_bucket() as url:
-        yield open_storage(url, retry_seconds=2)
+    with temporary_storage(request.param, tmp_path) as storage:
+        yield storage
 
 
 async def stored(storage: Storage, path: Path) -> str:
