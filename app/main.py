@@ -62,7 +62,7 @@ for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads
 document_scopes(files.router.routes)
 api_router.include_router(files.router)
 
-STREAMED_BODIES = frozenset({("POST", "/v1/files")})
+STREAMED_BODIES = frozenset({("POST", "/v1/files"), ("POST", "/ui/files/upload")})
 """Routes that stream their body and bound it themselves (body_limit.py lets them pass)."""
 
 DESCRIPTION = """\
