@@ -290,3 +290,28 @@ async def test_bytes_two_teams_share_stay_until_the_last_file_goes(client, key, 
     assert content.content == data
     assert (await client.delete(f"/v1/files/{theirs}", headers=auth(beta))).status_code == 204
     assert objects(settings) == []
+
+
+async def test_a_store_that_does_not_answer_is_a_503_that_keeps_nothing(
+    tmp_path, database_url, queue_name, redis, key, sessions, monkeypatch
+):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    settings = Settings(
+        home=tmp_path,
+        database_url=database_url,
+        redis_url="redis://127.0.0.1:6379/15",
+        queue_name=queue_name,
+        migrate_on_start=False,
+        auth_cache_seconds=0,
+        storage_url="s3://absent/opd",
+        storage_retry_seconds=0.5,
+    )
+    async with serve(settings, raising=False) as client:
+        response = await upload(client, key, unique_jsonl())
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "storage_unavailable"
+        assert (await client.get("/v1/files", headers=auth(key))).json()["data"] == []
+    assert spooled(settings) == []
