@@ -21,7 +21,9 @@ from sqlalchemy import select
 from app.audit.tables import AuditEntry
 from app.core.config import Settings
 from app.core.storage import storage_of
+from app.jobs.limits import Limits
 from app.jobs.tables import Job
+from app.sweeps.control import advance, claim_sweeps
 from tests.app.conftest import auth, serve, small_spec
 from tests.support import temporary_bucket
 
@@ -315,3 +317,27 @@ async def test_a_store_that_does_not_answer_is_a_503_that_keeps_nothing(
         assert response.json()["error"]["code"] == "storage_unavailable"
         assert (await client.get("/v1/files", headers=auth(key))).json()["data"] == []
     assert spooled(settings) == []
+
+
+async def test_a_sweeps_trials_keep_the_file_and_get_its_object_again(client, key, sessions):
+    file = (await upload(client, key, unique_jsonl())).json()
+    definition = {
+        "name": "lr",
+        "base": small_spec(dataset={"source": "file", "file": file["id"]}),
+        "parameters": {"optim.learning_rate": {"values": [1e-3, 3e-3]}},
+        "method": "grid",
+        "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+        "max_trials": 2,
+        "parallel": 2,
+    }
+    response = await client.post("/v1/sweeps", json=definition, headers=auth(key))
+    assert response.status_code == 201, response.text
+    async with sessions() as session:
+        assert response.json()["id"] in await claim_sweeps(session, "test", 60)
+        created = (await advance(session, response.json()["id"], "test", Limits())).created
+    assert len(created) == 2
+    for job_id in created:
+        job = (await client.get(f"/v1/jobs/{job_id}", headers=auth(key))).json()
+        assert job["status"] == "queued", job
+        dataset = job["spec"]["dataset"]
+        assert (dataset["file"], dataset["blob"]) == (file["id"], f"{file['sha256']}.jsonl")
