@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import RedirectResponse, StreamingResponse
 
 from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, StorageDep
 from app.api.errors import error_responses
@@ -18,6 +18,7 @@ from app.jobs.uploads import remove_file
 router = APIRouter(prefix="/v1/files", tags=["files"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
+PRESIGNED_SECONDS = 300
 FileId = Annotated[str, Path(pattern=FILE_ID_PATTERN, description="The file's id, file-N.")]
 Column = Annotated[str | None, Query(min_length=1, max_length=200)]
 
@@ -99,15 +100,32 @@ async def get_file_detail(
 
 @router.get(
     "/{file_id}/content",
-    responses={200: {"content": {"application/octet-stream": {}}}} | error_responses(404),
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        307: {"description": "`redirect=true` on an S3 store: the presigned URL."},
+    }
+    | error_responses(404),
 )
 async def get_file_content(
-    file_id: FileId, session: SessionDep, principal: PrincipalDep, storage: StorageDep
-) -> StreamingResponse:
+    file_id: FileId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    storage: StorageDep,
+    redirect: Annotated[
+        bool,
+        Query(description="On a bucket: answer 307 to a presigned URL of the object instead."),
+    ] = False,
+) -> Response:
     """The file's bytes as uploaded, streamed from the store and checked against their
-    sha256 as they go (a damaged object ends the response early rather than pass)."""
+    sha256 as they go (a damaged object ends the response early rather than pass); with
+    `redirect=true` and an S3 store, a 307 to a presigned URL valid for 5 minutes (check
+    the bytes against the `ETag`'s sha256 yourself)."""
     row = await get_file(session, row_id(file_id), principal.scope)
     await session.commit()  # no connection held while the bytes stream
+    signed = storage.presigned_url(row.sha256, PRESIGNED_SECONDS) if redirect else None
+    if signed is not None:
+        return RedirectResponse(signed, status_code=307, headers={"ETag": f'"{row.sha256}"'})
     headers = {
         "Content-Length": str(row.bytes),
         "Content-Disposition": f'attachment; filename="{row.filename.replace(chr(34), "")}"',

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import obstore
 import pyarrow
 import pyarrow.parquet
@@ -341,3 +342,16 @@ async def test_a_sweeps_trials_keep_the_file_and_get_its_object_again(client, ke
         assert job["status"] == "queued", job
         dataset = job["spec"]["dataset"]
         assert (dataset["file"], dataset["blob"]) == (file["id"], f"{file['sha256']}.jsonl")
+
+
+async def test_content_may_redirect_to_a_presigned_url_on_a_bucket(client, key, settings):
+    data = unique_jsonl()
+    file = (await upload(client, key, data)).json()
+    path = f"/v1/files/{file['id']}/content"
+    answer = await client.get(path, params={"redirect": "true"}, headers=auth(key))
+    if not storage_of(settings).remote:  # a folder has no URL of its own: the bytes come
+        assert (answer.status_code, answer.content) == (200, data)
+        return
+    assert answer.status_code == 307 and answer.headers["etag"] == f'"{file["sha256"]}"'
+    fetched = httpx.get(answer.headers["location"], timeout=10)  # no key: the URL is signed
+    assert (fetched.status_code, fetched.content) == (200, data)
