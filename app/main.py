@@ -50,6 +50,7 @@ from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.core.storage import storage_of
 from app.core.waits import Limit, Places, Waits
+from app.files.service import remove_stale_spools, spool_folder
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(running: FastAPI) -> AsyncIterator[None]:
         if settings.migrate_on_start:
             await asyncio.to_thread(migrate, settings.database_url, settings=settings)
+        await asyncio.to_thread(remove_stale_spools, spool_folder(settings))
         async with AsyncExitStack() as stack:
             if settings.metrics_listen:
                 listener = metrics_listener(settings.metrics_listen, running.state)

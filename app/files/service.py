@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import suppress
@@ -31,6 +32,7 @@ from app.files.store import content_used, same_upload, team_bytes
 from app.files.tables import UploadedFile
 from kernel.storage.blobs import Storage
 
+STALE_SPOOL_SECONDS = 24 * 3600
 SUFFIXES = {".jsonl": FileFormat.jsonl, ".parquet": FileFormat.parquet, ".csv": FileFormat.csv}
 MEDIA_TYPES = {
     FileFormat.jsonl: "application/jsonl",
@@ -89,6 +91,24 @@ def over_quota(used: int, quota: int) -> FileRefused:
     )
 
 
+def spool_folder(settings: Settings) -> Path:
+    return settings.home / "uploads"
+
+
+def remove_stale_spools(folder: Path, older_than: float = STALE_SPOOL_SECONDS) -> int:
+    """Remove spool files a killed API process left (older than `older_than` seconds: a
+    younger one may be an upload another API process on this home is receiving)."""
+    if not folder.is_dir():
+        return 0
+    cutoff, removed = time.time() - older_than, 0
+    for part in folder.glob("*.part"):
+        with suppress(FileNotFoundError):
+            if part.stat().st_mtime < cutoff:
+                part.unlink()
+                removed += 1
+    return removed
+
+
 async def spool(
     chunks: AsyncIterator[bytes], folder: Path, limits: list[tuple[int, FileRefused]]
 ) -> Spooled:
@@ -128,7 +148,7 @@ async def upload_file(
         kind = format_of(upload.filename, upload.format)
         used = await team_bytes(session, principal.team_id)
         await session.commit()  # no connection held while the body arrives
-        spooled = await spool(chunks, settings.home / "uploads", limits(upload, used, settings))
+        spooled = await spool(chunks, spool_folder(settings), limits(upload, used, settings))
     except FileRefused as refused:
         await audit_refusal(session, principal, upload, refused)
         raise

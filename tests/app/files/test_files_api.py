@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -355,3 +356,13 @@ async def test_content_may_redirect_to_a_presigned_url_on_a_bucket(client, key, 
     assert answer.status_code == 307 and answer.headers["etag"] == f'"{file["sha256"]}"'
     fetched = httpx.get(answer.headers["location"], timeout=10)  # no key: the URL is signed
     assert (fetched.status_code, fetched.content) == (200, data)
+
+
+async def test_the_api_removes_the_spool_files_a_killed_process_left(settings):
+    folder = settings.home / "uploads"
+    folder.mkdir()
+    (folder / "old.part").write_bytes(b"half an upload")
+    os.utime(folder / "old.part", (1, 1))
+    (folder / "receiving.part").write_bytes(b"another API's upload")
+    async with serve(settings):
+        assert spooled(settings) == ["receiving.part"]
