@@ -62,14 +62,6 @@ def blob_key(sha256: str) -> str:
     return f"{BLOBS}/{sha256[:2]}/{sha256}"
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as source:
-        while chunk := source.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def unavailable(error: BaseError | OSError, what: str) -> StorageUnavailable:
     """The store's failure in one line (obstore appends a multi-line debug dump)."""
     reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -45,10 +45,7 @@ class Progress:
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        if self.bar is None:
-            print(file=sys.stderr)
-        else:
-            self.bar.close()
+        close(self.bar)
 
 
 class UploadProgress:
@@ -78,7 +75,12 @@ class UploadProgress:
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
-        if self.bar is None:
-            print(file=sys.stderr)
-        else:
-            self.bar.close()
+        close(self.bar)
+
+
+def close(bar: Any) -> None:
+    """End a tqdm bar, or the line rewritten in place where tqdm is missing."""
+    if bar is None:
+        print(file=sys.stderr)
+    else:
+        bar.close()

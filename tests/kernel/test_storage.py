@@ -20,10 +20,10 @@ from kernel.storage.blobs import (
     Storage,
     StorageUnavailable,
     blob_key,
-    file_sha256,
     open_storage,
 )
 from kernel.storage.cache import BlobCache
+from kernel.storage.hashing import file_sha256
 from tests.support import temporary_storage
 
 

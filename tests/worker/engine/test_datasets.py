@@ -19,8 +19,9 @@ import pytest
 import worker.engine.datasets
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import DeepMathDataset, FileDataset, InlineDataset
-from kernel.storage.blobs import Storage, file_sha256
+from kernel.storage.blobs import Storage
 from kernel.storage.cache import BlobCache
+from kernel.storage.hashing import file_sha256
 from tests.support import temporary_storage
 from worker.engine.datasets import Prompts, load_holdout, load_prompts
 
