@@ -27,6 +27,7 @@ from app.api.routes import (
     downloads,
     events,
     export,
+    files,
     health,
     jobs,
     keys,
@@ -47,7 +48,9 @@ from app.core.db import create_db_engine, migrate, session_factory
 from app.core.encryption import secret_box
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
+from app.core.storage import storage_of
 from app.core.waits import Limit, Places, Waits
+from app.files.service import remove_stale_spools, spool_folder
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])
@@ -57,6 +60,11 @@ for module in (health, jobs, metrics, export, compare, checkpoints, events, samp
 for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads, sweeps, openai):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
+document_scopes(files.router.routes)
+api_router.include_router(files.router)
+
+STREAMED_BODIES = frozenset({("POST", "/v1/files"), ("POST", "/ui/files/upload")})
+"""Routes that stream their body and bound it themselves (body_limit.py lets them pass)."""
 
 DESCRIPTION = """\
 Submit on-policy distillation jobs, follow their metrics and collect their weights.
@@ -82,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(running: FastAPI) -> AsyncIterator[None]:
         if settings.migrate_on_start:
             await asyncio.to_thread(migrate, settings.database_url, settings=settings)
+        await asyncio.to_thread(remove_stale_spools, spool_folder(settings))
         async with AsyncExitStack() as stack:
             if settings.metrics_listen:
                 listener = metrics_listener(settings.metrics_listen, running.state)
@@ -100,13 +109,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
     app.state.secret_box = secret_box(settings)
+    app.state.storage = storage_of(settings)
     app.state.waits = Waits(settings.team_max_waiting)
     app.state.streams = Places(
         "metric streams open",
         Limit(settings.team_max_streams, "OPD_TEAM_MAX_STREAMS"),
         Limit(settings.max_streams, "OPD_MAX_STREAMS"),
     )
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.max_body_bytes, streamed=STREAMED_BODIES
+    )
     app.add_middleware(RequestMetricsMiddleware)
     install_error_handlers(app)
     app.include_router(api_router)

@@ -282,17 +282,47 @@ class DeepMathDataset(PromptOptions):
     seed: int = Field(42, ge=0, le=2**31 - 1)
 
 
+FILE_ID = r"^file-[1-9][0-9]{0,9}$"
+BLOB = r"^[0-9a-f]{64}\.(jsonl|parquet|csv)$"
+
+
 class FileDataset(PromptOptions):
-    """A local parquet or JSONL file (relative paths resolve under the data root)."""
+    """A parquet, JSONL or CSV file: one the team uploaded (`file`, POST /v1/files), or one
+    under the server's data root (`path`, relative paths resolve there; for operators)."""
 
     source: Literal["file"] = "file"
-    path: str = Field(min_length=1, max_length=1000)
+    path: str | None = Field(None, min_length=1, max_length=1000)
+    file: str | None = Field(
+        None,
+        pattern=FILE_ID,
+        description="An uploaded file of the team, e.g. file-12; `field` and `answer_field` "
+        "not given are the ones its upload found.",
+    )
+    blob: str | None = Field(
+        None,
+        pattern=BLOB,
+        description="Filled by the service from `file` (its bytes' sha256 and format); "
+        "refused if given.",
+    )
     field: str = Field("question", min_length=1, max_length=200)
     answer_field: str | None = Field(
         None, min_length=1, max_length=200, description="The reference answers, for eval."
     )
     sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
     seed: int = Field(42, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> FileDataset:
+        if (self.path is None) == (self.file is None):
+            raise ValueError(
+                "give file (an uploaded file's id, file-N) or path (a file under the "
+                "server's data root), not both"
+            )
+        return self
+
+    def where(self) -> str:
+        """How messages name it: its file id or its path."""
+        return self.file or self.path or ""
 
 
 class InlineDataset(PromptOptions):
@@ -1061,15 +1091,41 @@ class JobSpec(SpecModel):
         teachers = self.teacher_specs()
         return share.teacher or (next(iter(teachers)) if len(teachers) == 1 else None)
 
-    def dataset_files(self) -> list[tuple[str, str]]:
-        """(field, path) of each dataset file the spec reads (`dataset.path`,
-        `datasets.1.path`, `eval.dataset.path`): the service confines them all."""
-        shares = [
-            (f"datasets.{i}" if self.datasets is not None else "dataset", share)
-            for i, share in enumerate(self.dataset_shares())
+    def file_datasets(self) -> list[tuple[str, FileDataset]]:
+        """Each file dataset the spec reads, by where it is written (`dataset`,
+        `datasets.1`, `eval.dataset`)."""
+        read: list[tuple[str, Any]] = [
+            (f"datasets.{i}", share) for i, share in enumerate(self.datasets or [])
         ]
-        read = [*shares, ("eval.dataset", self.eval and self.eval.dataset)]
-        return [(f"{field}.path", d.path) for field, d in read if isinstance(d, FileDataset)]
+        if self.datasets is None:
+            read.append(("dataset", self.dataset))
+        read.append(("eval.dataset", self.eval and self.eval.dataset))
+        return [(field, d) for field, d in read if isinstance(d, FileDataset)]
+
+    def dataset_files(self) -> list[tuple[str, str]]:
+        """(field, path) of each dataset file the spec reads by path (`dataset.path`,
+        `datasets.1.path`, `eval.dataset.path`): the service confines them all."""
+        return [(f"{at}.path", d.path) for at, d in self.file_datasets() if d.path is not None]
+
+    def uploaded_files(self) -> set[str]:
+        """The ids of the uploaded files the spec reads."""
+        return {d.file for _, d in self.file_datasets() if d.file is not None}
+
+    def with_file_dataset(self, at: str, dataset: FileDataset) -> JobSpec:
+        """The spec with the file dataset written at `at` (as `file_datasets` names it)
+        replaced by `dataset`."""
+        if at == "eval.dataset":
+            assert self.eval is not None
+            return self.model_copy(
+                update={"eval": self.eval.model_copy(update={"dataset": dataset})}
+            )
+        if at == "dataset":
+            return self.model_copy(update={"dataset": dataset})
+        index = int(at.removeprefix("datasets."))
+        assert self.datasets is not None
+        datasets = list(self.datasets)
+        datasets[index] = dataset  # type: ignore[assignment]
+        return self.model_copy(update={"datasets": datasets})
 
     def several_datasets(self) -> bool:
         """Whether per-dataset metrics (ending in `/<dataset>`) are recorded."""

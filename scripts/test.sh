@@ -13,8 +13,14 @@ fi
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
 fi
+# moto's S3 server, for the storage tests (tests/support.py: OPD_TEST_S3_URL).
+s3_up() { curl -fs -o /dev/null http://127.0.0.1:5055/moto-api/ 2>/dev/null; }
+if ! s3_up; then
+  nohup .venv/bin/moto_server -H 127.0.0.1 -p 5055 >/tmp/opd-moto.log 2>&1 &
+fi
 for _ in $(seq 30); do
-  pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break
+  pg_isready -q -h 127.0.0.1 -p 5432 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 \
+    && s3_up && break
   sleep 1
 done
 .venv/bin/ruff check .

@@ -129,3 +129,51 @@ def score_without_peft(folder: Path, text: str) -> tuple[list[int], list[float]]
     )
     answer = json.loads(loaded.stdout.strip().splitlines()[-1])
     return answer["ids"], answer["scores"]
+
+
+S3_ENDPOINT = os.environ.get("OPD_TEST_S3_URL", "http://127.0.0.1:5055")
+"""moto's standalone S3 server (`moto_server`, from moto[server]); scripts/test.sh starts it."""
+S3_ENV = {
+    "AWS_ENDPOINT_URL": S3_ENDPOINT,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_REGION": "us-east-1",
+}
+
+
+@contextmanager
+def temporary_bucket() -> Iterator[str]:
+    """A new bucket on the test S3 server, as an OPD_STORAGE_URL (`s3://bucket/opd`); the
+    AWS_* variables that reach it are set while it lives, and it is emptied and removed
+    afterwards."""
+    import boto3
+
+    saved = {name: os.environ.get(name) for name in S3_ENV}
+    os.environ.update(S3_ENV)
+    s3 = boto3.client("s3", endpoint_url=S3_ENDPOINT, region_name="us-east-1")
+    bucket = f"opd-test-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    try:
+        yield f"s3://{bucket}/opd"
+    finally:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for item in page.get("Contents", []):
+                s3.delete_object(Bucket=bucket, Key=item["Key"])
+        s3.delete_bucket(Bucket=bucket)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def temporary_storage(kind: str, folder: Path) -> Iterator[Any]:
+    """A Storage of `kind`: `folder` (under `folder`) or `s3` (a temporary bucket)."""
+    from kernel.storage.blobs import open_storage
+
+    if kind == "folder":
+        yield open_storage(str(folder / "store"))
+        return
+    with temporary_bucket() as url:
+        yield open_storage(url, retry_seconds=2)

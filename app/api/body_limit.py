@@ -14,12 +14,17 @@ class BodyLimitMiddleware:
     answered with 413 without reaching the app, a JSON body with NaN or Infinity in it with
     422 naming where. The buffered body is replayed to the app."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, streamed: frozenset[tuple[str, str]] = frozenset()
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.streamed = streamed
+        """(method, path) of the routes that read their body as a stream and bound it
+        themselves (POST /v1/files: a file up to OPD_MAX_UPLOAD_BYTES)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"], scope["path"]) in self.streamed:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")

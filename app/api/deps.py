@@ -28,6 +28,7 @@ from app.core.tables import utcnow
 from app.core.waits import Places, Waits
 from app.jobs.rows import get_job
 from app.jobs.tables import Job
+from kernel.storage.blobs import Storage
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ def get_streams(request: Request) -> Places:
     return request.app.state.streams
 
 
+def get_storage(request: Request) -> Storage:
+    return request.app.state.storage
+
+
 SessionDep = Annotated[AsyncSession, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
@@ -83,6 +88,7 @@ PricesDep = Annotated[PriceTable, Depends(get_prices)]
 SecretBoxDep = Annotated[SecretBox, Depends(get_secret_box)]
 WaitsDep = Annotated[Waits, Depends(get_waits)]
 StreamsDep = Annotated[Places, Depends(get_streams)]
+StorageDep = Annotated[Storage, Depends(get_storage)]
 
 
 READ_METHODS = frozenset({"GET", "HEAD"})

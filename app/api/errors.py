@@ -19,10 +19,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.documents import TooLargeToStore
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
-from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, SpecRefused
+from app.files.errors import FileInUse, FileNotFound, FileRefused
+from app.jobs.errors import (
+    IdempotencyMismatch,
+    IllegalTransition,
+    JobNotFound,
+    SpecNotFound,
+    SpecRefused,
+)
 from app.sweeps.errors import SweepNotFound
 from app.teams.store import TeamNotFound
 from app.webhooks.store import WebhookNotFound
+from kernel.storage.blobs import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +168,24 @@ async def on_spec_refused(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "invalid_request", str(exc), exc.param)
 
 
+async def on_spec_not_found(_request: Request, exc: Exception) -> JSONResponse:
+    """A spec naming what is not the caller's team's (an uploaded file): a 404 naming it."""
+    assert isinstance(exc, SpecNotFound)
+    return error_response(404, "not_found", str(exc), exc.param)
+
+
+async def on_file_refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FileRefused)
+    return error_response(exc.status, exc.code, exc.message, exc.param)
+
+
+async def on_storage_down(_request: Request, exc: Exception) -> JSONResponse:
+    log.warning("object store unavailable: %s", exc)
+    return error_response(
+        503, "storage_unavailable", "the object store is unavailable; retry shortly"
+    )
+
+
 async def on_too_large_to_store(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(413, "too_large_to_store", str(exc))
 
@@ -194,6 +220,11 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(IllegalTransition, on_conflict)
     app.add_exception_handler(IdempotencyMismatch, on_idempotency_mismatch)
     app.add_exception_handler(SpecRefused, on_spec_refused)
+    app.add_exception_handler(SpecNotFound, on_spec_not_found)
+    app.add_exception_handler(FileNotFound, on_not_found)
+    app.add_exception_handler(FileInUse, on_conflict)
+    app.add_exception_handler(FileRefused, on_file_refused)
+    app.add_exception_handler(StorageUnavailable, on_storage_down)
     app.add_exception_handler(TooLargeToStore, on_too_large_to_store)
     app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
     app.add_exception_handler(OperationalError, on_database_down)

@@ -18,6 +18,7 @@ from app.core.pricing import Price
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 DEFAULT_MAX_SPEC_BYTES = 256 * 1024
 
 
@@ -34,6 +35,26 @@ class Settings(BaseSettings):
     queue_name: str = Field("opd:queue", min_length=1, description="arq queue of job ids.")
     artifact_root: Path = Field(description="Saved weights and states; default <home>/artifacts.")
     data_root: Path = Field(description="Dataset files jobs may read; default <home>/data.")
+    storage_url: str = Field(
+        description="Where uploaded files live: a folder, or s3://bucket/prefix with the "
+        "endpoint and credentials in the usual AWS_* variables; default <home> (its blobs/ "
+        "folder)."
+    )
+    storage_retry_seconds: float = Field(
+        60.0, gt=0, le=3600, description="How long a store call is retried with backoff."
+    )
+    max_upload_bytes: int = Field(
+        GIB, ge=1024, description="Largest file POST /v1/files accepts (streamed to disk)."
+    )
+    team_max_file_bytes: int = Field(
+        10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
+    )
+    file_cache_bytes: int = Field(
+        10 * GIB,
+        ge=MIB,
+        description="Bytes of uploaded files a worker keeps copies of (<home>/cache/files); "
+        "the least recently used go first.",
+    )
     worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
     heartbeat_timeout: float = Field(
@@ -222,6 +243,7 @@ class Settings(BaseSettings):
             "database_url": f"sqlite:///{home / 'opd.db'}",
             "artifact_root": home / "artifacts",
             "data_root": home / "data",
+            "storage_url": str(home),
         }
         derived = {key: value for key, value in defaults.items() if not data.get(key)}
         return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}

@@ -8,6 +8,7 @@ each trial as the controller inserts it. It enforces:
   a model name is one its backend can load (a preset, a hub id, or a path);
 - an `init_from` names a job of the team by `{job, checkpoint}`, and its path is filled by
   the service from them, never taken from a request (app/jobs/continuation.py);
+- an uploaded `file` is one of the team's, its stored object filled in (app/jobs/uploads.py);
 - weights paths and `base_model` folders follow app/jobs/weight_paths.py (which the worker and
   the playground run again before they load anything).
 
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.jobs.continuation import fill_init_from
 from app.jobs.errors import SpecRefused
+from app.jobs.uploads import fill_files
 from app.jobs.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.model_names import model_name_refusals
@@ -68,7 +70,7 @@ async def with_weights(
     """`spec` with its init_from paths filled in, once every weights rule passed."""
     spec = await fill_init_from(session, team_id, spec)
     await checked_weights(session, team_id, spec, settings)
-    return spec
+    return await fill_files(session, team_id, spec)
 
 
 def problems_of(error: SpecError, prefix: str) -> SpecRefused:

@@ -10,22 +10,13 @@ takes its name: an archive under its name is complete.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import tarfile
 from pathlib import Path
 
 from kernel.playground import Archive
+from kernel.storage.hashing import file_sha256
 
-CHUNK = 1 << 20
 SHA256_HEADER = "X-Checkpoint-SHA256"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -49,7 +40,7 @@ def write_archive(folder: Path, out: Path) -> Archive:
                 continue
             arcname = f"{folder.name}/{path.relative_to(folder).as_posix()}"
             tar.add(path, arcname=arcname, recursive=False, filter=normalized)
-    return Archive(path=str(out), sha256=sha256_file(out), size=out.stat().st_size)
+    return Archive(path=str(out), sha256=file_sha256(out), size=out.stat().st_size)
 
 
 def fetched_path(artifact_root: Path, job_id: int, checkpoint_id: int) -> Path:
@@ -71,7 +62,7 @@ def fetched(archive: Path) -> Archive | None:
 
 def keep_fetched(partial: Path, archive: Path) -> Archive:
     """Give a fully downloaded `partial` its name `archive`, its SHA-256 beside it."""
-    sha256 = sha256_file(partial)
+    sha256 = file_sha256(partial)
     digest_path(archive).write_text(sha256 + "\n")
     partial.replace(archive)
     return Archive(path=str(archive), sha256=sha256, size=archive.stat().st_size)

@@ -120,7 +120,8 @@ async def fill_init_from(session: AsyncSession, team_id: int, spec: JobSpec) -> 
 
 def editable(spec: dict[str, Any]) -> dict[str, Any]:
     """A stored spec as the start of a new one (a clone, the dashboard's form): without the
-    paths the service filled, which it fills again for the new job."""
+    paths and uploaded files' objects the service filled, which it fills again for the new
+    job (app/jobs/uploads.py)."""
 
     def bare(part: Any) -> Any:
         init = part.get("init_from") if isinstance(part, dict) else None
@@ -128,10 +129,21 @@ def editable(spec: dict[str, Any]) -> dict[str, Any]:
             return part
         return {**part, "init_from": {k: v for k, v in init.items() if k != "path"}}
 
+    def unfilled(dataset: Any) -> Any:
+        if not (isinstance(dataset, dict) and "blob" in dataset):
+            return dataset
+        return {k: v for k, v in dataset.items() if k != "blob"}
+
     spec = {
         **spec,
         **{group: bare(spec[group]) for group in ("student", "teacher") if group in spec},
     }
     if isinstance(spec.get("teachers"), dict):
         spec["teachers"] = {name: bare(part) for name, part in spec["teachers"].items()}
+    if "dataset" in spec:
+        spec["dataset"] = unfilled(spec["dataset"])
+    if isinstance(spec.get("datasets"), list):
+        spec["datasets"] = [unfilled(dataset) for dataset in spec["datasets"]]
+    if isinstance(spec.get("eval"), dict) and "dataset" in spec["eval"]:
+        spec["eval"] = {**spec["eval"], "dataset": unfilled(spec["eval"]["dataset"])}
     return spec

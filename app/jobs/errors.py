@@ -30,3 +30,8 @@ class SpecRefused(Exception):
 
     def __str__(self) -> str:
         return f"{self.param}: {self.message}"
+
+
+class SpecNotFound(SpecRefused):
+    """A spec names something that is not the caller's team's (a 404 naming the field: the
+    answer is the same whether it exists elsewhere or nowhere)."""

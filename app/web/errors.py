@@ -17,6 +17,7 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.files.errors import FileInUse, FileNotFound
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
 from app.sweeps.errors import SweepNotFound
 from app.web.templating import render
@@ -55,6 +56,10 @@ def describe(exc: Exception) -> tuple[int, str]:
         return 404, "No such job (or it belongs to another team)."
     if isinstance(exc, SweepNotFound):
         return 404, "No such sweep (or it belongs to another team)."
+    if isinstance(exc, FileNotFound):
+        return 404, "No such file (or it belongs to another team)."
+    if isinstance(exc, FileInUse):
+        return 409, str(exc)
     if isinstance(exc, IllegalTransition):
         return 409, str(exc)
     if isinstance(exc, IdempotencyMismatch):
@@ -92,6 +97,8 @@ def install_error_pages(app: FastAPI, is_dashboard: Callable[[str], bool]) -> No
         StarletteHTTPException,
         JobNotFound,
         SweepNotFound,
+        FileNotFound,
+        FileInUse,
         IllegalTransition,
         IdempotencyMismatch,
         OperationalError,

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 
 from kernel.spec import SpecError
-from opd.cli import audit, jobs, keys, outputs, run, service, sweeps, teams, usage
+from opd.cli import audit, files, jobs, keys, outputs, run, service, sweeps, teams, usage
 from opd.cli.common import CommandError
 from opd.sdk import OPDError
 
@@ -24,6 +24,7 @@ COMMAND_GROUPS = (
     jobs.add_parsers,
     outputs.add_parsers,
     sweeps.add_parsers,
+    files.add_parsers,
     usage.add_parsers,
     audit.add_parsers,
     jobs.add_action_parsers,

@@ -16,7 +16,7 @@ import httpx
 from pydantic import PrivateAttr
 
 from app.jobs.schemas import JobPublic
-from opd.sdk.resources import Audit, J, Jobs, Keys, Sweeps, Teams, Usage, Webhooks, X
+from opd.sdk.resources import Audit, Files, J, Jobs, Keys, Sweeps, Teams, Usage, Webhooks, X
 from opd.sdk.transport import AsyncTransport, Retries, SyncTransport
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -84,6 +84,7 @@ class Resources(Generic[X, J]):
     def __init__(self, sender: X, job: type[J]) -> None:
         self.jobs: Jobs[X, J] = Jobs(self, sender, job)
         self.sweeps: Sweeps[X] = Sweeps(self, sender)
+        self.files: Files[X] = Files(self, sender)
         self.usage: Usage[X] = Usage(self, sender)
         self.audit: Audit[X] = Audit(self, sender)
         self.keys: Keys[X] = Keys(self, sender)

@@ -1,5 +1,6 @@
-"""A job's progress while `wait(progress=True)` polls it: a tqdm bar when tqdm is
-installed, else one line on stderr rewritten in place."""
+"""A job's progress while `wait(progress=True)` polls it, and a file's while
+`files.upload` sends it: a tqdm bar when tqdm is installed, else one line on stderr
+rewritten in place."""
 
 from __future__ import annotations
 
@@ -44,7 +45,42 @@ class Progress:
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
+        close(self.bar)
+
+
+class UploadProgress:
+    """Bytes of one file sent so far (a retried upload starts the bar again)."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self.name, self.total = name, total
+        self.bar: Any = None
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return
+        self.bar = tqdm(
+            total=total,
+            desc=f"uploading {name}",
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+
+    def sent(self, done: int) -> None:
         if self.bar is None:
-            print(file=sys.stderr)
-        else:
-            self.bar.close()
+            print(f"\ruploading {self.name}: {done}/{self.total} bytes", end="", file=sys.stderr)
+            return
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        close(self.bar)
+
+
+def close(bar: Any) -> None:
+    """End a tqdm bar, or the line rewritten in place where tqdm is missing."""
+    if bar is None:
+        print(file=sys.stderr)
+    else:
+        bar.close()

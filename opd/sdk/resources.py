@@ -27,6 +27,7 @@ from app.audit.schemas import AuditEntryPublic, AuditPage
 from app.auth.schemas import KeyCreated, KeyPublic, KeysList, Scope
 from app.core.pages import Page
 from app.curves.schemas import JobsMetricsPublic
+from app.files.schemas import FileDetail, FilePublic, FilesPage
 from app.jobs.schemas import (
     TERMINAL_STATUSES,
     CheckpointKind,
@@ -54,7 +55,7 @@ from app.webhooks.schemas import (
 from kernel.playground import MAX_TIMEOUT_SECONDS
 from kernel.spec import JobSpec
 from opd.sdk.errors import WaitTimeout
-from opd.sdk.progress import Progress
+from opd.sdk.progress import Progress, UploadProgress
 from opd.sdk.results import Curves, Download
 from opd.sdk.transport import AsyncTransport, Call, Listing, Pause, Steps, SyncTransport, fetch
 
@@ -410,6 +411,49 @@ class Sweeps(Resource[X]):
     def cancel(self, sweep_id: int) -> Steps[SweepDetail]:
         """End the sweep and cancel its unfinished trials."""
         return (yield from fetch(Call("POST", f"/v1/sweeps/{sweep_id}/cancel"), SweepDetail))
+
+
+class Files(Resource[X]):
+    """`/v1/files`: datasets the team uploads, named in specs as `{source: file, file: id}`."""
+
+    @operation
+    def upload(
+        self,
+        path: str | Path,
+        *,
+        field: str | None = None,
+        answer_field: str | None = None,
+        format: str | None = None,
+        progress: bool = True,
+    ) -> Steps[FileDetail]:
+        """Upload a JSONL, Parquet or CSV file, streamed from disk (a progress bar on stderr
+        unless `progress` is False); the answer is its report. Sent again on a lost answer:
+        the same bytes with the same fields answer with the file they made."""
+        path = Path(path)
+        bar = UploadProgress(path.name, path.stat().st_size) if progress else None
+        params = query(filename=path.name, field=field, answer_field=answer_field, format=format)
+        call = Call("POST", "/v1/files", params=params, upload=path, sent=bar and bar.sent)
+        try:
+            return (yield from fetch(call, FileDetail))
+        finally:
+            if bar is not None:
+                bar.close()
+
+    @listed(FilePublic)
+    def list(self, *, page_size: int = 100) -> Listing:
+        """The team's files, newest first."""
+        return Listing(Call("GET", "/v1/files", params={"limit": page_size}), FilesPage)
+
+    @operation
+    def get(self, file_id: str) -> Steps[FileDetail]:
+        """The file and its report (rows, columns, fields, empty and duplicate questions,
+        a preview)."""
+        return (yield from fetch(Call("GET", f"/v1/files/{file_id}"), FileDetail))
+
+    @operation
+    def delete(self, file_id: str) -> Steps[None]:
+        """Delete it (refused while an unfinished job reads it)."""
+        yield Call("DELETE", f"/v1/files/{file_id}")
 
 
 class Usage(Resource[X]):

@@ -46,6 +46,10 @@ class Call:
     retry_server_errors: bool = True
     waits: float | None = None
     download: Path | None = None
+    upload: Path | None = None
+    """A file sent as the body, read in chunks as it goes."""
+    sent: Callable[[int], None] | None = None
+    """Told the bytes of `upload` sent so far in this attempt (a progress bar)."""
 
     def after(self, cursor: int) -> Call:
         return replace(self, params={**(self.params or {}), "after": cursor})
@@ -133,7 +137,26 @@ class Retries:
         return None
 
 
-def request(http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request:
+def chunks(call: Call) -> Iterator[bytes]:
+    """The upload's bytes, read as they are sent (never the whole file at once)."""
+    assert call.upload is not None
+    done = 0
+    with call.upload.open("rb") as source:
+        while chunk := source.read(CHUNK):
+            done += len(chunk)
+            if call.sent is not None:
+                call.sent(done)
+            yield chunk
+
+
+async def async_chunks(call: Call) -> AsyncIterator[bytes]:
+    for chunk in chunks(call):
+        yield chunk
+
+
+def request(
+    http: httpx.Client | httpx.AsyncClient, call: Call, content: Any = None
+) -> httpx.Request:
     timeout = http.timeout
     if call.waits is not None and timeout.read is not None:
         timeout = httpx.Timeout(
@@ -141,12 +164,18 @@ def request(http: httpx.Client | httpx.AsyncClient, call: Call) -> httpx.Request
         )
     if call.download is not None:
         timeout = httpx.Timeout(http.timeout.connect, read=None)
+    headers = dict(call.headers)
+    if call.upload is not None:
+        # The size up front: the API refuses a file past its limits before it arrives.
+        headers["Content-Length"] = str(call.upload.stat().st_size)
+        timeout = httpx.Timeout(http.timeout.connect, read=None, write=None, pool=None)
     return http.build_request(
         call.method,
         call.path,
         params=call.params,
         json=call.json,
-        headers=dict(call.headers),
+        content=content,
+        headers=headers,
         timeout=timeout,
     )
 
@@ -211,7 +240,8 @@ class SyncTransport:
 
     def once(self, call: Call) -> Outcome:
         try:
-            answer = self.http.send(request(self.http, call), stream=True)
+            content = chunks(call) if call.upload is not None else None
+            answer = self.http.send(request(self.http, call, content), stream=True)
         except httpx.TransportError as error:
             return error
         try:
@@ -265,7 +295,8 @@ class AsyncTransport:
 
     async def once(self, call: Call) -> Outcome:
         try:
-            answer = await self.http.send(request(self.http, call), stream=True)
+            content = async_chunks(call) if call.upload is not None else None
+            answer = await self.http.send(request(self.http, call, content), stream=True)
         except httpx.TransportError as error:
             return error
         try:

@@ -1,5 +1,6 @@
-"""The prompt pool of a job: DeepMath-103K from ModelScope, a local file, inline prompts,
-or generated arithmetic problems.
+"""The prompt pool of a job: DeepMath-103K from ModelScope, a local file, a file the team
+uploaded (read from the store into the worker's bounded cache), inline prompts, or
+generated arithmetic problems.
 
 DeepMath is fetched and sampled exactly as the reference scripts do (same shards, same
 URL, same `datasets` reader, `shuffle(seed)` then the first `sample_size` rows), so a job
@@ -16,12 +17,13 @@ import logging
 import os
 import urllib.parse
 import urllib.request
+from csv import reader
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow
-from datasets import Dataset, Value, load_dataset
+from datasets import Dataset, Features, Value, load_dataset
 from datasets.exceptions import DatasetsError
 from tqdm import tqdm
 
@@ -36,6 +38,8 @@ from kernel.spec import (
     InlineDataset,
     JobSpec,
 )
+from kernel.storage.blobs import BlobMissing
+from kernel.storage.cache import BlobCache
 from worker.engine.arithmetic import Problem, held_out_problems, training_problems
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ DOWNLOAD_CHUNK = 1 << 20
 DOWNLOAD_TIMEOUT_SECONDS = 60
 PARQUET_MAGIC = b"PAR1"
 FILE_LOADERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+UPLOAD_LOADERS = {**FILE_LOADERS, ".csv": "csv"}
 TEXT_TYPES = ("string", "large_string")
 DEEPMATH_ANSWERS = "final_answer"
 
@@ -74,7 +79,9 @@ class Table:
     sample_size: int | None
 
 
-def load_prompts(dataset: DatasetSpec, data_root: Path, confine: bool) -> Prompts:
+def load_prompts(
+    dataset: DatasetSpec, data_root: Path, confine: bool, blobs: BlobCache | None = None
+) -> Prompts:
     """The job's training prompts, in the order the loop takes them (step-wise, wrapping
     around): the reference's sampling, shuffle with the seed then the first sample_size."""
     if isinstance(dataset, InlineDataset):
@@ -83,20 +90,30 @@ def load_prompts(dataset: DatasetSpec, data_root: Path, confine: bool) -> Prompt
         return Prompts([dataset.prompts[i] for i in keep], [answers[i] for i in keep])
     if isinstance(dataset, ArithmeticDataset):
         return problem_prompts(training_problems(dataset))
-    table = open_table(dataset, data_root, confine)
+    table = open_table(dataset, data_root, confine, blobs)
     rows = shuffled(table)
     if table.sample_size is not None:
         rows = rows.select(range(min(table.sample_size, len(rows))))
     return prompts_of(rows, table)
 
 
-def load_datasets(spec: JobSpec, data_root: Path, confine: bool) -> dict[str, Prompts]:
+def load_datasets(
+    spec: JobSpec, data_root: Path, confine: bool, blobs: BlobCache | None = None
+) -> dict[str, Prompts]:
     """Every dataset's training prompts, by name (`dataset:` goes by "dataset")."""
-    return {share.name: load_prompts(share, data_root, confine) for share in spec.dataset_shares()}
+    return {
+        share.name: load_prompts(share, data_root, confine, blobs)
+        for share in spec.dataset_shares()
+    }
 
 
 def load_holdout(
-    dataset: DatasetSpec, count: int, seed: int, data_root: Path, confine: bool
+    dataset: DatasetSpec,
+    count: int,
+    seed: int,
+    data_root: Path,
+    confine: bool,
+    blobs: BlobCache | None = None,
 ) -> Prompts:
     """`count` prompts, drawn with `seed` from the rows the training pool does not use, so
     an eval never sees a training prompt and never changes the training pool."""
@@ -108,7 +125,7 @@ def load_holdout(
         )
     if isinstance(dataset, ArithmeticDataset):
         return problem_prompts(held_out_problems(dataset, count, seed))
-    table = open_table(dataset, data_root, confine)
+    table = open_table(dataset, data_root, confine, blobs)
     rows = shuffled(table)
     rest = range(table.sample_size or len(rows), len(rows))
     if len(rest) < count:
@@ -126,18 +143,37 @@ def problem_prompts(problems: list[Problem]) -> Prompts:
     return Prompts([p.question for p in problems], [p.answer for p in problems])
 
 
-def open_table(dataset: DeepMathDataset | FileDataset, data_root: Path, confine: bool) -> Table:
+def open_table(
+    dataset: DeepMathDataset | FileDataset,
+    data_root: Path,
+    confine: bool,
+    blobs: BlobCache | None = None,
+) -> Table:
     if isinstance(dataset, DeepMathDataset):
         rows = read_deepmath(dataset, data_root)
         answers = DEEPMATH_ANSWERS if DEEPMATH_ANSWERS in rows.column_names else None
         return Table(rows, "question", answers, "DeepMath", dataset.seed, dataset.sample_size)
-    path = locate(dataset.path, data_root, confine)
-    rows = read_table(
-        FILE_LOADERS[path.suffix.lower()], [path], data_root / "datasets", dataset.path
+    path = (
+        uploaded(dataset, blobs) if dataset.file else locate(dataset.path or "", data_root, confine)
     )
-    return Table(
-        rows, dataset.field, dataset.answer_field, dataset.path, dataset.seed, dataset.sample_size
-    )
+    name = dataset.where()
+    rows = read_table(UPLOAD_LOADERS[path.suffix.lower()], [path], data_root / "datasets", name)
+    return Table(rows, dataset.field, dataset.answer_field, name, dataset.seed, dataset.sample_size)
+
+
+def uploaded(dataset: FileDataset, blobs: BlobCache | None) -> Path:
+    """The local copy of an uploaded file, fetched from the store into the worker's cache."""
+    if blobs is None or dataset.blob is None:
+        raise OPDError(
+            f"dataset file {dataset.file} is an uploaded file: only the service's workers read "
+            "those (submit the job to the service, or give path: instead)",
+            code="bad_dataset",
+        )
+    sha256, suffix = dataset.blob.split(".")
+    try:
+        return blobs.path(sha256, f".{suffix}")
+    except BlobMissing as error:
+        raise DatasetUnavailable(f"{dataset.file} is no longer in the store: {error}") from error
 
 
 def nonblank(values: list[str | None], where: str) -> list[int]:
@@ -205,17 +241,26 @@ def locate(path: str, data_root: Path, confine: bool) -> Path:
 
 
 def read_table(loader: str, files: list[Path], cache_root: Path, name: str) -> Dataset:
-    """Read local files with `datasets`' own reader, as the reference does."""
+    """Read local files with `datasets`' own reader, as the reference does (an uploaded
+    CSV's columns all as text, as its upload was checked)."""
     try:
         return load_dataset(
             loader,
             data_files=[str(file) for file in files],
             split="train",
             cache_dir=str(cache_root / ".datasets_cache"),
+            **({"features": text_features(files[0])} if loader == "csv" else {}),
         )
     except (DatasetsError, pyarrow.ArrowException, OSError) as error:
         cause = f" ({error.__cause__})" if error.__cause__ else ""
         raise DatasetUnavailable(f"cannot read {name} as {loader}: {error}{cause}") from error
+
+
+def text_features(csv: Path) -> Features:
+    """Every column of the CSV as text (its header names them)."""
+    with csv.open(encoding="utf-8", newline="") as source:
+        header = next(reader(source), [])
+    return Features({name: Value("string") for name in header})
 
 
 def deepmath_folder(dataset: DeepMathDataset, data_root: Path) -> Path:

@@ -36,6 +36,7 @@ from kernel.spec import (
     TeacherSpec,
     named,
 )
+from kernel.storage.cache import BlobCache
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.cross_tokenizer import Tokenizers
 from worker.engine.datasets import Prompts
@@ -775,6 +776,7 @@ async def run_job(
     artifact_dir: Path,
     data_root: Path,
     confine_data: bool = False,
+    blobs: BlobCache | None = None,
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
 ) -> RunResult:
@@ -784,7 +786,7 @@ async def run_job(
     from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
 
     try:
-        prompts = await asyncio.to_thread(load_datasets, spec, data_root, confine_data)
+        prompts = await asyncio.to_thread(load_datasets, spec, data_root, confine_data, blobs)
         for share in spec.dataset_shares():
             pool = prompts[share.name]
             several = f" (dataset {share.name})" if spec.several_datasets() else ""
@@ -795,7 +797,9 @@ async def run_job(
             )
         eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:
-            eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
+            eval_prompts = await asyncio.to_thread(
+                load_eval_prompts, spec, data_root, confine_data, blobs
+            )
         service = await asyncio.to_thread(connect, spec, artifact_dir, warning_to(sink))
         async with AsyncExitStack() as stack:
             graded = graded_prompts(spec, prompts, eval_prompts)

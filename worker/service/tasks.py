@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.queue import JobQueue
+from app.core.storage import file_cache
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotHeld, SpecRefused
 from app.jobs.limits import Limits, note_limits
@@ -234,6 +235,7 @@ async def attempt(
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
+            blobs=file_cache(ctx.settings),
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
         )

@@ -62,3 +62,50 @@ const jobsTable = document.getElementById("jobs-table");
 if (jobsTable) {
   setInterval(() => { refreshLiveRows(jobsTable).catch(() => {}); }, REFRESH_MS);
 }
+
+// Uploading a dataset (Files page, New job page): the file itself is the request's body,
+// sent with the page's CSRF token, so it streams as it does to POST /v1/files.
+function uploadFile(form) {
+  const file = form.elements.file.files[0];
+  if (!file) return;
+  const params = new URLSearchParams({ filename: file.name });
+  for (const name of ["field", "answer_field"]) {
+    const value = form.elements[name].value.trim();
+    if (value) params.set(name, value);
+  }
+  const bar = form.querySelector("progress");
+  const result = form.querySelector(".upload-result");
+  const request = new XMLHttpRequest();
+  request.open("POST", `/ui/files/upload?${params}`);
+  request.setRequestHeader("X-CSRF-Token", form.dataset.csrf);
+  request.upload.addEventListener("progress", (event) => {
+    if (event.lengthComputable) bar.value = (100 * event.loaded) / event.total;
+  });
+  request.addEventListener("load", () => {
+    bar.hidden = true;
+    let answer = {};
+    try { answer = JSON.parse(request.responseText); } catch (error) { answer = {}; }
+    if (request.status < 300 && answer.url) {
+      result.className = "upload-result";
+      result.textContent = `Uploaded ${answer.id} (${answer.rows} rows). In a spec: dataset: {source: file, file: ${answer.id}}`;
+      const link = document.createElement("a");
+      link.href = answer.url;
+      link.textContent = " Report";
+      result.appendChild(link);
+    } else {
+      result.className = "upload-result form-error";
+      result.textContent = `Not uploaded: ${answer.error || request.statusText}`;
+    }
+    form.querySelector("button[type=submit]").disabled = false;
+  });
+  bar.hidden = false;
+  bar.value = 0;
+  form.querySelector("button[type=submit]").disabled = true;
+  request.send(file);
+}
+
+document.addEventListener("submit", (event) => {
+  if (event.target.id !== "upload-file") return;
+  event.preventDefault();
+  uploadFile(event.target);
+});

@@ -81,6 +81,9 @@ RULES_BEYOND_JSON_SCHEMA = {
     # Idempotency-Key: the descriptions state them, and a 422 names the field.
     "POST /v1/jobs",
     "POST /v1/jobs/{job_id}/clone",
+    # An uploaded file must parse as its format (named, or told by the file name) and hold a
+    # column of questions: what its bytes hold, not their schema (a 422 says what is wrong).
+    "POST /v1/files",
     # A chat's last message must be the user's.
     "POST /v1/jobs/{job_id}/sample",
     # A sweep's base or base_job (one of them), each parameter's values or range (min below

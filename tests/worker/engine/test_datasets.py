@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -18,6 +19,10 @@ import pytest
 import worker.engine.datasets
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import DeepMathDataset, FileDataset, InlineDataset
+from kernel.storage.blobs import Storage
+from kernel.storage.cache import BlobCache
+from kernel.storage.hashing import file_sha256
+from tests.support import temporary_storage
 from worker.engine.datasets import Prompts, load_holdout, load_prompts
 
 QUESTIONS = [f"question {i}" for i in range(20)]
@@ -370,3 +375,55 @@ def test_a_holdout_is_seeded_and_never_meets_the_training_pool(root: Path) -> No
     assert caught.value.code == "bad_eval"
     with pytest.raises(OPDError, match="inline prompts"):
         load_holdout(InlineDataset(prompts=["a", "b"]), 1, 0, root, True)
+
+
+# Uploaded files, read from the store (a folder, and a bucket of moto's S3 server).
+
+
+@pytest.fixture(params=["folder", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
+    with temporary_storage(request.param, tmp_path) as storage:
+        yield storage
+
+
+async def stored(storage: Storage, path: Path) -> str:
+    sha = file_sha256(path)
+    await storage.put_file(path, sha)
+    return sha
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv"])
+async def test_an_uploaded_file_is_read_from_the_store_through_the_cache(
+    root: Path, tmp_path: Path, storage: Storage, suffix: str
+) -> None:
+    rows = [{"question": q, "answer": str(i)} for i, q in enumerate(QUESTIONS)]
+    if suffix == "jsonl":
+        source = write_jsonl(tmp_path / "upload.jsonl", rows)
+    else:
+        source = tmp_path / "upload.csv"
+        source.write_text(
+            "question,answer\n" + "".join(f"{r['question']},{r['answer']}\n" for r in rows)
+        )
+    sha = await stored(storage, source)
+    cache = BlobCache(storage, tmp_path / "cache", 1 << 20)
+    dataset = FileDataset(file="file-7", blob=f"{sha}.{suffix}", answer_field="answer", seed=5)
+
+    prompts = await asyncio.to_thread(load_prompts, dataset, root, True, cache)
+    assert prompts.questions == reference_order(QUESTIONS, 5, None)
+    assert prompts.answers == [str(QUESTIONS.index(q)) for q in prompts.questions]
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{sha}.{suffix}"]
+
+
+async def test_an_uploaded_file_gone_from_the_store_is_unavailable(
+    root: Path, tmp_path: Path, storage: Storage
+) -> None:
+    dataset = FileDataset(file="file-7", blob=f"{'1' * 64}.jsonl")
+    cache = BlobCache(storage, tmp_path / "cache", 1 << 20)
+    with pytest.raises(DatasetUnavailable, match="file-7 is no longer in the store"):
+        await asyncio.to_thread(load_prompts, dataset, root, True, cache)
+
+
+def test_an_uploaded_file_outside_the_service_says_how_to_read_a_file(root: Path) -> None:
+    with pytest.raises(OPDError, match="only the service's workers") as raised:
+        load_prompts(FileDataset(file="file-7"), root, True)
+    assert raised.value.code == "bad_dataset"

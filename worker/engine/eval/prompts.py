@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from kernel.spec import JobSpec
+from kernel.storage.cache import BlobCache
 from worker.engine.datasets import Prompts, load_holdout, load_prompts
 from worker.engine.eval.evaluation import Grade
 
@@ -14,14 +15,18 @@ EVAL_DATASET = "eval"
 """The name eval.dataset's prompts go by."""
 
 
-def load_eval_prompts(spec: JobSpec, data_root: Path, confine: bool) -> dict[str, Prompts]:
+def load_eval_prompts(
+    spec: JobSpec, data_root: Path, confine: bool, blobs: BlobCache | None = None
+) -> dict[str, Prompts]:
     """The eval's own dataset, or `holdout` prompts of each dataset that its training pool
     does not use, by dataset name."""
     assert spec.eval is not None
     if spec.eval.dataset is not None:
-        return {EVAL_DATASET: load_prompts(spec.eval.dataset, data_root, confine)}
+        return {EVAL_DATASET: load_prompts(spec.eval.dataset, data_root, confine, blobs)}
     return {
-        share.name: load_holdout(share, spec.eval.holdout, spec.eval.seed, data_root, confine)
+        share.name: load_holdout(
+            share, spec.eval.holdout, spec.eval.seed, data_root, confine, blobs
+        )
         for share in spec.dataset_shares()
     }
 

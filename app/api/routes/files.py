@@ -1,0 +1,146 @@
+"""Files: upload a dataset (the body is the file, streamed to disk and checked, then put in
+the store), list them, read one with its report, download its content, delete it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.responses import RedirectResponse, StreamingResponse
+
+from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, StorageDep
+from app.api.errors import error_responses
+from app.files.schemas import FILE_ID_PATTERN, FileDetail, FileFormat, FilesPage, row_id
+from app.files.service import MEDIA_TYPES, Upload, detail, public, upload_file
+from app.files.store import get_file, list_files
+from app.jobs.uploads import remove_file
+
+router = APIRouter(prefix="/v1/files", tags=["files"], responses=error_responses(401, 422, 503))
+
+MAX_PAGE = 100
+PRESIGNED_SECONDS = 300
+FileId = Annotated[str, Path(pattern=FILE_ID_PATTERN, description="The file's id, file-N.")]
+Column = Annotated[str | None, Query(min_length=1, max_length=200)]
+
+
+def declared_length(request: Request) -> int | None:
+    value = request.headers.get("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=FileDetail,
+    responses={200: {"model": FileDetail, "description": "The team had these bytes already."}}
+    | error_responses(403, 413),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+)
+async def upload(
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    storage: StorageDep,
+    filename: Annotated[str, Query(min_length=1, max_length=255, description="e.g. train.jsonl")],
+    format: Annotated[FileFormat | None, Query(description="Default: from the name.")] = None,
+    field: Column = None,
+    answer_field: Column = None,
+) -> FileDetail:
+    """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), up to
+    OPD_MAX_UPLOAD_BYTES and within the team's OPD_TEAM_MAX_FILE_BYTES. It must parse and
+    hold a text column of questions (`field`, else guessed: question, prompt, problem, ...)
+    with at least one non-empty question; `answer_field` (else guessed: answer,
+    final_answer, solution, ...) names the reference answers. A file refused (422, 413)
+    leaves nothing behind. The same bytes again, with the same fields, answer 200 with the
+    file they made."""
+    upload_ = Upload(
+        filename=filename,
+        format=format,
+        field=field,
+        answer_field=answer_field,
+        declared_bytes=declared_length(request),
+    )
+    row, created = await upload_file(
+        session, principal, storage, settings, upload_, request.stream()
+    )
+    if not created:
+        response.status_code = 200
+    return detail(row)
+
+
+@router.get("", response_model=FilesPage)
+async def get_files(
+    session: SessionDep,
+    principal: PrincipalDep,
+    after: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+) -> FilesPage:
+    """The team's files (every team's for an admin key), newest first."""
+    rows, cursor = await list_files(session, principal.scope, after, limit)
+    return FilesPage(data=[public(row) for row in rows], next_cursor=cursor)
+
+
+@router.get("/{file_id}", response_model=FileDetail, responses=error_responses(404))
+async def get_file_detail(
+    file_id: FileId, session: SessionDep, principal: PrincipalDep
+) -> FileDetail:
+    """The file and its report: rows, columns, the question and answer fields, empty and
+    duplicate questions, a preview of its first rows."""
+    return detail(await get_file(session, row_id(file_id), principal.scope))
+
+
+@router.get(
+    "/{file_id}/content",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"application/octet-stream": {}}},
+        307: {"description": "`redirect=true` on an S3 store: the presigned URL."},
+    }
+    | error_responses(404),
+)
+async def get_file_content(
+    file_id: FileId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    storage: StorageDep,
+    redirect: Annotated[
+        bool,
+        Query(description="On a bucket: answer 307 to a presigned URL of the object instead."),
+    ] = False,
+) -> Response:
+    """The file's bytes as uploaded, streamed from the store and checked against their
+    sha256 as they go (a damaged object ends the response early rather than pass); with
+    `redirect=true` and an S3 store, a 307 to a presigned URL valid for 5 minutes (check
+    the bytes against the `ETag`'s sha256 yourself)."""
+    row = await get_file(session, row_id(file_id), principal.scope)
+    await session.commit()  # no connection held while the bytes stream
+    signed = storage.presigned_url(row.sha256, PRESIGNED_SECONDS) if redirect else None
+    if signed is not None:
+        return RedirectResponse(signed, status_code=307, headers={"ETag": f'"{row.sha256}"'})
+    headers = {
+        "Content-Length": str(row.bytes),
+        "Content-Disposition": f'attachment; filename="{row.filename.replace(chr(34), "")}"',
+        "ETag": f'"{row.sha256}"',
+    }
+    return StreamingResponse(
+        storage.stream(row.sha256), media_type=MEDIA_TYPES[FileFormat(row.format)], headers=headers
+    )
+
+
+@router.delete("/{file_id}", status_code=204, responses=error_responses(404, 409))
+async def delete(
+    file_id: FileId, session: SessionDep, principal: PrincipalDep, storage: StorageDep
+) -> Response:
+    """Delete the file (a 409 while an unfinished job of the team reads it); its bytes
+    leave the store once no file has them."""
+    await remove_file(session, principal, storage, row_id(file_id))
+    return Response(status_code=204)

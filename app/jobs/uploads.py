@@ -1,0 +1,85 @@
+"""Jobs and the files they read: a spec's `file: file-12` resolved against the caller's
+team at admission (the stored object's hash and format filled in as `blob`, and the
+fields its upload found where the spec gives none), and a file refused deletion while an
+unfinished job reads it.
+
+Another team's file reads as no file at all (a 404 naming the field); `blob` is the
+service's to fill, so one given is refused, and a clone or a sweep's trial (which start
+from `continuation.editable`) is resolved again.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.keys import Principal
+from app.files.errors import FileInUse, FileNotFound
+from app.files.schemas import public_id, row_id
+from app.files.service import delete_file
+from app.files.store import get_file
+from app.jobs.errors import SpecNotFound, SpecRefused
+from app.jobs.schemas import TERMINAL_STATUSES
+from app.jobs.tables import Job
+from kernel.spec import FileDataset, JobSpec
+from kernel.storage.blobs import Storage
+
+
+async def fill_files(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
+    """`spec` with each uploaded file it names resolved in team `team_id`'s files."""
+    for at, dataset in spec.file_datasets():
+        if dataset.file is None:
+            continue
+        spec = spec.with_file_dataset(at, await resolved(session, team_id, at, dataset))
+    return spec
+
+
+async def resolved(
+    session: AsyncSession, team_id: int, at: str, dataset: FileDataset
+) -> FileDataset:
+    if dataset.blob is not None:
+        raise SpecRefused(f"{at}.blob", "is filled by the service from file")
+    assert dataset.file is not None
+    try:
+        row = await get_file(session, row_id(dataset.file), team_id)
+    except FileNotFound:
+        raise SpecNotFound(
+            f"{at}.file", f"{dataset.file} is not one of your team's files"
+        ) from None
+    given = dataset.model_fields_set
+    field = dataset.field if "field" in given else row.question_field
+    answers = dataset.answer_field if "answer_field" in given else row.answer_field
+    columns = {column["name"]: column["type"] for column in row.report["columns"]}
+    for param, column in (("field", field), ("answer_field", answers)):
+        if column is not None and column not in columns:
+            raise SpecRefused(
+                f"{at}.{param}",
+                f"{dataset.file} has no column {column!r}; its columns: {', '.join(columns)}",
+            )
+    blob = f"{row.sha256}.{row.format}"
+    return dataset.model_copy(update={"blob": blob, "field": field, "answer_field": answers})
+
+
+async def jobs_reading(session: AsyncSession, team_id: int, file_id: int) -> list[int]:
+    """The team's unfinished jobs whose spec reads the file."""
+    query = select(Job.id, Job.spec).where(
+        Job.team_id == team_id, Job.status.not_in([status.value for status in TERMINAL_STATUSES])
+    )
+    name = public_id(file_id)
+    rows = (await session.execute(query.order_by(Job.id))).all()
+    return [
+        job_id for job_id, spec in rows if name in JobSpec.model_validate(spec).uploaded_files()
+    ]
+
+
+async def remove_file(
+    session: AsyncSession, principal: Principal, storage: Storage, file_id: int
+) -> None:
+    """Delete the caller's file; FileInUse while an unfinished job of its team reads it."""
+    row = await get_file(session, file_id, principal.scope)
+    if readers := await jobs_reading(session, row.team_id, file_id):
+        named = ", ".join(f"job {job_id}" for job_id in readers[:10])
+        raise FileInUse(
+            f"{public_id(file_id)} is read by unfinished jobs ({named}); delete it once they end"
+        )
+    await delete_file(session, principal, storage, row)

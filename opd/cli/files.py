@@ -1,0 +1,84 @@
+"""`opd files upload PATH | list | show ID | rm ID`: the team's uploaded datasets, through
+the SDK. A spec names one as `dataset: {source: file, file: file-12}`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from app.files.schemas import FileDetail, FilePublic
+from opd.cli.common import api_options, client, count, page_size
+
+if TYPE_CHECKING:
+    from opd.cli.common import Commands
+
+
+def file_line(file: FilePublic) -> str:
+    answers = file.answer_field or "-"
+    return (
+        f"{file.id:>10}  {file.format:<7} {file.bytes:>12} B {file.rows:>9} rows  "
+        f"question={file.question_field} answer={answers}  {file.filename}"
+    )
+
+
+def report_lines(file: FileDetail) -> list[str]:
+    report = file.report
+    columns = ", ".join(f"{column.name} ({column.type})" for column in report.columns)
+    return [
+        file_line(file),
+        f"sha256: {file.sha256}",
+        f"columns: {columns}",
+        f"empty questions: {report.empty_questions}; "
+        f"duplicate questions: {report.duplicate_questions}",
+        "preview:",
+        *(f"  {json.dumps(row, ensure_ascii=False)}" for row in report.preview),
+    ]
+
+
+def files_command(args: argparse.Namespace) -> int:
+    api = client(args)
+    if args.files_action == "upload":
+        file = api.files.upload(
+            args.path,
+            field=args.field,
+            answer_field=args.answer_field,
+            format=args.format,
+            progress=not args.quiet,
+        )
+        print(file.id if args.quiet else "\n".join(report_lines(file)))
+    elif args.files_action == "list":
+        for listed in islice(api.files.list(page_size=page_size(args.limit, 100)), args.limit):
+            print(file_line(listed))
+    elif args.files_action == "show":
+        print("\n".join(report_lines(api.files.get(args.file))))
+    else:
+        api.files.delete(args.file)
+        print(f"Deleted {args.file}")
+    return 0
+
+
+def add_parsers(commands: Commands) -> None:
+    http = api_options()
+    files = commands.add_parser("files", help="datasets uploaded to the service")
+    actions = files.add_subparsers(dest="files_action", required=True, metavar="ACTION")
+    upload = actions.add_parser(
+        "upload", parents=[http], help="upload a JSONL, Parquet or CSV file and show its report"
+    )
+    upload.add_argument("path")
+    upload.add_argument("--field", help="the column of questions (default: guessed)")
+    upload.add_argument("--answer-field", help="the column of reference answers (default: guessed)")
+    upload.add_argument(
+        "--format", choices=["jsonl", "parquet", "csv"], help="default: from the name"
+    )
+    upload.add_argument("--quiet", action="store_true", help="no progress bar; print the id only")
+    listing = actions.add_parser("list", parents=[http], help="the team's files, newest first")
+    listing.add_argument("--limit", type=count, default=20)
+    for name, text in (
+        ("show", "a file's report and preview"),
+        ("rm", "delete a file (refused while an unfinished job reads it)"),
+    ):
+        action = actions.add_parser(name, parents=[http], help=text)
+        action.add_argument("file", help="its id, file-N")
+    files.set_defaults(handler=files_command)

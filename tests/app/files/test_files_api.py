@@ -1,0 +1,368 @@
+"""/v1/files on a folder store and on a bucket of moto's S3 server: an upload is checked,
+reported, stored once and read back whole; a file that cannot be a dataset, or goes past a
+limit, is a clear 4xx that leaves nothing in the table, the store or the spool folder; one
+team never reaches another's file, in a spec either; a spec names a file by id and the
+service fills in its object; a file an unfinished job reads cannot be deleted."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import obstore
+import pyarrow
+import pyarrow.parquet
+import pytest
+from sqlalchemy import select
+
+from app.audit.tables import AuditEntry
+from app.core.config import Settings
+from app.core.storage import storage_of
+from app.jobs.limits import Limits
+from app.jobs.tables import Job
+from app.sweeps.control import advance, claim_sweeps
+from tests.app.conftest import auth, serve, small_spec
+from tests.support import temporary_bucket
+
+ROWS = [
+    {"question": "What is 1 + 1?", "answer": "2", "level": 1},
+    {"question": "What is 2 + 2?", "answer": "4", "level": 1},
+    {"question": "What is 1 + 1?", "answer": "2", "level": 2},
+    {"question": "  ", "answer": "none", "level": 3},
+]
+JSONL = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
+
+
+def unique_jsonl() -> bytes:
+    """JSONL no other test uploads (the database is shared by the session's tests, and
+    bytes stay in the store while any file has them)."""
+    return JSONL + json.dumps({"question": uuid.uuid4().hex, "answer": "x"}).encode() + b"\n"
+
+
+@pytest.fixture(params=["folder", "s3"])
+def settings(request, tmp_path, database_url, queue_name, redis) -> Iterator[Settings]:
+    """The API's settings over each kind of store, with a small quota (4 KiB)."""
+    fields: dict[str, Any] = {
+        "home": tmp_path,
+        "database_url": database_url,
+        "redis_url": "redis://127.0.0.1:6379/15",
+        "queue_name": queue_name,
+        "migrate_on_start": False,
+        "auth_cache_seconds": 0,
+        "job_cache_seconds": 0,
+        "team_max_file_bytes": 4096,
+    }
+    if request.param == "folder":
+        yield Settings(**fields)
+        return
+    with temporary_bucket() as url:
+        yield Settings(**fields, storage_url=url, storage_retry_seconds=2)
+
+
+@pytest.fixture
+async def client(settings):
+    async with serve(settings) as http:
+        yield http
+
+
+def objects(settings: Settings) -> list[str]:
+    """Every object under the store's blobs/."""
+    store = storage_of(settings).store
+    return sorted(item["path"] for batch in obstore.list(store, "blobs") for item in batch)
+
+
+def spooled(settings: Settings) -> list[str]:
+    folder = settings.home / "uploads"
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+async def upload(client, key, data: bytes, filename: str = "train.jsonl", **params: Any):
+    query = {"filename": filename, **params}
+    return await client.post("/v1/files", params=query, content=data, headers=auth(key))
+
+
+def parquet_bytes(table: dict[str, list[Any]]) -> bytes:
+    out = io.BytesIO()
+    pyarrow.parquet.write_table(pyarrow.table(table), out)
+    return out.getvalue()
+
+
+async def test_an_upload_is_reported_stored_once_and_read_back_whole(client, key, settings):
+    response = await upload(client, key, JSONL)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert body["id"].startswith("file-") and body["format"] == "jsonl"
+    assert (body["bytes"], body["rows"]) == (len(JSONL), 4)
+    report = body["report"]
+    assert (report["question_field"], report["answer_field"]) == ("question", "answer")
+    assert (report["empty_questions"], report["duplicate_questions"]) == (1, 1)
+    assert [c["name"] for c in report["columns"]] == ["question", "answer", "level"]
+    assert report["preview"][0] == ROWS[0] and len(report["preview"]) == 4
+
+    again = await upload(client, key, JSONL, filename="copy.jsonl")
+    assert (again.status_code, again.json()["id"]) == (200, body["id"])
+    assert len(objects(settings)) == 1 and spooled(settings) == []
+
+    listed = (await client.get("/v1/files", headers=auth(key))).json()
+    assert [f["id"] for f in listed["data"]] == [body["id"]]
+    shown = (await client.get(f"/v1/files/{body['id']}", headers=auth(key))).json()
+    assert shown["report"] == report
+    content = await client.get(f"/v1/files/{body['id']}/content", headers=auth(key))
+    assert (content.status_code, content.content) == (200, JSONL)
+    assert "train.jsonl" in content.headers["content-disposition"]
+
+
+async def test_fields_may_be_given_and_csv_and_parquet_are_read(client, key):
+    csv = b"prompt,ref\nWhat is 3 + 3?,6\nWhat is 4 + 4?,8\n"
+    response = await upload(client, key, csv, "sums.csv", answer_field="ref")
+    assert response.status_code == 201, response.text
+    assert (response.json()["question_field"], response.json()["answer_field"]) == ("prompt", "ref")
+    data = parquet_bytes({"problem": ["a?", "b?", None], "score": [1, 2, 3]})
+    response = await upload(client, key, data, "p.parquet")
+    assert response.status_code == 201, response.text
+    report = response.json()["report"]
+    assert (report["question_field"], report["answer_field"], report["empty_questions"]) == (
+        "problem",
+        None,
+        1,
+    )
+
+
+BAD_UPLOADS = [
+    (
+        "not UTF-8",
+        b'{"question": "caf\xe9"}\n',
+        "train.jsonl",
+        {},
+        422,
+        "not_utf8",
+        "byte 17 (line 1)",
+    ),
+    (
+        "truncated Parquet",
+        parquet_bytes({"question": ["a?"] * 50})[:-40],
+        "train.parquet",
+        {},
+        422,
+        "unusable_file",
+        "does not parse as parquet",
+    ),
+    (
+        "no question column",
+        b'{"x": "a", "y": "b"}\n',
+        "train.jsonl",
+        {},
+        422,
+        "unusable_file",
+        "no question column",
+    ),
+    (
+        "a field it does not have",
+        JSONL,
+        "train.jsonl",
+        {"field": "prompt"},
+        422,
+        "unusable_file",
+        "no column 'prompt'",
+    ),
+    ("not JSON", b'{"question": "a"}\n{"question": \n', "t.jsonl", {}, 422, "unusable_file", ""),
+    ("only empty questions", b'{"question": ""}\n', "t.jsonl", {}, 422, "unusable_file", "empty"),
+    ("no known format", JSONL, "train.txt", {}, 422, "unsupported_format", "format="),
+    ("over the quota", JSONL * 20, "big.jsonl", {}, 413, "file_quota_exceeded", "quota of 4096"),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "filename", "params", "status", "code", "words"),
+    [case[1:] for case in BAD_UPLOADS],
+    ids=[case[0] for case in BAD_UPLOADS],
+)
+async def test_a_bad_upload_is_a_clear_4xx_that_leaves_nothing_behind(
+    client, key, settings, sessions, data, filename, params, status, code, words
+):
+    response = await upload(client, key, data, filename, **params)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == code and words in error["message"]
+    assert (await client.get("/v1/files", headers=auth(key))).json()["data"] == []
+    assert objects(settings) == [] and spooled(settings) == []
+    async with sessions() as session:
+        query = select(AuditEntry.status_code).where(
+            AuditEntry.team_id == key.team.id, AuditEntry.action == "file.upload"
+        )
+        assert list((await session.execute(query)).scalars()) == [status]
+
+
+async def test_a_streamed_body_past_the_quota_is_cut_off_without_a_length(client, key, settings):
+    async def body():
+        for _ in range(100):
+            yield JSONL
+
+    response = await client.post(
+        "/v1/files", params={"filename": "x.jsonl"}, content=body(), headers=auth(key)
+    )
+    assert response.status_code == 413 and "quota" in response.json()["error"]["message"]
+    assert objects(settings) == [] and spooled(settings) == []
+
+
+async def test_another_teams_file_is_a_404_everywhere_a_spec_included(client, key, make_key):
+    file_id = (await upload(client, key, JSONL)).json()["id"]
+    beta = await make_key()
+    for path in (f"/v1/files/{file_id}", f"/v1/files/{file_id}/content"):
+        response = await client.get(path, headers=auth(beta))
+        assert response.status_code == 404, response.text
+        assert file_id in response.json()["error"]["message"]
+    assert (await client.delete(f"/v1/files/{file_id}", headers=auth(beta))).status_code == 404
+    assert (await client.get("/v1/files", headers=auth(beta))).json()["data"] == []
+    spec = small_spec(dataset={"source": "file", "file": file_id})
+    response = await client.post("/v1/jobs", json=spec, headers=auth(beta))
+    assert response.status_code == 404, response.text
+    assert response.json()["error"]["param"] == "dataset.file"
+    missing = small_spec(dataset={"source": "file", "file": "file-999999"})
+    unknown = await client.post("/v1/jobs", json=missing, headers=auth(key))
+    assert unknown.status_code == 404
+    assert (
+        unknown.json()["error"]["message"].replace("file-999999", file_id)
+        == (response.json()["error"]["message"])
+    )
+
+
+async def test_a_spec_names_a_file_and_the_service_fills_its_object(client, key, sessions):
+    file = (await upload(client, key, JSONL)).json()
+    spec = small_spec(
+        dataset={"source": "file", "file": file["id"]},
+        eval={"dataset": {"source": "file", "file": file["id"], "field": "answer"}},
+    )
+    response = await client.post("/v1/jobs", json=spec, headers=auth(key))
+    assert response.status_code == 201, response.text
+    stored = response.json()["spec"]
+    blob = f"{file['sha256']}.jsonl"
+    assert (stored["dataset"]["blob"], stored["dataset"]["field"]) == (blob, "question")
+    assert stored["dataset"]["answer_field"] == "answer"
+    assert (stored["eval"]["dataset"]["blob"], stored["eval"]["dataset"]["field"]) == (
+        blob,
+        "answer",
+    )
+
+    given = small_spec(dataset={"source": "file", "file": file["id"], "blob": blob})
+    refused = await client.post("/v1/jobs", json=given, headers=auth(key))
+    assert (refused.status_code, refused.json()["error"]["param"]) == (422, "dataset.blob")
+    wrong = small_spec(dataset={"source": "file", "file": file["id"], "field": "nope"})
+    refused = await client.post("/v1/jobs", json=wrong, headers=auth(key))
+    assert (refused.status_code, refused.json()["error"]["param"]) == (422, "dataset.field")
+
+    clone = await client.post(f"/v1/jobs/{response.json()['id']}/clone", json={}, headers=auth(key))
+    assert clone.status_code == 201, clone.text
+    assert clone.json()["spec"]["dataset"]["blob"] == blob
+
+
+async def test_a_file_an_unfinished_job_reads_is_kept_until_the_job_ends(
+    client, key, settings, sessions
+):
+    file_id = (await upload(client, key, unique_jsonl())).json()["id"]
+    spec = small_spec(datasets=[{"source": "file", "file": file_id, "name": "mine"}])
+    spec.pop("dataset", None)
+    job = await client.post("/v1/jobs", json=spec, headers=auth(key))
+    assert job.status_code == 201, job.text
+    refused = await client.delete(f"/v1/files/{file_id}", headers=auth(key))
+    assert refused.status_code == 409 and f"job {job.json()['id']}" in refused.text
+    cancel = await client.post(f"/v1/jobs/{job.json()['id']}/cancel", headers=auth(key))
+    assert cancel.status_code == 200, cancel.text
+    async with sessions() as session:
+        status = (
+            await session.execute(select(Job.status).where(Job.id == job.json()["id"]))
+        ).scalar()
+    assert status == "cancelled"
+    assert (await client.delete(f"/v1/files/{file_id}", headers=auth(key))).status_code == 204
+    assert (await client.get(f"/v1/files/{file_id}", headers=auth(key))).status_code == 404
+    assert objects(settings) == []
+
+
+async def test_bytes_two_teams_share_stay_until_the_last_file_goes(client, key, make_key, settings):
+    beta, data = await make_key(), unique_jsonl()
+    ours = (await upload(client, key, data)).json()["id"]
+    theirs = (await upload(client, beta, data)).json()["id"]
+    assert ours != theirs and len(objects(settings)) == 1
+    assert (await client.delete(f"/v1/files/{ours}", headers=auth(key))).status_code == 204
+    assert len(objects(settings)) == 1
+    content = await client.get(f"/v1/files/{theirs}/content", headers=auth(beta))
+    assert content.content == data
+    assert (await client.delete(f"/v1/files/{theirs}", headers=auth(beta))).status_code == 204
+    assert objects(settings) == []
+
+
+async def test_a_store_that_does_not_answer_is_a_503_that_keeps_nothing(
+    tmp_path, database_url, queue_name, redis, key, sessions, monkeypatch
+):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    settings = Settings(
+        home=tmp_path,
+        database_url=database_url,
+        redis_url="redis://127.0.0.1:6379/15",
+        queue_name=queue_name,
+        migrate_on_start=False,
+        auth_cache_seconds=0,
+        storage_url="s3://absent/opd",
+        storage_retry_seconds=0.5,
+    )
+    async with serve(settings, raising=False) as client:
+        response = await upload(client, key, unique_jsonl())
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "storage_unavailable"
+        assert (await client.get("/v1/files", headers=auth(key))).json()["data"] == []
+    assert spooled(settings) == []
+
+
+async def test_a_sweeps_trials_keep_the_file_and_get_its_object_again(client, key, sessions):
+    file = (await upload(client, key, unique_jsonl())).json()
+    definition = {
+        "name": "lr",
+        "base": small_spec(dataset={"source": "file", "file": file["id"]}),
+        "parameters": {"optim.learning_rate": {"values": [1e-3, 3e-3]}},
+        "method": "grid",
+        "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+        "max_trials": 2,
+        "parallel": 2,
+    }
+    response = await client.post("/v1/sweeps", json=definition, headers=auth(key))
+    assert response.status_code == 201, response.text
+    async with sessions() as session:
+        assert response.json()["id"] in await claim_sweeps(session, "test", 60)
+        created = (await advance(session, response.json()["id"], "test", Limits())).created
+    assert len(created) == 2
+    for job_id in created:
+        job = (await client.get(f"/v1/jobs/{job_id}", headers=auth(key))).json()
+        assert job["status"] == "queued", job
+        dataset = job["spec"]["dataset"]
+        assert (dataset["file"], dataset["blob"]) == (file["id"], f"{file['sha256']}.jsonl")
+
+
+async def test_content_may_redirect_to_a_presigned_url_on_a_bucket(client, key, settings):
+    data = unique_jsonl()
+    file = (await upload(client, key, data)).json()
+    path = f"/v1/files/{file['id']}/content"
+    answer = await client.get(path, params={"redirect": "true"}, headers=auth(key))
+    if not storage_of(settings).remote:  # a folder has no URL of its own: the bytes come
+        assert (answer.status_code, answer.content) == (200, data)
+        return
+    assert answer.status_code == 307 and answer.headers["etag"] == f'"{file["sha256"]}"'
+    fetched = httpx.get(answer.headers["location"], timeout=10)  # no key: the URL is signed
+    assert (fetched.status_code, fetched.content) == (200, data)
+
+
+async def test_the_api_removes_the_spool_files_a_killed_process_left(settings):
+    folder = settings.home / "uploads"
+    folder.mkdir()
+    (folder / "old.part").write_bytes(b"half an upload")
+    os.utime(folder / "old.part", (1, 1))
+    (folder / "receiving.part").write_bytes(b"another API's upload")
+    async with serve(settings):
+        assert spooled(settings) == ["receiving.part"]
