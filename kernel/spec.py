@@ -25,6 +25,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kernel.wording import one_line, problems, shown
+
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
 )
@@ -60,7 +62,9 @@ def checkpoint_ref(value: Any) -> str | int:
         return "final"
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS:
         return value
-    raise ValueError(f"should be 'final' or a step number from 0 to {MAX_STEPS}, not {value!r}")
+    raise ValueError(
+        f"should be 'final' or a step number from 0 to {MAX_STEPS}, not {shown(value)}"
+    )
 
 
 CheckpointRef = Annotated[
@@ -93,7 +97,9 @@ class SavedWeights(SpecModel):
     @model_validator(mode="after")
     def _names_a_state(self) -> SavedWeights:
         if self.job is None and self.path is None:
-            raise ValueError("init_from needs a job (submitted to the service) or a path")
+            raise field_error(
+                ("job",), "init_from needs a job (submitted to the service) or a path"
+            )
         return self
 
 
@@ -136,7 +142,9 @@ class TeacherSpec(SpecModel):
     @model_validator(mode="after")
     def _one_source_of_weights(self) -> TeacherSpec:
         if self.model_path is not None and self.init_from is not None:
-            raise ValueError("give teacher.model_path or teacher.init_from, not both")
+            raise field_error(
+                ("init_from",), "give teacher.model_path or teacher.init_from, not both"
+            )
         return self
 
     def weights(self) -> str | None:
@@ -207,8 +215,9 @@ class InlineDataset(PromptOptions):
     @model_validator(mode="after")
     def _an_answer_per_prompt(self) -> InlineDataset:
         if self.answers is not None and len(self.answers) != len(self.prompts):
-            raise ValueError(
-                f"answers has {len(self.answers)} entries for {len(self.prompts)} prompts"
+            raise field_error(
+                ("answers",),
+                f"has {len(self.answers)} entries for {len(self.prompts)} prompts",
             )
         return self
 
@@ -255,7 +264,7 @@ class ArithmeticDataset(PromptOptions):
     @model_validator(mode="after")
     def _unique_ops(self) -> ArithmeticDataset:
         if len(set(self.ops)) != len(self.ops):
-            raise ValueError("ops lists an operation twice")
+            raise field_error(("ops",), "lists an operation twice")
         return self
 
     def problem_count(self, op: ArithmeticOp) -> int:
@@ -321,7 +330,7 @@ class SamplingSpec(SpecModel):
     @model_validator(mode="after")
     def _top_k_not_zero(self) -> SamplingSpec:
         if self.top_k == 0:
-            raise ValueError("top_k must be -1 (off) or >= 1")
+            raise field_error(("top_k",), "must be -1 (off) or >= 1")
         return self
 
 
@@ -487,18 +496,20 @@ class LoopSpec(SpecModel):
     @model_validator(mode="after")
     def _saves_on_refresh_boundaries(self) -> LoopSpec:
         if self.save_every % self.sampler_refresh_steps:
-            raise ValueError(
-                "save_every must be a multiple of sampler_refresh_steps, so that a resumed "
-                "run samples from the same weights as an uninterrupted one"
+            raise field_error(
+                ("save_every",),
+                "must be a multiple of sampler_refresh_steps, so that a resumed "
+                "run samples from the same weights as an uninterrupted one",
             )
         return self
 
     @model_validator(mode="after")
     def _off_policy_refreshes_every_step(self) -> LoopSpec:
         if self.max_steps_off_policy and self.sampler_refresh_steps != 1:
-            raise ValueError(
-                "max_steps_off_policy needs sampler_refresh_steps: 1 (each step's rollouts "
-                "come from the weights exactly max_steps_off_policy steps back)"
+            raise field_error(
+                ("max_steps_off_policy",),
+                "needs sampler_refresh_steps: 1 (each step's rollouts "
+                "come from the weights exactly max_steps_off_policy steps back)",
             )
         return self
 
@@ -506,12 +517,15 @@ class LoopSpec(SpecModel):
     def _options_fit_the_loss(self) -> LoopSpec:
         given = self.loss_fn_config.model_dump(exclude_none=True)
         if unknown := sorted(given.keys() - LOSS_OPTIONS[self.loss_fn].keys()):
-            raise ValueError(
-                f"loss_fn_config has no option {', '.join(unknown)} for {self.loss_fn}"
+            raise field_error(
+                ("loss_fn_config", unknown[0]),
+                f"{self.loss_fn} has no option {', '.join(unknown)}",
             )
         options = self.loss_options() or {}
         if options.get("clip_low_threshold", 0.0) >= options.get("clip_high_threshold", 1.0):
-            raise ValueError("loss_fn_config: clip_low_threshold must be below clip_high_threshold")
+            raise field_error(
+                ("loss_fn_config", "clip_low_threshold"), "must be below clip_high_threshold"
+            )
         return self
 
     @model_validator(mode="after")
@@ -574,7 +588,9 @@ class EvalSpec(SpecModel):
     @model_validator(mode="after")
     def _one_source(self) -> EvalSpec:
         if (self.holdout > 0) == (self.dataset is not None):
-            raise ValueError("give eval prompts as one of holdout: N or a dataset (not both)")
+            raise field_error(
+                ("holdout",), "give eval prompts as one of holdout: N or a dataset (not both)"
+            )
         return self
 
 
@@ -977,17 +993,16 @@ class SpecError(ValueError):
         self.problems = problems or []
 
 
-def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
-    """Each problem as (field path, message), e.g. `("loop.steps", "Input should be ...")`."""
-    return [
-        (".".join(str(part) for part in item["loc"]) or "spec", item["msg"])
-        for item in error.errors()
-    ]
+def validation_problems(error: ValidationError, model: Any = None) -> list[tuple[str, str]]:
+    """Each problem as (field path, message) in the user's words (kernel/wording.py), e.g.
+    `("loop.stesp", "unknown field; did you mean `loop.steps`?")`; against `model`, the
+    type validated (default: the job spec)."""
+    return problems(error.errors(), JobSpec if model is None else model)
 
 
-def format_validation_error(error: ValidationError) -> str:
+def format_validation_error(error: ValidationError, model: Any = None) -> str:
     """One line per problem, each naming the field path, e.g. `loop.steps: ...`."""
-    return "; ".join(f"{path}: {message}" for path, message in validation_problems(error))
+    return one_line(validation_problems(error, model))
 
 
 def parse_spec(data: Any) -> JobSpec:

@@ -17,8 +17,18 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from app.api.openai.names import ModelName
-from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage, WorkerTimeout
-from kernel.playground import Completion, SampleAnswer
+from app.api.openai.wire import (
+    FINISH_REASONS,
+    FLOOR_LOGPROB,
+    Choices,
+    Penalty,
+    Strict,
+    Temperature,
+    TopP,
+    Usage,
+    WorkerTimeout,
+)
+from kernel.playground import MAX_PLAYGROUND_TOKENS, Completion, SampleAnswer
 from kernel.playground import SampleRequest as PlaygroundRequest
 
 MAX_LOGPROBS = 20
@@ -42,10 +52,10 @@ class CompletionRequest(Strict):
         description="A text (tokenized with the tokenizer's special tokens, no template) or "
         "its token ids; a list of several prompts is refused (send one request each)."
     )
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
+    max_tokens: int | None = Field(None, ge=0, le=MAX_PLAYGROUND_TOKENS)
+    temperature: Temperature = None
+    top_p: TopP = None
+    n: Choices = None
     best_of: int | None = Field(None, description="Only n (or 1): no reranking.")
     stop: str | list[str] | None = None
     seed: int | None = Field(None, description="Passed to the backend's sampler.")
@@ -62,8 +72,8 @@ class CompletionRequest(Strict):
         le=MAX_LOGPROBS,
         description="vLLM's: each prompt token's logprob per choice (the chosen token only).",
     )
-    frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
-    presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
     stream: Literal[False] | None = Field(None, description="Only false: no streaming.")
     user: str | None = Field(None, description="Accepted and not used.")
     timeout_seconds: WorkerTimeout = None
