@@ -48,6 +48,8 @@ DESCRIPTIONS = {
     409: "The job's status does not allow this action; the message says why.",
     413: "The request body is larger than OPD_MAX_BODY_BYTES, or the spec or sweep it makes "
     "larger than OPD_MAX_SPEC_BYTES.",
+    415: "The body is not JSON: send `Content-Type: application/json` (the CLI and the SDK "
+    "send a YAML spec or sweep file as JSON).",
     429: "The team has as many queued jobs as it may; retry after `Retry-After` seconds.",
     422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
     503: "A dependency (database or Redis) is unavailable.",
