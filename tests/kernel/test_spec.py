@@ -97,6 +97,48 @@ def test_spec_files_are_yaml_or_json(tmp_path):
         load_spec(tmp_path / "missing.yaml")
 
 
+def test_a_spec_file_that_is_no_yaml_names_the_file_and_the_line(tmp_path):
+    """Before: `... is not valid YAML/JSON: mapping values are not allowed here in
+    "<unicode string>", line 3, column 8`."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nloop:\n  steps: 3: 4\n")
+    with pytest.raises(SpecError) as refused:
+        load_spec(broken)
+    assert str(refused.value) == (
+        f"{broken}, line 3: not valid YAML: mapping values are not allowed here"
+    )
+    unclosed = tmp_path / "unclosed.json"
+    unclosed.write_text('{\n  "name": "x",\n  "loop": {"steps": 3\n}\n')
+    with pytest.raises(SpecError, match=rf"^{unclosed}, line 5: not valid JSON: Expecting"):
+        load_spec(unclosed)
+
+
+def test_an_empty_spec_file_says_so(tmp_path):
+    """Before: `a spec must be a mapping of groups, got NoneType`."""
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(SpecError) as refused:
+        load_spec(tmp_path / "empty.yaml")
+    assert str(refused.value) == (
+        f"{tmp_path / 'empty.yaml'}: a spec is empty: it must be a mapping of fields "
+        "(`name: value` lines)"
+    )
+    assert "NoneType" not in str(refused.value)
+
+
+def test_a_spec_files_problems_name_their_lines(tmp_path):
+    spec = named({"loop": {"steps": 3}})
+    text = yaml.safe_dump(spec, sort_keys=False).replace("steps: 3", "stesp: 3")
+    path = tmp_path / "misspelt.yaml"
+    path.write_text(text)
+    line = text.splitlines().index("  stesp: 3") + 1
+    with pytest.raises(SpecError) as refused:
+        load_spec(path)
+    assert str(refused.value) == (
+        f"{path}, line {line}: loop.stesp: unknown field; did you mean `loop.steps`?"
+    )
+    assert refused.value.problems == [("loop.stesp", "unknown field; did you mean `loop.steps`?")]
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
 def test_every_example_spec_is_valid(example):
     assert load_spec(example).name
