@@ -45,6 +45,11 @@ EXPECTED = {
     "dataclass_type": "a mapping of fields",
 }
 """What a type error's field takes, by pydantic's error type."""
+PATTERNS = {
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*$": "letters, digits, '.', '_' and '-', starting with a "
+    "letter or a digit",
+}
+"""The patterns of the spec's names, in words (others are shown as the pattern)."""
 SIZED = re.compile(
     r"^(?:List|String|Dictionary|Tuple|Set|Value|Data) should (.*?)(?: after validation)?(,.*)?$"
 )
@@ -233,6 +238,8 @@ def message_of(error: Mapping[str, Any], parts: list[str | int], at: list[Any]) 
     if kind in ("literal_error", "enum"):
         expected = str(ctx.get("expected", "")).replace("True", "true").replace("False", "false")
         return f"should be {expected}, not {shown(given)}"
+    if kind == "string_pattern_mismatch" and str(ctx.get("pattern")) in PATTERNS:
+        return f"should be {PATTERNS[str(ctx['pattern'])]}, not {shown(given)}"
     if sized := SIZED.match(msg):
         return f"should {sized.group(1)}{sized.group(2) or ''}"
     text = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")

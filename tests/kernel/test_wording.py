@@ -68,6 +68,11 @@ def test_a_mapping_key_is_named_by_its_field_not_by_pydantics_marker():
             named({"swanlab": {"enabled": "maybe"}}),
             'swanlab.enabled: should be true or false, not "maybe"',
         ),
+        (
+            named({"name": "my job"}),
+            "name: should be letters, digits, '.', '_' and '-', starting with a letter or a "
+            'digit, not "my job"',
+        ),
     ],
 )
 def test_no_python_name_reaches_the_user(data, line):
