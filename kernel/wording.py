@@ -245,7 +245,7 @@ def message_of(error: Mapping[str, Any], parts: list[str | int], at: list[Any]) 
     text = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
     text = text.removeprefix("Input ")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        text += f", not {shown(given)}"
+        text += f", not {given if isinstance(given, str) else shown(given)}"  # a form's number
     return text
 
 
