@@ -4,6 +4,7 @@ API client from `--url` / `--key`, and the argument types several commands take.
 from __future__ import annotations
 
 import argparse
+import os
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,27 @@ def api_options() -> argparse.ArgumentParser:
 
 def client(args: argparse.Namespace) -> Client:
     return Client(args.url, args.key)
+
+
+def key_hint(args: argparse.Namespace) -> str:
+    """How to give the API a key, after it refused the one sent (or none): which source
+    this command's key came from, and where the local key is looked up."""
+    from opd.sdk.client import local_key_path  # start-up time: only after a 401
+
+    local = local_key_path(settings().home)
+    if getattr(args, "key", None):
+        used = "the key given with --key was refused"
+    elif os.environ.get("OPD_API_KEY"):
+        used = "the key in OPD_API_KEY was refused"
+    elif local.is_file():
+        used = f"the key in {local} (written by `opd serve`) was refused"
+    else:
+        used = f"no key was given, and there is none at {local} (where `opd serve` writes one)"
+    return (
+        f"{used}. Give a key with --key KEY or `export OPD_API_KEY=KEY` (an admin makes one "
+        "with `opd keys create --team NAME`); without either, opd reads "
+        f"{local} (OPD_HOME/api-key, OPD_HOME defaults to ./.opd)"
+    )
 
 
 def duration(text: str) -> timedelta:

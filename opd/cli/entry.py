@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from kernel.spec import SpecError
 from opd.cli import audit, files, jobs, keys, outputs, run, service, sweeps, teams, usage
-from opd.cli.common import CommandError
-from opd.sdk import OPDError
+from opd.cli.common import CommandError, key_hint
+from opd.sdk import AuthenticationError, OPDError
 
 COMMAND_GROUPS = (
     run.add_parsers,
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
+    except AuthenticationError as error:
+        message = f"{error}\n{key_hint(args)}"
     except (SpecError, CommandError, OPDError) as error:
         message = str(error)
     except KeyboardInterrupt:

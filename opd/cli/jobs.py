@@ -45,10 +45,22 @@ def status_command(args: argparse.Namespace) -> int:
     print(job_line(job))
     for line in summary_lines(job.summary):
         print(line)
-    for field in ("queue_reason", "last_state_path", "final_weights_path"):
-        if value := getattr(job, field):
-            print(f"{field}: {value}")
+    if job.queue_reason:
+        print(f"queue_reason: {job.queue_reason}")
+    if job.final_weights_path:
+        print(f"weights: {weights_hint(job)}")
     return 0
+
+
+def weights_hint(job: JobPublic) -> str:
+    """How to get a job's final weights from wherever the command runs (a server's path
+    means nothing on the user's machine); Tinker's stay on Tinker, under their URI."""
+    if job.spec.backend == "tinker":
+        return f"on Tinker at {job.final_weights_path} (fetch them with Tinker's tools)"
+    return (
+        f"`opd export {job.id} job-{job.id}-final` downloads them into that folder "
+        "(--merge: a Hugging Face model)"
+    )
 
 
 def samples_command(args: argparse.Namespace) -> int:

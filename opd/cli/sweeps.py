@@ -5,29 +5,20 @@ from __future__ import annotations
 
 import argparse
 from itertools import islice
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 from app.web.present import number
-from opd.cli.common import CommandError, api_options, client, count, page_size
+from kernel.spec import read_document
+from opd.cli.common import api_options, client, count, page_size
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
 
 
 def read_definition(path: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise CommandError(f"{path} is not valid YAML/JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise CommandError(f"{path}: a sweep must be a mapping, got {type(data).__name__}")
-    return data
+    """The sweep a YAML (or JSON) file holds; SpecError naming the file and line."""
+    return read_document(path, "sweep")
 
 
 def sweep_line(sweep: SweepPublic) -> str:

@@ -22,6 +22,7 @@ import pandas
 import pytest
 import yaml
 
+from app.core.config import get_settings
 from app.jobs.schemas import JobPublic
 from app.samples.schemas import SamplePublic
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic
@@ -39,6 +40,7 @@ from opd import (
 )
 from opd.cli import main
 from opd.sdk import AsyncJob, Job, Retries
+from opd.sdk.client import local_key_path
 from tests.e2e.conftest import Service, deployment, tiny_spec
 
 KL = "opd/reverse_kl_mean"
@@ -162,7 +164,13 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     assert code == 0 and f"{job:>6}  succeeded       3/3      by-cli" in out
     assert "reverse_kl=" in err
     code, out, _ = opd("status", job)
-    assert code == 0 and "final_weights_path: " in out and "reverse KL" in out
+    assert code == 0 and "reverse KL" in out
+    assert f"weights: `opd export {job} job-{job}-final` downloads them" in out
+    assert "final_weights_path" not in out, "a server's path means nothing to a remote user"
+    code, _, err = opd("resume", job)
+    assert code == 1 and f"`opd clone {job}`" in err
+    code, _, err = opd("sweep", "create", str(spec))
+    assert code == 1 and "this is a job spec, not a sweep: a sweep needs `base:`" in err
     assert opd("jobs", "--limit", "1")[1].split()[:2] == [job, "succeeded"]
     code, out, _ = opd("samples", job, "--limit", "2")
     assert code == 0 and out.count("highest reverse KL:") == 2
@@ -174,6 +182,12 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     assert code == 0 and out.splitlines()[-1].startswith("total")
     code, _, err = opd("status", "999999")
     assert code == 1 and err == "error: HTTP 404: job 999999 not found\n"
+    assert main(["jobs", "--url", service.url, "--key", "not-a-key"]) == 1
+    refused = capsys.readouterr().err
+    local = local_key_path(get_settings().home)
+    assert refused.startswith("error: HTTP 401: unknown or revoked API key\n")
+    assert "the key given with --key was refused" in refused
+    assert "`export OPD_API_KEY=KEY`" in refused and f"opd reads {local}" in refused
 
 
 def test_sweeps_through_the_sdk_and_the_cli(service, tmp_path, capsys):

@@ -115,7 +115,7 @@ def test_what_a_spec_may_contain_is_checked_by_the_running_api(service: Service)
     }
     misspelt = tiny_spec() | {"teacher": {"base_model": "tiny-teachr"}}
     for path, body, param, says in (
-        ("/v1/jobs", {}, "backend", "student: Field required"),
+        ("/v1/jobs", {}, "backend", "student: this field is required"),
         ("/v1/jobs", misspelt, "teacher.base_model", "did you mean tiny-teacher?"),
         ("/v1/sweeps", sweep, "parameters.optim.grad_clip_norm.values.1", "not JSON numbers"),
     ):

@@ -74,7 +74,7 @@ def job_body(job: Job, prices: PriceTable) -> JobPublic:
 
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": JobPublic, "description": "Idempotent repeat: the job first created."},
-    **error_responses(400, 403, 413, 429),
+    **error_responses(400, 403, 413, 415, 429),
 }
 
 

@@ -25,7 +25,7 @@ async def idempotency_of(key: str | None, route: str, request: Request) -> Idemp
 @router.post(
     "/{job_id}/sample",
     response_model=PlaygroundAnswer,
-    responses=error_responses(400, 401, 403, 404, 409, 413, 422, 429, 502, 503, 504),
+    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504),
 )
 async def sample_job(
     job: JobDep,

@@ -177,7 +177,12 @@ async def test_cancel_of_a_queued_job_is_immediate_and_idempotent(client, key, s
     assert again.json()["status"] == "cancelled"
     resume = await client.post(f"/v1/jobs/{job['id']}/resume", headers=auth(key))
     assert resume.status_code == 409
-    assert "cancelled" in resume.json()["error"]["message"]
+    # Before: "the job is already cancelled; submit a new job to run it again".
+    assert resume.json()["error"]["message"] == (
+        f"the job is already cancelled; an ended job is not resumed. Clone it to run it again: "
+        f"`opd clone {job['id']}` (POST /v1/jobs/{job['id']}/clone), and `opd clone "
+        f"{job['id']} --init-from N` continues from the state it saved after step N"
+    )
 
 
 async def run_it(session: AsyncSession, job_id: int) -> None:
