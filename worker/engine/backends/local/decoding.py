@@ -110,6 +110,38 @@ def sequence_logprobs(
     return out
 
 
+TopKRow = list[tuple[int, float]]
+
+
+@torch.inference_mode()
+def sequence_topk(
+    forward: Forward,
+    sequences: Sequence[tuple[list[int], int]],
+    pad_id: int,
+    vocab_size: int,
+    device: torch.device,
+) -> list[tuple[list[float | None], list[TopKRow | None]]]:
+    """For each (sequence, k): each token's logprob (None for the first) and the k likeliest
+    (token, logprob) at each position (None for the first), as prompt logprobs come."""
+    out: list[tuple[list[float | None], list[TopKRow | None]]] = []
+    for chunk in row_chunks([len(seq) for seq, _ in sequences], vocab_size):
+        rows = sequences[chunk]
+        ids, mask, positions = pad_batch([seq[:-1] for seq, _ in rows], pad_id, device, left=False)
+        logits = forward(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        logprobs = logits.float().log_softmax(-1)
+        for row, (seq, k) in enumerate(rows):
+            length = len(seq) - 1
+            targets = torch.tensor(seq[1:], device=logprobs.device)
+            picked = logprobs[row, :length].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            values, tokens = logprobs[row, :length].topk(min(k, vocab_size), dim=-1)
+            topk: list[TopKRow | None] = [
+                list(zip(t, v, strict=True))
+                for t, v in zip(tokens.tolist(), values.tolist(), strict=True)
+            ]
+            out.append(([None, *picked.tolist()], [None, *topk]))
+    return out
+
+
 def sample_tokens(
     logits: Tensor, temperature: Tensor, top_k: Tensor, top_p: Tensor, uniforms: Tensor
 ) -> Tensor:

@@ -20,7 +20,14 @@ from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingPar
 from torch import Tensor
 from torch.func import functional_call
 
-from worker.engine.backends.local.decoding import Completion, Decoding, generate, sequence_logprobs
+from worker.engine.backends.local.decoding import (
+    Completion,
+    Decoding,
+    TopKRow,
+    generate,
+    sequence_logprobs,
+    sequence_topk,
+)
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.runner import Coalescer, SerialRunner
 
@@ -46,6 +53,7 @@ class LocalSamplingClient:
         self.eos_ids = end_of_sequence_ids(model, tokenizer)
         self.sampling = Coalescer(runner, self.generate_batch)
         self.scoring = Coalescer(runner, self.score_batch)
+        self.ranking = Coalescer(runner, self.rank_batch)
 
     def get_tokenizer(self) -> Any:
         return self.tokenizer
@@ -65,14 +73,16 @@ class LocalSamplingClient:
         topk_prompt_logprobs: int = 0,
         return_text: bool = True,
     ) -> SampleResponse:
-        if topk_prompt_logprobs:
-            raise ValidationError(
-                "the local backend does not return top-k prompt logprobs; "
-                "pass topk_prompt_logprobs=0",
-                code="validation.invalid_sampling_request",
-            )
+        if topk_prompt_logprobs < 0 or (topk_prompt_logprobs and not include_prompt_logprobs):
+            raise invalid("topk_prompt_logprobs must be 0, or >= 1 with include_prompt_logprobs")
         decoding = self.decoding(prompt_tokens(prompt), num_samples, sampling_params)
-        if include_prompt_logprobs:
+        topk: list[TopKRow | None] = []
+        if topk_prompt_logprobs:
+            completions, (prompt_logprobs, topk) = await asyncio.gather(
+                self.sampling.submit(decoding),
+                self.ranking.submit((decoding.prompt, topk_prompt_logprobs)),
+            )
+        elif include_prompt_logprobs:
             completions, prompt_logprobs = await asyncio.gather(
                 self.sampling.submit(decoding), self.scoring.submit(decoding.prompt)
             )
@@ -81,6 +91,7 @@ class LocalSamplingClient:
         return SampleResponse(
             sequences=[self.sequence(c, return_text) for c in completions],
             prompt_logprobs=prompt_logprobs,
+            topk_prompt_logprobs=topk,
             input_tokens=len(decoding.prompt),
             output_tokens=sum(len(c.tokens) for c in completions),
         )
@@ -145,6 +156,14 @@ class LocalSamplingClient:
         vocab_size = self.model.get_output_embeddings().weight.shape[0]
         return sequence_logprobs(
             self.forward, prompts, self.tokenizer.pad_token_id, vocab_size, self.placement.device
+        )
+
+    def rank_batch(
+        self, requests: list[tuple[list[int], int]]
+    ) -> list[tuple[list[float | None], list[TopKRow | None]]]:
+        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+        return sequence_topk(
+            self.forward, requests, self.tokenizer.pad_token_id, vocab_size, self.placement.device
         )
 
 
