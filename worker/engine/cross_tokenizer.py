@@ -18,7 +18,7 @@ from typing import Any
 
 from worker.engine.alignment import Alignment, TokenBytes, align, chained, spread
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.rollouts import Scored, teacher_logprobs, teacher_scores
+from worker.engine.rollouts import Scored, teacher_logprobs, teacher_prefill
 
 CROSS_TOP_K = 20
 """The teacher's likeliest tokens read at each position where its client can give them
@@ -98,10 +98,14 @@ class Retokenized:
         tokenizers = self.tokenizers
         teacher, ended = tokenizers.teacher_tokens(completion)
         alignment = tokenizers.align(completion, teacher, ended)
+        topk = None
         if tokenizers.top_k:
-            logprobs, topk = await teacher_scores(
+            logprobs, topk = await teacher_prefill(
                 self.client, self.prompt, teacher, tokenizers.top_k
             )
+        else:
+            logprobs = await teacher_logprobs(self.client, self.prompt, teacher)
+        if topk is not None:
             mapped = chained(
                 *tokenizers.pieces(completion, teacher, ended),
                 alignment,
@@ -109,8 +113,7 @@ class Retokenized:
                 logprobs,
                 [[(tokenizers.teacher.piece(t), lp) for t, lp in row] for row in topk],
             )
-        else:
-            logprobs = await teacher_logprobs(self.client, self.prompt, teacher)
+        else:  # no top k (a client without them, or a response that has none)
             mapped = spread(student_logprobs, logprobs, alignment.runs)
         return Scored(
             mapped,

@@ -180,3 +180,28 @@ async def test_invalid_requests_are_refused(sampler):
         await sampler.compute_logprobs_async(ModelInput.from_ints([]))
     with pytest.raises(ValidationError, match="top_p"):
         await sample(sampler, PROMPTS[0], top_p=0.0)
+
+
+async def test_the_top_k_prompt_logprobs_are_each_positions_likeliest(sampler) -> None:
+    """A cross-tokenizer teacher's prefix masses: the k likeliest tokens at each prompt
+    position, likeliest first, in the same prefill as the prompt's logprobs."""
+    prompt = build_prompt(tiny_tokenizer(), "What is 2 + 3?", "", False)
+    response = await sampler.sample_async(
+        ModelInput.from_ints(prompt),
+        sampling_params=params(max_tokens=1),
+        include_prompt_logprobs=True,
+        topk_prompt_logprobs=5,
+    )
+
+    scored = await sampler.compute_logprobs_async(ModelInput.from_ints(prompt))
+    assert response.prompt_logprobs[0] is None and response.topk_prompt_logprobs[0] is None
+    assert_close(response.prompt_logprobs[1:], scored[1:], what="the prompt's logprobs")
+    for position, row in enumerate(response.topk_prompt_logprobs[1:], start=1):
+        values = [lp for _, lp in row]
+        assert len(row) == 5 and values == sorted(values, reverse=True)
+        assert prompt[position] in {t for t, _ in row} or scored[position] <= values[-1] + 1e-5
+        assert np.logaddexp.reduce(values) <= 1e-6
+    with pytest.raises(ValidationError, match="topk_prompt_logprobs"):
+        await sampler.sample_async(
+            ModelInput.from_ints(prompt), sampling_params=params(), topk_prompt_logprobs=5
+        )
