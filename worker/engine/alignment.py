@@ -223,8 +223,8 @@ def chained(
         )
         for i in run.student:
             offset = s_ends[i] - shift  # in the teacher's bytes
-            if not student[i]:
-                mapped[i] = 0.0
+            if not student[i]:  # a character's leading piece: the next token completes it
+                level += mapped[i]
                 continue
             k = bisect.bisect_left(t_ends, offset, lo=run.teacher[0], hi=run.teacher[-1] + 1)
             start = t_ends[k] - len(teacher[k])
