@@ -87,7 +87,12 @@ def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
     """(field, why) for each model name of the spec that its backend cannot load."""
     named = [("student.base_model", spec.student.base_model)]
     for teacher, teacher_spec in spec.teacher_specs().items():
-        named.append((f"{spec.teacher_field(teacher)}.base_model", teacher_spec.base_model))
+        field = spec.teacher_field(teacher)
+        server = teacher_spec.server
+        if server is None:
+            named.append((f"{field}.base_model", teacher_spec.base_model))
+        elif server.tokenizer is not None:  # the server's model is its own to name
+            named.append((f"{field}.server.tokenizer", server.tokenizer))
     return [
         (field, refusal)
         for field, name in named

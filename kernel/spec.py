@@ -121,8 +121,87 @@ class StudentSpec(SpecModel):
     )
 
 
+MAX_SERVER_BATCH = 256
+MAX_SERVER_CONCURRENCY = 64
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class TeacherServer(SpecModel):
+    """A teacher served elsewhere (vLLM, SGLang, this service's `/v1/completions`): it
+    scores token-id prompts through the OpenAI-compatible completions protocol, with
+    `echo` + `logprobs` and `max_tokens: 0`, or vLLM's `prompt_logprobs`. Only the servers
+    the operator lists (OPD_TEACHER_SERVERS) may be named."""
+
+    url: str = Field(
+        max_length=1000,
+        description="The server's OpenAI-compatible base URL, e.g. http://vllm:8000/v1 "
+        "(requests go to <url>/completions).",
+    )
+    model: ModelName = Field(description="The model name the server serves, e.g. job-12.")
+    api_key_env: str | None = Field(
+        None,
+        max_length=200,
+        pattern=ENV_NAME,
+        description="The worker's environment variable that holds the server's key (sent "
+        "as a bearer token); the key itself is never stored. null = no key.",
+    )
+    tokenizer: ModelName | None = Field(
+        None,
+        description="A model whose tokenizer is the server model's (loaded by the student's "
+        "backend); null = the student's. The preflight checks it against the server.",
+    )
+    protocol: Literal["echo", "prompt_logprobs"] = Field(
+        "echo",
+        description="echo: OpenAI's legacy echo + logprobs (vLLM, SGLang, this service); "
+        "prompt_logprobs: vLLM's prompt_logprobs, keyed by token id (needed for a top-k "
+        "objective).",
+    )
+    batch_size: int = Field(
+        8,
+        ge=1,
+        le=MAX_SERVER_BATCH,
+        description="Prompts sent in one request, gathered from the scores asked for at once.",
+    )
+    max_concurrency: int = Field(
+        4, ge=1, le=MAX_SERVER_CONCURRENCY, description="Requests in flight at once."
+    )
+    timeout_seconds: float = Field(
+        120.0, gt=0.0, le=3600.0, description="Longest wait for one request's answer."
+    )
+    max_retries: int = Field(
+        4,
+        ge=0,
+        le=20,
+        description="Retries of a request that failed transiently (429, 5xx, a timeout or "
+        "a dropped connection), with backoff; 0 = none.",
+    )
+    retry_delay_seconds: float = Field(
+        1.0,
+        gt=0.0,
+        le=MAX_RETRY_DELAY_SECONDS,
+        description="Wait before the first retry; it doubles each time (at most "
+        f"{MAX_RETRY_DELAY_SECONDS:.0f} s), scaled by a random 50-100%.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_server(cls, url: str) -> str:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("should be an http:// or https:// URL of an inference server")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError(
+                "must be a base URL without credentials, query or fragment (the key is read "
+                "from the worker's environment: api_key_env)"
+            )
+        return url.rstrip("/")
+
+
 class TeacherSpec(SpecModel):
-    base_model: ModelName = Field(description="As student.base_model; frozen.")
+    base_model: ModelName = Field(
+        description="As student.base_model; frozen. With server: defaults to server.model "
+        "(the name its tokens are priced at)."
+    )
     model_path: str | None = Field(
         None,
         max_length=1000,
@@ -135,10 +214,31 @@ class TeacherSpec(SpecModel):
         "trained here); base_model must be that job's student.base_model.",
     )
 
+    server: TeacherServer | None = Field(
+        None,
+        description="Or a model on an inference server the operator listed, which scores "
+        "the student's tokens over HTTP.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_by_its_server(cls, data: Any) -> Any:
+        """A server teacher needs no base_model: it is the server's model."""
+        if isinstance(data, dict) and data.get("base_model") is None:
+            server = data.get("server")
+            if isinstance(server, dict):  # without a model the server is refused for it
+                return {**data, "base_model": server.get("model") or "(server)"}
+        return data
+
     @model_validator(mode="after")
     def _one_source_of_weights(self) -> TeacherSpec:
-        if self.model_path is not None and self.init_from is not None:
-            raise ValueError("give teacher.model_path or teacher.init_from, not both")
+        given = [
+            name
+            for name in ("model_path", "init_from", "server")
+            if getattr(self, name) is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(f"give teacher.{given[0]} or teacher.{given[1]}, not both")
         return self
 
     def weights(self) -> str | None:
@@ -811,6 +911,7 @@ class JobSpec(SpecModel):
             )
         self._eval_fits_the_teachers()
         self._objective_fits_the_backend()
+        self._servers_fit_the_objective()
         self._objective_fits_the_tokenizers()
         return self
 
@@ -830,6 +931,34 @@ class JobSpec(SpecModel):
                     f"({theirs}, the student's is {student}), and objective "
                     f"{self.loop.objective.kind} compares the two distributions token by "
                     "token, which needs a shared vocabulary: use sampled_reverse_kl",
+                )
+
+    def _servers_fit_the_objective(self) -> None:
+        """A server teacher answers logprobs over HTTP, never its logits: what needs more
+        is refused, never approximated."""
+        for name, teacher in self.teacher_specs().items():
+            if teacher.server is None:
+                continue
+            at = (*self.teacher_field(name).split("."), "server")
+            if self.trainer_scores():
+                raise field_error(
+                    at,
+                    f"objective {described(self.loop.objective)} on the local backend reads "
+                    "the teacher's whole distribution, which a server teacher does not "
+                    "send: use objective sampled_reverse_kl, or a teacher the backend loads",
+                )
+            if self.teacher_top_k() and teacher.server.protocol != "prompt_logprobs":
+                raise field_error(
+                    (*at, "protocol"),
+                    f"objective {described(self.loop.objective)} needs the teacher's top "
+                    f"{self.teacher_top_k()} tokens by id at each position: use protocol "
+                    "prompt_logprobs (vLLM's), which sends them",
+                )
+            if self.eval is not None and self.eval.teacher_baseline:
+                raise field_error(
+                    ("eval", "teacher_baseline"),
+                    "a server teacher only scores tokens; it does not answer the eval's "
+                    "prompts here",
                 )
 
     def _objective_fits_the_backend(self) -> None:
@@ -1030,6 +1159,22 @@ def unlisted_tracker(spec: JobSpec, allowed: Sequence[str]) -> str | None:
         f"{tracker.tracking_uri} is not one of the MLflow servers this service may send to "
         f"({listed}; the operator lists them in OPD_MLFLOW_TRACKING_URIS)"
     )
+
+
+def unlisted_teacher_server(spec: JobSpec, allowed: Sequence[str]) -> tuple[str, str] | None:
+    """(field, why) for the first teacher server of `spec` that the operator did not list
+    (a spec must not make the worker call any address it names), or None."""
+    listed = {url.rstrip("/") for url in allowed}
+    for name, teacher in spec.teacher_specs().items():
+        if teacher.server is None or teacher.server.url in listed:
+            continue
+        servers = ", ".join(allowed) if allowed else "none are"
+        return (
+            f"{spec.teacher_field(name)}.server.url",
+            f"{teacher.server.url} is not one of the teacher servers this service may call "
+            f"({servers}; the operator lists them in OPD_TEACHER_SERVERS)",
+        )
+    return None
 
 
 def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

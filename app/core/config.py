@@ -162,6 +162,11 @@ class Settings(BaseSettings):
         description="MLflow tracking servers jobs may be mirrored to (trackers.mlflow."
         "tracking_uri, as written here; JSON list); empty = none.",
     )
+    teacher_servers: list[str] = Field(
+        default_factory=list,
+        description="Inference servers jobs' teachers may call (teacher.server.url, the "
+        "OpenAI-compatible base URL as written here; JSON list); empty = none.",
+    )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
     )

@@ -3,7 +3,8 @@ the same rules: `POST /v1/jobs`, a clone, the dashboard's new-job form, a sweep'
 each of its grid points (else each listed value and range end) when it is created, and
 each trial as the controller inserts it. It enforces:
 
-- dataset files lie under the data root; an MLflow tracker is one the operator listed;
+- dataset files lie under the data root; an MLflow tracker and a teacher server are ones
+  the operator listed;
   a model name is one its backend can load (a preset, a hub id, or a path);
 - an `init_from` names a job of the team by `{job, checkpoint}`, and its path is filled by
   the service from them, never taken from a request (app/jobs/continuation.py);
@@ -29,7 +30,7 @@ from app.jobs.errors import SpecRefused
 from app.jobs.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.model_names import model_name_refusals
-from kernel.spec import JobSpec, SpecError, unlisted_tracker
+from kernel.spec import JobSpec, SpecError, unlisted_teacher_server, unlisted_tracker
 
 __all__ = ["SpecRefused", "admit"]
 
@@ -55,6 +56,8 @@ def check_names(spec: JobSpec, settings: Settings) -> None:
             raise SpecRefused(field, str(error)) from None
     if refusal := unlisted_tracker(spec, settings.mlflow_tracking_uris):
         raise SpecRefused(TRACKER, refusal)
+    if server_refusal := unlisted_teacher_server(spec, settings.teacher_servers):
+        raise SpecRefused(*server_refusal)
     if refusals := model_name_refusals(spec):
         raise SpecRefused(*refusals[0])
 

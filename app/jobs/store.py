@@ -34,7 +34,7 @@ from app.jobs.mlflow_endings import add_mlflow_ending
 from app.jobs.rows import event_row, get_job, held
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, JobAction, JobStatus
 from app.jobs.tables import Job
-from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_stop
+from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_complete, plan_stop
 from app.jobs.webhook_events import add_transition_deliveries
 from kernel.spec import JobSpec
 
@@ -329,18 +329,13 @@ async def finish(
 async def complete_job(
     session: AsyncSession, job_id: int, worker_id: str, final_weights_path: str
 ) -> Job:
-    """The run finished every step: succeeded, with the final weights' path."""
-    plan = Plan(
-        JobStatus.succeeded,
-        f"Succeeded; final weights at {final_weights_path}",
-        {
-            "final_weights_path": final_weights_path,
-            "steps_done": Job.total_steps,
-            "stop_reason": None,  # a stop asked for too late did not happen
-            **RELEASED,
-        },
-    )
-    return await finish(session, job_id, worker_id, lambda _job: plan)
+    """The run finished every step: see `plan_complete`."""
+
+    def decide(job: Job) -> Plan:
+        plan = plan_complete(job, final_weights_path)
+        return Plan(plan.target, plan.message, plan.values | {"steps_done": Job.total_steps})
+
+    return await finish(session, job_id, worker_id, decide)
 
 
 async def fail_job(

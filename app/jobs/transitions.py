@@ -137,6 +137,25 @@ def plan_claim(job: JobRow, worker_id: str, heartbeat_timeout: float, now: datet
     )
 
 
+def plan_complete(job: JobRow, final_weights_path: str) -> Plan:
+    """The run finished every step and saved its final weights: succeeded, unless a cancel
+    was accepted after its last step boundary (during the final eval or saves), which ends
+    it cancelled with those weights kept, as an accepted cancel promises; a pause asked
+    for that late has nothing left to pause."""
+    values: dict[str, Any] = {"final_weights_path": final_weights_path, **RELEASED}
+    if job.requested_action == JobAction.cancel:
+        return Plan(
+            JobStatus.cancelled,
+            f"Cancelled after its last step; final weights at {final_weights_path}",
+            values,  # its stop_reason (a sweep's early stop) stands
+        )
+    return Plan(
+        JobStatus.succeeded,
+        f"Succeeded; final weights at {final_weights_path}",
+        values | {"stop_reason": None},  # a stop asked for too late did not happen
+    )
+
+
 def plan_stop(job: JobRow, reason: str, state: dict[str, Any]) -> Plan:
     """The worker stopped the run at a step boundary: the job's request decides what that
     means (cancel -> cancelled, pause -> paused, none: the worker is shutting down ->

@@ -102,6 +102,10 @@ async def checked_weights(
         local_base_model("student.base_model", spec.student.base_model, settings)
     for name, teacher in spec.teacher_specs().items():
         field = spec.teacher_field(name)
+        if teacher.server is not None:  # the server's model names a model there, not here
+            if spec.backend == "local" and teacher.server.tokenizer is not None:
+                local_base_model(f"{field}.server.tokenizer", teacher.server.tokenizer, settings)
+            continue
         if spec.backend == "local":
             local_base_model(f"{field}.base_model", teacher.base_model, settings)
         path = teacher.model_path

@@ -10,9 +10,10 @@ the first sending's task while it waits, or gets the answer it kept, and is bill
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -125,10 +126,26 @@ class Sampling:
         idempotency: Idempotency | None = None,
     ) -> Served[R]:
         """The door's response (`respond` makes it of the answer; `kind` reads a kept
-        one) to the completions the request asks for, from a worker, waited for in one of
-        the caller's team's places (TooManyWaiting when it has none left); PlaygroundError
-        otherwise. The answer's tokens are added to the job's usage, in the transaction
-        that keeps it for a repeat."""
+        one) to the completions the request asks for, as `serve_all` serves them."""
+        return await self.serve_all(
+            job, [request], lambda answers: respond(answers[0]), kind, idempotency
+        )
+
+    async def serve_all(
+        self,
+        job: Job,
+        requests: Sequence[SampleRequest],
+        respond: Callable[[list[PlaygroundAnswer]], R],
+        kind: type[R],
+        idempotency: Idempotency | None = None,
+    ) -> Served[R]:
+        """The door's response (`respond` makes it of the answers, in the requests'
+        order; `kind` reads a kept one) to the completions the requests ask for (prompts
+        of one door's request: the same job, weights and teacher), from workers, one task
+        each, all waited for in one of the caller's team's places (TooManyWaiting when it
+        has none left); PlaygroundError otherwise, the first failure's. The answers' tokens
+        are added to the job's usage, in the transaction that keeps the response for a
+        repeat."""
         session = self.session
         held: Claim | None = None
         if idempotency is not None:
@@ -141,26 +158,30 @@ class Sampling:
             if held.answer is not None:
                 return Served(kind.model_validate_json(held.answer), replayed=True)
         try:
-            answer = await self.ask_worker(job, request, held)
+            answers = await self.ask_workers(job, requests, held)
         except Exception:  # nothing to keep: a repeat tries anew
             if held is not None and held.first:
                 await release(session, held.id)
             raise
-        response = respond(answer)
+        response = respond(answers)
         if held is not None:
             earlier = await kept_first(session, held.id, response.model_dump_json())
             if earlier is not None:
                 await session.rollback()
                 return Served(kind.model_validate_json(earlier), replayed=True)
-        await add_usage(session, job.id, job.team_id, answer_usage(answer), utcnow())
+        usage: Counter[str] = Counter()
+        for answer in answers:
+            usage.update(answer_usage(answer))
+        await add_usage(session, job.id, job.team_id, dict(usage), utcnow())
         return Served(response)
 
-    async def ask_worker(
-        self, job: Job, request: SampleRequest, held: Claim | None
-    ) -> PlaygroundAnswer:
-        """The worker's answer to the request; with a claimed row, from the row's task,
-        which every sending of the request asks for (so a repeat joins the first's)."""
-        session, settings = self.session, self.settings
+    async def ask_workers(
+        self, job: Job, requests: Sequence[SampleRequest], held: Claim | None
+    ) -> list[PlaygroundAnswer]:
+        """The workers' answers to the requests, which share their job, weights and
+        teacher (the first's are checked); with a claimed row, from the row's tasks, which
+        every sending of the requests asks for (so a repeat joins the first's)."""
+        session, settings, request = self.session, self.settings, requests[0]
         spec = JobSpec.model_validate(job.spec)
         teachers = spec.teacher_specs()
         if request.teacher is not None and request.teacher not in teachers:
@@ -168,6 +189,14 @@ class Sampling:
                 f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
             )
             raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
+        server = teachers[request.teacher or next(iter(teachers))].server
+        if server is not None and "teacher" in (request.model, *request.compare):
+            message = (
+                f"job {job.id}'s teacher is model {server.model!r} on the inference server "
+                f"{server.url}, which a worker does not load: ask that server"
+            )
+            param = "model" if request.model == "teacher" else "compare"
+            raise PlaygroundError(422, "invalid_request", message, param)
         try:
             checkpoint = await sampler_weights(session, job, request.checkpoint)
         except CheckpointUnavailable as error:
@@ -177,30 +206,55 @@ class Sampling:
         except SpecRefused as error:
             raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
         timeout = request.timeout_seconds or settings.sample_timeout
-        task = SampleTask(
-            request=request,
-            spec=spec,
-            weights_path=checkpoint.path,
-            deadline=time.time() + timeout,
-        )
-        try:
-            async with self.waits.released(session, self.team_id):
-                raw = await call_worker(
-                    self.queue,
-                    SAMPLE_TASK,
-                    task.model_dump_json(),
-                    timeout,
-                    task_id=None if held is None else held.task_id,
-                )
-        except TaskUnanswered as error:
-            raise failed(error.failure) from None
-        except QueueUnavailable as error:
-            raise PlaygroundError(503, "queue_unavailable", str(error)) from None
-        outcome = Outcome[SampleAnswer].model_validate_json(raw)
-        if outcome.value is None:
-            raise failed(outcome.failure or TaskFailure(code="worker_failed", message="no answer"))
-        return PlaygroundAnswer(
-            **outcome.value.model_dump(),
-            job_id=job.id,
-            checkpoint=CheckpointPublic.model_validate(checkpoint),
-        )
+        tasks = [
+            SampleTask(
+                request=one, spec=spec, weights_path=checkpoint.path, deadline=time.time() + timeout
+            )
+            for one in requests
+        ]
+        async with self.waits.released(session, self.team_id):
+            raws = await asyncio.gather(
+                *(
+                    call_worker(
+                        self.queue,
+                        SAMPLE_TASK,
+                        task.model_dump_json(),
+                        timeout,
+                        task_id=None if held is None else task_id_of(held, index),
+                    )
+                    for index, task in enumerate(tasks)
+                ),
+                return_exceptions=True,
+            )
+        public = CheckpointPublic.model_validate(checkpoint)
+        answers = []
+        for index, raw in enumerate(raws):
+            try:
+                answer = answer_of(raw)
+            except PlaygroundError as error:
+                if len(raws) > 1:  # say which prompt of a door's request failed
+                    error.message = f"prompt {index}: {error.message}"
+                raise
+            answers.append(
+                PlaygroundAnswer(**answer.model_dump(), job_id=job.id, checkpoint=public)
+            )
+        return answers
+
+
+def answer_of(raw: str | BaseException) -> SampleAnswer:
+    """A worker's answer, or the PlaygroundError its failure (or the call's) is."""
+    if isinstance(raw, TaskUnanswered):
+        raise failed(raw.failure) from None
+    if isinstance(raw, QueueUnavailable):
+        raise PlaygroundError(503, "queue_unavailable", str(raw)) from None
+    if isinstance(raw, BaseException):
+        raise raw
+    outcome = Outcome[SampleAnswer].model_validate_json(raw)
+    if outcome.value is None:
+        raise failed(outcome.failure or TaskFailure(code="worker_failed", message="no answer"))
+    return outcome.value
+
+
+def task_id_of(held: Claim, index: int) -> str:
+    """The worker task of a claimed request's `index`th prompt (its first: the row's own)."""
+    return held.task_id if index == 0 else f"{held.task_id}.{index}"

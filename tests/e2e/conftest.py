@@ -148,10 +148,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @contextmanager
 def deployment(
-    home: Path, database_url: str, redis_url: str = E2E_REDIS_URL, **settings: str
+    home: Path,
+    database_url: str,
+    redis_url: str = E2E_REDIS_URL,
+    port: int | None = None,
+    **settings: str,
 ) -> Iterator[Service]:
-    """A migrated database, an API key and a running API; fast heartbeats so faults show
-    within seconds. Workers are started by the tests."""
+    """A migrated database, an API key and a running API (on `port`, else a free one, for a
+    setting that names the API's own URL); fast heartbeats so faults show within seconds.
+    Workers are started by the tests."""
     queue = f"opd-e2e-{uuid.uuid4().hex[:12]}"
     env = os.environ | {
         "PYTHONPATH": str(ROOT),
@@ -165,7 +170,7 @@ def deployment(
         "OPD_JOB_CACHE_SECONDS": "0",
         **{f"OPD_{name.upper()}": value for name, value in settings.items()},
     }
-    service = Service(home=home, env=env, url=f"http://127.0.0.1:{free_port()}")
+    service = Service(home=home, env=env, url=f"http://127.0.0.1:{port or free_port()}")
     service.opd("migrate")
     service.key = service.opd("keys", "create", "--team", "e2e").stdout.strip()
     service.start_api()

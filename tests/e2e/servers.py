@@ -3,6 +3,7 @@ tests (the machine's shared servers stay untouched)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -160,6 +161,7 @@ class Relay:
         self.withhold_first = withhold_first
         self.answers: list[bytearray] = []
         self.listener: socket.socket | None = None
+        self.connections: list[socket.socket] = []
 
     @property
     def url(self) -> str:
@@ -174,6 +176,14 @@ class Relay:
             self.listener.close()
             self.listener = None
 
+    def cut(self) -> None:
+        """Down for good: no new connection, and those open (kept alive) dropped."""
+        self.stop()
+        for connection in self.connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
@@ -181,6 +191,7 @@ class Relay:
             except OSError:  # closed
                 return
             server = socket.create_connection(("127.0.0.1", self.target_port))
+            self.connections += [client, server]
             answer = bytearray()
             lost = self.withhold_first and not self.answers
             self.answers.append(answer)

@@ -173,7 +173,10 @@ def test_every_float_field_is_found():
 def with_value(path: str, value: float) -> dict[str, object]:
     """A valid spec but for `value` at `path` (a loss whose options `path` may set)."""
     loss = "dro" if path.endswith(".beta") else "ppo"
-    return named(merge_patch({"loop": {"loss_fn": loss}}, dotted_patch({path: value})))
+    patch = {"loop": {"loss_fn": loss}}
+    if path.startswith("teacher.server."):  # a server needs its url and model
+        patch["teacher"] = {"server": {"url": "http://teacher:8000/v1", "model": "m"}}
+    return named(merge_patch(patch, dotted_patch({path: value})))
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan], ids=str)

@@ -56,7 +56,7 @@ from worker.engine.rollouts import (
 )
 from worker.engine.schedule import resume_versions
 from worker.engine.sinks import RunInfo, Sink
-from worker.engine.teachers import Answerer, Renderer, TeacherView
+from worker.engine.teachers import Answerer, Renderer, TeacherView, server_view
 
 
 class Stop(Enum):
@@ -334,29 +334,22 @@ async def open_run(
         for pool in pools or []
         for question in pool.prompts.questions[:PROMPTS_CHECKED]
     ]
-    teachers = {}
-    for name, teacher_spec in spec.teacher_specs().items():
-        if teacher_spec.init_from is not None:
-            service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
-        teacher = await service.create_sampling_client_async(
-            base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
-        )
-        teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
-        who = teacher_named(spec, name, teacher_spec)
-        mode = teacher_mode(tokenizer, teacher_tokenizer, checked)
-        check_objective(spec, who, mode)
-        teachers[name] = TeacherView(
-            name,
-            teacher,
-            None if mode == "same" else Renderer(teacher_tokenizer),
-            Tokenizers.of(
-                tokenizer, teacher_tokenizer, stop_sequences(tokenizer), top_k_of(teacher)
-            )
-            if mode == "cross"
-            else None,
-        )
-        if mode != "cross":  # a cross-tokenizer teacher's event gives the probe's alignment
-            mode_event(sink, who, teachers[name])
+    teachers: dict[str, TeacherView] = {}
+    stop = stop_sequences(tokenizer)
+    try:
+        for name, teacher_spec in spec.teacher_specs().items():
+            who = teacher_named(spec, name, teacher_spec)
+            if teacher_spec.server is not None:
+                warn = warning_to(sink)
+                view = await server_view(spec, name, service, tokenizer, checked, warn, stop)
+            else:
+                view = await loaded_view(spec, name, service, tokenizer, checked, who)
+            teachers[name] = view
+            if view.mode != "cross":  # a cross-tokenizer teacher's event gives the probe's
+                mode_event(sink, who, view)  # alignment
+    except BaseException:
+        await close_teachers(teachers)
+        raise
     params = SamplingParams(
         max_tokens=spec.sampling.max_tokens,
         seed=spec.student.seed,
@@ -375,6 +368,44 @@ async def open_run(
     )
 
 
+async def loaded_view(
+    spec: JobSpec,
+    name: str,
+    service: ServiceClient,
+    tokenizer: Any,
+    checked: list[tuple[str, PromptOptions]],
+    who: str,
+) -> TeacherView:
+    """Teacher `name` as the backend loads it, in the mode the preflight finds it in."""
+    teacher_spec = spec.teacher_specs()[name]
+    if teacher_spec.init_from is not None:
+        service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
+    teacher = await service.create_sampling_client_async(
+        base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
+    )
+    teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
+    mode = teacher_mode(tokenizer, teacher_tokenizer, checked)
+    check_objective(spec, who, mode)
+    return TeacherView(
+        name,
+        teacher,
+        None if mode == "same" else Renderer(teacher_tokenizer),
+        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer), top_k_of(teacher))
+        if mode == "cross"
+        else None,
+    )
+
+
+def warning_to(sink: Sink) -> Callable[[str, dict[str, Any]], None]:
+    """A warning event of the run, for what retries a call."""
+    return lambda message, data: sink.event("warning", message, data)
+
+
+async def close_teachers(teachers: Mapping[str, TeacherView]) -> None:
+    for view in teachers.values():
+        await view.aclose()
+
+
 def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
     """How messages name a teacher: its model, and its name when there are several."""
     if spec.teachers is None:
@@ -389,7 +420,7 @@ def mode_event(sink: Sink, who: str, view: TeacherView, aligned: float | None = 
         "teacher": view.name,
         "mode": view.mode,
         "chat_template": "same" if view.mode == "same" else "own",
-    }
+    } | ({} if view.server is None else {"server": view.server})
     message = f"{who[0].upper()}{who[1:]}: {view.template}"
     if view.mode == "cross" and aligned is not None:
         data["aligned_bytes_fraction"] = aligned
@@ -679,59 +710,62 @@ async def run_loop(
         require_answers(pools, grade)
     mix = Mix(pools, loop.batch_size)
     run = await open_run(spec, service, sink, resume, pools)
-    evaluation = None
-    if eval_prompts is not None:
-        evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
-    await probe(run, pools, start)
-    sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
-    rollouts = Rollouts(
-        spec,
-        run.training,
-        run.scorer,
-        run.params,
-        lambda item: run.render(item.question, item.pool.options),
-        mix,
-        sink,
-        start=start,
-        kept=resume.samplers if resume else {},
-    )
-    steps = Steps(run, rollouts, evaluation, grade, latest=resume)
-    timer = PhaseTimer()
     try:
-        for step in range(start, loop.steps):
-            if stopped := await steps.stop_if_asked(step, should_stop()):
-                return stopped
-            evaluated = await steps.evaluate_if_due(step)
+        evaluation = None
+        if eval_prompts is not None:
+            evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
+        await probe(run, pools, start)
+        sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
+        rollouts = Rollouts(
+            spec,
+            run.training,
+            run.scorer,
+            run.params,
+            lambda item: run.render(item.question, item.pool.options),
+            mix,
+            sink,
+            start=start,
+            kept=resume.samplers if resume else {},
+        )
+        steps = Steps(run, rollouts, evaluation, grade, latest=resume)
+        timer = PhaseTimer()
+        try:
+            for step in range(start, loop.steps):
+                if stopped := await steps.stop_if_asked(step, should_stop()):
+                    return stopped
+                evaluated = await steps.evaluate_if_due(step)
 
-            step_start = time.time()
-            with timer("sampler_refresh"):
-                await rollouts.refresh(step)
-            with timer("rollout_wait"):
-                batch = await rollouts.batch(step)
-            timer.record("sample", batch.sample_seconds)
-            timer.record("teacher", batch.teacher_seconds)
-            items = rollouts.items_of(step)
-            datums, rewarded = await steps.datums(batch, items)
-            teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
-            with timer("train"):
-                trained = await run.train(datums, teachers)
-            if spec.trainer_scores():
-                batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
-            trainer_metrics = dict(trained.metrics)
-            phases = timer.lap()
-            elapsed = time.time() - step_start
-            metrics = step_metrics(
-                batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
-            )
-            sink.step(step, metrics | rewarded | evaluated)
-            steps.record_samples(step, batch, items)
+                step_start = time.time()
+                with timer("sampler_refresh"):
+                    await rollouts.refresh(step)
+                with timer("rollout_wait"):
+                    batch = await rollouts.batch(step)
+                timer.record("sample", batch.sample_seconds)
+                timer.record("teacher", batch.teacher_seconds)
+                items = rollouts.items_of(step)
+                datums, rewarded = await steps.datums(batch, items)
+                teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
+                with timer("train"):
+                    trained = await run.train(datums, teachers)
+                if spec.trainer_scores():
+                    batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
+                trainer_metrics = dict(trained.metrics)
+                phases = timer.lap()
+                elapsed = time.time() - step_start
+                metrics = step_metrics(
+                    batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
+                )
+                sink.step(step, metrics | rewarded | evaluated)
+                steps.record_samples(step, batch, items)
 
-            if checkpoint_due(loop, step + 1):
-                with timer("save"):
-                    await steps.save_checkpoint(step + 1)
-    finally:
-        await rollouts.close()
-    return await steps.finish(should_stop())
+                if checkpoint_due(loop, step + 1):
+                    with timer("save"):
+                        await steps.save_checkpoint(step + 1)
+        finally:
+            await rollouts.close()
+        return await steps.finish(should_stop())
+    finally:  # a server teacher's connections
+        await close_teachers(run.teachers)
 
 
 async def run_job(
@@ -762,9 +796,7 @@ async def run_job(
         eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:
             eval_prompts = await asyncio.to_thread(load_eval_prompts, spec, data_root, confine_data)
-        service = await asyncio.to_thread(
-            connect, spec, artifact_dir, lambda message, data: sink.event("warning", message, data)
-        )
+        service = await asyncio.to_thread(connect, spec, artifact_dir, warning_to(sink))
         async with AsyncExitStack() as stack:
             graded = graded_prompts(spec, prompts, eval_prompts)
             grade = await stack.enter_async_context(open_grader(graded))

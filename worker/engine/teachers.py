@@ -6,23 +6,30 @@ the question as that template renders it, then the student's completion tokens: 
 input is `teacher_prompt + completion`, the completion's logprobs from len(teacher_prompt)
 on (the preflight has checked that the two tokenizers agree on every token). One with
 another tokenizer reads its own rendering, then the completion's text as its own tokens
-(`cross_tokenizer.Retokenized`).
+(`cross_tokenizer.Retokenized`). A teacher on an inference server (`server_view`) is in one
+of these modes too, and reads the same tokens over HTTP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel.spec import PromptOptions
-from worker.engine.backends.contract import SamplingClient
+from kernel.errors import IncompatibleModels
+from kernel.spec import JobSpec, PromptOptions
+from worker.engine.backends.contract import SamplingClient, ServiceClient
+from worker.engine.backends.resilient import Warn
+from worker.engine.backends.server import ServerTeacher
 from worker.engine.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.datums import build_prompt
-from worker.engine.preflight import MODE_WORDS, Mode
+from worker.engine.preflight import MODE_WORDS, Mode, check_objective, teacher_mode
 from worker.engine.rollouts import Prompted, Scorer
 
 RENDERED_KEPT = 4096
+PROBE_QUESTION = "What is 12 + 30?"
+"""The question a server teacher's probe renders when the run has no prompts to check."""
 
 
 @dataclass
@@ -61,12 +68,13 @@ class Answerer:
 class TeacherView:
     """One teacher: its name, its client, its mode (`preflight.Mode`) and, unless it reads
     the student's prompt, the renderer of its own template (`own`); with another tokenizer
-    also both tokenizers as bytes (`tokenizers`)."""
+    also both tokenizers as bytes (`tokenizers`); on an inference server, its URL."""
 
     name: str
     client: SamplingClient
     own: Renderer | None = None
     tokenizers: Tokenizers | None = None
+    server: str | None = None
 
     @property
     def mode(self) -> Mode:
@@ -100,4 +108,58 @@ class TeacherView:
     @property
     def template(self) -> str:
         """Which case the preflight found, in words."""
-        return MODE_WORDS[self.mode]
+        served = "" if self.server is None else f"server {self.server}, "
+        return served + MODE_WORDS[self.mode]
+
+    async def aclose(self) -> None:
+        """Close what the client holds open (a server teacher's connections)."""
+        if isinstance(self.client, ServerTeacher):
+            await self.client.aclose()
+
+
+async def server_view(
+    spec: JobSpec,
+    name: str,
+    service: ServiceClient,
+    student: Any,
+    checked: Sequence[tuple[str, PromptOptions]],
+    warn: Warn,
+    stop: list[str],
+) -> TeacherView:
+    """Teacher `name` on its inference server, in the mode the preflight finds its
+    tokenizer in (the student's, or the one `server.tokenizer` names), once a probe found
+    that the server gives each token id of a prompt that tokenizer's text; `stop`: the
+    student's stop strings (a cross-tokenizer teacher's completions end there)."""
+    teacher = spec.teacher_specs()[name]
+    server = teacher.server
+    assert server is not None
+    who = f"{spec.teacher_field(name)} ({server.url}, model {server.model!r})"
+    tokenizer = student
+    mode: Mode = "same"
+    if server.tokenizer not in (None, spec.student.base_model):
+        named = await service.create_sampling_client_async(base_model=server.tokenizer)
+        tokenizer = await asyncio.to_thread(named.get_tokenizer)
+        mode = teacher_mode(student, tokenizer, checked)
+    check_objective(spec, who, mode)
+    client = ServerTeacher(server, tokenizer, field=f"{spec.teacher_field(name)}.server", warn=warn)
+    view = TeacherView(
+        name,
+        client,
+        None if mode == "same" else Renderer(tokenizer),
+        Tokenizers.of(student, tokenizer, stop) if mode == "cross" else None,
+        server.url,
+    )
+    question, options = checked[0] if checked else (PROBE_QUESTION, PromptOptions())
+    rendered = build_prompt(student, question, options.question_suffix, options.enable_thinking)
+    probe = view.prompt(question, options, rendered)
+    try:
+        if (difference := await client.probe(probe)) is not None:
+            raise IncompatibleModels(
+                f"{who} reads token ids otherwise than the tokenizer of "
+                f"{server.tokenizer or spec.student.base_model!r}: {difference}; name the "
+                "server model's tokenizer in server.tokenizer"
+            )
+    except BaseException:
+        await client.aclose()
+        raise
+    return view

@@ -33,7 +33,7 @@ from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, unlisted_teacher_server
 from worker.engine.loop import RunResult, SavedState, Stop
 from worker.engine.loop import run_job as run_engine
 from worker.engine.mlflow_mirror import MlflowSink
@@ -186,6 +186,15 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             ctx,
             f"fail job {job_id}",
             lambda s: fail_job(s, job_id, worker, "bad_model_path", message),
+        )
+        return "failed"
+    if unlisted := unlisted_teacher_server(spec, ctx.settings.teacher_servers):
+        # The operator's list may have shrunk since the job was submitted.
+        refusal = f"{unlisted[0]}: {unlisted[1]}"
+        await write(
+            ctx,
+            f"fail job {job_id}",
+            lambda s: fail_job(s, job_id, worker, "teacher_server_not_allowed", refusal),
         )
         return "failed"
     db = DatabaseSink(

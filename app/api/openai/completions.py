@@ -1,8 +1,9 @@
 """OpenAI's legacy completions wire format (`POST /v1/completions`) as vLLM serves it, and
-how it maps onto the playground's request and answer (kernel/playground.py): one prompt,
-text or token ids, read as given (no chat template); `echo` and `logprobs` score the
-prompt's tokens too, with the same call the playground scores a text with, so that eval
-harnesses' loglikelihood tasks (and a job's teacher server) work against a checkpoint.
+how it maps onto the playground's request and answer (kernel/playground.py): a prompt, text
+or token ids, read as given (no chat template), or a list of them (one playground request
+each, their choices in order); `echo` and `logprobs` score the prompt's tokens too, with the
+same call the playground scores a text with, so that eval harnesses' loglikelihood tasks
+(and a job's teacher server) work against a checkpoint.
 
 The playground computes each token's own logprob, not the likeliest alternatives: every
 position's `top_logprobs` (and vLLM's `prompt_logprobs`) holds the chosen token only,
@@ -14,7 +15,8 @@ import time
 import uuid
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from app.api.openai.names import ModelName
 from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage, WorkerTimeout
@@ -25,6 +27,10 @@ MAX_LOGPROBS = 20
 """The most `logprobs` (and `prompt_logprobs`) asks for, as vLLM's default allows."""
 DEFAULT_MAX_TOKENS = 16
 """OpenAI's default for a legacy completion."""
+MAX_PROMPTS = 64
+"""The most prompts one request may list (each is a worker task of its own)."""
+MAX_CHOICES = 64
+"""The most choices (prompts x n) one request may ask for."""
 PROMPT_FIELDS = {"text": "prompt", "prompt_token_ids": "prompt"}
 """The playground's names for the prompt, as this route's caller named it."""
 
@@ -32,15 +38,17 @@ Prompt = str | list[int] | list[str] | list[list[int]]
 
 
 class CompletionRequest(Strict):
-    """`POST /v1/completions`: one prompt (a text, token ids, or a list of one of them).
-    Bounds are the playground's (at most 16 completions of at most 4096 tokens, 4 stop
-    strings); `max_tokens` defaults to 16, and 0 samples nothing (with `echo` and
-    `logprobs`, or `prompt_logprobs`: the prompt is only scored)."""
+    """`POST /v1/completions`: a prompt (a text or token ids) or a list of up to 64 (texts
+    or token-id lists), with at most 64 choices in all (prompts x n). Each prompt's bounds
+    are the playground's (at most 16 completions of at most 4096 tokens, 4 stop strings);
+    `max_tokens` defaults to 16, and 0 samples nothing (with `echo` and `logprobs`, or
+    `prompt_logprobs`: the prompt is only scored)."""
 
     model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
     prompt: Prompt = Field(
         description="A text (tokenized with the tokenizer's special tokens, no template) or "
-        "its token ids; a list of several prompts is refused (send one request each)."
+        "its token ids, or a list of texts or of token-id lists: each prompt's choices "
+        "follow the previous one's (`index` = prompt's place x n + completion's)."
     )
     max_tokens: int | None = None
     temperature: float | None = None
@@ -68,19 +76,35 @@ class CompletionRequest(Strict):
     user: str | None = Field(None, description="Accepted and not used.")
     timeout_seconds: WorkerTimeout = None
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_kind(cls, prompt: Any) -> Any:
+        """A list of prompts is all texts or all token-id lists (else the union's four
+        errors would say it)."""
+        if isinstance(prompt, list) and len({type(item) for item in prompt}) > 1:
+            raise ValueError("a list of prompts is all texts or all token-id lists")
+        return prompt
+
     @field_validator("prompt")
     @classmethod
-    def _one_prompt(cls, prompt: Prompt) -> str | list[int]:
-        if isinstance(prompt, str):
-            return prompt
-        if not prompt:
+    def _some_prompts(cls, prompt: Prompt) -> Prompt:
+        count = len(prompts_of(prompt))
+        if not count:
             raise ValueError("give a prompt: a text or token ids")
-        first = prompt[0]
-        if isinstance(first, int):
-            return cast(list[int], prompt)  # the union matched list[int]: all ints
-        if len(prompt) > 1:
-            raise ValueError(f"one prompt per request ({len(prompt)} given): send one request each")
-        return first
+        if count > MAX_PROMPTS:
+            raise ValueError(f"at most {MAX_PROMPTS} prompts per request ({count} given)")
+        return prompt
+
+    @field_validator("n")
+    @classmethod
+    def _bounded_choices(cls, n: int | None, info: ValidationInfo) -> int | None:
+        prompts = len(prompts_of(info.data.get("prompt", [])))
+        if prompts * (n or 1) > MAX_CHOICES:
+            raise ValueError(
+                f"at most {MAX_CHOICES} choices per request: {prompts} prompts x n {n} asks "
+                "for more"
+            )
+        return n
 
     @field_validator("best_of")
     @classmethod
@@ -99,18 +123,25 @@ class CompletionRequest(Strict):
     def scores_prompt(self) -> bool:
         return (bool(self.echo) and self.logprobs is not None) or self.prompt_logprobs is not None
 
-    def playground_request(self, name: ModelName) -> PlaygroundRequest:
-        """The playground request this asks for (pydantic's ValidationError, naming the
-        field, when a value is beyond the playground's bounds)."""
+    def prompts(self) -> list[str | list[int]]:
+        return prompts_of(self.prompt)
+
+    def batched(self) -> bool:
+        """The prompt came as a list of prompts (not one text or one token-id list)."""
+        prompt = self.prompt
+        return not isinstance(prompt, str) and bool(prompt) and not isinstance(prompt[0], int)
+
+    def playground_requests(self, name: ModelName) -> list[PlaygroundRequest]:
+        """The playground request each prompt asks for (a RequestValidationError naming the
+        field and, for a list of prompts, the prompt's place, when a value is beyond the
+        playground's bounds)."""
         given = self.model_dump(
             include={"n", "temperature", "top_p", "seed", "timeout_seconds"}, exclude_none=True
         )
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
-        prompt = {"text" if isinstance(self.prompt, str) else "prompt_token_ids": self.prompt}
         max_tokens = DEFAULT_MAX_TOKENS if self.max_tokens is None else self.max_tokens
-        return PlaygroundRequest.model_validate(
+        shared = (
             given
-            | prompt
             | ({} if stop is None else {"stop": stop})
             | {
                 "max_tokens": max_tokens,
@@ -119,6 +150,29 @@ class CompletionRequest(Strict):
                 "model": name.role,
             }
         )
+        requests, errors = [], []
+        for index, prompt in enumerate(self.prompts()):
+            field = "text" if isinstance(prompt, str) else "prompt_token_ids"
+            try:
+                requests.append(PlaygroundRequest.model_validate(shared | {field: prompt}))
+            except ValidationError as error:
+                errors.extend(
+                    e
+                    for e in renamed(error.errors(), index if self.batched() else None)
+                    if e not in errors  # the shared fields' errors, once
+                )
+        if errors:
+            raise RequestValidationError(errors)
+        return requests
+
+
+def prompts_of(prompt: Prompt) -> list[str | list[int]]:
+    """The prompts a request's `prompt` lists: one text, one token-id list, or several."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and isinstance(prompt[0], int):
+        return [cast(list[int], prompt)]  # the union matched list[int]: all ints
+    return cast(list[str | list[int]], list(prompt))
 
 
 class Logprobs(BaseModel):
@@ -191,10 +245,14 @@ def vllm_prompt_logprobs(answer: SampleAnswer) -> list[dict[str, PromptLogprob] 
 
 
 def choice_of(
-    body: CompletionRequest, answer: SampleAnswer, index: int, completion: Completion
+    body: CompletionRequest,
+    prompt: str | list[int],
+    answer: SampleAnswer,
+    index: int,
+    completion: Completion,
 ) -> TextChoice:
     echoed = bool(body.echo)
-    prompt_text = body.prompt if isinstance(body.prompt, str) else answer.prompt
+    prompt_text = prompt if isinstance(prompt, str) else answer.prompt
     tokens = list(completion.tokens)
     values: list[float | None] = [floored(value) for value in completion.logprobs]
     if echoed and body.logprobs is not None:
@@ -209,29 +267,39 @@ def choice_of(
     )
 
 
-def text_completion(body: CompletionRequest, answer: SampleAnswer) -> TextCompletion:
-    """The answer's completions by the model asked for (its first output), as choices."""
-    completions = answer.outputs[0].completions
-    sampled = sum(len(completion.token_ids) for completion in completions)
+def text_completion(body: CompletionRequest, answers: list[SampleAnswer]) -> TextCompletion:
+    """Each prompt's answer's completions by the model asked for (its first output), as
+    choices, prompt after prompt (vLLM's order); the usage summed over the prompts."""
+    choices: list[TextChoice] = []
+    prompt_tokens = sampled = 0
+    for prompt, answer in zip(body.prompts(), answers, strict=True):
+        completions = answer.outputs[0].completions
+        choices += [
+            choice_of(body, prompt, answer, len(choices) + index, completion)
+            for index, completion in enumerate(completions)
+        ]
+        prompt_tokens += answer.prompt_tokens
+        sampled += sum(len(completion.token_ids) for completion in completions)
     return TextCompletion(
         id=f"cmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
         model=body.model,
-        choices=[
-            choice_of(body, answer, index, completion)
-            for index, completion in enumerate(completions)
-        ],
+        choices=choices,
         usage=Usage(
-            prompt_tokens=answer.prompt_tokens,
+            prompt_tokens=prompt_tokens,
             completion_tokens=sampled,
-            total_tokens=answer.prompt_tokens + sampled,
+            total_tokens=prompt_tokens + sampled,
         ),
     )
 
 
-def renamed(errors: list[Any]) -> list[Any]:
-    """The playground's validation errors, the prompt's fields named as the caller named it."""
-    return [
-        error | {"loc": tuple(PROMPT_FIELDS.get(str(part), part) for part in error["loc"])}
-        for error in errors
-    ]
+def renamed(errors: list[Any], place: int | None) -> list[Any]:
+    """The playground's validation errors, the prompt's fields named as the caller named
+    them (with the prompt's `place` in a list of prompts)."""
+    return [error | {"loc": renamed_loc(error["loc"], place)} for error in errors]
+
+
+def renamed_loc(loc: tuple[Any, ...], place: int | None) -> tuple[Any, ...]:
+    if not loc or loc[0] not in PROMPT_FIELDS:
+        return loc
+    return (PROMPT_FIELDS[loc[0]], *([] if place is None else [place]), *loc[1:])

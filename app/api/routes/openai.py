@@ -18,7 +18,6 @@ from app.api.errors import ApiError, error_responses
 from app.api.openai.completions import (
     CompletionRequest,
     TextCompletion,
-    renamed,
     text_completion,
 )
 from app.api.openai.errors import OpenAIRoute, model_not_found, openai_error_responses
@@ -68,15 +67,15 @@ async def model_job(
 async def serve_door(
     sampling: Sampling,
     job: Job,
-    request: SampleRequest,
-    respond: Callable[[PlaygroundAnswer], R],
+    requests: list[SampleRequest],
+    respond: Callable[[list[PlaygroundAnswer]], R],
     kind: type[R],
     idempotency: Idempotency | None,
 ) -> Served[R]:
-    """The playground's answer as this door's response; its failures as OpenAI's errors
+    """The playground's answers as this door's response; their failures as OpenAI's errors
     (saved weights the job does not have: a model that does not exist)."""
     try:
-        return await sampling.serve(job, request, respond, kind, idempotency)
+        return await sampling.serve_all(job, requests, respond, kind, idempotency)
     except PlaygroundError as error:
         if error.param == "checkpoint":
             raise ApiError(404, "model_not_found", error.message, "model") from None
@@ -115,8 +114,8 @@ async def create_chat_completion(
     served = await serve_door(
         Sampling(session, queue, settings, waits, principal.team_id),
         job,
-        request,
-        lambda answer: chat_completion(body.model, answer, bool(body.logprobs)),
+        [request],
+        lambda answers: chat_completion(body.model, answers[0], bool(body.logprobs)),
         ChatCompletion,
         idempotency,
     )
@@ -154,16 +153,13 @@ async def create_completion(
     the playground, within `timeout_seconds`; the usage counts in the job's; an
     `Idempotency-Key` makes a retry safe, as for chat completions."""
     name, job = await model_job(session, principal, body.model)
-    try:
-        request = body.playground_request(name)
-    except ValidationError as error:
-        raise RequestValidationError(renamed(error.errors())) from None
+    requests = body.playground_requests(name)
     idempotency = await idempotency_of(idempotency_key, "POST /v1/completions", raw)
     served = await serve_door(
         Sampling(session, queue, settings, waits, principal.team_id),
         job,
-        request,
-        lambda answer: text_completion(body, answer),
+        requests,
+        lambda answers: text_completion(body, answers),
         TextCompletion,
         idempotency,
     )

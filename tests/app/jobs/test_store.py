@@ -105,13 +105,22 @@ async def test_heartbeat_and_steps_report_the_requested_action(session, job):
 
 async def test_complete_records_the_final_weights(session, job):
     await claim_job(session, job.id, "w1", heartbeat_timeout=60)
-    await apply_action(session, job.id, JobAction.cancel)
+    await apply_action(session, job.id, JobAction.pause)
     done = await complete_job(session, job.id, "w1", "/w/final")
-    assert done.status == JobStatus.succeeded, "a run that finished every step succeeded"
+    assert done.status == JobStatus.succeeded, "a pause asked for after the last step is moot"
     assert (done.final_weights_path, done.steps_done) == ("/w/final", 3)
     assert done.finished_at is not None and done.requested_action is None
     with pytest.raises(JobNotHeld):
         await fail_job(session, job.id, "w1", "late", "too late")
+
+
+async def test_a_cancel_accepted_after_the_last_step_ends_cancelled(session, job):
+    await claim_job(session, job.id, "w1", heartbeat_timeout=60)
+    await apply_action(session, job.id, JobAction.cancel)
+    done = await complete_job(session, job.id, "w1", "/w/final")
+    assert done.status == JobStatus.cancelled, "an accepted cancel never ends succeeded"
+    assert (done.final_weights_path, done.steps_done) == ("/w/final", 3), "weights kept"
+    assert done.requested_action is None
 
 
 async def test_fail_keeps_a_code_and_message(session, job):

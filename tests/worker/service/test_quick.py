@@ -410,10 +410,61 @@ async def test_a_text_prompt_is_completed_after_its_own_tokens_and_echoed(
     assert plain["usage"]["prompt_tokens"] == len(prompt)
 
 
+async def test_a_list_of_prompts_is_one_choice_each_in_order_its_usage_summed(
+    api, key, trained, pytrio_fake
+):
+    """Texts sampled n times each: prompt after prompt, each choice echoing its own
+    prompt; then token-id lists scored (max_tokens 0) each as its text alone scores; the
+    usage and the bill the sum of the prompts'."""
+    job = f"job-{trained['id']}"
+    texts = ["What is 1 + 1?", "2 + 2 =", "Say hi"]
+    async with billed(api, key, trained["id"], pytrio_fake) as bill:
+        answer = await completed(
+            api, key, model=job, prompt=texts, n=2, max_tokens=3, echo=True, logprobs=0
+        )
+    choices = answer["choices"]
+    assert [choice["index"] for choice in choices] == list(range(6))
+    for place, choice in enumerate(choices):
+        assert choice["text"].startswith(texts[place // 2])
+    prompts = [len(model.TOKENIZER.encode(text, add_special_tokens=True)) for text in texts]
+    sampled = sum(len(c["logprobs"]["tokens"]) for c in choices) - 2 * sum(prompts)
+    usage = answer["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (sum(prompts), sampled)
+    assert bill.samplings(pytrio_fake).count("sample") == 3
+    assert bill.added == {"sampled_tokens": sampled + sum(prompts), "teacher_tokens": 0}
+
+    student = pytrio_fake.checkpoints[trained["final_weights_path"]].weights
+    ids = [model.TOKENIZER.encode(text, add_special_tokens=True) for text in texts]
+    scored = await completed(api, key, model=job, prompt=ids, echo=True, logprobs=1, max_tokens=0)
+    assert [choice["index"] for choice in scored["choices"]] == [0, 1, 2]
+    for choice, one in zip(scored["choices"], ids, strict=True):
+        alone = await completed(
+            api, key, model=job, prompt=one, echo=True, logprobs=1, max_tokens=0
+        )
+        assert choice["logprobs"] == alone["choices"][0]["logprobs"]
+        assert_close(choice["logprobs"]["token_logprobs"][1:], model.score(student, one)[1:])
+    assert scored["usage"]["prompt_tokens"] == sum(len(one) for one in ids)
+
+
+async def test_a_bad_prompt_in_a_list_is_a_400_naming_its_place(api, key, trained):
+    body = {"model": f"job-{trained['id']}", "prompt": [[1, 2], [1, model.VOCAB + 3]]}
+    response = await api.post("/v1/completions", json=body, headers=auth(key))
+
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_prompt")
+    assert error["message"].startswith(f"prompt 1: prompt_token_ids: {model.VOCAB + 3} is not")
+
+
 async def test_a_completion_resent_gets_the_first_and_is_billed_once(
     api, key, trained, pytrio_fake
 ):
-    body = {"model": f"job-{trained['id']}", "prompt": "1 + 1 =", "echo": True, "logprobs": 0}
+    body = {
+        "model": f"job-{trained['id']}",
+        "prompt": ["1 + 1 =", "2"],
+        "echo": True,
+        "logprobs": 0,
+    }
     headers = auth(key) | {"Idempotency-Key": "completion-1"}
     async with billed(api, key, trained["id"], pytrio_fake) as bill:
         first = await api.post("/v1/completions", json=body, headers=headers)
@@ -421,7 +472,7 @@ async def test_a_completion_resent_gets_the_first_and_is_billed_once(
 
     assert first.status_code == again.status_code == 200, again.text
     assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
-    assert bill.samplings(pytrio_fake) == ["sample", "compute_logprobs"]
+    assert sorted(bill.samplings(pytrio_fake)) == ["compute_logprobs"] * 2 + ["sample"] * 2
     usage = first.json()["usage"]
     assert bill.added == {"sampled_tokens": usage["total_tokens"], "teacher_tokens": 0}
 

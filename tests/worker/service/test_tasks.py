@@ -374,3 +374,18 @@ async def test_a_stopped_heartbeat_lets_its_update_finish_and_ends(context):
     await asyncio.wait_for(stopping, 10)
     async with ctx.sessions() as session:  # nothing holds the write lock any more
         assert await heartbeat(session, job_id, ctx.worker_id) is None
+
+
+async def test_the_worker_refuses_a_teacher_server_no_longer_listed(monkeypatch, context):
+    """Stored past the API's check (the operator's list has since lost it): the job fails
+    before anything is loaded or called."""
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    server = {"url": "http://vllm.internal:8000/v1", "model": "m"}
+    job_id = await submit(context, SPEC | {"teacher": {"server": server}})
+
+    assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+    code, message, _ = await failure(context, job_id)
+    assert code == "teacher_server_not_allowed" and message is not None
+    assert message.startswith("teacher.server.url: http://vllm.internal:8000/v1 is not one")
+    assert "OPD_TEACHER_SERVERS" in message and fake.calls == []

@@ -130,7 +130,7 @@ def test_a_completion_request_maps_onto_the_playgrounds_with_its_prompt_as_given
     scored = CompletionRequest(
         model="job-3:teacher", prompt=prompt, echo=True, logprobs=1, max_tokens=0
     )
-    request = scored.playground_request(parse_model(scored.model))
+    (request,) = scored.playground_requests(parse_model(scored.model))
     given = request.model_dump(include={"text", "prompt_token_ids"}, exclude_none=True)
     assert given == asked and request.prompt is None and request.messages is None
     assert (request.model, request.checkpoint, request.max_tokens) == ("teacher", "final", 0)
@@ -138,11 +138,23 @@ def test_a_completion_request_maps_onto_the_playgrounds_with_its_prompt_as_given
     sampled = CompletionRequest(
         model="job-3@step-2", prompt=prompt, n=2, stop="\n", seed=4, temperature=0, logprobs=2
     )
-    request = sampled.playground_request(parse_model(sampled.model))
+    (request,) = sampled.playground_requests(parse_model(sampled.model))
     assert (request.checkpoint, request.max_tokens, request.n, request.stop) == (2, 16, 2, ["\n"])
     assert (request.seed, request.temperature, request.prompt_logprobs) == (4, 0, False)
     vllm = CompletionRequest(model="job-3", prompt=prompt, prompt_logprobs=0, max_tokens=0)
-    assert vllm.playground_request(parse_model(vllm.model)).prompt_logprobs
+    assert vllm.playground_requests(parse_model(vllm.model))[0].prompt_logprobs
+
+
+@pytest.mark.parametrize(
+    ("prompts", "field"), [(["1 +", "2 + 3 ="], "text"), ([[5], [6, 7]], "prompt_token_ids")]
+)
+def test_a_list_of_prompts_is_one_playground_request_each_with_the_same_settings(prompts, field):
+    body = CompletionRequest(model="job-3@step-2", prompt=prompts, n=2, seed=4, max_tokens=3)
+    requests = body.playground_requests(parse_model(body.model))
+
+    assert [getattr(request, field) for request in requests] == prompts
+    assert {(r.checkpoint, r.n, r.seed, r.max_tokens) for r in requests} == {(2, 2, 4, 3)}
+    assert body.batched() and body.prompts() == prompts
 
 
 @pytest.fixture
@@ -199,12 +211,16 @@ async def test_a_bad_request_is_a_400_in_openais_shape_naming_the_param(
 @pytest.mark.parametrize(
     ("body", "param", "words"),
     [
-        ({"prompt": ["a", "b"]}, "prompt", "one prompt per request (2 given)"),
-        ({"prompt": [[1], [2]]}, "prompt", "one prompt per request (2 given)"),
+        ({"prompt": ["a"] * 65}, "prompt", "at most 64 prompts per request (65 given)"),
+        ({"prompt": [[1]] * 65}, "prompt", "at most 64 prompts per request (65 given)"),
+        ({"prompt": ["a"] * 33, "n": 2}, "n", "at most 64 choices per request: 33 prompts x n 2"),
         ({"prompt": []}, "prompt", "give a prompt"),
         ({"prompt": ""}, "prompt", "at least 1 character"),
-        ({"prompt": [[]]}, "prompt", "at least 1 item"),
+        ({"prompt": ["a", ""]}, "prompt.1", "at least 1 character"),
+        ({"prompt": [[]]}, "prompt.0", "at least 1 item"),
         ({"prompt": [3, -1]}, "prompt.1", "greater than or equal to 0"),
+        ({"prompt": [[3], [2, -1]]}, "prompt.1.1", "greater than or equal to 0"),
+        ({"prompt": ["a", [1]]}, "prompt", "all texts or all token-id lists"),
         ({"prompt": "a", "max_tokens": 0}, None, "0 only with prompt_logprobs"),
         ({"prompt": "a", "max_tokens": 5000}, "max_tokens", "less than or equal to 4096"),
         ({"prompt": "a", "logprobs": 21}, "logprobs", "less than or equal to 20"),

@@ -1,0 +1,423 @@
+"""A teacher on an inference server: the OpenAI-compatible completions protocol as vLLM and
+SGLang serve it (and this service's own `POST /v1/completions`), as a teacher SamplingClient.
+
+It scores token-id prompts with `max_tokens: 0` and either `echo: true, logprobs: k` (the
+legacy protocol: each prompt token's logprob, `tokens` its text) or `echo: true` with
+vLLM's `prompt_logprobs: k` (keyed by token id: what a top-k objective needs). Calls made at once
+are gathered into requests of up to `batch_size` prompts (a list prompt), at most
+`max_concurrency` of them in flight; each request is bounded in time and in the size of its
+answer, and retried with backoff on 429, 5xx, timeouts and dropped connections. What
+still fails becomes an error a person can act on (codes `teacher_server_*`); a server that
+answers without prompt logprobs is told so at once, never retried.
+
+The key is read from the worker's environment (`api_key_env`), never from the spec.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pytrio.types import ModelInput, SampleResponse, SamplingParams
+
+from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
+from kernel.retry import Backoff, retry
+from kernel.spec import MAX_RETRY_DELAY_SECONDS, TeacherServer
+from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
+from worker.engine.backends.resilient import (
+    AUTH_STATUS_CODES,
+    Failure,
+    Kind,
+    Warn,
+    network_failure,
+)
+from worker.engine.datums import TopK
+
+ANSWER_BASE_BYTES = 1 << 20
+ANSWER_BYTES_PER_ENTRY = 512
+"""An answer may hold 1 MiB plus this much per (position, alternative) asked for."""
+TRANSIENT_STATUS = frozenset({408, 429})
+ERROR_TEXT_CHARS = 300
+
+
+class ServerAnswered(Exception):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(f"HTTP {status}: {text[:ERROR_TEXT_CHARS]}")
+        self.status = status
+
+
+class NoPromptLogprobs(OPDError):
+    """The server's answer holds no logprob for each prompt token: it cannot be a teacher."""
+
+    code = "teacher_server_protocol"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One prompt as the server scored it: each token's logprob (None for the first), its
+    text, and with k >= 1 the k likeliest (token id, logprob) at each position."""
+
+    logprobs: list[float | None]
+    pieces: list[str]
+    topk: list[TopK | None] | None = None
+
+
+@dataclass
+class Waiting:
+    """A prompt waiting for the request that will score it."""
+
+    tokens: list[int]
+    answer: asyncio.Future[Scored]
+
+
+def classify(error: BaseException) -> Failure | None:
+    """429, 408 and 5xx are worth another try, as are the network's failures; 401 and 403
+    are about the key; any other status is the server refusing the request."""
+    if isinstance(error, ServerAnswered):
+        if error.status in TRANSIENT_STATUS or error.status >= 500:
+            return Failure(Kind.transient, str(error))
+        kind = Kind.auth if error.status in AUTH_STATUS_CODES else Kind.rejected
+        return Failure(kind, str(error))
+    return network_failure(error)
+
+
+def transient(error: BaseException) -> bool:
+    failure = classify(error)
+    return failure is not None and failure.kind is Kind.transient
+
+
+class ServerTeacher:
+    """The teacher SamplingClient of one server model (`options`), which speaks the
+    student's tokens (`tokenizer`, checked by the preflight's `probe`). `who` names it in
+    messages and `field` is where the spec writes it (`teacher.server`)."""
+
+    def __init__(
+        self,
+        options: TeacherServer,
+        tokenizer: Any,
+        *,
+        field: str = "teacher.server",
+        warn: Warn = lambda message, data: None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        environ: Callable[[str], str | None] = os.environ.get,
+    ) -> None:
+        self.options, self.tokenizer, self.field, self.warn = options, tokenizer, field, warn
+        self.key = self._key(environ)
+        self.transport = transport
+        self.http: httpx.AsyncClient | None = None
+        self.waiting: dict[int, list[Waiting]] = {}
+        self.flushing: set[int] = set()
+        self.sending: set[asyncio.Task[None]] = set()
+        self.slots: asyncio.Semaphore | None = None
+
+    def _key(self, environ: Callable[[str], str | None]) -> str | None:
+        name = self.options.api_key_env
+        if name is None:
+            return None
+        key = environ(name)
+        if not key:
+            raise BackendAuth(
+                f"{self.field}.api_key_env names {name}, which is not set in the worker's "
+                f"environment: set it to the key of {self.options.url}",
+                code="teacher_server_auth",
+            )
+        return key
+
+    @property
+    def who(self) -> str:
+        return f"teacher server {self.options.url} (model {self.options.model!r})"
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """`None` for the first token, then the server's logprob of each following token."""
+        return (await self.score(prompt.to_ints())).logprobs
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        """Only the prefill that scores a prompt (its logprobs and their top k), as the
+        loop's top-k scoring asks for it: a server teacher never samples here."""
+        if not include_prompt_logprobs:
+            raise OPDError(
+                f"{self.who} only scores tokens; it does not sample for this job",
+                code="teacher_server_protocol",
+            )
+        tokens = prompt.to_ints()
+        scored = await self.score(tokens, topk_prompt_logprobs)
+        return SampleResponse(
+            sequences=[],
+            prompt_logprobs=scored.logprobs,
+            topk_prompt_logprobs=[
+                None if row is None else list(row) for row in scored.topk or [None] * len(tokens)
+            ],
+        )
+
+    async def score(self, tokens: list[int], k: int = 0) -> Scored:
+        """The server's scores of one prompt, sent with the others asked for at once."""
+        if not tokens:
+            raise ValueError("a prompt to score needs at least one token")
+        loop = asyncio.get_running_loop()
+        waiting = Waiting(list(tokens), loop.create_future())
+        queue = self.waiting.setdefault(k, [])
+        queue.append(waiting)
+        if len(queue) >= self.options.batch_size:
+            self._flush(k)
+        elif k not in self.flushing:
+            self.flushing.add(k)
+            loop.call_soon(self._flush, k)  # after every call made at this moment
+        return await waiting.answer
+
+    def _flush(self, k: int) -> None:
+        self.flushing.discard(k)
+        queue = self.waiting.pop(k, [])
+        size = self.options.batch_size
+        for start in range(0, len(queue), size):
+            task = asyncio.create_task(self._send(queue[start : start + size], k))
+            self.sending.add(task)
+            task.add_done_callback(self.sending.discard)
+
+    async def _send(self, batch: list[Waiting], k: int) -> None:
+        if self.slots is None:
+            self.slots = asyncio.Semaphore(self.options.max_concurrency)
+        try:
+            async with self.slots:
+                answers = await self.scored([w.tokens for w in batch], k)
+        except Exception as error:
+            for waiting in batch:
+                if not waiting.answer.done():
+                    waiting.answer.set_exception(error)
+            return
+        except BaseException:  # cancelled: so are its callers' waits
+            for waiting in batch:
+                waiting.answer.cancel()
+            raise
+        for waiting, answer in zip(batch, answers, strict=True):
+            if not waiting.answer.done():
+                waiting.answer.set_result(answer)
+
+    async def scored(self, prompts: list[list[int]], k: int) -> list[Scored]:
+        """One request scoring `prompts`, retried as the spec says; its final failure in
+        words a person can act on."""
+        tries = 0
+        last: BaseException | None = None
+
+        async def attempt() -> dict[str, Any]:
+            nonlocal tries, last
+            if last is not None:
+                self.warn(
+                    f"Retrying {self.who} (try {tries + 1} of {self.options.max_retries + 1}) "
+                    f"after: {describe(last)}",
+                    {"server": self.options.url, "try": tries + 1, "error": describe(last)},
+                )
+            tries += 1
+            try:
+                return await self.post(self.body(prompts, k), answer_limit(prompts, k))
+            except Exception as error:
+                last = error
+                raise
+
+        backoff = Backoff(
+            initial=self.options.retry_delay_seconds,
+            cap=MAX_RETRY_DELAY_SECONDS,
+            attempts=self.options.max_retries + 1,
+        )
+        try:
+            answer = await retry(attempt, transient=transient, backoff=backoff, what=self.who)
+        except Exception as error:
+            raise self.failure(error, tries) from error
+        return self.read(answer, prompts, k)
+
+    def body(self, prompts: list[list[int]], k: int) -> dict[str, Any]:
+        """The completions request that scores `prompts` and samples nothing."""
+        body: dict[str, Any] = {
+            "model": self.options.model,
+            "prompt": prompts[0] if len(prompts) == 1 else prompts,
+            "max_tokens": 0,
+            "temperature": 0.0,
+        }
+        if self.options.protocol == "prompt_logprobs":  # echo: vLLM scores without sampling
+            return body | {"echo": True, "prompt_logprobs": k}
+        return body | {"echo": True, "logprobs": max(k, 1)}
+
+    async def post(self, body: dict[str, Any], limit: int) -> dict[str, Any]:
+        if self.http is None:
+            headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+            self.http = httpx.AsyncClient(
+                headers=headers,
+                timeout=self.options.timeout_seconds,
+                transport=self.transport,
+                limits=httpx.Limits(max_connections=self.options.max_concurrency),
+            )
+        url = f"{self.options.url}/completions"
+        async with asyncio.timeout(self.options.timeout_seconds):
+            async with self.http.stream("POST", url, json=body) as response:
+                content = bytearray()
+                async for chunk in response.aiter_bytes():
+                    content += chunk
+                    if len(content) > limit:
+                        raise NoPromptLogprobs(
+                            f"{self.who} answered with more than {limit} bytes for "
+                            f"{len(body['prompt'])} prompt(s): not a completions answer"
+                        )
+        text = content.decode("utf-8", errors="replace")
+        if response.status_code >= 400:
+            raise ServerAnswered(response.status_code, error_message(text))
+        try:
+            answer = json.loads(text)
+        except json.JSONDecodeError:
+            raise NoPromptLogprobs(f"{self.who} answered with no JSON: {text[:100]!r}") from None
+        if not isinstance(answer, dict):
+            raise NoPromptLogprobs(f"{self.who} answered with no completion object")
+        return answer
+
+    def read(self, answer: dict[str, Any], prompts: list[list[int]], k: int) -> list[Scored]:
+        """Each prompt's scores from the answer's choices (one per prompt, by index)."""
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            raise NoPromptLogprobs(
+                f"{self.who} answered {len(choices) if isinstance(choices, list) else 'no'} "
+                f"choices for {len(prompts)} prompts"
+            )
+        try:
+            ordered = sorted(choices, key=lambda choice: int(choice.get("index", 0)))
+            return [self.choice(c, tokens, k) for c, tokens in zip(ordered, prompts, strict=True)]
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise NoPromptLogprobs(
+                f"{self.who} answered with malformed prompt logprobs ({type(error).__name__}: "
+                f"{error}); {self.expected}"
+            ) from error
+
+    @property
+    def expected(self) -> str:
+        if self.options.protocol == "prompt_logprobs":
+            return "it should serve vLLM's prompt_logprobs (a dict per prompt token, by id)"
+        return (
+            "it should serve OpenAI's completions with echo and logprobs and max_tokens 0 "
+            "(vLLM, SGLang), giving logprobs.token_logprobs for every prompt token"
+        )
+
+    def choice(self, choice: dict[str, Any], tokens: list[int], k: int) -> Scored:
+        n = len(tokens)
+        if self.options.protocol == "prompt_logprobs":
+            rows = choice.get("prompt_logprobs")
+            if not isinstance(rows, list) or len(rows) < n:
+                raise self.missing(rows, n)
+            logprobs: list[float | None] = [None]
+            pieces = [""]
+            topk: list[TopK | None] = [None]
+            for token, row in zip(tokens[1:], rows[1:n], strict=True):
+                own = row[str(token)]
+                logprobs.append(float(own["logprob"]))
+                pieces.append(str(own.get("decoded_token", "")))
+                likeliest = sorted(
+                    ((int(t), float(v["logprob"])) for t, v in row.items()), key=lambda p: -p[1]
+                )
+                topk.append(likeliest[:k])
+            if k and any(row is not None and len(row) < k for row in topk):
+                raise NoPromptLogprobs(
+                    f"{self.who} sent fewer than the {k} likeliest tokens asked for at some "
+                    "prompt positions: it cannot teach a top-k objective"
+                )
+            return Scored(logprobs, pieces, topk if k else None)
+        logprobs_of = choice.get("logprobs")
+        values = logprobs_of.get("token_logprobs") if isinstance(logprobs_of, dict) else None
+        if not isinstance(values, list) or len(values) < n:
+            raise self.missing(values, n)
+        pieces = [str(piece) for piece in (logprobs_of or {}).get("tokens", [])[:n]]
+        scored = [None, *(float(v) for v in values[1:n])]
+        return Scored(scored, pieces)
+
+    def missing(self, given: Any, n: int) -> NoPromptLogprobs:
+        count = f"{len(given)} prompt logprobs" if isinstance(given, list) else "no prompt logprobs"
+        return NoPromptLogprobs(
+            f"{self.who} answered with {count} for a prompt of {n} tokens: {self.expected}"
+        )
+
+    def failure(self, error: BaseException, tries: int) -> BaseException:
+        failure = classify(error)
+        if failure is None:
+            return error
+        if failure.kind is Kind.transient:
+            return BackendUnavailable(
+                f"{self.who} kept failing ({tries} {'try' if tries == 1 else 'tries'}), last "
+                f"with: {failure.description}. The server is down or overloaded: submit the "
+                f"job again later, or allow more tries with {self.field}.max_retries",
+                code="teacher_server_unavailable",
+            )
+        if failure.kind is Kind.auth:
+            name = self.options.api_key_env
+            sent = f"the key in {name}" if name else "no key"
+            return BackendAuth(
+                f"{self.who} refused {sent}: {failure.description}. Set {self.field}."
+                "api_key_env to the variable of the worker's environment that holds its key",
+                code="teacher_server_auth",
+            )
+        return BackendRejected(
+            f"{self.who} refused the request: {failure.description}",
+            code="teacher_server_rejected",
+        )
+
+    async def probe(self, tokens: Sequence[int]) -> str | None:
+        """Score `tokens` and compare the server's text of each with the tokenizer's: the
+        first position where they differ, in words, or None when they agree (a position
+        whose token is not text alone, part of a character, is not compared)."""
+        scored = await self.score(list(tokens))
+        if len(scored.pieces) < len(tokens):
+            return None if not scored.pieces else "the server sent fewer token texts"
+        for at, (token, piece) in enumerate(zip(tokens, scored.pieces, strict=False)):
+            if at == 0 and not piece:
+                continue
+            ours = self.tokenizer.decode([token])
+            if "\ufffd" not in ours and piece != ours:
+                return f"token {at} (id {token}) is {piece!r} on the server and {ours!r} here"
+        return None
+
+    async def aclose(self) -> None:
+        for task in list(self.sending):
+            task.cancel()
+        if self.http is not None:
+            await self.http.aclose()
+            self.http = None
+
+
+def describe(error: BaseException) -> str:
+    failure = classify(error)
+    return failure.description if failure else f"{type(error).__name__}: {error}"
+
+
+def error_message(text: str) -> str:
+    """An error answer's message: OpenAI's `error.message`, FastAPI's `detail`, or its text."""
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])
+        if "detail" in body:
+            return str(body["detail"])
+        if "message" in body:
+            return str(body["message"])
+    return text
+
+
+def answer_limit(prompts: list[list[int]], k: int) -> int:
+    """The most bytes an answer scoring `prompts` may hold (answers are bounded)."""
+    entries = sum(len(tokens) for tokens in prompts) * (k + 2)
+    return ANSWER_BASE_BYTES + entries * ANSWER_BYTES_PER_ENTRY
