@@ -19,6 +19,7 @@ MAX_TIMEOUT_SECONDS = 600.0
 MAX_STOPS = 4
 MAX_STOP_CHARS = 256
 MAX_SEED = 2**63 - 1
+MAX_TOP_LOGPROBS = 20
 ModelRole = Literal["checkpoint", "teacher", "base"]
 
 
@@ -76,6 +77,14 @@ class SampleRequest(SpecModel):
         False,
         description="Also each prompt token's logprob under each model (null for the first), "
         "from the prefill that scores a text (compute_logprobs, as the teacher scores).",
+    )
+    top_logprobs: int = Field(
+        0,
+        ge=0,
+        le=MAX_TOP_LOGPROBS,
+        description="Also the k likeliest tokens at each sampled token and, with "
+        "prompt_logprobs, at each prompt token (then from the same prefill as its logprobs); "
+        "a sampled token's from a prefill of the prompt and its completion.",
     )
     checkpoint: CheckpointRef = Field(
         "final", description="`final` or the step of saved sampler weights."
@@ -152,6 +161,14 @@ class SampleTask(BaseModel):
     deadline: float
 
 
+class TopLogprob(BaseModel):
+    """One of the likeliest tokens at a position."""
+
+    token_id: int
+    token: str = Field(description="The token decoded on its own.")
+    logprob: float | None = Field(description="Null: not finite.")
+
+
 class Completion(BaseModel):
     text: str = Field(description="The completion's text, up to the first stop string.")
     tokens: list[str] = Field(description="The completion's tokens, decoded one by one.")
@@ -165,6 +182,9 @@ class Completion(BaseModel):
     )
     reverse_kl: list[float | None] | None = Field(
         None, description="logprobs - teacher_logprobs per token (when the teacher is compared)."
+    )
+    top_logprobs: list[list[TopLogprob]] | None = Field(
+        None, description="The likeliest tokens at each token, likeliest first (top_logprobs)."
     )
 
 
@@ -184,6 +204,11 @@ class ModelOutput(BaseModel):
         None,
         description="Each prompt token's logprob under this model, null for the first (and "
         "where not finite); with `prompt_logprobs` only.",
+    )
+    prompt_top_logprobs: list[list[TopLogprob] | None] | None = Field(
+        None,
+        description="The likeliest tokens at each prompt token, null for the first; with "
+        "`prompt_logprobs` and `top_logprobs`.",
     )
 
 

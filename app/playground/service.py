@@ -74,10 +74,17 @@ def answer_usage(answer: SampleAnswer) -> dict[str, int]:
     the student's weights (a checkpoint, the base) sampled their completion tokens; the
     teacher read the prompt and wrote its completions, and scored each completion it was
     compared with (its prompt and its tokens); a student's weights that scored the prompt
-    (`prompt_logprobs`) read its tokens too."""
+    (`prompt_logprobs`) read its tokens too. A model that ranked a completion's tokens
+    (`top_logprobs`) read its prompt and its tokens once more."""
     counts: Counter[str] = Counter()
     for output in answer.outputs:
         written = sum(len(completion.token_ids) for completion in output.completions)
+        column = "teacher_tokens" if output.model == "teacher" else "sampled_tokens"
+        counts[column] += sum(
+            answer.prompt_tokens + len(completion.token_ids)
+            for completion in output.completions
+            if completion.top_logprobs is not None
+        )
         if output.model == "teacher":
             counts["teacher_tokens"] += answer.prompt_tokens + written
             continue

@@ -28,7 +28,11 @@ FUZZED = settings(
     derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
 )
 """What every fuzzing test runs under: the same examples each run (derived from the test,
-not a random seed), none remembered, no deadline (requests reach real databases)."""
+not a random seed), none remembered, no deadline (requests reach real databases). The
+same, that is, for the same modules loaded: Hypothesis also draws constants it finds in
+the project's loaded modules (not the tests'), so a fuzzer run after other tests (which
+loaded more of the project) can send other examples. A failure seen only then is a real
+one all the same: its curl command reproduces it alone."""
 SCALE = int(os.environ.get("OPD_FUZZ_SCALE", "1"))
 """How many times the suite's examples each fuzzer runs: the suite's few cover every route
 and form in seconds; a long search raises it (`OPD_FUZZ_SCALE=20 pytest tests/app -k

@@ -146,6 +146,55 @@ def test_the_openai_packages_completions_score_a_text_as_the_playground_does(ser
     assert len(text.choices[0].logprobs.tokens) == text.usage.total_tokens
 
 
+def test_the_openai_packages_completions_score_a_list_of_prompts_with_top_logprobs(
+    service, finished
+):
+    """`completions.create` over a list prompt, as an eval harness batches its
+    loglikelihood requests (echo, logprobs 2, max_tokens 1 as lm_eval sends it): one
+    choice per prompt in order, each the values its prompt alone gets, the usage summed;
+    each position's top_logprobs the 2 likeliest tokens and the chosen one, whose value is
+    the largest exactly where it is the likeliest."""
+    model, client = f"job-{finished['id']}", client_of(service)
+    texts = ["What is 2 + 3?", "Compute 7 * 8.", "abc"]
+    batch = client.completions.create(
+        model=model, prompt=texts, echo=True, logprobs=2, max_tokens=1, temperature=0
+    )
+    assert [choice.index for choice in batch.choices] == [0, 1, 2]
+    prompt_tokens = 0
+    for text, choice in zip(texts, batch.choices, strict=True):
+        alone = client.completions.create(
+            model=model, prompt=text, echo=True, logprobs=2, max_tokens=1, temperature=0
+        )
+        (expected,) = alone.choices
+        assert choice.text == expected.text and choice.text.startswith(text)
+        logprobs = choice.logprobs
+        assert logprobs.tokens == expected.logprobs.tokens
+        assert_close(logprobs.token_logprobs[1:], expected.logprobs.token_logprobs[1:], what=text)
+        for token, value, top in zip(
+            logprobs.tokens[1:], logprobs.token_logprobs[1:], logprobs.top_logprobs[1:], strict=True
+        ):
+            assert top[token] == value and 1 <= len(top) <= 3
+            assert sorted(top.values(), reverse=True)[0] >= value
+        assert logprobs.top_logprobs[-1] is not None, "the sampled token's alternatives too"
+        prompt_tokens += alone.usage.prompt_tokens
+    assert batch.usage.prompt_tokens == prompt_tokens
+    assert batch.usage.completion_tokens == len(texts)
+    greedy = [
+        max(top.values()) == value
+        for top, value in zip(
+            batch.choices[0].logprobs.top_logprobs[1:],
+            batch.choices[0].logprobs.token_logprobs[1:],
+            strict=True,
+        )
+    ]
+    assert greedy[-1], "a greedy sample is its position's likeliest token"
+
+    ids = [[5, 6, 7], [8, 9]]
+    scored = client.completions.create(model=model, prompt=ids, echo=True, logprobs=0, max_tokens=0)
+    assert [len(choice.logprobs.tokens) for choice in scored.choices] == [3, 2]
+    assert scored.usage.prompt_tokens == 5
+
+
 def test_the_team_sees_the_jobs_models_and_each_can_be_sampled(service, finished):
     client = client_of(service)
     job = finished["id"]

@@ -63,6 +63,17 @@ def score(weights: str, tokens: Sequence[int]) -> list[float | None]:
     return [None, *(float(table[a, b]) for a, b in itertools.pairwise(tokens))]
 
 
+def likeliest(weights: str, tokens: Sequence[int], k: int) -> list[list[tuple[int, float]] | None]:
+    """None for the first token, then the k likeliest tokens at each following position
+    as (token, logprob), likeliest first (fewer past the vocabulary)."""
+    table = log_probs(weights)
+    rows: list[list[tuple[int, float]] | None] = [None]
+    for previous in tokens[:-1]:
+        order = np.argsort(-table[previous], kind="stable")[: min(k, VOCAB)]
+        rows.append([(int(token), float(table[previous, token])) for token in order])
+    return rows
+
+
 @dataclass(frozen=True)
 class Sampling:
     """What a sampling request asks for, in plain values."""

@@ -623,14 +623,12 @@ class FakeSamplingClient:
 def top_logprobs(weights: str, tokens: list[int], k: int) -> TopkLogprobs:
     """The k likeliest next tokens at each prompt position (the first has no context and
     is the sentinel row), likeliest first; past the vocabulary, sentinels, as Tinker pads."""
-    table = model.log_probs(weights)
     token_ids = np.zeros((len(tokens), k), dtype=np.int32)
     logprobs = np.full((len(tokens), k), MASK_LOGPROB, dtype=np.float32)
-    width = min(k, model.VOCAB)
-    for position, previous in enumerate(tokens[:-1], start=1):
-        order = np.argsort(-table[previous], kind="stable")[:width]
-        token_ids[position, :width] = order
-        logprobs[position, :width] = table[previous, order]
+    for position, row in enumerate(model.likeliest(weights, tokens, k)[1:], start=1):
+        assert row is not None
+        token_ids[position, : len(row)] = [token for token, _ in row]
+        logprobs[position, : len(row)] = [value for _, value in row]
     return TopkLogprobs(token_ids=token_ids, logprobs=logprobs)
 
 

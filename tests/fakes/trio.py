@@ -364,6 +364,9 @@ class FakeSamplingClient:
             ActorSampleResponse(
                 sequences=sequences,
                 prompt_logprobs=self.prompt_logprobs(tokens) if include_prompt_logprobs else None,
+                topk_prompt_logprobs=model.likeliest(self.weights, tokens, topk_prompt_logprobs)
+                if topk_prompt_logprobs
+                else None,
                 usage=Usage(
                     input_tokens=len(tokens), output_tokens=sum(len(s.tokens) for s in sequences)
                 ),

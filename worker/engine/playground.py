@@ -12,24 +12,63 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from pytrio.types import ModelInput, SampleSequence, SamplingParams
 
 from kernel.errors import OPDError
-from kernel.playground import Completion, ModelOutput, ModelRole, SampleAnswer, SampleTask
+from kernel.playground import (
+    Completion,
+    ModelOutput,
+    ModelRole,
+    SampleAnswer,
+    SampleTask,
+    TopLogprob,
+)
 from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.datums import build_prompt
 from worker.engine.loop import stop_sequences
 from worker.engine.preflight import check_compatible
-from worker.engine.rollouts import teacher_logprobs
+from worker.engine.rollouts import TOPK_SCORING, teacher_logprobs
 from worker.engine.sampler_cache import Loaded, SamplerCache
 
 
 def finite(value: float | None) -> float | None:
     """JSON has no infinity: a non-finite logprob or KL travels as null."""
     return value if value is not None and math.isfinite(value) else None
+
+
+async def ranked(
+    client: SamplingClient, tokens: list[int], k: int, tokenizer: Any
+) -> tuple[list[float | None], list[list[TopLogprob] | None]]:
+    """Each token's logprob and the k likeliest tokens at each position (null at the
+    first), from one prefill of `tokens` (a one-token sample with the prompt's logprobs
+    and their top k, as the teacher's top-k scoring asks for them)."""
+    response = await client.sample_async(
+        ModelInput.from_ints(tokens),
+        num_samples=1,
+        sampling_params=TOPK_SCORING,
+        include_prompt_logprobs=True,
+        topk_prompt_logprobs=k,
+        return_text=False,
+    )
+    if len(response.topk_prompt_logprobs) != len(tokens):
+        raise OPDError(
+            f"the backend gave top-{k} logprobs for {len(response.topk_prompt_logprobs)} of "
+            f"{len(tokens)} positions",
+            code="backend_failed",
+        )
+    tops = [
+        None
+        if top is None
+        else [
+            TopLogprob(token_id=token, token=tokenizer.decode([token]), logprob=finite(value))
+            for token, value in top
+        ]
+        for top in response.topk_prompt_logprobs
+    ]
+    return [finite(value) for value in response.prompt_logprobs], [None, *tops[1:]]
 
 
 def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
@@ -125,7 +164,8 @@ async def complete(
     tokenizer: Any,
 ) -> ModelOutput:
     """`n` completions by one model (none sampled for max_tokens 0); each scored by the
-    teacher when it is given; the prompt's logprobs when asked for."""
+    teacher when it is given; the prompt's logprobs when asked for; with `top_logprobs`,
+    the likeliest tokens at each (the prompt's from the prefill that gives its logprobs)."""
     request = task.request
     sequences = [SampleSequence(stop_reason="length", tokens=[], logprobs=[], text="")] * request.n
     if request.max_tokens > 0:
@@ -133,17 +173,30 @@ async def complete(
             ModelInput.from_ints(prompt), request.n, params, return_text=False
         )
         sequences = [stopped(seq, request.stop, tokenizer) for seq in response.sequences]
-    prompt_logprobs = None
-    if request.prompt_logprobs:
+    k = request.top_logprobs
+    ranks_prompt = request.prompt_logprobs and k > 0
+    ranks_completions = request.max_tokens > 0 and k > 0
+    rankings = await asyncio.gather(
+        *([ranked(loaded.client, prompt, k, tokenizer)] if ranks_prompt else []),
+        *(
+            ranked(loaded.client, prompt + list(seq.tokens), k, tokenizer)
+            for seq in (sequences if ranks_completions else [])
+        ),
+    )
+    prompt_logprobs = prompt_top = None
+    if ranks_prompt:
+        (prompt_logprobs, prompt_top), *rankings = rankings
+    elif request.prompt_logprobs:
         scored = await loaded.client.compute_logprobs_async(ModelInput.from_ints(prompt))
         prompt_logprobs = [finite(value) for value in scored]
+    tops = [top[len(prompt) :] for _, top in rankings] or [None] * len(sequences)
     scores: Sequence[list[float] | None] = [None] * len(sequences)
     if teacher is not None:
         scores = await asyncio.gather(
             *(teacher_logprobs(teacher, prompt, list(seq.tokens)) for seq in sequences)
         )
     completions = []
-    for seq, scored in zip(sequences, scores, strict=True):
+    for seq, scored, top in zip(sequences, scores, tops, strict=True):
         logprobs = [float(value) for value in seq.logprobs or []]
         kl = None if scored is None else [a - b for a, b in zip(logprobs, scored, strict=True)]
         completions.append(
@@ -155,6 +208,7 @@ async def complete(
                 stop_reason=seq.stop_reason,
                 teacher_logprobs=None if scored is None else [finite(v) for v in scored],
                 reverse_kl=None if kl is None else [finite(v) for v in kl],
+                top_logprobs=cast(list[list[TopLogprob]] | None, top),
             )
         )
     every_kl = [v for c in completions for v in c.reverse_kl or [] if v is not None]
@@ -167,6 +221,7 @@ async def complete(
         completions=completions,
         reverse_kl_mean=sum(every_kl) / len(every_kl) if every_kl else None,
         prompt_logprobs=prompt_logprobs,
+        prompt_top_logprobs=prompt_top,
     )
 
 

@@ -5,9 +5,12 @@ each, their choices in order); `echo` and `logprobs` score the prompt's tokens t
 same call the playground scores a text with, so that eval harnesses' loglikelihood tasks
 (and a job's teacher server) work against a checkpoint.
 
-The playground computes each token's own logprob, not the likeliest alternatives: every
-position's `top_logprobs` (and vLLM's `prompt_logprobs`) holds the chosen token only,
-whatever `logprobs` asks for."""
+`logprobs: k` (and vLLM's `prompt_logprobs: k`) asks the playground for the k likeliest
+tokens at each position (`top_logprobs`): a prompt's from the prefill that gives its
+logprobs, a sampled token's from a prefill of the prompt and its completion. Each
+position's `top_logprobs` holds them and the chosen token, at the value its
+`token_logprobs` gives, so that a harness's "is it greedy" (the chosen token's logprob
+is the largest there) reads true exactly where the chosen token is the likeliest."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from app.api.openai.names import ModelName
 from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage, WorkerTimeout
-from kernel.playground import Completion, SampleAnswer
+from kernel.playground import Completion, SampleAnswer, TopLogprob
 from kernel.playground import SampleRequest as PlaygroundRequest
 
 MAX_LOGPROBS = 20
@@ -62,13 +65,15 @@ class CompletionRequest(Strict):
         None,
         ge=0,
         le=MAX_LOGPROBS,
-        description="Each token's logprob; `top_logprobs` holds the chosen token only.",
+        description="Each token's logprob; `top_logprobs` holds the chosen token and the k "
+        "likeliest there.",
     )
     prompt_logprobs: int | None = Field(
         None,
         ge=0,
         le=MAX_LOGPROBS,
-        description="vLLM's: each prompt token's logprob per choice (the chosen token only).",
+        description="vLLM's: each prompt token's logprob per choice, with the k likeliest "
+        "tokens there.",
     )
     frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
     presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
@@ -146,6 +151,7 @@ class CompletionRequest(Strict):
             | {
                 "max_tokens": max_tokens,
                 "prompt_logprobs": self.scores_prompt(),
+                "top_logprobs": max(self.logprobs or 0, self.prompt_logprobs or 0),
                 "checkpoint": name.checkpoint,
                 "model": name.role,
             }
@@ -177,7 +183,8 @@ def prompts_of(prompt: Prompt) -> list[str | list[int]]:
 
 class Logprobs(BaseModel):
     """OpenAI's legacy logprobs: per token its text, logprob (null for a prompt's first),
-    the likeliest tokens there (here the chosen one only) and where it starts in `text`."""
+    the likeliest tokens there (the `logprobs` asked for, and itself) and where it starts
+    in `text`."""
 
     tokens: list[str]
     token_logprobs: list[float | None]
@@ -186,7 +193,8 @@ class Logprobs(BaseModel):
 
 
 class PromptLogprob(BaseModel):
-    """vLLM's logprob of one token: `rank` is not computed (null)."""
+    """vLLM's logprob of one token: `rank` is its place among the likeliest (1 the
+    likeliest), null for a chosen token beyond the k asked for."""
 
     logprob: float
     rank: int | None = None
@@ -214,18 +222,28 @@ def floored(value: float | None) -> float:
     return FLOOR_LOGPROB if value is None else value
 
 
-def logprobs_of(tokens: list[str], values: list[float | None]) -> Logprobs:
+Tops = list[list[TopLogprob] | None]
+"""The likeliest tokens at each position (null where none were asked for, or at a
+prompt's first token)."""
+
+
+def logprobs_of(tokens: list[str], values: list[float | None], tops: Tops, k: int) -> Logprobs:
     """Legacy logprobs of these tokens; a null value is the prompt's first token's (a
-    non-finite one, null in the playground's answer, travels as FLOOR_LOGPROB)."""
+    non-finite one, null in the playground's answer, travels as FLOOR_LOGPROB). Each
+    position's top_logprobs: its k likeliest, then the chosen token at its own value."""
     offsets, at = [], 0
     for token in tokens:
         offsets.append(at)
         at += len(token)
+    top_logprobs: list[dict[str, float] | None] = []
+    for token, value, top in zip(tokens, values, tops, strict=True):
+        if value is None:
+            top_logprobs.append(None)
+            continue
+        likeliest = {t.token: floored(t.logprob) for t in (top or [])[:k]}
+        top_logprobs.append(likeliest | {token: value})
     return Logprobs(
-        tokens=tokens,
-        token_logprobs=values,
-        top_logprobs=[None if v is None else {t: v} for t, v in zip(tokens, values, strict=True)],
-        text_offset=offsets,
+        tokens=tokens, token_logprobs=values, top_logprobs=top_logprobs, text_offset=offsets
     )
 
 
@@ -235,13 +253,35 @@ def prompt_scores(answer: SampleAnswer) -> list[float | None]:
     return [None, *(floored(value) for value in scored[1:])]
 
 
-def vllm_prompt_logprobs(answer: SampleAnswer) -> list[dict[str, PromptLogprob] | None]:
+def prompt_tops(answer: SampleAnswer) -> Tops:
+    return answer.outputs[0].prompt_top_logprobs or [None] * answer.prompt_tokens
+
+
+def vllm_prompt_logprobs(answer: SampleAnswer, k: int) -> list[dict[str, PromptLogprob] | None]:
+    """vLLM's prompt_logprobs: at each prompt token (but the first), itself, then the k
+    likeliest tokens there, by token id."""
     ids, pieces = answer.prompt_token_ids or [], answer.prompt_pieces or []
-    values = prompt_scores(answer)
-    return [
-        None if value is None else {str(token): PromptLogprob(logprob=value, decoded_token=piece)}
-        for token, piece, value in zip(ids, pieces, values, strict=True)
-    ]
+    out: list[dict[str, PromptLogprob] | None] = []
+    for token, piece, value, top in zip(
+        ids, pieces, prompt_scores(answer), prompt_tops(answer), strict=True
+    ):
+        if value is None:
+            out.append(None)
+            continue
+        likeliest = (top or [])[:k]
+        ranks = {t.token_id: rank for rank, t in enumerate(likeliest, start=1)}
+        chosen = PromptLogprob(logprob=value, rank=ranks.get(token), decoded_token=piece)
+        out.append(
+            {str(token): chosen}
+            | {
+                str(t.token_id): PromptLogprob(
+                    logprob=floored(t.logprob), rank=rank, decoded_token=t.token
+                )
+                for rank, t in enumerate(likeliest, start=1)
+                if t.token_id != token
+            }
+        )
+    return out
 
 
 def choice_of(
@@ -255,15 +295,21 @@ def choice_of(
     prompt_text = prompt if isinstance(prompt, str) else answer.prompt
     tokens = list(completion.tokens)
     values: list[float | None] = [floored(value) for value in completion.logprobs]
+    tops: Tops = list(completion.top_logprobs or [None] * len(tokens))
     if echoed and body.logprobs is not None:
         tokens = (answer.prompt_pieces or []) + tokens
         values = prompt_scores(answer) + values
+        tops = prompt_tops(answer) + tops
     return TextChoice(
         index=index,
         text=(prompt_text if echoed else "") + completion.text,
-        logprobs=None if body.logprobs is None else logprobs_of(tokens, values),
+        logprobs=None
+        if body.logprobs is None
+        else logprobs_of(tokens, values, tops, body.logprobs),
         finish_reason=FINISH_REASONS.get(completion.stop_reason, "stop"),
-        prompt_logprobs=None if body.prompt_logprobs is None else vllm_prompt_logprobs(answer),
+        prompt_logprobs=None
+        if body.prompt_logprobs is None
+        else vllm_prompt_logprobs(answer, body.prompt_logprobs),
     )
 
 

@@ -144,13 +144,14 @@ async def create_completion(
     waits: WaitsDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Response | TextCompletion:
-    """Complete the prompt (a text or token ids, read as given: no chat template) with
-    the model named, `n` times; with `echo`, the text starts with the prompt, and with
-    `logprobs` each token has its logprob, the prompt's too (null for its first); with
-    `max_tokens: 0` the prompt is only scored. The values are the playground's: the
-    sampler's for sampled tokens, the prefill that scores a text (as the teacher scores)
-    for the prompt's; `top_logprobs` holds the chosen token only. A worker answers, as for
-    the playground, within `timeout_seconds`; the usage counts in the job's; an
+    """Complete the prompt (a text or token ids, read as given: no chat template), or each
+    of a list of up to 64 prompts, with the model named, `n` times; with `echo`, the text
+    starts with the prompt, and with `logprobs` each token has its logprob, the prompt's
+    too (null for its first); with `max_tokens: 0` the prompt is only scored. The values
+    are the playground's: the sampler's for sampled tokens, the prefill that scores a text
+    (as the teacher scores) for the prompt's; `top_logprobs` holds the `logprobs` k
+    likeliest tokens at each position and the chosen one. A worker answers each prompt,
+    as for the playground, within `timeout_seconds`; the usage counts in the job's; an
     `Idempotency-Key` makes a retry safe, as for chat completions."""
     name, job = await model_job(session, principal, body.model)
     requests = body.playground_requests(name)

@@ -89,8 +89,9 @@ RULES_BEYOND_JSON_SCHEMA = {
     # OpenAI's wire format, checked as the playground's request: a chat's last message the
     # user's, the playground's bounds on n, max_tokens, top_p (a 400 in OpenAI's shape).
     "POST /v1/chat/completions",
-    # One prompt per request, max_tokens 0 only when the prompt is scored, the playground's
-    # bounds on n, max_tokens, top_p (a 400 in OpenAI's shape).
+    # A list of prompts all texts or all token-id lists, at most 64 of them and 64 choices,
+    # max_tokens 0 only when the prompt is scored, the playground's bounds on n,
+    # max_tokens, top_p (a 400 in OpenAI's shape).
     "POST /v1/completions",
 }
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import func, select
 
 from app.audit.tables import AuditEntry
@@ -199,6 +200,20 @@ async def test_an_expired_key_is_refused_with_a_401_that_says_so(client, session
         response = await client.request(method, url, headers=auth(expired), json=small_spec())
         assert response.status_code == 401
         assert "the API key expired at" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("days", [True, "90", 1.5, 0])
+async def test_an_expiry_that_is_not_a_whole_number_of_days_is_a_422(client, make_key, days):
+    """As the document says (an integer, which 90.0 is too): `true` is not 1 day, nor "90"
+    90 (the fuzzer found `true` accepted)."""
+    admin = await make_key(admin=True)
+    created = await client.post(
+        "/v1/keys",
+        json={"team": f"t-{uuid.uuid4().hex[:6]}", "expires_in_days": days},
+        headers=auth(admin),
+    )
+    assert created.status_code == 422, created.text
+    assert created.json()["error"]["param"] == "expires_in_days"
 
 
 async def test_a_key_created_with_an_expiry_works_until_then(client, make_key):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from pytrio.types import ModelInput
 
 from kernel.playground import SampleRequest, SampleTask
@@ -158,3 +159,41 @@ async def test_a_seed_is_the_samplers_seed(trained):
     ]
     ids = [run.outputs[0].completions[0].token_ids for run in runs]
     assert ids[0] == ids[1] != ids[2]
+
+
+async def test_top_logprobs_rank_the_prompt_and_each_completion_by_the_full_distribution(trained):
+    """The k likeliest tokens at every prompt and sampled position, likeliest first, as a
+    full log-softmax of the model ranks them; the prompt's logprobs come from the same
+    prefill (each chosen token's value is its ranked value when it is among the k)."""
+    got = await answer(
+        task(trained, top_logprobs=3, prompt_logprobs=True, n=2, max_tokens=6),
+        cache_for(trained.artifacts),
+    )
+    service = connect(trained.spec, trained.artifacts, lambda *_: None)
+    sampler = await service.create_sampling_client_async(
+        trained.spec.student.base_model, model_path=trained.final
+    )
+    output, prompt = got.outputs[0], got.prompt_token_ids or []
+    assert output.prompt_top_logprobs is not None and output.prompt_logprobs is not None
+    assert output.prompt_top_logprobs[0] is None
+    for completion in output.completions:
+        ids = prompt + completion.token_ids
+        model = sampler.inner  # the local sampler itself, past the retrying wrapper
+        logits = model.forward(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
+        assert completion.top_logprobs is not None
+        tops = [*output.prompt_top_logprobs[1:], *completion.top_logprobs]
+        assert len(tops) == len(ids) - 1
+        for position, top in enumerate(tops):
+            assert top is not None
+            values, tokens = logits[position].topk(3)
+            assert [t.token_id for t in top] == tokens.tolist()
+            assert_close([t.logprob for t in top], values.tolist(), what=f"position {position}")
+        for token, value, top in zip(
+            prompt[1:], output.prompt_logprobs[1:], output.prompt_top_logprobs[1:], strict=True
+        ):
+            assert top is not None
+            assert all(t.logprob == value for t in top if t.token_id == token)
+    plain = await answer(task(trained, prompt_logprobs=True), cache_for(trained.artifacts))
+    assert plain.outputs[0].prompt_top_logprobs is None
+    assert plain.outputs[0].completions[0].top_logprobs is None
+    assert_close(plain.outputs[0].prompt_logprobs[1:], output.prompt_logprobs[1:])

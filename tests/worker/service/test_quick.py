@@ -296,6 +296,20 @@ def app_of(http: httpx.AsyncClient) -> Any:
 # --- POST /v1/completions: a text scored as the playground scores it ----------------------------
 
 
+def top_logprobs(
+    weights: str, ids: list[int], k: int, values: list[float | None]
+) -> list[dict[str, float] | None]:
+    """OpenAI's top_logprobs of `ids` scored as `values`: at each position the k
+    likeliest tokens, then the token itself at its value."""
+    return [None] + [
+        {model.TOKENIZER.decode([t]): v for t, v in top or []}
+        | {model.TOKENIZER.decode([token]): value}
+        for top, token, value in zip(
+            model.likeliest(weights, ids, k)[1:], ids[1:], values[1:], strict=True
+        )
+    ]
+
+
 async def completed(api, key, **body: Any) -> dict[str, Any]:
     response = await api.post("/v1/completions", json=body, headers=auth(key))
     assert response.status_code == 200, response.text
@@ -336,17 +350,14 @@ async def test_an_echoed_text_is_scored_as_the_playground_scored_it(api, key, tr
             assert len(values) == len(ids) and values[0] is None and None not in values[1:]
             assert_close(values[len(prompt) :], playground, what=f"{name}'s completion")
             assert_close(values[1:], model.score(weights, ids)[1:], what=f"{name}'s text")
-            assert logprobs["top_logprobs"] == [None] + [
-                {token: value}
-                for token, value in zip(logprobs["tokens"][1:], values[1:], strict=True)
-            ]
+            assert logprobs["top_logprobs"] == top_logprobs(weights, ids, 1, values)
             offsets = [0]
             for token in logprobs["tokens"][:-1]:
                 offsets.append(offsets[-1] + len(token))
             assert logprobs["text_offset"] == offsets
             usage = {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
             assert scored["usage"] == usage
-            assert bill.samplings(pytrio_fake) == ["compute_logprobs"]
+            assert bill.samplings(pytrio_fake) == ["sample"], "one prefill ranks and scores"
             column = "teacher_tokens" if name.endswith(":teacher") else "sampled_tokens"
             assert bill.added == {"sampled_tokens": 0, "teacher_tokens": 0} | {column: len(ids)}
 
@@ -374,10 +385,11 @@ async def test_a_text_prompt_is_completed_after_its_own_tokens_and_echoed(
             seed=7,
         )
 
-    (sampling,) = [call for call in pytrio_fake.calls[bill.first_call :] if call.name == "sample"]
+    sampling, *rankings = [c for c in pytrio_fake.calls[bill.first_call :] if c.name == "sample"]
     sequences = sampling.args["response"].sequences
     assert [choice["index"] for choice in answer["choices"]] == [0, 1]
-    sampled = 0
+    assert [call.args["request"].topk_prompt_logprobs for call in rankings] == [5] * 3
+    sampled = ranked = 0
     for choice, sequence in zip(answer["choices"], sequences, strict=True):
         logprobs = choice["logprobs"]
         ids = prompt + list(sequence.tokens)
@@ -388,21 +400,31 @@ async def test_a_text_prompt_is_completed_after_its_own_tokens_and_echoed(
         values = logprobs["token_logprobs"]
         assert values[0] is None
         assert_close(values[1:], model.score(student, ids)[1:], what="the prompt and completion")
-        assert all(len(top) == 1 for top in logprobs["top_logprobs"][1:]), "the chosen token only"
+        assert logprobs["top_logprobs"] == top_logprobs(student, ids, 5, values)
         assert choice["prompt_logprobs"] == [None] + [
-            {str(token): {"logprob": value, "rank": None, "decoded_token": piece}}
-            for token, value, piece in zip(
+            {str(token): {"logprob": value, "rank": ranks.get(token), "decoded_token": piece}}
+            | {
+                str(t): {"logprob": v, "rank": rank, "decoded_token": model.TOKENIZER.decode([t])}
+                for rank, (t, v) in enumerate(top or [], start=1)
+                if t != token
+            }
+            for token, value, piece, top in zip(
                 prompt[1:],
                 values[1 : len(prompt)],
                 logprobs["tokens"][1 : len(prompt)],
+                model.likeliest(student, prompt, 2)[1:],
                 strict=True,
             )
+            for ranks in [{t: rank for rank, (t, _) in enumerate(top or [], start=1)}]
         ]
         sampled += len(ids) - len(prompt)
+        ranked += len(ids)
     usage = answer["usage"]
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (len(prompt), sampled)
-    assert bill.samplings(pytrio_fake) == ["sample", "compute_logprobs"]
-    assert bill.added == {"sampled_tokens": sampled + len(prompt), "teacher_tokens": 0}
+    assert bill.samplings(pytrio_fake) == ["sample"] * 4, (
+        "sampled, the prompt ranked, each completion"
+    )
+    assert bill.added == {"sampled_tokens": sampled + len(prompt) + ranked, "teacher_tokens": 0}
 
     plain = await completed(api, key, model=f"job-{trained['id']}", prompt=text, max_tokens=3)
     (choice,) = plain["choices"]

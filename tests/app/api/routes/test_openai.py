@@ -134,15 +134,19 @@ def test_a_completion_request_maps_onto_the_playgrounds_with_its_prompt_as_given
     given = request.model_dump(include={"text", "prompt_token_ids"}, exclude_none=True)
     assert given == asked and request.prompt is None and request.messages is None
     assert (request.model, request.checkpoint, request.max_tokens) == ("teacher", "final", 0)
-    assert request.prompt_logprobs
+    assert request.prompt_logprobs and request.top_logprobs == 1
     sampled = CompletionRequest(
         model="job-3@step-2", prompt=prompt, n=2, stop="\n", seed=4, temperature=0, logprobs=2
     )
     (request,) = sampled.playground_requests(parse_model(sampled.model))
     assert (request.checkpoint, request.max_tokens, request.n, request.stop) == (2, 16, 2, ["\n"])
     assert (request.seed, request.temperature, request.prompt_logprobs) == (4, 0, False)
+    assert request.top_logprobs == 2
     vllm = CompletionRequest(model="job-3", prompt=prompt, prompt_logprobs=0, max_tokens=0)
-    assert vllm.playground_requests(parse_model(vllm.model))[0].prompt_logprobs
+    (request,) = vllm.playground_requests(parse_model(vllm.model))
+    assert request.prompt_logprobs and request.top_logprobs == 0
+    both = CompletionRequest(model="job-3", prompt=prompt, prompt_logprobs=4, logprobs=0)
+    assert both.playground_requests(parse_model(both.model))[0].top_logprobs == 4
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,11 @@ Forward = Callable[..., Any]
 
 # Most logit elements (rows x padded length x vocabulary) one scoring forward may hold.
 LOGIT_BUDGET = 2**28
+# Most elements of one [positions, vocabulary] log-softmax the top-k scoring holds at once.
+TOPK_SLICE = 2**24
+
+TopK = list[tuple[int, float]]
+"""The k likeliest tokens at one position as (token, logprob), likeliest first."""
 
 
 @dataclass(frozen=True)
@@ -110,35 +115,50 @@ def sequence_logprobs(
     return out
 
 
-TopKRow = list[tuple[int, float]]
-
-
 @torch.inference_mode()
 def sequence_topk(
     forward: Forward,
-    sequences: Sequence[tuple[list[int], int]],
+    requests: Sequence[tuple[list[int], int]],
     pad_id: int,
     vocab_size: int,
     device: torch.device,
-) -> list[tuple[list[float | None], list[TopKRow | None]]]:
-    """For each (sequence, k): each token's logprob (None for the first) and the k likeliest
-    (token, logprob) at each position (None for the first), as prompt logprobs come."""
-    out: list[tuple[list[float | None], list[TopKRow | None]]] = []
-    for chunk in row_chunks([len(seq) for seq, _ in sequences], vocab_size):
-        rows = sequences[chunk]
+) -> list[tuple[list[float | None], list[TopK | None]]]:
+    """For each (sequence, k): each token's logprob and the k likeliest tokens at each of
+    its positions (both None for the first token), from one forward per chunk of rows;
+    the log-softmax is taken a few positions at a time, so beside the logits only the
+    top k of each position is held."""
+    out: list[tuple[list[float | None], list[TopK | None]]] = []
+    for chunk in row_chunks([len(seq) for seq, _ in requests], vocab_size):
+        rows = requests[chunk]
         ids, mask, positions = pad_batch([seq[:-1] for seq, _ in rows], pad_id, device, left=False)
+        targets, _, _ = pad_batch([seq[1:] for seq, _ in rows], 0, device, left=False)
         logits = forward(input_ids=ids, attention_mask=mask, position_ids=positions).logits
-        logprobs = logits.float().log_softmax(-1)
-        for row, (seq, k) in enumerate(rows):
+        k = min(max(k for _, k in rows), logits.shape[-1])
+        step = max(1, TOPK_SLICE // (logits.shape[0] * logits.shape[-1]))
+        chosen, top_values, top_ids = [], [], []
+        for start in range(0, logits.shape[1], step):
+            logprobs = logits[:, start : start + step].float().log_softmax(-1)
+            chosen.append(logprobs.gather(-1, targets[:, start : start + step, None])[..., 0])
+            values, indices = logprobs.topk(k, dim=-1)
+            top_values.append(values)
+            top_ids.append(indices)
+        values = torch.cat(chosen, 1).tolist()
+        tops = torch.cat(top_values, 1).tolist()
+        tokens = torch.cat(top_ids, 1).tolist()
+        for row, (seq, wanted) in enumerate(rows):
             length = len(seq) - 1
-            targets = torch.tensor(seq[1:], device=logprobs.device)
-            picked = logprobs[row, :length].gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            values, tokens = logprobs[row, :length].topk(min(k, vocab_size), dim=-1)
-            topk: list[TopKRow | None] = [
-                list(zip(t, v, strict=True))
-                for t, v in zip(tokens.tolist(), values.tolist(), strict=True)
-            ]
-            out.append(([None, *picked.tolist()], [None, *topk]))
+            out.append(
+                (
+                    [None, *values[row][:length]],
+                    [
+                        None,
+                        *(
+                            list(zip(tokens[row][t][:wanted], tops[row][t][:wanted], strict=True))
+                            for t in range(length)
+                        ),
+                    ],
+                )
+            )
     return out
 
 

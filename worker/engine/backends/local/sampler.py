@@ -23,7 +23,7 @@ from torch.func import functional_call
 from worker.engine.backends.local.decoding import (
     Completion,
     Decoding,
-    TopKRow,
+    TopK,
     generate,
     sequence_logprobs,
     sequence_topk,
@@ -73,10 +73,12 @@ class LocalSamplingClient:
         topk_prompt_logprobs: int = 0,
         return_text: bool = True,
     ) -> SampleResponse:
-        if topk_prompt_logprobs < 0 or (topk_prompt_logprobs and not include_prompt_logprobs):
-            raise invalid("topk_prompt_logprobs must be 0, or >= 1 with include_prompt_logprobs")
+        """With `topk_prompt_logprobs` k >= 1, also the k likeliest tokens at each prompt
+        position (None at the first), from the same prefill as its prompt logprobs."""
+        if topk_prompt_logprobs < 0:
+            raise invalid("topk_prompt_logprobs must be >= 0")
         decoding = self.decoding(prompt_tokens(prompt), num_samples, sampling_params)
-        topk: list[TopKRow | None] = []
+        topk: list[TopK | None] = []
         if topk_prompt_logprobs:
             completions, (prompt_logprobs, topk) = await asyncio.gather(
                 self.sampling.submit(decoding),
@@ -90,7 +92,7 @@ class LocalSamplingClient:
             completions, prompt_logprobs = await self.sampling.submit(decoding), []
         return SampleResponse(
             sequences=[self.sequence(c, return_text) for c in completions],
-            prompt_logprobs=prompt_logprobs,
+            prompt_logprobs=prompt_logprobs if include_prompt_logprobs else [],
             topk_prompt_logprobs=topk,
             input_tokens=len(decoding.prompt),
             output_tokens=sum(len(c.tokens) for c in completions),
@@ -152,18 +154,28 @@ class LocalSamplingClient:
             self.placement.device,
         )
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
     def score_batch(self, prompts: list[list[int]]) -> list[list[float | None]]:
-        vocab_size = self.model.get_output_embeddings().weight.shape[0]
         return sequence_logprobs(
-            self.forward, prompts, self.tokenizer.pad_token_id, vocab_size, self.placement.device
+            self.forward,
+            prompts,
+            self.tokenizer.pad_token_id,
+            self.vocab_size,
+            self.placement.device,
         )
 
     def rank_batch(
         self, requests: list[tuple[list[int], int]]
-    ) -> list[tuple[list[float | None], list[TopKRow | None]]]:
-        vocab_size = self.model.get_output_embeddings().weight.shape[0]
+    ) -> list[tuple[list[float | None], list[TopK | None]]]:
         return sequence_topk(
-            self.forward, requests, self.tokenizer.pad_token_id, vocab_size, self.placement.device
+            self.forward,
+            requests,
+            self.tokenizer.pad_token_id,
+            self.vocab_size,
+            self.placement.device,
         )
 
 
