@@ -271,6 +271,17 @@ def test_an_objective_that_makes_no_sense_is_refused_at_its_field(objective, loo
         parse_spec(data)
 
 
+def test_a_logit_objective_with_a_preset_over_another_tokenizer_is_refused():
+    """arith-teacher-bpe's tokenizer is visibly not the student's: no shared vocabulary."""
+    bpe = {"backend": "local", "student": {"base_model": "arith-student"}}
+    bpe |= {"teacher": {"base_model": "arith-teacher-bpe"}}
+    with pytest.raises(SpecError, match=r"^loop.objective.kind: .*another tokenizer"):
+        parse_spec(named(bpe | {"loop": {"objective": "jsd"}}))
+    assert parse_spec(named(bpe)).loop.objective.kind == "sampled_reverse_kl"
+    same = bpe | {"teacher": {"base_model": "arith-teacher"}, "loop": {"objective": "jsd"}}
+    assert parse_spec(named(same)).loop.objective.kind == "jsd"
+
+
 @pytest.mark.parametrize(
     ("backend", "objective", "extra", "field"),
     [

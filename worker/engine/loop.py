@@ -38,7 +38,7 @@ from kernel.spec import (
 )
 from kernel.storage.cache import BlobCache
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
-from worker.engine.cross_tokenizer import Tokenizers
+from worker.engine.cross_tokenizer import Tokenizers, top_k_of
 from worker.engine.datasets import Prompts
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
 from worker.engine.eval.prompts import EVAL_DATASET
@@ -391,7 +391,7 @@ async def loaded_view(
         name,
         teacher,
         None if mode == "same" else Renderer(teacher_tokenizer),
-        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer))
+        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer), top_k_of(teacher))
         if mode == "cross"
         else None,
     )
