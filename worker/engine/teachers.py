@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.errors import IncompatibleModels
-from kernel.spec import JobSpec, PromptOptions
+from kernel.spec import JobSpec, PromptOptions, TeacherServer
 from worker.engine.backends.contract import SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerTeacher
@@ -117,6 +117,18 @@ class TeacherView:
             await self.client.aclose()
 
 
+SERVED_TOP_K = 20
+"""The likeliest tokens a cross-tokenizer teacher server is asked for at each position:
+vLLM's default `--max-logprobs` (more is refused unless its operator raised it)."""
+
+
+def served_top_k(server: TeacherServer) -> int:
+    """SERVED_TOP_K where the server gives the top k by token id (`prompt_logprobs`), so a
+    cross-tokenizer teacher on it is mapped by the chain rule on bytes; 0 under `echo`,
+    whose top logprobs are keyed by text (the sampled logprobs' mapping)."""
+    return SERVED_TOP_K if server.protocol == "prompt_logprobs" else 0
+
+
 async def server_view(
     spec: JobSpec,
     name: str,
@@ -146,7 +158,7 @@ async def server_view(
         name,
         client,
         None if mode == "same" else Renderer(tokenizer),
-        Tokenizers.of(student, tokenizer, stop) if mode == "cross" else None,
+        Tokenizers.of(student, tokenizer, stop, served_top_k(server)) if mode == "cross" else None,
         server.url,
     )
     question, options = checked[0] if checked else (PROBE_QUESTION, PromptOptions())

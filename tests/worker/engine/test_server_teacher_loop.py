@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from kernel.errors import IncompatibleModels, OPDError
-from kernel.spec import JobSpec
+from kernel.model_names import ARITH_STUDENT
+from kernel.spec import JobSpec, TeacherServer
 from tests.fakes import model
 from tests.fakes import tinker as tinker_fake
 from tests.fakes.sinks import RecordingSink
@@ -22,11 +23,15 @@ from tests.fakes.trio import FakeServiceClient, base_weights
 from tests.fakes.vllm_server import FakeVLLM, serving
 from tests.support import assert_close
 from tests.worker.engine.test_teacher_template import completions_of
+from worker.engine.alignment import chained, spread
 from worker.engine.backends import connect
-from worker.engine.backends.local.presets import bpe_tokenizer
+from worker.engine.backends.local.presets import bpe_tokenizer, preset_tokenizer
+from worker.engine.backends.server import ServerTeacher
+from worker.engine.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
-from worker.engine.loop import run_loop
+from worker.engine.loop import run_loop, stop_sequences
+from worker.engine.teachers import SERVED_TOP_K, served_top_k
 
 QUESTIONS = ["What is 1 + 2?", "What is 4 + 4?", "What is 3 * 3?"]
 SERVED = "served/teacher"
@@ -163,6 +168,53 @@ async def test_a_server_over_another_tokenizer_scores_the_completions_text_in_it
     own = {tuple(build_prompt(bpe, q, "", False)) for q in QUESTIONS}
     scored = [p for body in fake.bodies for p in prompts_of(body)]
     assert scored and all(any(tuple(p[: len(r)]) == r for r in own) for p in scored)
+
+
+@pytest.mark.parametrize("protocol", ["echo", "prompt_logprobs"])
+async def test_a_server_over_another_tokenizer_gives_the_chain_rule_its_top_k(url, fake, protocol):
+    """Under `prompt_logprobs` the server's top k by id reach the cross-tokenizer scorer,
+    which maps them by the chain rule on bytes (`alignment.chained`, the `5` of `56` gets
+    the mass of the teacher's tokens that begin with `5`); under `echo` (top logprobs by
+    text) it maps the sampled logprobs (`alignment.spread`)."""
+    bpe, student = bpe_tokenizer(), preset_tokenizer(ARITH_STUDENT)
+    table = np.random.default_rng(3).normal(scale=2.0, size=(len(bpe), len(bpe)))
+    table -= np.logaddexp.reduce(table, axis=-1, keepdims=True)
+    fake.row = lambda tokens, position: table[tokens[position - 1]]
+    fake.decode = lambda token: bpe.decode([token])
+    options = TeacherServer(url=url, model=SERVED, tokenizer="bpe/teacher", protocol=protocol)
+    client = ServerTeacher(options, bpe)
+    tokenizers = Tokenizers.of(student, bpe, stop_sequences(student), served_top_k(options))
+    prompt = build_prompt(bpe, "What is 7 * 8?", "", False)
+    completion = student.encode("\\boxed{56}<|im_end|>", add_special_tokens=False)
+    student_logprobs = [-0.1 * (i + 1) for i in range(len(completion))]
+    try:
+        scored = await Retokenized("t", client, prompt, tokenizers).score(
+            completion, student_logprobs
+        )
+    finally:
+        await client.aclose()
+
+    # The teacher's own tokens, logprobs and top k, read from the fake's table.
+    theirs, ended = tokenizers.teacher_tokens(completion)
+    tokens = [*prompt, *theirs]
+    rows = [table[tokens[p - 1]] for p in range(len(prompt), len(tokens))]
+    logprobs = [float(row[t]) for row, t in zip(rows, theirs, strict=True)]
+    ranked = [
+        [(tokenizers.teacher.piece(t), float(row[t])) for t in np.argsort(-row)[:SERVED_TOP_K]]
+        for row in rows
+    ]
+    alignment = tokenizers.align(completion, theirs, ended)
+    pieces = tokenizers.pieces(completion, theirs, ended)
+    chain = chained(*pieces, alignment, student_logprobs, logprobs, ranked)
+    sampled = spread(student_logprobs, logprobs, alignment.runs)
+    assert max(abs(a - b) for a, b in zip(chain, sampled, strict=True)) > 0.1
+    [asked] = {body.get("prompt_logprobs") for body in fake.bodies}
+    if protocol == "prompt_logprobs":
+        assert asked == SERVED_TOP_K
+        assert_close(scored.logprobs, chain, rtol=1e-6)
+    else:
+        assert asked is None
+        assert_close(scored.logprobs, sampled, rtol=1e-6)
 
 
 def prompts_of(body: dict[str, Any]) -> list[list[int]]:

@@ -14,6 +14,7 @@ from kernel.errors import IncompatibleModels
 from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER, ARITH_TEACHER_BPE
 from kernel.spec import ArithmeticDataset, JobSpec, LocalBackendSpec
 from tests.fakes.sinks import RecordingSink
+from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import trained_model
@@ -105,6 +106,28 @@ async def test_the_chain_rule_blames_the_token_that_goes_wrong(service) -> None:
 
         assert scored.logprobs[at] > -0.5, (text, "the first digit is right")
         assert scored.logprobs[at + 1] < -3.0, (text, "what follows it is wrong")
+
+
+async def test_the_top_k_holds_the_prefix_mass_of_a_wrong_first_digit(service) -> None:
+    """Asked 1 + 2 (3), the student's `4` is judged by the teacher's mass on every token
+    that begins with `4` (`4`, `40`..`49`), which its whole distribution gives: the top k
+    read hold it, so the `}` after the lone `4` is blamed for the number it ends (a top 20
+    left `40`..`49` out, gave the digit the whole blame and the `}` none)."""
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
+    theirs, students = teacher.get_tokenizer(), preset_tokenizer(ARITH_STUDENT)
+    prompt = build_prompt(theirs, "What is 1 + 2?", SUFFIX, False)
+    completion = students.encode("\\boxed{4}<|im_end|>", add_special_tokens=False)
+    scored = {}
+    for k in (CROSS_TOP_K, len(theirs)):  # the whole vocabulary: the exact chain rule
+        tokenizers = Tokenizers.of(students, theirs, stop_sequences(students), k)
+        scorer = Retokenized("teacher", teacher, prompt, tokenizers)
+        scored[k] = (await scorer.score(completion, [0.0] * len(completion))).logprobs
+
+    at = len("\\boxed{")
+    # Within 5% (what lies past the top k is small); a top 20 is off by a quarter.
+    assert_close(scored[CROSS_TOP_K], scored[len(theirs)], rtol=0.05)
+    assert scored[CROSS_TOP_K][at + 1] < -1.0, "the number that goes on after 4 is blamed"
+    assert scored[CROSS_TOP_K][at] < -3.0, "4 is a wrong start"
 
 
 async def test_a_tokenizer_that_spells_alike_scores_exactly_as_the_shared_one(service) -> None:
