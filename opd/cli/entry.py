@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from kernel.spec import SpecError
 from opd.cli import audit, jobs, keys, outputs, run, service, sweeps, teams, usage
-from opd.cli.common import CommandError
+from opd.cli.common import CommandError, deprecation_note
 from opd.sdk import OPDError
 
 COMMAND_GROUPS = (
@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if renamed := getattr(args, "renamed", None):
+        deprecation_note(*renamed)
     try:
         return handler(args)
     except (SpecError, CommandError, OPDError) as error:

@@ -1,6 +1,6 @@
 """Using what a job produced, against real `opd api` and `opd worker` processes on the tiny
 models: the playground (its cache, its deadline, a worker restart, its usage, an answer lost
-on the way and resent), `opd sample`, the dashboard's Try it form, continuing a job with
+on the way and resent), `opd playground`, the dashboard's playground form, continuing a job with
 `opd clone --init-from`, and `opd export` (the merged model loads without peft and scores
 as the adapter does). One deployment."""
 
@@ -99,8 +99,8 @@ def test_a_worker_samples_the_checkpoint_beside_the_teacher_and_the_base(service
     assert step.json()["outputs"][0]["weights"] != trained["final_weights_path"]
 
 
-def test_opd_sample_prints_each_models_completions(cli, trained):
-    shown = cli("sample", str(trained["id"]), PROMPT, "--compare", "teacher", "-n", "2")
+def test_opd_playground_prints_each_models_completions(cli, trained):
+    shown = cli("playground", str(trained["id"]), PROMPT, "--compare", "teacher", "-n", "2")
 
     assert shown.returncode == 0, shown.stderr
     assert f"job {trained['id']}: final weights after step 10" in shown.stdout

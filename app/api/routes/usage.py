@@ -21,7 +21,7 @@ from app.usage.store import usage_rows
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=error_responses(401, 403, 422))
 
 DEFAULT_SPAN = timedelta(days=29)
-"""`from` when only `to` is given: 30 days up to it."""
+"""`since` when only `until` is given: 30 days up to it."""
 ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -41,12 +41,18 @@ async def read_usage(
     session: SessionDep,
     principal: PrincipalDep,
     prices: PricesDep,
-    first: Annotated[
-        Day | None, Query(alias="from", description="First UTC day; default 30 days ago.")
+    since: Annotated[
+        Day | None, Query(description="First UTC day; default 30 days before `until`.")
     ] = None,
-    last: Annotated[
+    until: Annotated[
         Day | None,
-        Query(alias="to", description="Last UTC day; default today. Before `from`: no days."),
+        Query(description="Last UTC day; default today. Before `since`: no days."),
+    ] = None,
+    old_from: Annotated[
+        Day | None, Query(alias="from", deprecated=True, description="The old name of `since`.")
+    ] = None,
+    old_to: Annotated[
+        Day | None, Query(alias="to", deprecated=True, description="The old name of `until`.")
     ] = None,
     group_by: Annotated[GroupBy, Query(description="One row per job, or per day.")] = GroupBy.job,
     team: Annotated[
@@ -57,11 +63,15 @@ async def read_usage(
     """Sampled, teacher-scored, trained and eval tokens per job or per day, with an
     estimated cost when the service has a price table. The caller's team; an admin key
     may ask for any team, or get every team's rows (each names its team)."""
-    last = last or utcnow().date()
-    first = first or max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
+    last = one_of(until, old_to, "until", "to") or utcnow().date()
+    first = one_of(since, old_from, "since", "from") or (
+        max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
+    )
     team_id, team = await team_asked(session, principal, team)
     rows = summarize(await usage_rows(session, team_id, first, last), group_by, prices)
     return UsageReport(
+        since=first,
+        until=last,
         from_=first,
         to=last,
         group_by=group_by,
@@ -70,6 +80,15 @@ async def read_usage(
         rows=rows,
         total=total_of(rows),
     )
+
+
+def one_of(new: date | None, old: date | None, name: str, old_name: str) -> date | None:
+    """A filter given by its name or by the old one it had (accepted for one release)."""
+    if new is not None and old is not None:
+        raise ApiError(
+            422, "invalid_request", f"give {name} only ({old_name} is its old name)", name
+        )
+    return new if new is not None else old
 
 
 async def team_asked(

@@ -82,6 +82,7 @@ RULES_BEYOND_JSON_SCHEMA = {
     "POST /v1/jobs",
     "POST /v1/jobs/{job_id}/clone",
     # A chat's last message must be the user's.
+    "POST /v1/jobs/{job_id}/playground",
     "POST /v1/jobs/{job_id}/sample",
     # A sweep's base or base_job (one of them), each parameter's values or range (min below
     # max), values for every parameter of a grid, and a base that is a valid job spec.
