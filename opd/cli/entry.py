@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable
 
 from kernel.spec import SpecError
-from opd.cli import audit, jobs, keys, outputs, run, service, sweeps, teams, usage
+from opd.cli import audit, jobs, keys, outputs, run, service, sweeps, teams, usage, webhooks
 from opd.cli.common import CommandError, deprecation_note
 from opd.sdk import OPDError
 
@@ -26,6 +26,7 @@ COMMAND_GROUPS = (
     sweeps.add_parsers,
     usage.add_parsers,
     audit.add_parsers,
+    webhooks.add_parsers,
     jobs.add_action_parsers,
 )
 """In the order `opd --help` lists the commands."""
