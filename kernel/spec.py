@@ -473,7 +473,10 @@ class LoopSpec(SpecModel):
         "rollouts up to k optimizer steps old).",
     )
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
-    save_weights_name: Name = "opd-deepmath-qwen35-4b"
+    save_weights_name: Name | None = Field(
+        None,
+        description="The name the saved weights and states go by; null: the job's `name`.",
+    )
     reward: RewardSpec = Field(default_factory=RewardSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     keep_samples: int = Field(
@@ -764,6 +767,12 @@ class JobSpec(SpecModel):
             if data.get(several) is not None and data.get(single) is None:
                 data = {**data, single: absent}
         return data
+
+    @property
+    def weights_name(self) -> str:
+        """What the job's weights and states are saved as: `loop.save_weights_name`, else
+        the job's name (left unset, a clone that renames the job renames its weights)."""
+        return self.loop.save_weights_name or self.name
 
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:
