@@ -250,24 +250,34 @@ class Jobs(Resource[X], Generic[X, J]):
         job_id: int,
         *,
         progress: bool = False,
+        notes: Mapping[str, str] | None = None,
         interval: float = 1.0,
         timeout: float | None = None,
     ) -> Steps[J]:
         """Poll the job until it ends and return it; `progress`: a bar on stderr with the
-        steps done and the latest reverse KL. Past `timeout` seconds: WaitTimeout."""
+        steps done and the latest reverse KL, and a line on stdout for each value of a
+        metric in `notes` as it is recorded, written by its template (`{step}`, `{value}`:
+        `{"eval/accuracy": "step {step}: accuracy {value:.0%}"}`). Past `timeout` seconds:
+        WaitTimeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar: Progress | None = None
-        seen = 0
+        seen = dict.fromkeys([REVERSE_KL, *(notes or {})], 0)
         try:
             while True:
                 job = yield from self._one(Call("GET", f"/v1/jobs/{job_id}"))
                 if progress:
                     bar = bar or Progress(job)
-                    params = {"keys": REVERSE_KL, "from_step": seen, "max_points": 10_000}
-                    call = Call("GET", f"/v1/jobs/{job_id}/metrics", params=params)
-                    new = (yield from fetch(call, Curves)).points(REVERSE_KL)
-                    seen = new[-1][0] + 1 if new else seen
-                    values = [value for _, value in new if value is not None]
+                    new: dict[str, list[tuple[int, float | None]]] = {}
+                    for key in seen:
+                        params = {"keys": key, "from_step": seen[key], "max_points": 10_000}
+                        call = Call("GET", f"/v1/jobs/{job_id}/metrics", params=params)
+                        new[key] = (yield from fetch(call, Curves)).points(key)
+                        seen[key] = new[key][-1][0] + 1 if new[key] else seen[key]
+                    for key, template in (notes or {}).items():
+                        for step, value in new[key]:
+                            if value is not None:
+                                bar.note(template.format(step=step, value=value))
+                    values = [value for _, value in new[REVERSE_KL] if value is not None]
                     bar.show(job, values[-1] if values else None)
                 if job.status in TERMINAL_STATUSES:
                     return job
