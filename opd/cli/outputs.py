@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import sys
 import tarfile
 import tempfile
+import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from app.jobs.schemas import TERMINAL_STATUSES
 from kernel.errors import OPDError
 from kernel.merge_patch import dotted_patch
 from opd.cli.common import CommandError, api_options, client, renamed
@@ -143,23 +148,47 @@ def clone_command(args: argparse.Namespace) -> int:
 
 
 def find_weights(api: Client, job_id: int, ref: str | int) -> CheckpointPublic:
-    """The job's sampler weights: its final ones, or those saved after a step."""
+    """The job's weights: its final ones, or its sampler weights saved after a step (else
+    the state saved then). A job that ended without final weights (cancelled, failed)
+    gives its last state: it will never have more."""
     saved = list(api.jobs.checkpoints(job_id, page_size=1000))
-    kinds = ("final",) if ref == "final" else ("sampler", "final")
-    found = [c for c in saved if c.kind in kinds and (ref == "final" or c.step == ref)]
+    if ref == "final":
+        found = [c for c in saved if c.kind == "final"]
+        states = [c for c in saved if c.kind == "state"]
+        if not found and states and (job := api.jobs.get(job_id)).status in TERMINAL_STATUSES:
+            last = states[-1]
+            print(
+                f"job {job_id} is {job.status} and has no final weights: exporting its last "
+                f"state (step {last.step}) instead",
+                file=sys.stderr,
+            )
+            return last
+    else:
+        at_step = [c for c in saved if c.step == ref]
+        found = [c for c in at_step if c.kind in ("sampler", "final")] or [
+            c for c in at_step if c.kind == "state"
+        ]
     if not found:
-        steps = sorted({c.step for c in saved if c.kind in ("sampler", "final")})
-        raise CommandError(
-            f"job {job_id} has no {'final' if ref == 'final' else f'step {ref}'} sampler "
-            f"weights; it has them after steps: {', '.join(map(str, steps)) or 'none yet'}"
+        steps = sorted({c.step for c in saved})
+        asked = "final weights" if ref == "final" else f"weights saved after step {ref}"
+        have = (
+            f"it has weights saved after steps {', '.join(map(str, steps))}"
+            if steps
+            else "it has saved none yet"
         )
+        raise CommandError(f"job {job_id} has no {asked}; {have}")
     return found[-1]
 
 
-def unpack(archive: Path, into: Path) -> Path:
-    """The folder the archive holds (its one top-level entry, or `into` itself)."""
+def unpack(archive: Path, into: Path, saved_at: datetime) -> Path:
+    """The folder the archive holds (its one top-level entry, or `into` itself), its files
+    dated when the checkpoint was saved (the archive itself dates them 1970, to keep its
+    digest the same whenever it is made)."""
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
+    stamp = saved_at.timestamp()
+    for path in [into, *into.rglob("*")]:
+        os.utime(path, (stamp, stamp))
     entries = list(into.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
 
@@ -174,7 +203,7 @@ def export_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
         archive = Path(work, "checkpoint.tar.gz")
         sha256 = api.jobs.download(args.job, weights.id, archive).sha256
-        folder = unpack(archive, Path(work, "unpacked"))
+        folder = unpack(archive, Path(work, "unpacked"), weights.created_at)
         what = f"job {args.job}'s {weights.kind} weights (step {weights.step})"
         if not args.merge:
             if out.exists():
@@ -200,10 +229,13 @@ def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
     from worker.engine.backends.local.export import merge_adapter
 
     hf_logging.disable_progress_bar()
-    try:
-        return merge_adapter(folder, out, base_model, getattr(torch, dtype))
-    except OPDError as error:
-        raise CommandError(f"[{error.code}] {error}") from error
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():  # the libraries' notes to their developers, not to you
+        warnings.simplefilter("ignore")
+        try:
+            return merge_adapter(folder, out, base_model, getattr(torch, dtype))
+        except OPDError as error:
+            raise CommandError(f"[{error.code}] {error}") from error
 
 
 def playground_options(playground: argparse.ArgumentParser) -> None:
