@@ -599,6 +599,11 @@ class MlflowSpec(SpecModel):
     )
     experiment: str = Field("opd", min_length=1, max_length=500)
     run_name: str | None = Field(None, min_length=1, max_length=250, description="null = name.")
+    log_final_weights: bool = Field(
+        False,
+        description="Also upload the final weights (the LoRA adapter folder) as the run's "
+        "`final_weights` artifact, when the worker holds them as a folder (backend: local).",
+    )
 
     @field_validator("tracking_uri")
     @classmethod
@@ -616,7 +621,8 @@ class TrackersSpec(SpecModel):
 
     mlflow: MlflowSpec | None = Field(
         None,
-        description="Params, every step's metrics, evals, checkpoint paths (as tags) and the "
+        description="Params, every step's metrics, evals, checkpoint paths (as tags), the "
+        "spec as the artifact `opd/spec.yaml` (and, if asked, the final weights) and the "
         "final status; null = none.",
     )
 
