@@ -381,6 +381,8 @@ class Jobs(Resource[X], Generic[X, J]):
         *,
         messages: Sequence[Mapping[str, str]] | None = None,
         text: str | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        prompt_logprobs: bool = False,
         checkpoint: int | Literal["final"] = "final",
         model: ModelRole = "checkpoint",
         n: int = 1,
@@ -394,9 +396,10 @@ class Jobs(Resource[X], Generic[X, J]):
         timeout_seconds: float | None = None,
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
-        """The playground: complete `prompt` (or a chat of `messages`, or a `text` read as
-        given) with the `model` (the `checkpoint`, the `teacher` or the untrained `base`),
-        and with the models in `compare`; `teacher` names which of several is compared.
+        """The playground: complete `prompt` (or a chat of `messages`, a `text` read as
+        given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too) with the
+        `model` (the `checkpoint`, the `teacher` or the untrained `base`), and with the
+        models in `compare`; `teacher` names which of several is compared.
         A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
         not retried. Retried safely otherwise (a lost answer, a read timeout): the request
         carries an `Idempotency-Key` (one of its own unless you give one), and the API
@@ -406,6 +409,8 @@ class Jobs(Resource[X], Generic[X, J]):
             prompt=prompt,
             messages=messages and [dict(m) for m in messages],
             text=text,
+            prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
+            prompt_logprobs=prompt_logprobs or None,
             checkpoint=checkpoint,
             model=model,
             n=n,

@@ -5,6 +5,7 @@ are not for people are exempted below, each with its reason."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -19,9 +20,11 @@ from starlette.routing import BaseRoute
 
 from app.core.config import Settings
 from app.main import create_app
+from kernel.playground import SampleRequest
 from opd.cli import common, main
 from opd.sdk import Client
 from opd.sdk.client import Resources
+from opd.sdk.resources import Jobs
 from opd.sdk.transport import Call, Listing
 
 Route = tuple[str, str]
@@ -245,3 +248,22 @@ def test_the_command_sends_its_route(route, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "error: HTTP 404: a test\n"
     first = door.cli_first or route
     assert sent and matches(first, sent[0].method, sent[0].url.path), sent
+
+
+def test_the_sdks_playground_takes_every_field_of_the_playgrounds_request():
+    taken = set(inspect.signature(Jobs.playground.method).parameters) - {"self", "job_id"}
+    assert taken - {"idempotency_key"} == set(SampleRequest.model_fields)
+    recorder = Recorder()
+    with pytest.raises(Sent):
+        Resources(recorder, Client).jobs.playground(  # type: ignore[arg-type]
+            1, "2 + 3?", seed=3, stop=["\n"], teacher="add", model="teacher", compare=["base"]
+        )
+    (call,) = recorder.calls
+    assert SampleRequest.model_validate(call.json).model_dump(exclude_defaults=True) == {
+        "prompt": "2 + 3?",
+        "seed": 3,
+        "stop": ["\n"],
+        "teacher": "add",
+        "model": "teacher",
+        "compare": ["base"],
+    }
