@@ -53,7 +53,7 @@ def trained(service: Service) -> dict[str, Any]:
 
 def sample(service: Service, job_id: int, **body: Any) -> httpx.Response:
     return httpx.post(
-        f"{service.url}/v1/jobs/{job_id}/sample",
+        f"{service.url}/v1/jobs/{job_id}/playground",
         json={"prompt": PROMPT, "max_tokens": 16} | body,
         headers={"Authorization": f"Bearer {service.key}"},
         timeout=120,
