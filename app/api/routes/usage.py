@@ -49,10 +49,20 @@ async def read_usage(
         Query(description="Last UTC day; default today. Before `since`: no days."),
     ] = None,
     old_from: Annotated[
-        Day | None, Query(alias="from", deprecated=True, description="The old name of `since`.")
+        Day | None,
+        Query(
+            alias="from",
+            deprecated=True,
+            description="The old name of `since` (given both, `since` counts).",
+        ),
     ] = None,
     old_to: Annotated[
-        Day | None, Query(alias="to", deprecated=True, description="The old name of `until`.")
+        Day | None,
+        Query(
+            alias="to",
+            deprecated=True,
+            description="The old name of `until` (given both, `until` counts).",
+        ),
     ] = None,
     group_by: Annotated[GroupBy, Query(description="One row per job, or per day.")] = GroupBy.job,
     team: Annotated[
@@ -63,10 +73,8 @@ async def read_usage(
     """Sampled, teacher-scored, trained and eval tokens per job or per day, with an
     estimated cost when the service has a price table. The caller's team; an admin key
     may ask for any team, or get every team's rows (each names its team)."""
-    last = one_of(until, old_to, "until", "to") or utcnow().date()
-    first = one_of(since, old_from, "since", "from") or (
-        max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
-    )
+    last = until or old_to or utcnow().date()
+    first = since or old_from or max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
     team_id, team = await team_asked(session, principal, team)
     rows = summarize(await usage_rows(session, team_id, first, last), group_by, prices)
     return UsageReport(
@@ -80,15 +88,6 @@ async def read_usage(
         rows=rows,
         total=total_of(rows),
     )
-
-
-def one_of(new: date | None, old: date | None, name: str, old_name: str) -> date | None:
-    """A filter given by its name or by the old one it had (accepted for one release)."""
-    if new is not None and old is not None:
-        raise ApiError(
-            422, "invalid_request", f"give {name} only ({old_name} is its old name)", name
-        )
-    return new if new is not None else old
 
 
 async def team_asked(

@@ -275,7 +275,10 @@ async def test_a_sample_that_failed_is_tried_anew_when_resent(
 ):
     """Nothing was kept for a failed request: its repeat samples (once), and is billed."""
     fail_first(monkeypatch, FakeSamplingClient, "sample_async", RuntimeError("backend hiccup"))
-    url, headers = f"/v1/jobs/{trained['id']}/playground", auth(key) | {"Idempotency-Key": "failed-1"}
+    url, headers = (
+        f"/v1/jobs/{trained['id']}/playground",
+        auth(key) | {"Idempotency-Key": "failed-1"},
+    )
     async with billed(api, key, trained["id"], pytrio_fake) as bill:
         failed = await api.post(url, json=BODY, headers=headers)
         again = await api.post(url, json=BODY, headers=headers)
