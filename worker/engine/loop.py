@@ -91,7 +91,7 @@ class RunResult:
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
-    return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
+    return f"{spec.weights_name}-state-{steps_done:06d}"
 
 
 def stop_sequences(tokenizer: Any) -> list[str]:
@@ -683,7 +683,7 @@ class Steps:
         if not (self.latest and self.latest.step == loop.steps):
             # A final state too, so that another job can continue this one (`init_from`).
             await run.save_state(loop.steps)
-        final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
+        final = await (await run.training.save_weights_for_sampler_async(run.spec.weights_name))
         run.sink.checkpoint(loop.steps, "final", final.path)
         run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
         return RunResult(steps_done=loop.steps, final_weights_path=final.path)
