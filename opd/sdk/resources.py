@@ -384,6 +384,7 @@ class Jobs(Resource[X], Generic[X, J]):
         text: str | None = None,
         prompt_token_ids: Sequence[int] | None = None,
         prompt_logprobs: bool = False,
+        top_logprobs: int = 0,
         checkpoint: int | Literal["final"] = "final",
         model: ModelRole = "checkpoint",
         n: int = 1,
@@ -398,9 +399,10 @@ class Jobs(Resource[X], Generic[X, J]):
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
         """The playground: complete `prompt` (or a chat of `messages`, a `text` read as
-        given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too) with the
-        `model` (the `checkpoint`, the `teacher` or the untrained `base`), and with the
-        models in `compare`; `teacher` names which of several is compared.
+        given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too, `top_logprobs`
+        adds the likeliest tokens at each position) with the `model` (the `checkpoint`, the
+        `teacher` or the untrained `base`), and with the models in `compare`; `teacher` names
+        which of several is compared.
         A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
         not retried. Retried safely otherwise (a lost answer, a read timeout): the request
         carries an `Idempotency-Key` (one of its own unless you give one), and the API
@@ -412,6 +414,7 @@ class Jobs(Resource[X], Generic[X, J]):
             text=text,
             prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
             prompt_logprobs=prompt_logprobs or None,
+            top_logprobs=top_logprobs or None,
             checkpoint=checkpoint,
             model=model,
             n=n,
@@ -503,6 +506,14 @@ class Files(Resource[X]):
         """The file and its report (rows, columns, fields, empty and duplicate questions,
         a preview)."""
         return (yield from fetch(Call("GET", f"/v1/files/{file_id}"), FileDetail))
+
+    @operation
+    def download(self, file_id: str, to: str | Path) -> Steps[Download]:
+        """The file's bytes as uploaded, written to `to`, their SHA-256 checked on the way."""
+        path = Path(to)
+        reply = yield Call("GET", f"/v1/files/{file_id}/content", download=path)
+        assert reply is not None and reply.sha256 is not None
+        return Download(path, reply.sha256)
 
     @operation
     def delete(self, file_id: str) -> Steps[None]:

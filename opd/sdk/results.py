@@ -59,4 +59,5 @@ class ComparedCurves(JobsMetricsPublic):
 class Download:
     path: Path
     sha256: str = ""
-    """Checked against the API's `X-Checkpoint-SHA256` as the archive arrived."""
+    """Checked as the bytes arrived, against the API's `X-Checkpoint-SHA256` (an archive)
+    or `ETag` (an uploaded file)."""

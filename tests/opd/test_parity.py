@@ -138,6 +138,20 @@ DOORS: dict[Route, Door] = {
     ("DELETE", "/v1/keys/{prefix}"): Door(
         lambda o: o.keys.revoke("1a2b"), ["keys", "revoke", "1a2b"], operator=True
     ),
+    ("POST", "/v1/files"): Door(
+        lambda o: o.files.upload(Path(__file__), progress=False),
+        ["files", "upload", "SPEC", "--quiet"],
+    ),
+    ("GET", "/v1/files"): Door(lambda o: o.files.list(), ["files", "list"]),
+    ("GET", "/v1/files/{file_id}"): Door(
+        lambda o: o.files.get("file-1"), ["files", "show", "file-1"]
+    ),
+    ("GET", "/v1/files/{file_id}/content"): Door(
+        lambda o: o.files.download("file-1", "x.jsonl"), ["files", "download", "file-1", "OUT"]
+    ),
+    ("DELETE", "/v1/files/{file_id}"): Door(
+        lambda o: o.files.delete("file-1"), ["files", "rm", "file-1"]
+    ),
     ("POST", "/v1/sweeps"): Door(lambda o: o.sweeps.create({}), ["sweeps", "create", "SWEEP"]),
     ("GET", "/v1/sweeps"): Door(lambda o: o.sweeps.list(), ["sweeps", "list"]),
     ("GET", "/v1/sweeps/{sweep_id}"): Door(lambda o: o.sweeps.get(1), ["sweeps", "status", "1"]),
