@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.core.config import Settings
 from kernel.storage.blobs import Storage, open_storage
 from kernel.storage.cache import BlobCache
+from kernel.storage.checkpoints import CheckpointStore
 
 
 def storage_of(settings: Settings) -> Storage:
@@ -15,4 +16,15 @@ def file_cache(settings: Settings) -> BlobCache:
     """A worker's copies of uploaded files, under <home>/cache/files."""
     return BlobCache(
         storage_of(settings), settings.home / "cache" / "files", settings.file_cache_bytes
+    )
+
+
+def checkpoint_store(settings: Settings) -> CheckpointStore | None:
+    """Checkpoints in the bucket, read back into <home>/cache/checkpoints; None when
+    OPD_STORAGE_URL is a folder (checkpoints stay under OPD_ARTIFACT_ROOT, as they were)."""
+    storage = storage_of(settings)
+    if not storage.remote:
+        return None
+    return CheckpointStore(
+        storage, settings.home / "cache" / "checkpoints", settings.checkpoint_cache_bytes
     )
