@@ -33,6 +33,9 @@ from kernel.storage.cache import evict
 from kernel.storage.hashing import file_sha256
 
 SCHEME = "opd-store"
+CHECKPOINTS_PREFIX = "checkpoints"
+"""Where in the bucket checkpoints' objects live (`s3://bucket/prefix/checkpoints/blobs/...`),
+apart from uploaded files' (`s3://bucket/prefix/blobs/...`)."""
 MANIFEST_FORMAT = "opd-checkpoint/1"
 
 

@@ -2,9 +2,9 @@
 `opd api` and two `opd worker`s, each with its own OPD_HOME (so its own data, artifact and
 cache folders). A team uploads its data, trains with save_every, loses a worker to kill
 -9 mid-job, and the other worker resumes from the checkpoint in the bucket with the
-uninterrupted run's curve; the team downloads the final weights, samples them in the
-playground and continues from them; another team reaches neither the file nor the
-weights."""
+uninterrupted run's curve; the team downloads the final weights (and exports them merged
+into a Hugging Face model), samples them in the playground and continues from them;
+another team reaches neither the file nor the weights."""
 
 from __future__ import annotations
 
@@ -86,6 +86,11 @@ def test_a_job_moves_between_workers_that_share_no_disk(service, tmp_path):
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             names = {Path(member.name).name for member in tar if member.isfile()}
         assert {"adapter_model.safetensors", "manifest.json"} <= names
+
+        exported = tmp_path / "exported"
+        merge = ("export", str(job["id"]), str(exported), "--merge")
+        service.opd(*merge, "--url", service.url, "--key", service.key)
+        assert (exported / "config.json").is_file() and (exported / "model.safetensors").is_file()
 
         answer = alpha.jobs.sample(job["id"], "What is 2 + 3?", max_tokens=8)
         assert answer.checkpoint.path == done["final_weights_path"]

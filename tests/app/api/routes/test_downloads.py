@@ -12,9 +12,10 @@ import tarfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import obstore
 import pytest
 
-from app.core.storage import checkpoint_store
+from app.core.storage import checkpoint_store, storage_of
 from app.jobs.store import claim_job
 from app.records.store import record_checkpoint
 from tests.app.conftest import auth, serve, small_spec
@@ -131,6 +132,8 @@ async def test_a_checkpoint_in_the_bucket_comes_as_the_same_archive(
     async with bucket_client() as (http, stored):
         path = await checkpoint_store(stored).upload(folder, "sampler", "run")
         shutil.rmtree(tmp_path / "worker")
+        keys = [o["path"] for batch in obstore.list(storage_of(stored).store) for o in batch]
+        assert keys and all(k.startswith("checkpoints/blobs/sha256/") for k in keys)  # apart
         job = (await http.post("/v1/jobs", json=small_spec(), headers=auth(key))).json()
         await claim_job(session, job["id"], "w", heartbeat_timeout=60)
         await record_checkpoint(session, job["id"], "w", 2, "sampler", path)
