@@ -121,7 +121,7 @@ def bucket_client(settings):
 
 
 async def test_a_checkpoint_in_the_bucket_comes_as_the_same_archive(
-    bucket_client, key, make_key, submit, session, settings, tmp_path
+    bucket_client, key, make_key, session, settings, tmp_path, monkeypatch
 ):
     """A worker uploaded it (no folder of it on the API's disk); the archive is the one a
     local folder of those files gives, and another team gets a 404."""
@@ -146,3 +146,11 @@ async def test_a_checkpoint_in_the_bucket_comes_as_the_same_archive(
             unpacked = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
         assert unpacked == {f"run/{name}": data for name, data in FILES.items()}
         assert (await http.get(url, headers=auth(await make_key()))).status_code == 404
+
+        # An API whose cache lacks it (another home), with the store not answering: a 503.
+        monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        away = stored.model_copy(update={"home": tmp_path / "other", "storage_retry_seconds": 0.5})
+        async with serve(away, raising=False) as cut_off:
+            refused = await cut_off.get(url, headers=auth(key))
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == "storage_unavailable"
