@@ -14,7 +14,13 @@ import torch
 from pytrio.types import ModelInput
 from safetensors.torch import load_file
 
-from kernel.storage.blobs import BlobCorrupt, StorageUnavailable, blob_key, open_storage
+from kernel.storage.blobs import (
+    BlobCorrupt,
+    Storage,
+    StorageUnavailable,
+    blob_key,
+    open_storage,
+)
 from kernel.storage.checkpoints import CheckpointStore, is_stored, manifest_sha256
 from tests.support import temporary_bucket
 from tests.worker.engine.backends.test_local_state import PROMPTS, Recorder, spec
@@ -107,19 +113,32 @@ async def test_a_damaged_object_is_never_loaded(tmp_path, bucket):
     assert [p.name for p in (tmp_path / "d" / "cache").iterdir()] == []
 
 
-async def test_an_interrupted_upload_names_no_checkpoint(tmp_path, bucket):
-    """The manifest goes last: a store that fails mid-checkpoint leaves no name to record."""
+async def test_an_interrupted_upload_names_no_checkpoint(tmp_path, bucket, monkeypatch):
+    """The manifest goes last: a store that fails before it leaves objects no manifest
+    lists and no name to record; the next try completes it."""
     folder = tmp_path / "ckpt"
     folder.mkdir()
     (folder / "a.bin").write_bytes(b"a" * 1000)
     (folder / "b.bin").write_bytes(b"b" * 1000)
-    down = open_storage("s3://no-such-bucket-here/opd", retry_seconds=0.5)
-    store = CheckpointStore(down, tmp_path / "cache", 1 << 20)
+    put_file, sent = Storage.put_file, []
+
+    async def away_at_the_manifest(self: Storage, path: Path, sha256: str) -> bool:
+        if path.name == "manifest":
+            raise StorageUnavailable("the object store did not complete writing: refused")
+        sent.append(path.name)
+        return await put_file(self, path, sha256)
+
+    monkeypatch.setattr(Storage, "put_file", away_at_the_manifest)
+    store = CheckpointStore(bucket, tmp_path / "cache", 1 << 20)
     with pytest.raises(StorageUnavailable):
         await store.upload(folder, "state", "x")
-    good = CheckpointStore(bucket, tmp_path / "cache", 1 << 20)
-    name = await good.upload(folder, "state", "x")
-    copy = Path(await asyncio.to_thread(good.local, name))
+    stored = [o["path"] for batch in obstore.list(bucket.store) for o in batch]
+    assert sorted(sent) == ["a.bin", "b.bin"] and len(stored) == 2
+
+    monkeypatch.setattr(Storage, "put_file", put_file)
+    name = await store.upload(folder, "state", "x")
+    assert len([o for batch in obstore.list(bucket.store) for o in batch]) == 3
+    copy = Path(await asyncio.to_thread(store.local, name))
     assert sorted(p.name for p in copy.iterdir()) == ["a.bin", "b.bin"]
 
 
