@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from app.core.config import Settings
+from app.core.storage import checkpoint_store
 from opd import Client, NotFound
 from tests.e2e.conftest import Service, deployment, tiny_spec
-from tests.e2e.test_faults import COMPARED, at_step, metric_rows
-from tests.support import temporary_bucket, temporary_postgres_database
+from tests.e2e.servers import Relay
+from tests.e2e.test_faults import COMPARED, at_step, foreground_run, metric_rows
+from tests.support import S3_ENDPOINT, temporary_bucket, temporary_postgres_database
 
 QUESTIONS = [f"What is {a} + {b}?" for a in range(4) for b in range(3)]
 STEPS, SAVE_EVERY = 12, 4
@@ -115,3 +118,49 @@ def test_a_job_moves_between_workers_that_share_no_disk(service, tmp_path):
         with pytest.raises(NotFound):
             stranger.jobs.download(job["id"], final.id, tmp_path / "stolen.tar.gz")
         assert not (tmp_path / "stolen.tar.gz").exists()
+
+
+def test_a_store_outage_mid_job_requeues_it_and_loses_no_step(tmp_path, tmp_path_factory):
+    """The worker reaches the bucket through a relay that is cut after the first checkpoint:
+    the next upload fails once its retries are spent, the job is requeued (and again while
+    the store stays away), and once the store is back it resumes from the last recorded
+    checkpoint, every step as the uninterrupted run's, every recorded checkpoint whole."""
+    spec = tiny_spec(steps=STEPS, save_every=SAVE_EVERY)
+    expected = foreground_run(tmp_path_factory, spec)
+    relay = Relay(int(S3_ENDPOINT.rsplit(":", 1)[1]))
+    relay.start()
+    (tmp_path / "api").mkdir()
+    with (
+        temporary_bucket() as bucket,
+        deployment(
+            tmp_path / "api", f"sqlite:///{tmp_path / 'opd.db'}", storage_url=bucket
+        ) as service,
+    ):
+        service.start_worker(
+            OPD_HOME=str(tmp_path / "worker"),
+            AWS_ENDPOINT_URL=relay.url,
+            OPD_STORAGE_RETRY_SECONDS="1",
+            OPD_MAX_ATTEMPTS="30",
+        )
+        job = service.submit(spec)
+        service.wait(job["id"], at_step(SAVE_EVERY + 1))
+        relay.cut()
+        service.wait(job["id"], lambda j: j["attempts"] >= 2)
+        relay.start()
+        done = service.wait(job["id"], timeout=300)
+        assert done["status"] == "succeeded", service.logs()
+
+        rows = metric_rows(service, job["id"])
+        assert [step for step, _ in rows] == list(range(STEPS))
+        for step, metrics in rows:
+            for key in COMPARED:
+                assert metrics[key] == expected[step][key], (step, key)
+        timeline = [e.message for e in service.events(job["id"])]
+        assert any("object store did not complete" in m for m in timeline if "Requeued" in m)
+        with Client(service.url, service.key) as alpha:
+            saved = list(alpha.jobs.checkpoints(job["id"]))
+        store = checkpoint_store(Settings(home=tmp_path / "reader", storage_url=bucket))
+        assert store is not None and saved
+        for checkpoint in saved:  # each recorded one is whole: its manifest's every object
+            assert store.local(checkpoint.path)
+    relay.cut()
