@@ -8,7 +8,16 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.spec import MAX_PROMPT_CHARS, MAX_TOKENS, CheckpointRef, JobSpec, Name, SpecModel
+from kernel.spec import (
+    MAX_PROMPT_CHARS,
+    MAX_TOKENS,
+    CheckpointRef,
+    JobSpec,
+    Name,
+    SpecModel,
+    field_error,
+)
+from kernel.wording import shown
 
 T = TypeVar("T")
 
@@ -139,15 +148,17 @@ class SampleRequest(SpecModel):
     def _one_prompt(self) -> SampleRequest:
         given = [self.prompt, self.messages, self.text, self.prompt_token_ids]
         if sum(value is not None for value in given) != 1:
-            raise ValueError("give one of prompt, messages, text and prompt_token_ids")
+            raise field_error(
+                ("prompt",), "give one of prompt, messages, text and prompt_token_ids"
+            )
         if self.max_tokens == 0 and not self.prompt_logprobs:
-            raise ValueError("max_tokens: 0 only with prompt_logprobs (nothing to answer)")
+            raise field_error(("max_tokens",), "0 only with prompt_logprobs (nothing to answer)")
         if self.messages is not None and self.messages[-1].role != "user":
-            raise ValueError("messages: the last message must be the user's")
+            raise field_error(("messages",), "the last message must be the user's")
         if len(set(self.compare)) != len(self.compare):
-            raise ValueError("compare: each model at most once")
+            raise field_error(("compare",), "each model at most once")
         if self.model in self.compare:
-            raise ValueError(f"compare: {self.model!r} is the model asked for already")
+            raise field_error(("compare",), f"{shown(self.model)} is the model asked for already")
         return self
 
 

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kernel.model_names import preset_tokenizer
+from kernel.wording import one_line, problems, shown
 
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
@@ -62,7 +63,9 @@ def checkpoint_ref(value: Any) -> str | int:
         return "final"
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS:
         return value
-    raise ValueError(f"should be 'final' or a step number from 0 to {MAX_STEPS}, not {value!r}")
+    raise ValueError(
+        f"should be 'final' or a step number from 0 to {MAX_STEPS}, not {shown(value)}"
+    )
 
 
 CheckpointRef = Annotated[
@@ -95,7 +98,9 @@ class SavedWeights(SpecModel):
     @model_validator(mode="after")
     def _names_a_state(self) -> SavedWeights:
         if self.job is None and self.path is None:
-            raise ValueError("init_from needs a job (submitted to the service) or a path")
+            raise field_error(
+                ("job",), "init_from needs a job (submitted to the service) or a path"
+            )
         return self
 
 
@@ -238,7 +243,9 @@ class TeacherSpec(SpecModel):
             if getattr(self, name) is not None
         ]
         if len(given) > 1:
-            raise ValueError(f"give teacher.{given[0]} or teacher.{given[1]}, not both")
+            raise field_error(
+                (given[1],), f"give teacher.{given[0]} or teacher.{given[1]}, not both"
+            )
         return self
 
     def weights(self) -> str | None:
@@ -339,8 +346,9 @@ class InlineDataset(PromptOptions):
     @model_validator(mode="after")
     def _an_answer_per_prompt(self) -> InlineDataset:
         if self.answers is not None and len(self.answers) != len(self.prompts):
-            raise ValueError(
-                f"answers has {len(self.answers)} entries for {len(self.prompts)} prompts"
+            raise field_error(
+                ("answers",),
+                f"has {len(self.answers)} entries for {len(self.prompts)} prompts",
             )
         return self
 
@@ -387,7 +395,7 @@ class ArithmeticDataset(PromptOptions):
     @model_validator(mode="after")
     def _unique_ops(self) -> ArithmeticDataset:
         if len(set(self.ops)) != len(self.ops):
-            raise ValueError("ops lists an operation twice")
+            raise field_error(("ops",), "lists an operation twice")
         return self
 
     def problem_count(self, op: ArithmeticOp) -> int:
@@ -453,7 +461,7 @@ class SamplingSpec(SpecModel):
     @model_validator(mode="after")
     def _top_k_not_zero(self) -> SamplingSpec:
         if self.top_k == 0:
-            raise ValueError("top_k must be -1 (off) or >= 1")
+            raise field_error(("top_k",), "must be -1 (off) or >= 1")
         return self
 
 
@@ -605,7 +613,10 @@ class LoopSpec(SpecModel):
         "rollouts up to k optimizer steps old).",
     )
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
-    save_weights_name: Name = "opd-deepmath-qwen35-4b"
+    save_weights_name: Name | None = Field(
+        None,
+        description="The name the saved weights and states go by; null: the job's `name`.",
+    )
     reward: RewardSpec = Field(default_factory=RewardSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     keep_samples: int = Field(
@@ -619,18 +630,20 @@ class LoopSpec(SpecModel):
     @model_validator(mode="after")
     def _saves_on_refresh_boundaries(self) -> LoopSpec:
         if self.save_every % self.sampler_refresh_steps:
-            raise ValueError(
-                "save_every must be a multiple of sampler_refresh_steps, so that a resumed "
-                "run samples from the same weights as an uninterrupted one"
+            raise field_error(
+                ("save_every",),
+                "must be a multiple of sampler_refresh_steps, so that a resumed "
+                "run samples from the same weights as an uninterrupted one",
             )
         return self
 
     @model_validator(mode="after")
     def _off_policy_refreshes_every_step(self) -> LoopSpec:
         if self.max_steps_off_policy and self.sampler_refresh_steps != 1:
-            raise ValueError(
-                "max_steps_off_policy needs sampler_refresh_steps: 1 (each step's rollouts "
-                "come from the weights exactly max_steps_off_policy steps back)"
+            raise field_error(
+                ("max_steps_off_policy",),
+                "needs sampler_refresh_steps: 1 (each step's rollouts "
+                "come from the weights exactly max_steps_off_policy steps back)",
             )
         return self
 
@@ -638,12 +651,15 @@ class LoopSpec(SpecModel):
     def _options_fit_the_loss(self) -> LoopSpec:
         given = self.loss_fn_config.model_dump(exclude_none=True)
         if unknown := sorted(given.keys() - LOSS_OPTIONS[self.loss_fn].keys()):
-            raise ValueError(
-                f"loss_fn_config has no option {', '.join(unknown)} for {self.loss_fn}"
+            raise field_error(
+                ("loss_fn_config", unknown[0]),
+                f"{self.loss_fn} has no option {', '.join(unknown)}",
             )
         options = self.loss_options() or {}
         if options.get("clip_low_threshold", 0.0) >= options.get("clip_high_threshold", 1.0):
-            raise ValueError("loss_fn_config: clip_low_threshold must be below clip_high_threshold")
+            raise field_error(
+                ("loss_fn_config", "clip_low_threshold"), "must be below clip_high_threshold"
+            )
         return self
 
     @model_validator(mode="after")
@@ -706,7 +722,9 @@ class EvalSpec(SpecModel):
     @model_validator(mode="after")
     def _one_source(self) -> EvalSpec:
         if (self.holdout > 0) == (self.dataset is not None):
-            raise ValueError("give eval prompts as one of holdout: N or a dataset (not both)")
+            raise field_error(
+                ("holdout",), "give eval prompts as one of holdout: N or a dataset (not both)"
+            )
         return self
 
 
@@ -728,6 +746,11 @@ class MlflowSpec(SpecModel):
     )
     experiment: str = Field("opd", min_length=1, max_length=500)
     run_name: str | None = Field(None, min_length=1, max_length=250, description="null = name.")
+    log_final_weights: bool = Field(
+        False,
+        description="Also upload the final weights (the LoRA adapter folder) as the run's "
+        "`final_weights` artifact, when the worker holds them as a folder (backend: local).",
+    )
 
     @field_validator("tracking_uri")
     @classmethod
@@ -745,7 +768,8 @@ class TrackersSpec(SpecModel):
 
     mlflow: MlflowSpec | None = Field(
         None,
-        description="Params, every step's metrics, evals, checkpoint paths (as tags) and the "
+        description="Params, every step's metrics, evals, checkpoint paths (as tags), the "
+        "spec as the artifact `opd/spec.yaml` (and, if asked, the final weights) and the "
         "final status; null = none.",
     )
 
@@ -896,6 +920,12 @@ class JobSpec(SpecModel):
             if data.get(several) is not None and data.get(single) is None:
                 data = {**data, single: absent}
         return data
+
+    @property
+    def weights_name(self) -> str:
+        """What the job's weights and states are saved as: `loop.save_weights_name`, else
+        the job's name (left unset, a clone that renames the job renames its weights)."""
+        return self.loop.save_weights_name or self.name
 
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:
@@ -1183,17 +1213,16 @@ class SpecError(ValueError):
         self.problems = problems or []
 
 
-def validation_problems(error: ValidationError) -> list[tuple[str, str]]:
-    """Each problem as (field path, message), e.g. `("loop.steps", "Input should be ...")`."""
-    return [
-        (".".join(str(part) for part in item["loc"]) or "spec", item["msg"])
-        for item in error.errors()
-    ]
+def validation_problems(error: ValidationError, model: Any = None) -> list[tuple[str, str]]:
+    """Each problem as (field path, message) in the user's words (kernel/wording.py), e.g.
+    `("loop.stesp", "unknown field; did you mean `loop.steps`?")`; against `model`, the
+    type validated (default: the job spec)."""
+    return problems(error.errors(), JobSpec if model is None else model)
 
 
-def format_validation_error(error: ValidationError) -> str:
+def format_validation_error(error: ValidationError, model: Any = None) -> str:
     """One line per problem, each naming the field path, e.g. `loop.steps: ...`."""
-    return "; ".join(f"{path}: {message}" for path, message in validation_problems(error))
+    return one_line(validation_problems(error, model))
 
 
 def parse_spec(data: Any) -> JobSpec:
@@ -1245,17 +1274,83 @@ def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Read a YAML or JSON spec file (JSON is valid YAML, so one parser serves both)."""
+def not_a_mapping(data: Any, what: str) -> str:
+    """Why a document is no spec (or sweep): empty, or a list or a value, not a mapping."""
+    if data is None:
+        return f"{what} is empty: it must be a mapping of fields (`name: value` lines)"
+    return f"{what} must be a mapping of fields (`name: value` lines), not {shown(data)}"
+
+
+def read_document(path: str | Path, what: str = "spec") -> dict[str, Any]:
+    """The mapping a YAML or JSON file holds (JSON is YAML, but its own parser says more);
+    SpecError naming the file, and the line where it is not YAML or JSON."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise SpecError(f"cannot read spec {path}: {error.strerror}") from error
+        raise SpecError(f"cannot read {what} {path}: {error.strerror}") from error
+    except UnicodeDecodeError:
+        raise SpecError(f"{path} is not UTF-8 text") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise SpecError(f"{path} is not valid YAML/JSON: {error}") from error
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{path}, line {error.lineno}: not valid JSON: {error.msg}") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}{yaml_problem(error)}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: a spec must be a mapping of groups, got {type(data).__name__}")
-    return parse_spec(data)
+        raise SpecError(f"{path}: {not_a_mapping(data, f'a {what}')}")
+    return data
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """`, line 3: not valid YAML: ...` for what PyYAML found, without its `"<unicode
+    string>"` (the text it read has no name) or its excerpt of the text."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or "cannot be read"
+    context, started = getattr(error, "context", None), getattr(error, "context_mark", None)
+    where = "" if mark is None else f", line {mark.line + 1}"
+    opened = f" ({context} that starts on line {started.line + 1})" if context and started else ""
+    return f"{where}: not valid YAML: {problem}{opened}"
+
+
+def line_of(root: yaml.Node | None, path: str) -> int | None:
+    """The line where the deepest written part of `path` is: its key in a mapping, its item
+    in a list. Parts that are not written (a missing field) are skipped, so a missing field
+    points at its group."""
+    node, line = root, None
+    for part in path.split("."):
+        child = child_node(node, part)
+        if child is None:
+            continue
+        node, line = child[1], child[0]
+    return line
+
+
+def child_node(node: Any, part: str) -> tuple[int, yaml.Node] | None:
+    """(line, value node) of a mapping's key or a sequence's item, if written."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value == part:
+                return key.start_mark.line + 1, value
+    if isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+        item = node.value[int(part)]
+        return item.start_mark.line + 1, item
+    return None
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Read a YAML or JSON spec file; SpecError names the file, and each problem its field
+    and the line it is written on (`tiny.yaml, line 12: loop.stesp: unknown field; ...`)."""
+    data = read_document(path)
+    try:
+        return parse_spec(data)
+    except SpecError as error:
+        try:
+            root = yaml.compose(Path(path).read_text(encoding="utf-8"))
+        except yaml.YAMLError:  # JSON that PyYAML's YAML 1.1 does not read: no lines
+            root = None
+        lines = []
+        for field, message in error.problems:
+            line = line_of(root, field)
+            lines.append(f"{path}{'' if line is None else f', line {line}'}: {field}: {message}")
+        raise SpecError("; ".join(lines), error.problems) from None

@@ -6,7 +6,6 @@ Bad input is a 4xx that names the field; nothing a client sends produces a trace
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -31,6 +30,7 @@ from app.sweeps.errors import SweepNotFound
 from app.teams.store import TeamNotFound
 from app.webhooks.store import WebhookNotFound
 from kernel.storage.blobs import StorageUnavailable
+from kernel.wording import Problem, one_line, problems
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ DESCRIPTIONS = {
     409: "The job's status does not allow this action; the message says why.",
     413: "The request body is larger than OPD_MAX_BODY_BYTES, or the spec or sweep it makes "
     "larger than OPD_MAX_SPEC_BYTES.",
+    415: "The body is not JSON: send `Content-Type: application/json` (the CLI and the SDK "
+    "send a YAML spec or sweep file as JSON).",
     429: "The team has as many queued jobs as it may; retry after `Retry-After` seconds.",
     422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
     503: "A dependency (database or Redis) is unavailable.",
@@ -112,31 +114,34 @@ def error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-def field_path(loc: Sequence[int | str]) -> str | None:
-    """`("body", "loop", "steps")` -> `loop.steps`; the location prefix is dropped."""
-    parts = list(loc[1:] if loc and loc[0] in LOCATIONS else loc)
-    return ".".join(str(part) for part in parts) or None
+def body_type(request: Request) -> Any:
+    """The type the request's route reads its body as (None: no body), against which a
+    refused body's fields are named and unknown keys matched to the fields meant."""
+    field = getattr(request.scope.get("route"), "body_field", None)
+    return None if field is None else field.field_info.annotation
 
 
-def describe(error: dict[str, Any]) -> str:
-    if error.get("type") == "json_invalid":
-        reason = error.get("ctx", {}).get("error", "")
-        return f"the request body is not valid JSON: {reason}".rstrip(": ")
-    path = field_path(error.get("loc", ()))
-    return f"{path}: {error['msg']}" if path else error["msg"]
+def explain(exc: RequestValidationError, body: Any = None) -> tuple[str, str]:
+    """What is wrong with a request, in the user's words (kernel/wording.py), and the field
+    to blame first (`body` for the body as a whole)."""
+    found: list[Problem] = []
+    by_location: dict[str, list[dict[str, Any]]] = {}
+    for error in exc.errors():
+        if error.get("type") == "json_invalid":
+            reason = error.get("ctx", {}).get("error", "")
+            found.append(("", f"the request body is not valid JSON: {reason}".rstrip(": ")))
+            continue
+        loc = list(error.get("loc", ()))
+        where = str(loc.pop(0)) if loc and loc[0] in LOCATIONS else "body"
+        by_location.setdefault(where, []).append(error | {"loc": tuple(loc)})
+    for where, errors in by_location.items():
+        found.extend(problems(errors, body if where == "body" else None))
+    return one_line(found) or "invalid request", (found[0][0] if found else "") or "body"
 
 
-def explain(exc: RequestValidationError) -> tuple[str, str | None]:
-    """What is wrong with a request, and the field to blame first (None: the JSON itself)."""
-    errors = list(exc.errors())
-    first = errors[0] if errors else {}
-    param = None if first.get("type") == "json_invalid" else field_path(first.get("loc", ()))
-    return "; ".join(describe(error) for error in errors) or "invalid request", param
-
-
-async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    message, param = explain(exc)
+    message, param = explain(exc, body_type(request))
     return error_response(422, "invalid_request", message, param)
 
 

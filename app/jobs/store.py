@@ -190,7 +190,7 @@ async def apply_action(
     enqueued."""
     for _ in range(CAS_ATTEMPTS):
         job = await get_job(session, job_id, team_id)
-        plan = plan_action(action, JobStatus(job.status))
+        plan = plan_action(action, JobStatus(job.status), job_id)
         if plan is None:
             return ActionResult(job, changed=False)
         if await compare_and_set(session, job, plan, commit=commit):

@@ -25,14 +25,14 @@ class Plan:
     values: dict[str, Any]
 
 
-def plan_action(action: JobAction, status: JobStatus) -> Plan | None:
+def plan_action(action: JobAction, status: JobStatus, job_id: int | None = None) -> Plan | None:
     """What cancel, pause or resume does from `status`: a Plan, None for an idempotent
-    repeat, or IllegalTransition with the reason."""
+    repeat, or IllegalTransition with the reason (and, for job `job_id`, what to do)."""
     if action is JobAction.cancel:
         return plan_cancel(status)
     if action is JobAction.pause:
         return plan_pause(status)
-    return plan_resume(status)
+    return plan_resume(status, job_id)
 
 
 def plan_cancel(status: JobStatus) -> Plan | None:
@@ -75,7 +75,7 @@ def plan_pause(status: JobStatus) -> Plan | None:
     )
 
 
-def plan_resume(status: JobStatus) -> Plan | None:
+def plan_resume(status: JobStatus, job_id: int | None = None) -> Plan | None:
     if status is JobStatus.paused:
         return Plan(
             JobStatus.queued,
@@ -90,7 +90,12 @@ def plan_resume(status: JobStatus) -> Plan | None:
         return None
     if status is JobStatus.cancelling:
         raise IllegalTransition("the job is being cancelled; it cannot be resumed")
-    raise IllegalTransition(f"the job is already {status}; submit a new job to run it again")
+    job = "ID" if job_id is None else str(job_id)
+    raise IllegalTransition(
+        f"the job is already {status}; an ended job is not resumed. Clone it to run it "
+        f"again: `opd clone {job}` (POST /v1/jobs/{job}/clone), and `opd clone {job} "
+        "--init-from N` continues from the state it saved after step N"
+    )
 
 
 class JobRow(Protocol):

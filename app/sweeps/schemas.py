@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from app.core.pages import Page
 from app.jobs.schemas import JobStatus
+from kernel.spec import JobSpec, field_error
 
 MAX_TRIALS = 200
 
@@ -110,15 +111,37 @@ class SweepCreate(BaseModel):
     seed: int = Field(0, ge=0, le=2**31 - 1)
     early_stop: EarlyStop | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _not_a_job_spec(cls, data: Any) -> Any:
+        """A job spec sent as a sweep gets one answer saying what a sweep is, not one
+        unknown field for each of its groups."""
+        if isinstance(data, dict) and not data.keys() & SWEEP_PARTS and data.keys() & JOB_GROUPS:
+            raise field_error(("base",), NOT_A_SWEEP)
+        return data
+
     @model_validator(mode="after")
     def _one_base(self) -> "SweepCreate":
         if (self.base is None) == (self.base_job is None):
-            raise ValueError("give either base (a job spec) or base_job (a job id)")
+            raise field_error(("base",), "give either base (a job spec) or base_job (a job id)")
         if self.method is SweepMethod.grid:
             ranged = [path for path, p in self.parameters.items() if p.values is None]
             if ranged:
-                raise ValueError(f"a grid needs values for every parameter: {ranged[0]} has none")
+                raise field_error(
+                    ("parameters", ranged[0], "values"),
+                    f"a grid needs values for every parameter: {ranged[0]} has none",
+                )
         return self
+
+
+SWEEP_PARTS = {"base", "base_job", "parameters"}
+JOB_GROUPS = JobSpec.model_fields.keys() - SweepCreate.model_fields.keys()
+NOT_A_SWEEP = (
+    "this is a job spec, not a sweep: a sweep needs `base:` (the job spec, indented "
+    "under it, or `base_job:` and a job id) and `parameters:` (the dotted spec paths to "
+    "search, e.g. `optim.learning_rate: {values: [1.0e-4, 3.0e-4]}`), beside `name:` and "
+    "`metric:`; examples/sweep-tiny.yaml is one"
+)
 
 
 class RungPublic(BaseModel):

@@ -74,12 +74,11 @@ def trial_spec(base: dict[str, Any], values: Values, name: str) -> JobSpec:
     try:
         return JobSpec.model_validate(spec)
     except ValidationError as error:
-        for problem, (problem_path, message) in zip(
-            error.errors(), validation_problems(error), strict=True
-        ):
+        fractional = any(problem["type"] == "int_from_float" for problem in error.errors())
+        for problem_path, message in validation_problems(error):
             for param in values:
                 if problem_path == param or problem_path.startswith(f"{param}."):
-                    hint = WHOLE_NUMBERS if problem["type"] == "int_from_float" else ""
+                    hint = WHOLE_NUMBERS if fractional else ""
                     raise InvalidTrial(param, f"{values[param]!r}: {message}{hint}") from None
         first = sorted(values)[0]
         raise InvalidTrial(

@@ -21,6 +21,7 @@ from app.files.errors import FileInUse, FileNotFound
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
 from app.sweeps.errors import SweepNotFound
 from app.web.templating import render
+from kernel.wording import one_line, problems
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,8 @@ def describe(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, IdempotencyMismatch):
         return 409, str(exc)
     if isinstance(exc, RequestValidationError):
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'][1:])}: {error['msg']}"
-            for error in exc.errors()
-        )
-        return 400, f"Bad address: {problems}"
+        found = problems(error | {"loc": tuple(error["loc"][1:])} for error in exc.errors())
+        return 400, f"Bad address: {one_line(found)}"
     if isinstance(exc, StarletteHTTPException):
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
         return exc.status_code, "No such page." if exc.status_code == 404 else detail

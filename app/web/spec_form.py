@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from kernel.spec import JobSpec, SpecError, parse_spec
+from kernel.spec import JobSpec, SpecError, line_of, not_a_mapping, parse_spec
 
 MAX_SPEC_CHARS = 200_000
 MAX_DEPTH = 64
@@ -76,7 +76,7 @@ def check_spec_text(text: str) -> SpecCheck:
     except YamlRefused as refused:
         return failed("spec", refused.line, str(refused))
     if not isinstance(data, dict):
-        return failed("spec", 1, f"a spec must be a mapping of groups, got {type(data).__name__}")
+        return failed("spec", 1, not_a_mapping(data, "a spec"))
     try:
         spec = parse_spec(data)
     except SpecError as error:
@@ -90,28 +90,3 @@ def check_spec_text(text: str) -> SpecCheck:
 
 def failed(field: str, line: int | None, message: str) -> SpecCheck:
     return SpecCheck(None, [FieldError(field, line, message)])
-
-
-def line_of(root: yaml.Node | None, path: str) -> int | None:
-    """The line where the deepest written part of `path` is: its key in a mapping, its item
-    in a list. Parts that are not written (a union's tag in pydantic's path, a missing
-    field) are skipped, so a missing field points at its group."""
-    node, line = root, None
-    for part in path.split("."):
-        child = child_node(node, part)
-        if child is None:
-            continue
-        node, line = child[1], child[0]
-    return line
-
-
-def child_node(node: Any, part: str) -> tuple[int, yaml.Node] | None:
-    """(line, value node) of a mapping's key or a sequence's item, if written."""
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value == part:
-                return key.start_mark.line + 1, value
-    if isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
-        item = node.value[int(part)]
-        return item.start_mark.line + 1, item
-    return None

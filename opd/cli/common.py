@@ -4,10 +4,12 @@ API client from `--url` / `--key`, and the argument types several commands take.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from opd.sdk import Client
+from opd.sdk import Client, PermissionDenied
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -37,6 +39,53 @@ def api_options() -> argparse.ArgumentParser:
 
 def client(args: argparse.Namespace) -> Client:
     return Client(args.url, args.key)
+
+
+def key_hint(args: argparse.Namespace) -> str:
+    """How to give the API a key, after it refused the one sent (or none): which source
+    this command's key came from, and where the local key is looked up."""
+    from opd.sdk.client import local_key_path  # start-up time: only after a 401
+
+    local = local_key_path(settings().home)
+    if getattr(args, "key", None):
+        used = "the key given with --key was refused"
+    elif os.environ.get("OPD_API_KEY"):
+        used = "the key in OPD_API_KEY was refused"
+    elif local.is_file():
+        used = f"the key in {local} (written by `opd serve`) was refused"
+    else:
+        used = f"no key was given, and there is none at {local} (where `opd serve` writes one)"
+    return (
+        f"{used}. Give a key with --key KEY or `export OPD_API_KEY=KEY` (an admin makes one "
+        "with `opd keys create --team NAME`); without either, opd reads "
+        f"{local} (OPD_HOME/api-key, OPD_HOME defaults to ./.opd)"
+    )
+
+
+def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Make `parser` (a command's old name, kept for one release) say, when used, that
+    `new` replaces it (`main` prints the note)."""
+    parser.set_defaults(renamed=(old, new))
+
+
+def deprecation_note(old: str, new: str) -> None:
+    """On stderr, so that what the command prints on stdout stays as scripts read it."""
+    print(f"note: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
+
+
+def one_line(text: str, width: int = 80) -> str:
+    """A message as a table cell: its first line, cut to `width` characters."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    cut = first if len(first) <= width else first[: width - 1] + "…"
+    return cut + (" …" if cut == first and "\n" in text.strip() else "")
+
+
+def team_names(api: Client) -> dict[int, str] | None:
+    """Team names by id when the key may read every team's (an admin key), else None."""
+    try:
+        return {team.id: team.name for team in api.teams.list()}
+    except PermissionDenied:
+        return None
 
 
 def duration(text: str) -> timedelta:

@@ -1,33 +1,27 @@
-"""`opd sweep create FILE | list | status ID | cancel ID`: sweeps through the SDK. The
-file is YAML (or JSON); the API takes it as JSON."""
+"""`opd sweeps create FILE | list | status ID | cancel ID`: sweeps through the SDK (`opd
+sweep` is the old name). The file is YAML (or JSON); the API takes it as JSON."""
 
 from __future__ import annotations
 
 import argparse
 from itertools import islice
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 from app.web.present import number
-from opd.cli.common import CommandError, api_options, client, count, page_size
+from kernel.spec import read_document
+from opd.cli.common import api_options, client, count, page_size, renamed
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
 
 
 def read_definition(path: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise CommandError(f"cannot read {path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise CommandError(f"{path} is not valid YAML/JSON: {error}") from error
-    if not isinstance(data, dict):
-        raise CommandError(f"{path}: a sweep must be a mapping, got {type(data).__name__}")
-    return data
+    """The sweep a YAML (or JSON) file holds; SpecError naming the file and line."""
+    return read_document(path, "sweep")
+
+
+SWEEP_HEADER = f"{'id':>6}  {'status':<10} {'method':<6} {'trials':>7}  name  metric: best"
 
 
 def sweep_line(sweep: SweepPublic) -> str:
@@ -80,12 +74,19 @@ def sweep_command(args: argparse.Namespace) -> int:
         sweep = api.sweeps.create(read_definition(args.file))
         print(sweep.id if args.quiet else f"Created sweep {sweep.id} ({sweep.status})")
     elif args.sweep_action == "list":
-        for listed in islice(api.sweeps.list(page_size=page_size(args.limit, 100)), args.limit):
+        shown = list(islice(api.sweeps.list(page_size=page_size(args.limit, 100)), args.limit))
+        if not shown:
+            print("no sweeps")
+        else:
+            print(SWEEP_HEADER)
+        for listed in shown:
             print(sweep_line(listed))
     elif args.sweep_action == "cancel":
+        print(SWEEP_HEADER)
         print(sweep_line(api.sweeps.cancel(args.sweep)))
     else:
         sweep = api.sweeps.get(args.sweep)
+        print(SWEEP_HEADER)
         print(sweep_line(sweep))
         if sweep.error:
             print(f"error: {sweep.error}")
@@ -96,8 +97,19 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 
 def add_parsers(commands: Commands) -> None:
+    for name in ("sweeps", "sweep"):
+        sweep = commands.add_parser(
+            name,
+            help="searches over a job spec (trials are jobs)"
+            if name == "sweeps"
+            else "deprecated: opd sweeps",
+        )
+        sweep_actions(sweep)
+    renamed(sweep, "opd sweep", "opd sweeps")
+
+
+def sweep_actions(sweep: argparse.ArgumentParser) -> None:
     http = api_options()
-    sweep = commands.add_parser("sweep", help="searches over a job spec (trials are jobs)")
     actions = sweep.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")
     create.add_argument("file")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+
+import pytest
+import yaml
 
 from app.auth.keys import revoke_key
 from app.core.config import Settings
@@ -48,6 +52,38 @@ async def test_a_body_over_the_limit_is_413(settings, key):
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "body_too_large"
     assert small.status_code == 201
+
+
+@pytest.mark.parametrize("media", ["text/yaml", "application/yaml", "application/x-yaml"])
+async def test_a_yaml_body_is_a_415_that_says_to_send_json(client, key, media):
+    """Before: a 422, `Input should be a valid dictionary or object to extract fields from`."""
+    for path in ("/v1/jobs", "/v1/sweeps"):
+        response = await client.post(
+            path, content=yaml.safe_dump(small_spec()), headers=auth(key) | {"Content-Type": media}
+        )
+        assert response.status_code == 415, response.text
+        assert response.json()["error"] == {
+            "code": "unsupported_media_type",
+            "message": "the API reads JSON bodies: send Content-Type: application/json (this "
+            f"had {media}); a YAML spec or sweep is read by `opd submit FILE`, `opd sweep "
+            "create FILE` and the SDK's load_spec, which send it as JSON",
+            "param": None,
+        }
+    assert (await client.get("/v1/jobs", headers=auth(key))).json()["data"] == []
+
+
+async def test_a_body_without_a_content_type_is_a_415_and_json_is_read(client, key):
+    untyped = await client.post("/v1/jobs", content=json.dumps(small_spec()), headers=auth(key))
+    assert untyped.status_code == 415
+    assert "(this had no Content-Type)" in untyped.json()["error"]["message"]
+    typed = await client.post(
+        "/v1/jobs",
+        content=json.dumps(small_spec()),
+        headers=auth(key) | {"Content-Type": "application/json; charset=utf-8"},
+    )
+    assert typed.status_code == 201, typed.text
+    empty = await client.post(f"/v1/jobs/{typed.json()['id']}/cancel", headers=auth(key))
+    assert empty.status_code == 200, "an action without a body needs no content type"
 
 
 async def test_unknown_routes_use_the_error_format(client):

@@ -5,6 +5,7 @@ test-screenshots/<test name>/ for a person to look at."""
 from __future__ import annotations
 
 import re
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,6 +218,18 @@ def test_try_a_checkpoint_from_the_jobs_page(page, service, shots):
     expect(outputs.nth(2).locator("header")).to_contain_text("Untrained student")
     assert outputs.nth(0).locator(".tok").count() > 0
     shot(page, shots, "try-it")
+
+    final = page.locator("table.checkpoints tr", has_text="final")
+    export = final.locator("button.export")
+    expect(export).to_have_attribute(
+        "data-copy", f"opd export {job['id']} job-{job['id']}-final --checkpoint final"
+    )
+    with page.expect_download() as downloading:
+        final.locator("a.download").click()
+    archive = downloading.value
+    assert archive.suggested_filename.startswith(f"job-{job['id']}-final-")
+    with tarfile.open(archive.path()) as unpacked:
+        assert any(name.endswith("adapter_config.json") for name in unpacked.getnames())
 
 
 def test_a_sweep_started_from_a_jobs_page(page, service, shots, other_key):

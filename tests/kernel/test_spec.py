@@ -64,7 +64,7 @@ def test_defaults_are_the_reference_scripts_defaults():
         ({"student": {"lora_rank": 65}}, "student.lora_rank"),
         ({"sampling": {"top_k": 0}}, "sampling"),
         ({"loop": {"save_every": 3, "sampler_refresh_steps": 2}}, "loop"),
-        ({"dataset": {"source": "inline", "prompts": []}}, "dataset.inline.prompts"),
+        ({"dataset": {"source": "inline", "prompts": []}}, "dataset.prompts"),
         ({"optimizer": {}}, "optimizer"),
         ({"backend": "tinkr"}, "backend"),
         ({"tinker": {"timeout": 600}}, "tinker.timeout"),
@@ -95,6 +95,48 @@ def test_spec_files_are_yaml_or_json(tmp_path):
         load_spec(tmp_path / "c.yaml")
     with pytest.raises(SpecError, match="cannot read spec"):
         load_spec(tmp_path / "missing.yaml")
+
+
+def test_a_spec_file_that_is_no_yaml_names_the_file_and_the_line(tmp_path):
+    """Before: `... is not valid YAML/JSON: mapping values are not allowed here in
+    "<unicode string>", line 3, column 8`."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nloop:\n  steps: 3: 4\n")
+    with pytest.raises(SpecError) as refused:
+        load_spec(broken)
+    assert str(refused.value) == (
+        f"{broken}, line 3: not valid YAML: mapping values are not allowed here"
+    )
+    unclosed = tmp_path / "unclosed.json"
+    unclosed.write_text('{\n  "name": "x",\n  "loop": {"steps": 3\n}\n')
+    with pytest.raises(SpecError, match=rf"^{unclosed}, line 5: not valid JSON: Expecting"):
+        load_spec(unclosed)
+
+
+def test_an_empty_spec_file_says_so(tmp_path):
+    """Before: `a spec must be a mapping of groups, got NoneType`."""
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(SpecError) as refused:
+        load_spec(tmp_path / "empty.yaml")
+    assert str(refused.value) == (
+        f"{tmp_path / 'empty.yaml'}: a spec is empty: it must be a mapping of fields "
+        "(`name: value` lines)"
+    )
+    assert "NoneType" not in str(refused.value)
+
+
+def test_a_spec_files_problems_name_their_lines(tmp_path):
+    spec = named({"loop": {"steps": 3}})
+    text = yaml.safe_dump(spec, sort_keys=False).replace("steps: 3", "stesp: 3")
+    path = tmp_path / "misspelt.yaml"
+    path.write_text(text)
+    line = text.splitlines().index("  stesp: 3") + 1
+    with pytest.raises(SpecError) as refused:
+        load_spec(path)
+    assert str(refused.value) == (
+        f"{path}, line {line}: loop.stesp: unknown field; did you mean `loop.steps`?"
+    )
+    assert refused.value.problems == [("loop.stesp", "unknown field; did you mean `loop.steps`?")]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
@@ -135,9 +177,9 @@ def test_a_spec_names_what_it_trains():
         "teacher",
         "dataset",
     ]
-    with pytest.raises(SpecError, match=r"^student\.base_model: Field required"):
+    with pytest.raises(SpecError, match=r"^student\.base_model: this field is required"):
         parse_spec(named({"student": {"lora_rank": 8}}) | {"student": {"lora_rank": 8}})
-    with pytest.raises(SpecError, match=r"^teachers\.a\.base_model: Field required"):
+    with pytest.raises(SpecError, match=r"^teachers\.a\.base_model: this field is required"):
         parse_spec(named({"teachers": {"a": {"weight": 2}}}))
 
 
@@ -186,7 +228,7 @@ def test_every_float_field_refuses_a_non_finite_number(path, value):
     and YAML's .inf / .nan make them."""
     with pytest.raises(SpecError) as refused:
         parse_spec(with_value(path, value))
-    assert refused.value.problems == [(path, "Input should be a finite number")]
+    assert refused.value.problems == [(path, "should be a finite number")]
 
 
 @pytest.mark.parametrize("value", [math.inf, math.nan], ids=str)
@@ -195,11 +237,11 @@ def test_a_teachers_or_a_datasets_weight_refuses_a_non_finite_number(value):
     datasets = [{"name": "d", "source": "inline", "prompts": ["q"], "weight": value}]
     for groups, path in (
         ({"teachers": teachers}, "teachers.a.weight"),
-        ({"datasets": datasets}, "datasets.0.inline.weight"),
+        ({"datasets": datasets}, "datasets.0.weight"),
     ):
         with pytest.raises(SpecError) as refused:
             parse_spec(named(groups))
-        assert refused.value.problems == [(path, "Input should be a finite number")]
+        assert refused.value.problems == [(path, "should be a finite number")]
 
 
 def test_the_objective_defaults_to_the_reference_and_takes_a_name_alone():
@@ -227,6 +269,17 @@ def test_an_objective_that_makes_no_sense_is_refused_at_its_field(objective, loo
     data = named({"backend": "local", "loop": {"objective": objective, **loop}})
     with pytest.raises(SpecError, match=rf"^{field}: .*{says}"):
         parse_spec(data)
+
+
+def test_a_logit_objective_with_a_preset_over_another_tokenizer_is_refused():
+    """arith-teacher-bpe's tokenizer is visibly not the student's: no shared vocabulary."""
+    bpe = {"backend": "local", "student": {"base_model": "arith-student"}}
+    bpe |= {"teacher": {"base_model": "arith-teacher-bpe"}}
+    with pytest.raises(SpecError, match=r"^loop.objective.kind: .*another tokenizer"):
+        parse_spec(named(bpe | {"loop": {"objective": "jsd"}}))
+    assert parse_spec(named(bpe)).loop.objective.kind == "sampled_reverse_kl"
+    same = bpe | {"teacher": {"base_model": "arith-teacher"}, "loop": {"objective": "jsd"}}
+    assert parse_spec(named(same)).loop.objective.kind == "jsd"
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ def test_routed_teachers_and_weighted_datasets_survive_a_round_trip():
             "teachers.a.weight",
             "greater than 0",
         ),
-        ({"datasets": [inline("a", weight=-1)]}, "datasets.0.inline.weight", "greater than 0"),
+        ({"datasets": [inline("a", weight=-1)]}, "datasets.0.weight", "greater than 0"),
         (
             {"teacher": {"base_model": "t"}, "teachers": {"a": {"base_model": "t"}}},
             "teachers",

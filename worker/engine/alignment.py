@@ -4,12 +4,16 @@ The student's completion is a sequence of student tokens; the teacher reads the 
 its own tokens. Each token covers some bytes of the text. Where a run of student tokens and
 a run of teacher tokens cover exactly the same bytes (both sides cut a token there at its
 start and at its end, no common cut inside), the two runs are the same text, so their summed
-logprobs are the two models' logprobs of that text, and the run's reverse KL is
-`sum(student) - sum(teacher)`. Inside a run only that sum is known: how the teacher would
-split it over the student's finer tokens needs its whole distribution. The whole run's
-reverse KL goes to the run's last student token, the one that closes it (`spread`): the
-cumulative reverse KL of the completion is then exact at every common cut, and a run of one
-token each is exactly the per-token reverse KL of a shared tokenizer.
+logprobs are the two models' logprobs of that text (`align`).
+
+Inside a run the teacher's split of that sum over the student's finer tokens is not in its
+sampled tokens' logprobs. With the teacher's top k at each of its positions it follows from
+the chain rule on bytes (`chained`): the teacher's logprob of a text that ends inside one of
+its tokens is the mass of its top k that begins with the bytes written so far. Without them
+(`spread`), a run's reverse KL goes to the student token that closes it, shared with the
+next run where the teacher's token there may be extended (its end is a judgement of what
+follows). Either way a run of one token a side is exactly the shared-tokenizer reverse KL,
+and the completion's sum is the teacher's own logprob of it.
 
 Every token of both sides is in some run, so no part of the completion escapes the teacher
 (a student learns to write what nobody judges if that costs nothing): bytes the teacher's
@@ -25,8 +29,9 @@ from __future__ import annotations
 import bisect
 import difflib
 import itertools
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -60,6 +65,11 @@ class Run:
     student: range
     teacher: range
     aligned: bool = True
+    soft: bool = False
+    """Whether its last teacher token is a proper prefix of another of the teacher's tokens
+    (`1` of `10`..`19`): by ending there the teacher also says the text does not go on as
+    those do, which the student says with its next token, so the next run shares this
+    one's reverse KL (`spread`)."""
 
 
 @dataclass(frozen=True)
@@ -77,12 +87,23 @@ def token_ends(pieces: Sequence[bytes]) -> list[int]:
     return list(itertools.accumulate(len(piece) for piece in pieces))
 
 
-def align(student: Sequence[bytes], teacher: Sequence[bytes], eos: bool = False) -> Alignment:
+def align(
+    student: Sequence[bytes],
+    teacher: Sequence[bytes],
+    eos: bool = False,
+    extendable: Sequence[bool] | None = None,
+) -> Alignment:
     """Runs of `student` tokens and `teacher` tokens (each one's bytes) that cover the
     completion: cut wherever both sides end a token inside a stretch of bytes they share
     (`difflib`'s matching blocks), each run aligned if its two sides are the same bytes;
     a run that one side has no token in joins the next (the last, the one before). With
-    `eos` both sequences' last token is their end of sequence (no bytes), a run of its own."""
+    `eos` both sequences' last token is their end of sequence (no bytes), a run of its own.
+    `extendable`: whether each teacher token is a proper prefix of another of its
+    vocabulary (`Run.soft`; none if not given)."""
+    if extendable is not None:
+        plain = align(student, teacher, eos)
+        runs = [replace(r, soft=extendable[r.teacher[-1]]) for r in plain.runs[:-1]]
+        return replace(plain, runs=[*runs, *plain.runs[-1:]])
     if eos:
         body = align(student[:-1], teacher[:-1])
         last = Run(range(len(student) - 1, len(student)), range(len(teacher) - 1, len(teacher)))
@@ -140,15 +161,80 @@ def grouped(ends: list[int], pieces: Sequence[bytes], cuts: list[int]) -> list[l
 def spread(
     student_logprobs: Sequence[float], teacher_logprobs: Sequence[float], runs: Sequence[Run]
 ) -> list[float]:
-    """A teacher logprob for each student token: a run's whole reverse KL (sum student -
-    sum teacher) on its last student token, the one that closes it, whose teacher logprob
-    is the run's sum minus what the student gave the others; every other token keeps the
-    student's own (reverse KL 0, no signal)."""
+    """A teacher logprob for each student token, so that each token's reverse KL is its
+    share: a run's reverse KL (sum student - sum teacher) goes to its last student token,
+    the one that closes it; runs joined by soft ends (`Run.soft`) pool theirs, shared
+    evenly by the tokens that close them. Every other token keeps the student's own
+    logprob (reverse KL 0)."""
     mapped = [float(v) for v in student_logprobs]
-    for run in runs:
-        last = run.student[-1]
-        inner = sum(student_logprobs[i] for i in run.student[:-1])
-        mapped[last] = sum(teacher_logprobs[j] for j in run.teacher) - inner
+    pooled: list[Run] = []
+    for index, run in enumerate(runs):
+        pooled.append(run)
+        if run.soft and index + 1 < len(runs):
+            continue
+        kl = sum(
+            sum(student_logprobs[i] for i in r.student)
+            - sum(teacher_logprobs[j] for j in r.teacher)
+            for r in pooled
+        )
+        for r in pooled:
+            last = r.student[-1]
+            mapped[last] = float(student_logprobs[last]) - kl / len(pooled)
+        pooled = []
+    return mapped
+
+
+Ranked = Sequence[tuple[bytes, float]]
+"""The teacher's likeliest tokens at one position, as (their bytes, logprob)."""
+
+
+def chained(
+    student: Sequence[bytes],
+    teacher: Sequence[bytes],
+    alignment: Alignment,
+    student_logprobs: Sequence[float],
+    teacher_logprobs: Sequence[float],
+    ranked: Sequence[Ranked],
+) -> list[float]:
+    """A teacher logprob for each student token by the chain rule on bytes, with the
+    teacher's top k at each of its positions (`ranked`): the teacher's logprob of the
+    text up to a student token's end, less that up to its start. Up to an offset inside
+    (or at the end of) a teacher token, that is the tokens before it plus the log of the
+    mass of its top k that begin with the bytes it has written so far: the prefix `1` of
+    `15` is as likely as every token that begins with `1`, and a token that ends a run
+    does not yet say that nothing extends it (the next student token does). In an
+    unaligned run the teacher agrees with the student but on its last token; the EOS run
+    and the completion's end are the plain sums."""
+    s_ends, t_ends = token_ends(student), token_ends(teacher)
+    before = [0.0, *itertools.accumulate(teacher_logprobs)]  # teacher tokens before j
+    mapped = [float(v) for v in student_logprobs]
+    level = 0.0  # the teacher's logprob of the text up to the current student offset
+    for run in alignment.runs:
+        bytes_in = s_ends[run.student[-1]] - (s_ends[run.student[0]] - len(student[run.student[0]]))
+        if not run.aligned or not bytes_in:
+            for i in run.student[:-1]:
+                level += mapped[i]
+            end = before[run.teacher[-1] + 1]
+            mapped[run.student[-1]] = end - level
+            level = end
+            continue
+        shift = (s_ends[run.student[0]] - len(student[run.student[0]])) - (
+            t_ends[run.teacher[0]] - len(teacher[run.teacher[0]])
+        )
+        for i in run.student:
+            offset = s_ends[i] - shift  # in the teacher's bytes
+            if not student[i]:  # a character's leading piece: the next token completes it
+                level += mapped[i]
+                continue
+            k = bisect.bisect_left(t_ends, offset, lo=run.teacher[0], hi=run.teacher[-1] + 1)
+            start = t_ends[k] - len(teacher[k])
+            written = teacher[k][: offset - start]
+            mass = sum(math.exp(lp) for piece, lp in ranked[k] if piece.startswith(written))
+            if not any(piece == teacher[k] for piece, _ in ranked[k]):
+                mass += math.exp(teacher_logprobs[k])
+            now = before[k] + min(math.log(mass), 0.0) if mass > 0 else before[k + 1]
+            mapped[i] = now - level
+            level = now
     return mapped
 
 
@@ -172,6 +258,28 @@ class TokenBytes:
         if self.byte_level:
             self.by_id = {i: bytes(BYTE_OF[char] for char in t) for t, i in plain.items()}
             self.by_id |= self.added
+        self.extensible: frozenset[int] | None = None
+        self.spelled: dict[int, bytes] = {}
+
+    def piece(self, index: int) -> bytes:
+        """One token's bytes alone (the top k's candidates); b"" for an id past the
+        vocabulary (a model's padding rows)."""
+        if self.byte_level:
+            return self.by_id.get(index, b"")
+        if index not in self.spelled:
+            self.spelled[index] = self.pieces([index])[0] if index < len(self.tokenizer) else b""
+        return self.spelled[index]
+
+    def extendable(self, ids: Sequence[int]) -> list[bool]:
+        """Whether each token is a proper prefix of another plain token of the vocabulary
+        (`Run.soft`); the vocabulary is read once, each token decoded alone where it is
+        not byte-level."""
+        if self.extensible is None:
+            plain = {i for i in self.tokenizer.get_vocab().values() if i not in self.added}
+            spelled = {i: self.by_id[i] if self.byte_level else self.pieces([i])[0] for i in plain}
+            prefixes = {b[:end] for b in spelled.values() for end in range(1, len(b))}
+            self.extensible = frozenset(i for i, b in spelled.items() if b and b in prefixes)
+        return [i in self.extensible for i in ids]
 
     def pieces(self, ids: Sequence[int]) -> list[bytes]:
         if self.byte_level:

@@ -3,10 +3,11 @@
 The student's completion tokens become text (their bytes, `alignment.TokenBytes`); the
 teacher tokenizes that text with its own tokenizer after its own rendering of the question,
 and its end-of-sequence token after it when the student's completion ended with its own. The
-teacher scores `teacher_prompt + teacher_completion` with `compute_logprobs_async` (any
-client that has it: a backend's sampler, or a remote teacher server), and `alignment`
-maps its logprobs onto the student's tokens by byte offsets. The datum keeps the student's
-tokens, so everything after scoring is unchanged.
+teacher scores `teacher_prompt + teacher_completion` in one prefill: with its top k at each
+position where its client samples (`teacher_scores`), else with `compute_logprobs_async`
+alone (a teacher server). `alignment` maps its logprobs onto the student's tokens by byte
+offsets (the chain rule over the top k, else the sampled logprobs' runs). The datum keeps
+the student's tokens, so everything after scoring is unchanged.
 """
 
 from __future__ import annotations
@@ -15,9 +16,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.engine.alignment import Alignment, TokenBytes, align, spread
+from worker.engine.alignment import Alignment, TokenBytes, align, chained, spread
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.rollouts import Scored, teacher_logprobs
+from worker.engine.rollouts import Scored, teacher_logprobs, teacher_prefill
+
+CROSS_TOP_K = 20
+"""The teacher's likeliest tokens read at each position where its client can give them
+(`sample_async` with top-k prompt logprobs, as PyTRIO's, Tinker's and the local sampler
+can): enough for the prefix masses of the chain rule on bytes."""
+
+
+def top_k_of(client: Any) -> int:
+    """CROSS_TOP_K for a client that samples (so it can give its top k), else 0: a client
+    with compute_logprobs_async alone (a teacher server) maps its sampled logprobs."""
+    return CROSS_TOP_K if callable(getattr(client, "sample_async", None)) else 0
 
 
 @dataclass(frozen=True)
@@ -28,9 +40,14 @@ class Tokenizers:
     teacher: TokenBytes
     student_eos: frozenset[int]
     teacher_eos: int
+    top_k: int = 0
+    """The teacher's likeliest tokens read at each position for the chain rule on bytes
+    (`alignment.chained`); 0: its sampled tokens' logprobs only (`alignment.spread`)."""
 
     @classmethod
-    def of(cls, student: Any, teacher: Any, stops: Sequence[str] = ()) -> Tokenizers:
+    def of(
+        cls, student: Any, teacher: Any, stops: Sequence[str] = (), top_k: int = 0
+    ) -> Tokenizers:
         """`stops`: the student's stop strings that are tokens of its own (each ends a
         completion as its EOS does)."""
         vocab = student.get_vocab()
@@ -40,6 +57,7 @@ class Tokenizers:
             TokenBytes(teacher),
             frozenset(i for i in eos if i is not None),
             teacher.eos_token_id,
+            top_k,
         )
 
     def teacher_tokens(self, completion: Sequence[int]) -> tuple[list[int], bool]:
@@ -50,13 +68,20 @@ class Tokenizers:
         ids = list(self.teacher.tokenizer.encode(text, add_special_tokens=False))
         return ([*ids, self.teacher_eos] if ended else ids), ended
 
+    def pieces(
+        self, completion: Sequence[int], teacher: Sequence[int], ended: bool
+    ) -> tuple[list[bytes], list[bytes]]:
+        """Both sides' tokens as bytes; with `ended`, their EOS as none."""
+        if ended:
+            body = self.student.pieces(completion[:-1]), self.teacher.pieces(teacher[:-1])
+            return [*body[0], b""], [*body[1], b""]
+        return self.student.pieces(completion), self.teacher.pieces(teacher)
+
     def align(self, completion: Sequence[int], teacher: Sequence[int], ended: bool) -> Alignment:
         """The runs of `completion` against its teacher tokens (`ended`: both end with
         their EOS, which pair)."""
-        if ended:
-            body = self.student.pieces(completion[:-1]), self.teacher.pieces(teacher[:-1])
-            return align([*body[0], b""], [*body[1], b""], eos=True)
-        return align(self.student.pieces(completion), self.teacher.pieces(teacher))
+        ours, theirs = self.pieces(completion, teacher, ended)
+        return align(ours, theirs, ended, self.teacher.extendable(teacher))
 
 
 @dataclass(frozen=True)
@@ -70,11 +95,28 @@ class Retokenized:
     tokenizers: Tokenizers
 
     async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
-        teacher, ended = self.tokenizers.teacher_tokens(completion)
-        logprobs = await teacher_logprobs(self.client, self.prompt, teacher)
-        alignment = self.tokenizers.align(completion, teacher, ended)
+        tokenizers = self.tokenizers
+        teacher, ended = tokenizers.teacher_tokens(completion)
+        alignment = tokenizers.align(completion, teacher, ended)
+        topk = None
+        if tokenizers.top_k:
+            logprobs, topk = await teacher_prefill(
+                self.client, self.prompt, teacher, tokenizers.top_k
+            )
+        else:
+            logprobs = await teacher_logprobs(self.client, self.prompt, teacher)
+        if topk is not None:
+            mapped = chained(
+                *tokenizers.pieces(completion, teacher, ended),
+                alignment,
+                student_logprobs,
+                logprobs,
+                [[(tokenizers.teacher.piece(t), lp) for t, lp in row] for row in topk],
+            )
+        else:  # no top k (a client without them, or a response that has none)
+            mapped = spread(student_logprobs, logprobs, alignment.runs)
         return Scored(
-            spread(student_logprobs, logprobs, alignment.runs),
+            mapped,
             {self.name: len(self.prompt) + len(teacher)},
             {self.name: (alignment.aligned_bytes, alignment.total_bytes)},
         )

@@ -287,19 +287,22 @@ def modelscope_file_url(repo: str, revision: str, file_path: str) -> str:
 
 def read_deepmath(dataset: DeepMathDataset, data_root: Path) -> Dataset:
     folder = deepmath_folder(dataset, data_root)
+    where = f"the data root's {(folder / 'data').relative_to(data_root).as_posix()} folder"
     shards = []
     for index in range(dataset.num_shards):
         shard = folder / shard_name(index)
         if not shard.is_file():
             url = modelscope_file_url(dataset.repo, dataset.revision, shard_name(index))
-            download(url, shard, folder)
+            download(url, shard, where)
         shards.append(shard)
-    return read_table("parquet", shards, folder, f"DeepMath shards in {folder}")
+    return read_table("parquet", shards, folder, f"the DeepMath shards in {where}")
 
 
-def download(url: str, target: Path, folder: Path) -> None:
+def download(url: str, target: Path, where: str) -> None:
     """Fetch one shard into a private .tmp file, then rename it into place, so a crash or a
-    second worker never leaves a half-written shard that looks finished."""
+    second worker never leaves a half-written shard that looks finished. `where` names the
+    shards' folder in the failure's message without the server's path (the job's error is
+    read by its team, wherever they are; the operator knows the data root)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     request = urllib.request.Request(url, headers={"User-Agent": "opd-service"})
@@ -330,7 +333,7 @@ def download(url: str, target: Path, folder: Path) -> None:
         raise DatasetUnavailable(
             f"cannot download DeepMath shard {target.name} from {host}: "
             f"{getattr(error, 'reason', error)}. Check that this machine can reach {host}, "
-            f"or download the shards elsewhere and either place them in {folder / 'data'} "
+            f"or download the shards elsewhere and either place them in {where} "
             "or point the job at them with `dataset: {source: file, path: ...}`"
         ) from error
     finally:

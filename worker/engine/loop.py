@@ -39,7 +39,7 @@ from kernel.spec import (
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
-from worker.engine.cross_tokenizer import Tokenizers
+from worker.engine.cross_tokenizer import Tokenizers, top_k_of
 from worker.engine.datasets import Prompts
 from worker.engine.eval.evaluation import Evaluation, Grade, due, with_baseline
 from worker.engine.eval.prompts import EVAL_DATASET
@@ -92,7 +92,7 @@ class RunResult:
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
-    return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
+    return f"{spec.weights_name}-state-{steps_done:06d}"
 
 
 def stop_sequences(tokenizer: Any) -> list[str]:
@@ -392,7 +392,7 @@ async def loaded_view(
         name,
         teacher,
         None if mode == "same" else Renderer(teacher_tokenizer),
-        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer))
+        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer), top_k_of(teacher))
         if mode == "cross"
         else None,
     )
@@ -684,7 +684,7 @@ class Steps:
         if not (self.latest and self.latest.step == loop.steps):
             # A final state too, so that another job can continue this one (`init_from`).
             await run.save_state(loop.steps)
-        final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
+        final = await (await run.training.save_weights_for_sampler_async(run.spec.weights_name))
         run.sink.checkpoint(loop.steps, "final", final.path)
         run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
         return RunResult(steps_done=loop.steps, final_weights_path=final.path)

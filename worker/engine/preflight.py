@@ -36,7 +36,9 @@ MODE_WORDS: dict[Mode, str] = {
 }
 
 
-def tokenizer_difference(student: Any, teacher: Any, student_model: str, who: str) -> str | None:
+def tokenizer_difference(
+    student: Any, teacher: Any, student_model: str = "", who: str = "the teacher"
+) -> str | None:
     """How `teacher`'s tokenizer (`who` names it and its model) differs from the student's
     in a way that changes what the same ids mean, in words; None if it does not: the whole
     token -> id map, the end of sequence and the special tokens."""
@@ -80,7 +82,7 @@ def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, Prompt
     way (`tokenizer_difference`), else `same` if its chat template is the student's and
     renders `prompts` to the same tokens, else `own`. Both render every prompt checked, so
     a template that cannot render fails here."""
-    if tokenizer_difference(student, teacher, "", "") is not None:
+    if tokenizer_difference(student, teacher) is not None:
         for question, options in prompts:
             build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
         return "cross"

@@ -157,8 +157,24 @@ async def teacher_scores(
     teacher: SamplingClient, prompt: list[int], completion: list[int], k: int
 ) -> tuple[list[float], list[TopK]]:
     """The teacher's logprob of each completion token and its k likeliest tokens at each
-    completion position, from one prefill of prompt + completion (a one-token sample
-    with the prompt's logprobs, as compute_logprobs asks for them, and their top k)."""
+    completion position, from one prefill of prompt + completion (`teacher_prefill`); a
+    response without the top k is refused."""
+    logprobs, topk = await teacher_prefill(teacher, prompt, completion, k)
+    if topk is None:
+        raise BackendFailure(
+            f"Invalid teacher top-{k} logprobs for completion tokens: the response has none",
+            code="bad_teacher_logprobs",
+        )
+    return logprobs, topk
+
+
+async def teacher_prefill(
+    teacher: SamplingClient, prompt: list[int], completion: list[int], k: int
+) -> tuple[list[float], list[TopK] | None]:
+    """One prefill of prompt + completion (a one-token sample with the prompt's logprobs,
+    as compute_logprobs asks for them, and their top k): the teacher's logprob of each
+    completion token and, if the response has them, its k likeliest at each completion
+    position."""
     response = await teacher.sample_async(
         ModelInput.from_ints(prompt + completion),
         num_samples=1,
@@ -168,6 +184,8 @@ async def teacher_scores(
         return_text=False,
     )
     logprobs = completion_slice(response.prompt_logprobs, len(prompt), len(completion))
+    if not response.topk_prompt_logprobs:
+        return logprobs, None
     return logprobs, completion_topk(response.topk_prompt_logprobs, len(prompt), len(completion), k)
 
 

@@ -22,8 +22,18 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator
 
 from app.api.openai.names import ModelName
-from app.api.openai.wire import FINISH_REASONS, FLOOR_LOGPROB, Strict, Usage, WorkerTimeout
-from kernel.playground import Completion, SampleAnswer, TopLogprob
+from app.api.openai.wire import (
+    FINISH_REASONS,
+    FLOOR_LOGPROB,
+    Choices,
+    Penalty,
+    Strict,
+    Temperature,
+    TopP,
+    Usage,
+    WorkerTimeout,
+)
+from kernel.playground import MAX_PLAYGROUND_TOKENS, Completion, SampleAnswer, TopLogprob
 from kernel.playground import SampleRequest as PlaygroundRequest
 
 MAX_LOGPROBS = 20
@@ -53,10 +63,10 @@ class CompletionRequest(Strict):
         "its token ids, or a list of texts or of token-id lists: each prompt's choices "
         "follow the previous one's (`index` = prompt's place x n + completion's)."
     )
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
+    max_tokens: int | None = Field(None, ge=0, le=MAX_PLAYGROUND_TOKENS)
+    temperature: Temperature = None
+    top_p: TopP = None
+    n: Choices = None
     best_of: int | None = Field(None, description="Only n (or 1): no reranking.")
     stop: str | list[str] | None = None
     seed: int | None = Field(None, description="Passed to the backend's sampler.")
@@ -75,8 +85,8 @@ class CompletionRequest(Strict):
         description="vLLM's: each prompt token's logprob per choice, with the k likeliest "
         "tokens there.",
     )
-    frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
-    presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
     stream: Literal[False] | None = Field(None, description="Only false: no streaming.")
     user: str | None = Field(None, description="Accepted and not used.")
     timeout_seconds: WorkerTimeout = None

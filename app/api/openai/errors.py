@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.errors import STATUS_CODES, ApiError, describe_status, explain
+from app.api.errors import STATUS_CODES, ApiError, body_type, describe_status, explain
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,9 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handle(request)
             except RequestValidationError as error:
-                return openai_error(400, *explain(error), code="invalid_request")
+                return openai_error(
+                    400, *explain(error, body_type(request)), code="invalid_request"
+                )
             except ApiError as error:
                 detail = error.detail
                 return openai_error(

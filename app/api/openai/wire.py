@@ -14,7 +14,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.openai.names import ModelName
-from kernel.playground import MAX_MESSAGES, MAX_TIMEOUT_SECONDS, Completion, SampleAnswer
+from kernel.playground import (
+    MAX_MESSAGES,
+    MAX_PLAYGROUND_TOKENS,
+    MAX_SAMPLES,
+    MAX_TIMEOUT_SECONDS,
+    Completion,
+    SampleAnswer,
+)
 from kernel.playground import SampleRequest as PlaygroundRequest
 
 FLOOR_LOGPROB = -9999.0
@@ -34,6 +41,19 @@ WorkerTimeout = Annotated[
     ),
 ]
 """A door's `timeout_seconds`, the same for chat and text completions."""
+Temperature = Annotated[
+    float | None, Field(ge=0.0, le=2.0, description="0..2, as OpenAI bounds it; 0 = greedy.")
+]
+TopP = Annotated[float | None, Field(gt=0.0, le=1.0, description="Above 0, at most 1.")]
+Choices = Annotated[
+    int | None, Field(ge=1, le=MAX_SAMPLES, description=f"1..{MAX_SAMPLES} completions.")
+]
+Penalty = Annotated[
+    float | None,
+    Field(ge=-2.0, le=2.0, description="OpenAI's -2..2; only 0 (no penalty) is supported."),
+]
+"""The sampling parameters OpenAI bounds, bounded alike on both doors (temperature, top_p,
+n, penalties); `max_tokens` and `stop` take the playground's bounds."""
 
 
 class Strict(BaseModel):
@@ -66,17 +86,21 @@ class ChatCompletionRequest(Strict):
 
     model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1, description="The same as max_tokens.")
-    temperature: float | None = None
-    top_p: float | None = None
-    n: int | None = None
+    max_tokens: int | None = Field(None, ge=1, le=MAX_PLAYGROUND_TOKENS)
+    max_completion_tokens: int | None = Field(
+        None, ge=1, le=MAX_PLAYGROUND_TOKENS, description="The same as max_tokens."
+    )
+    temperature: Temperature = None
+    top_p: TopP = None
+    n: Choices = None
     stop: str | list[str] | None = None
     seed: int | None = Field(None, description="Passed to the backend's sampler.")
     logprobs: bool | None = Field(False, description="Each completion token's logprob.")
-    top_logprobs: int | None = Field(None, description="Only 0: no alternatives are returned.")
-    frequency_penalty: float | None = Field(None, description="Only 0 (no penalty).")
-    presence_penalty: float | None = Field(None, description="Only 0 (no penalty).")
+    top_logprobs: int | None = Field(
+        None, ge=0, le=20, description="OpenAI's 0..20; only 0: no alternatives are returned."
+    )
+    frequency_penalty: Penalty = None
+    presence_penalty: Penalty = None
     stream: bool | None = Field(
         False, description="SSE chunks, sent once the whole completion is ready."
     )

@@ -15,7 +15,7 @@ from app.auth.schemas import KeyCreate, KeyCreated, KeyPublic, KeysList, Scope
 from app.core.tables import utcnow
 
 router = APIRouter(
-    prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 422, 503)
+    prefix="/v1/keys", tags=["keys"], responses=error_responses(400, 401, 403, 413, 415, 422, 503)
 )
 ADMIN = needs(Scope.admin)
 

@@ -86,7 +86,7 @@ async def serve_door(
     "/chat/completions",
     response_model=ChatCompletion,
     responses=openai_error_responses(400, 401, 403, 404, 409, 429, 502, 503, 504)
-    | error_responses(413),  # the body limit answers before any route, in the service's shape
+    | error_responses(413, 415),  # the body limit answers before any route, in the service's shape
 )
 async def create_chat_completion(
     body: ChatCompletionRequest,
@@ -132,7 +132,7 @@ async def create_chat_completion(
     "/completions",
     response_model=TextCompletion,
     responses=openai_error_responses(400, 401, 403, 404, 409, 429, 502, 503, 504)
-    | error_responses(413),
+    | error_responses(413, 415),
 )
 async def create_completion(
     body: CompletionRequest,

@@ -20,7 +20,10 @@ MAX_PAGE = 100
 
 
 @router.post(
-    "", status_code=201, response_model=SweepDetail, responses=error_responses(400, 403, 404, 413)
+    "",
+    status_code=201,
+    response_model=SweepDetail,
+    responses=error_responses(400, 403, 404, 413, 415),
 )
 async def submit_sweep(
     body: SweepCreate, session: SessionDep, principal: PrincipalDep, settings: SettingsDep

@@ -17,7 +17,7 @@ from app.teams.store import list_teams, set_limits
 router = APIRouter(
     prefix="/v1/teams",
     tags=["teams"],
-    responses=error_responses(400, 401, 403, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 413, 415, 422, 503),
 )
 ADMIN = needs(Scope.admin)
 TeamName = Annotated[str, Path(min_length=1, max_length=200, description="The team's name.")]

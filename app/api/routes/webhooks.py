@@ -28,7 +28,7 @@ from app.webhooks.urls import UnsafeUrl, check_literal
 router = APIRouter(
     prefix="/v1/webhooks",
     tags=["webhooks"],
-    responses=error_responses(400, 401, 403, 413, 422, 503),
+    responses=error_responses(400, 401, 403, 413, 415, 422, 503),
 )
 WebhookId = Annotated[int, Path(ge=1, le=MAX_ID, description="The webhook's id.")]
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id.")]

@@ -22,8 +22,9 @@ from app.jobs.service import DASHBOARD, submit_spec
 from app.jobs.store import Idempotency
 from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
-from app.web.spec_form import FieldError, check_spec_text, line_of
+from app.web.spec_form import FieldError, check_spec_text
 from app.web.templating import render
+from kernel.spec import line_of
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

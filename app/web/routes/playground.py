@@ -83,7 +83,12 @@ async def try_it(
     try:
         served = await sampling.serve(job, sample_request(form), itself, PlaygroundAnswer)
     except ValidationError as error:
-        return render(request, "try_result.html", {"error": format_validation_error(error)}, 422)
+        return render(
+            request,
+            "try_result.html",
+            {"error": format_validation_error(error, SampleRequest)},
+            422,
+        )
     except PlaygroundError as error:
         return render(request, "try_result.html", {"error": error.message}, error.status)
     except TooManyWaiting as error:

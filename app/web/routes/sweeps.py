@@ -110,7 +110,7 @@ async def submit_sweep(
         where = "" if refused.line is None else f" (line {refused.line})"
         return form_page(request, viewer, text, f"{refused}{where}")
     except ValidationError as error:
-        return form_page(request, viewer, text, format_validation_error(error))
+        return form_page(request, viewer, text, format_validation_error(error, SweepCreate))
     except SpecRefused as error:
         return form_page(request, viewer, text, str(error))
     except JobNotFound as error:

@@ -166,11 +166,18 @@ async def test_the_job_page_shows_progress_metrics_events_checkpoints_and_spec(
             session, job["id"], WORKER, step, {"opd/reverse_kl_mean": 1.5 - step / 10}
         )
     await record_checkpoint(session, job["id"], WORKER, 3, "state", "/artifacts/job/state-3")
+    await record_checkpoint(session, job["id"], WORKER, 3, "sampler", "/artifacts/job/sampler-3")
     await sign_in(key)
     page = (await client.get(f"/ui/jobs/{job['id']}")).text
     assert "4 / 10" in page
     assert re.search(r'id="job-kl">1.2<', page), "the latest reverse KL"
-    assert 'data-copy="/artifacts/job/state-3"' in page
+    assert "/artifacts/job" not in page and "Copy path" not in page, "no server path"
+    downloads = re.findall(rf'href="(/v1/jobs/{job["id"]}/checkpoints/\d+/download)"', page)
+    assert len(downloads) == 2, "each checkpoint offers its archive"
+    export = f"opd export {job['id']} job-{job['id']}-step-3 --checkpoint 3"
+    assert page.count(f'data-copy="{export}"') == 1, "sampler weights offer the export command"
+    archive = await client.get(downloads[0])
+    assert archive.status_code == 409, "the session was let in (the folder is no real one)"
     assert "Attempt 1 started" in page or "started" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, "user strings are escaped"
     assert "<script>alert(1)" not in page

@@ -47,7 +47,7 @@ async def test_the_panel_samples_through_a_worker_and_says_when_none_answers(
     forged = await browser.post(url, data={"csrf_token": "forged", "prompt": "x"})
 
     assert waited.status_code == 504 and "no worker answered within 0.3 s" in waited.text
-    assert bad.status_code == 422 and "n: Input should be greater than or equal to 1" in bad.text
+    assert bad.status_code == 422 and "n: should be greater than or equal to 1, not 0" in bad.text
     assert missing.status_code == 422 and "has no final weights" in missing.text
     assert forged.status_code == 403
 
@@ -71,7 +71,7 @@ async def test_past_the_teams_waiting_bound_the_panel_says_so_with_a_429(
         job, page = await signed_in_job_page(browser, session, submit, key)
         body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
         waiting = asyncio.create_task(
-            browser.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+            browser.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
         )
         while not await redis.zcard(quick_queue(queue_name)) and not waiting.done():
             await asyncio.sleep(0.02)

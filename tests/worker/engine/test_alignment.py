@@ -8,7 +8,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
-from worker.engine.alignment import Run, TokenBytes, align, spread
+from worker.engine.alignment import Run, TokenBytes, align, chained, spread
 from worker.engine.backends.local.presets import bpe_tokenizer, tiny_tokenizer
 from worker.engine.cross_tokenizer import Tokenizers
 
@@ -62,6 +62,43 @@ def test_a_runs_reverse_kl_goes_to_the_student_token_that_closes_it() -> None:
     assert kls == pytest.approx([0.0, 2.0, 0.5])
     assert sum(kls) == pytest.approx(sum(student) - sum(teacher))
     assert mapped[0] + mapped[1] == pytest.approx(teacher[0]), "the run keeps the teacher's sum"
+
+
+def test_runs_joined_by_a_soft_end_share_their_reverse_kl() -> None:
+    """The teacher's `5` says the number ends there, which the student's `}` says."""
+    runs = [Run(range(0, 1), range(0, 1), soft=True), Run(range(1, 2), range(1, 2))]
+
+    mapped = spread([-1.0, -1.0], [-9.0, -1.0], runs)
+
+    assert [-1.0 - m for m in mapped] == pytest.approx([4.0, 4.0])
+
+
+def test_the_chain_rule_gives_a_prefix_the_mass_of_the_tokens_it_begins() -> None:
+    """Student `1`,`5` against the teacher's `15`: `1` is as likely as every token that
+    begins with it (0.9 + 0.05 + 0.01), `5` the rest of `15`'s logprob."""
+    ranked = [[(b"15", math.log(0.9)), (b"16", math.log(0.05)), (b"1", math.log(0.01))]]
+    alignment = align([b"1", b"5"], [b"15"])
+
+    mapped = chained([b"1", b"5"], [b"15"], alignment, [-0.1, -0.2], [math.log(0.9)], ranked)
+
+    assert mapped == pytest.approx([math.log(0.96), math.log(0.9 / 0.96)])
+    assert sum(mapped) == pytest.approx(math.log(0.9))
+
+
+def test_the_chain_rule_moves_a_tokens_ending_to_the_next_student_token() -> None:
+    """Student `1`,`}` against the teacher's `1`,`}` where the teacher expected `15`:
+    the start `1` is fine; that the number ends there is what the `}` is blamed for."""
+    ranked = [
+        [(b"15", math.log(0.98)), (b"1", math.log(0.01)), (b"2", math.log(0.01))],
+        [(b"}", 0.0)],
+    ]
+    alignment = align([b"1", b"}"], [b"1", b"}"], extendable=[True, False])
+
+    mapped = chained(
+        [b"1", b"}"], [b"1", b"}"], alignment, [-0.1, -0.1], [math.log(0.01), 0.0], ranked
+    )
+
+    assert mapped == pytest.approx([math.log(0.99), math.log(0.01 / 0.99)])
 
 
 def test_tokens_outside_every_run_get_no_signal() -> None:

@@ -9,7 +9,7 @@ import pytest
 from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput
 
-from kernel.errors import BackendFailure, TokenizerMismatch
+from kernel.errors import BackendFailure
 from kernel.spec import FileDataset, JobSpec, SpecError, TrioBackendSpec, parse_spec
 from tests.fakes.sinks import REFERENCE_METRICS, RecordingSink
 from tests.fakes.trio import FakeServiceClient, patch_pytrio
@@ -221,6 +221,19 @@ async def test_checkpoints_on_schedule_and_a_final_state_and_weights() -> None:
     ]
 
 
+async def test_without_save_weights_name_a_job_saves_under_its_own_name() -> None:
+    fake = FakeServiceClient()
+    spec = JobSpec.model_validate(make_spec(steps=2).model_dump() | {"name": "arith-lr-3e-3"})
+
+    sink = await run(spec, fake)
+
+    names = [
+        call.args["name"] for call in fake.calls if call.name in ("save_state", "save_weights")
+    ]
+    assert names == ["arith-lr-3e-3-state-000002", "arith-lr-3e-3"]
+    assert [kind for _, kind, _ in sink.checkpoints] == ["state", "final"]
+
+
 async def test_a_stop_right_after_a_scheduled_save_reuses_that_state() -> None:
     """PyTRIO refuses a state name saved twice in a run (the fake too): the stop at the
     boundary just saved must not save it again."""
@@ -330,14 +343,19 @@ async def test_a_run_resumed_from_a_saved_state_repeats_the_uninterrupted_steps(
         assert without_timing(resumed.steps[step]) == without_timing(whole.steps[step])
 
 
-async def test_teacher_with_another_tokenizer_is_refused_naming_both_models() -> None:
+async def test_a_teacher_with_another_tokenizer_trains_in_cross_tokenizer_mode() -> None:
+    """Once refused: a teacher whose tokenizer has one more token now reads the completion's
+    text as its own tokens, and the run trains on the student's datums."""
     other = tiny_tokenizer()
     other.add_tokens(["<extra>"])
     fake = FakeServiceClient(tokenizers={"teacher/model": other})
 
-    with pytest.raises(TokenizerMismatch, match=r"'student/model'.*'teacher/model'"):
-        await run(make_spec(steps=1), fake)
-    assert not fake.calls_named("sample")
+    sink = await run(make_spec(steps=2), fake)
+
+    assert [e[2]["mode"] for e in sink.events if e[2] and e[2].get("mode")] == ["cross"]
+    assert len(fake.calls_named("forward_backward")) == 2
+    # The fake samples any bytes; invalid UTF-8 is text the teacher reads otherwise.
+    assert all(0 < m["opd/aligned_bytes_fraction"] <= 1 for m in sink.steps.values())
 
 
 async def test_missing_teacher_logprob_inside_the_completion_fails_the_step() -> None:

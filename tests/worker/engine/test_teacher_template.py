@@ -221,7 +221,8 @@ async def test_another_vocabulary_or_eos_makes_a_cross_tokenizer_teacher(tokeniz
     assert message.startswith("Teacher 'teacher/own': another tokenizer")
     # The fake samples any bytes, invalid UTF-8 too, which the teacher cannot reproduce.
     assert all(0 < m["opd/aligned_bytes_fraction"] <= 1 for m in sink.steps.values())
-    ends = {prompt_of(call)[-1] for call in fake.calls_named("compute_logprobs")}
+    scored = [c for c in fake.calls_named("sample") if c.args["request"].topk_prompt_logprobs]
+    ends = {prompt_of(call)[-1] for call in scored}
     assert theirs.eos_token_id in ends
     if theirs.eos_token_id != model.EOS:
         assert model.EOS not in ends, "the student's EOS is the teacher's own"

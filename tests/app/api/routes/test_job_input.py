@@ -51,7 +51,7 @@ async def refused(client, key, redis: Redis, queue_name: str, body: dict[str, An
         (small_spec(metadata={"k": "v" * (MAX_METADATA_VALUE_CHARS + 1)}), "metadata.k"),
         (
             small_spec(dataset={"source": "inline", "prompts": ["x"] * (MAX_INLINE_PROMPTS + 1)}),
-            "dataset.inline.prompts",
+            "dataset.prompts",
         ),
     ],
 )
@@ -66,8 +66,8 @@ async def test_spec_bounds_are_422s_naming_the_field(
 async def test_a_metadata_key_is_bounded(client, key, redis, queue_name) -> None:
     long_key = "k" * (MAX_METADATA_KEY_CHARS + 1)
     error = await refused(client, key, redis, queue_name, small_spec(metadata={long_key: "v"}))
-    assert error["param"] == f"metadata.{long_key}.[key]"
-    assert f"at most {MAX_METADATA_KEY_CHARS} characters" in error["message"]
+    assert error["param"] == f"metadata.{long_key}"
+    assert f"this key should have at most {MAX_METADATA_KEY_CHARS} characters" in error["message"]
 
 
 @pytest.mark.parametrize(
@@ -77,14 +77,80 @@ async def test_a_metadata_key_is_bounded(client, key, redis, queue_name) -> None
         (small_spec(sampling={"max_tokens": 8, "beam_width": 4}), "sampling.beam_width"),
         (
             small_spec(dataset={"source": "inline", "prompts": ["x"], "shuffle": True}),
-            "dataset.inline.shuffle",
+            "dataset.shuffle",
         ),
     ],
 )
 async def test_unknown_fields_are_refused(client, key, redis, queue_name, body, param) -> None:
     error = await refused(client, key, redis, queue_name, body)
     assert error["param"] == param
-    assert "Extra inputs are not permitted" in error["message"]
+    assert error["message"] == f"{param}: unknown field"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "meant"),
+    [
+        (small_spec(loop={"stesp": 3}), "loop.stesp", "`loop.steps`"),
+        (small_spec(steps=3), "steps", "`loop.steps`"),
+        (small_spec(optim={"learning_rat": 1e-4}), "optim.learning_rat", "`optim.learning_rate`"),
+        (
+            small_spec(temperature=0.7),
+            "temperature",
+            "`sampling.temperature` or `eval.temperature`",
+        ),
+        (
+            small_spec(dataset={"source": "inline", "prompts": ["x"], "answer": ["y"]}),
+            "dataset.answer",
+            "`dataset.answers`",
+        ),
+    ],
+)
+async def test_a_misspelt_field_is_refused_with_the_field_it_likely_meant(
+    client, key, redis, queue_name, body, param, meant
+) -> None:
+    """Before: `loop.stesp: Extra inputs are not permitted`."""
+    error = await refused(client, key, redis, queue_name, body)
+    assert error["param"] == param
+    assert error["message"] == f"{param}: unknown field; did you mean {meant}?"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "message"),
+    [
+        (small_spec(loop={"steps": "ten"}), "loop.steps", 'should be a whole number, not "ten"'),
+        (small_spec(loop=[3]), "loop", "should be a mapping of fields, not a list"),
+        (
+            small_spec(backend="gpu"),
+            "backend",
+            "should be 'local', 'trio' or 'tinker', not \"gpu\"",
+        ),
+        (
+            small_spec(dataset={"source": "csv"}),
+            "dataset.source",
+            "should be 'deepmath', 'file', 'inline' or 'arithmetic', not \"csv\"",
+        ),
+        (
+            small_spec(dataset={"prompts": ["x"]}),
+            "dataset.source",
+            "this field is required: 'deepmath', 'file', 'inline' or 'arithmetic'",
+        ),
+        (small_spec(sampling={"top_k": 0}), "sampling.top_k", "must be -1 (off) or >= 1"),
+        (
+            small_spec(dataset={"source": "inline", "prompts": ["x"], "answers": []}),
+            "dataset.answers",
+            "has 0 entries for 1 prompts",
+        ),
+    ],
+)
+async def test_a_refusal_names_the_field_as_written_in_words_without_python_types(
+    client, key, redis, queue_name, body, param, message
+) -> None:
+    """Before: `loop: Input should be a valid dictionary or instance of LoopSpec`, `dataset:
+    Unable to extract tag using discriminator 'source'`, `sampling: Value error, top_k must
+    be -1 (off) or >= 1`; a union's tag in the path (`dataset.inline.answers`)."""
+    error = await refused(client, key, redis, queue_name, body)
+    assert error["param"] == param
+    assert error["message"] == f"{param}: {message}"
 
 
 def file_spec(path: str) -> dict[str, Any]:

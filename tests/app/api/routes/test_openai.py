@@ -191,12 +191,27 @@ def chat(model: str, **body: Any) -> dict[str, Any]:
     [
         ({"top_logprobs": 5}, "top_logprobs", "only 0 is supported"),
         ({"presence_penalty": 0.5}, "presence_penalty", "only 0 is supported"),
-        ({"tools": []}, "tools", "Extra inputs are not permitted"),
-        ({"n": 100}, "n", "less than or equal to 16"),
+        ({"tools": []}, "tools", "tools: unknown field"),
+        ({"max_token": 4}, "max_token", "max_token: unknown field; did you mean `max_tokens`?"),
+        ({"n": 100}, "n", "less than or equal to 16, not 100"),
+        ({"temperature": 2.5}, "temperature", "less than or equal to 2, not 2.5"),
+        ({"temperature": -0.1}, "temperature", "greater than or equal to 0"),
+        ({"top_p": 1.5}, "top_p", "less than or equal to 1"),
+        ({"top_p": 0}, "top_p", "greater than 0"),
+        ({"n": 0}, "n", "greater than or equal to 1"),
+        ({"max_tokens": 5000}, "max_tokens", "less than or equal to 4096"),
+        ({"presence_penalty": 3}, "presence_penalty", "less than or equal to 2"),
+        ({"frequency_penalty": -3}, "frequency_penalty", "greater than or equal to -2"),
+        ({"top_logprobs": 21}, "top_logprobs", "less than or equal to 20"),
         ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
-        ({"messages": [{"role": "assistant", "content": "a"}]}, None, "the user's"),
+        (
+            {"messages": [{"role": "assistant", "content": "a"}]},
+            "messages",
+            "messages: the last message must be the user's",
+        ),
         ({"messages": [{"role": "tool", "content": "a"}]}, "messages.0.role", "'system'"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "a list, not 5"),
         ({"messages": []}, "messages", "at least 1"),
     ],
 )
@@ -225,16 +240,20 @@ async def test_a_bad_request_is_a_400_in_openais_shape_naming_the_param(
         ({"prompt": [3, -1]}, "prompt.1", "greater than or equal to 0"),
         ({"prompt": [[3], [2, -1]]}, "prompt.1.1", "greater than or equal to 0"),
         ({"prompt": ["a", [1]]}, "prompt", "all texts or all token-id lists"),
-        ({"prompt": "a", "max_tokens": 0}, None, "0 only with prompt_logprobs"),
+        ({"prompt": "a", "max_tokens": 0}, "max_tokens", "0 only with prompt_logprobs"),
+        ({"prompt": "a", "temperature": 3}, "temperature", "less than or equal to 2, not 3"),
+        ({"prompt": "a", "top_p": 2}, "top_p", "less than or equal to 1"),
+        ({"prompt": "a", "n": 0}, "n", "greater than or equal to 1"),
+        ({"prompt": "a", "presence_penalty": 9}, "presence_penalty", "less than or equal to 2"),
         ({"prompt": "a", "max_tokens": 5000}, "max_tokens", "less than or equal to 4096"),
         ({"prompt": "a", "logprobs": 21}, "logprobs", "less than or equal to 20"),
         ({"prompt": "a", "prompt_logprobs": -1}, "prompt_logprobs", "greater than or equal"),
         ({"prompt": "a", "n": 2, "best_of": 3}, "best_of", "only n is supported"),
-        ({"prompt": "a", "stream": True}, "stream", "Input should be False"),
-        ({"prompt": "a", "suffix": "b"}, "suffix", "Extra inputs are not permitted"),
+        ({"prompt": "a", "stream": True}, "stream", "stream: should be false, not true"),
+        ({"prompt": "a", "suffix": "b"}, "suffix", "suffix: unknown field"),
         ({"prompt": "a", "presence_penalty": 1}, "presence_penalty", "only 0 is supported"),
         ({"prompt": "a", "n": 17}, "n", "less than or equal to 16"),
-        ({}, "prompt", "Field required"),
+        ({}, "prompt", "prompt: this field is required"),
     ],
 )
 async def test_a_bad_completion_request_is_a_400_in_openais_shape_naming_the_param(
@@ -256,7 +275,7 @@ async def test_json_that_does_not_parse_is_a_400(client, key):
         headers=auth(key) | {"Content-Type": "application/json"},
     )
     assert "not valid JSON" in assert_openai_error(
-        response, 400, "invalid_request_error", "invalid_request"
+        response, 400, "invalid_request_error", "invalid_request", "body"
     )
 
 

@@ -89,6 +89,19 @@ async def test_a_bad_definition_is_a_422_naming_what_to_change(client, key):
     assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
 
 
+async def test_a_job_spec_sent_as_a_sweep_says_what_a_sweep_needs(client, key):
+    """Before: one `Extra inputs are not permitted` for each group of the spec."""
+    response = await client.post("/v1/sweeps", json=small_spec(), headers=auth(key))
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "base"
+    assert error["message"].startswith(
+        "base: this is a job spec, not a sweep: a sweep needs `base:` (the job spec, indented "
+        "under it, or `base_job:` and a job id) and `parameters:`"
+    )
+    assert "unknown field" not in error["message"] and error["message"].count("base:") == 2
+
+
 async def test_another_teams_sweep_and_job_are_not_found(client, key, make_key, submit):
     other = await make_key()
     sweep = (await create(client, key)).json()

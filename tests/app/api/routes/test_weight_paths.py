@@ -87,7 +87,7 @@ async def test_another_teams_job_is_as_unknown_as_a_job_that_does_not_exist(
         ({"path": "/elsewhere"}, "teacher.init_from.path", "filled by the service"),
         ({"checkpoint": 3}, "teacher.init_from.checkpoint", "sampler weights saved after step 3"),
         ({"base_model": "other/model"}, "teacher.base_model", "needs the same"),
-        ({"model_path": REMOTE + "/final"}, "teacher", "not both"),
+        ({"model_path": REMOTE + "/final"}, "teacher.init_from", "not both"),
     ],
 )
 async def test_a_teacher_init_from_that_does_not_fit_is_refused(

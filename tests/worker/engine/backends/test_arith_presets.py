@@ -36,6 +36,7 @@ TARGETS = {
     "arith-teacher-add": [("add", 0.9, 1.0), ("mul", 0.0, 0.3)],
     "arith-teacher-mul": [("mul", 0.9, 1.0), ("add", 0.0, 0.3)],
     "arith-teacher-template": [("add", 0.9, 1.0), ("sub", 0.9, 1.0), ("mul", 0.9, 1.0)],
+    "arith-teacher-bpe": [("add", 0.9, 1.0), ("sub", 0.9, 1.0), ("mul", 0.9, 1.0)],
 }
 
 

@@ -17,12 +17,12 @@ from tests.fakes.sinks import RecordingSink
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import trained_model
-from worker.engine.cross_tokenizer import Retokenized, Tokenizers
+from worker.engine.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
 from worker.engine.datasets import Prompts
 from worker.engine.datums import build_prompt
 from worker.engine.loop import run_loop, stop_sequences
 from worker.engine.preflight import teacher_mode
-from worker.engine.rollouts import teacher_logprobs
+from worker.engine.rollouts import Prompted, teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix
 QUESTIONS = ["What is 2 + 3?", "What is 7 * 8?"]
@@ -53,10 +53,15 @@ def spec_with(teacher: str, **loop: object) -> JobSpec:
     )
 
 
-async def test_each_runs_mapped_logprobs_sum_to_the_teachers_own(service) -> None:
+@pytest.mark.parametrize("top_k", [0, CROSS_TOP_K])
+async def test_the_mapped_logprobs_keep_the_teachers_own_sums(service, top_k: int) -> None:
+    """At the end of every run that nothing in the teacher's vocabulary extends (and so at
+    the completion's end), the student tokens' mapped logprobs add up to the teacher's own
+    logprob of its own tokens of the same text, with the sampled logprobs alone (top_k 0)
+    and with the chain rule over the teacher's top k."""
     teacher = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
     theirs, students = teacher.get_tokenizer(), preset_tokenizer(ARITH_STUDENT)
-    tokenizers = Tokenizers.of(students, theirs, stop_sequences(students))
+    tokenizers = Tokenizers.of(students, theirs, stop_sequences(students), top_k)
     prompt = build_prompt(theirs, QUESTIONS[1], SUFFIX, False)
     scorer = Retokenized("teacher", teacher, prompt, tokenizers)
     for text in COMPLETIONS:
@@ -71,16 +76,57 @@ async def test_each_runs_mapped_logprobs_sum_to_the_teachers_own(service) -> Non
         own = [*body, theirs.eos_token_id] if ended else body
         direct = await teacher_logprobs(teacher, prompt, own)
         alignment = tokenizers.align(completion, own, ended)
-        assert alignment.runs, text
-        for run in alignment.runs:
-            mapped = sum(scored.logprobs[i] for i in run.student)
-            assert mapped == pytest.approx(sum(direct[j] for j in run.teacher), abs=1e-5), text
-        outside = set(range(len(completion))) - {i for r in alignment.runs for i in r.student}
-        assert all(scored.logprobs[i] == student_logprobs[i] for i in outside)
+        firm = [run for run in alignment.runs if not run.soft]
+        assert firm and firm[-1] == alignment.runs[-1], text
+        for run in firm:
+            mapped = sum(scored.logprobs[: run.student[-1] + 1])
+            assert mapped == pytest.approx(sum(direct[: run.teacher[-1] + 1]), abs=1e-4), text
         assert scored.teacher_tokens == {"teacher": len(prompt) + len(own)}
         assert scored.aligned_bytes == {"teacher": (alignment.aligned_bytes, alignment.total_bytes)}
         every_byte = len(text.removesuffix("<|im_end|>").encode())
         assert alignment.aligned_bytes == alignment.total_bytes == every_byte
+
+
+async def test_the_chain_rule_blames_the_token_that_goes_wrong(service) -> None:
+    """Asked 7 * 8 (56): the student's `5` is a good start (the teacher's mass on tokens
+    that begin with 5), and closing after it (`5}`) or going on with `7` is what is wrong;
+    the sampled logprobs alone cannot tell the start from the close."""
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
+    students = preset_tokenizer(ARITH_STUDENT)
+    tokenizers = Tokenizers.of(
+        students, teacher.get_tokenizer(), stop_sequences(students), CROSS_TOP_K
+    )
+    prompt = build_prompt(teacher.get_tokenizer(), QUESTIONS[1], SUFFIX, False)
+    scorer = Retokenized("teacher", teacher, prompt, tokenizers)
+    at = len("\\boxed{")
+    for text in ("\\boxed{5}<|im_end|>", "\\boxed{57}<|im_end|>"):
+        completion = students.encode(text, add_special_tokens=False)
+        scored = await scorer.score(completion, [0.0] * len(completion))
+
+        assert scored.logprobs[at] > -0.5, (text, "the first digit is right")
+        assert scored.logprobs[at + 1] < -3.0, (text, "what follows it is wrong")
+
+
+async def test_a_tokenizer_that_spells_alike_scores_exactly_as_the_shared_one(service) -> None:
+    """Cross-tokenizer scoring through a tokenizer with one more token, which spells every
+    answer with the student's ids, gives each token the logprob the shared tokenizer does."""
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER)
+    students = preset_tokenizer(ARITH_STUDENT)
+    other = preset_tokenizer(ARITH_STUDENT)
+    other.add_tokens(["<extra>"])
+    tokenizers = Tokenizers.of(students, other, stop_sequences(students))
+    prompt = build_prompt(students, QUESTIONS[1], SUFFIX, False)
+    for answer in ("56", "57", "6"):
+        completion = students.encode(f"\\boxed{{{answer}}}<|im_end|>", add_special_tokens=False)
+        student_logprobs = [-0.5] * len(completion)
+
+        crossed = await Retokenized("t", teacher, prompt, tokenizers).score(
+            completion, student_logprobs
+        )
+        shared = await Prompted("t", teacher, prompt).score(completion, student_logprobs)
+
+        assert crossed.logprobs == pytest.approx(shared.logprobs, abs=1e-6), answer
+        assert crossed.teacher_tokens == shared.teacher_tokens
 
 
 async def test_a_right_answer_is_likelier_than_a_wrong_one_through_the_alignment(service):
@@ -135,11 +181,6 @@ async def test_the_same_tokenizer_logs_no_aligned_fraction(service) -> None:
     await run_loop(spec_with(ARITH_TEACHER), service, Prompts(QUESTIONS, ["5", "56"]), sink)
 
     assert all("opd/aligned_bytes_fraction" not in m for m in sink.steps.values())
-
-
-def test_a_logit_objective_with_a_cross_tokenizer_preset_is_a_spec_error() -> None:
-    with pytest.raises(ValueError, match=r"loop.objective.kind\n.*another tokenizer"):
-        spec_with(ARITH_TEACHER_BPE, objective="jsd")
 
 
 async def test_a_logit_objective_with_a_cross_tokenizer_folder_fails_the_preflight(
