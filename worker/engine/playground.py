@@ -190,7 +190,7 @@ def readers(task: SampleTask, loaded: Sequence[Loaded], tokenizers: Sequence[Any
     asked = tokenizers[0]
     if request.prompt_token_ids is not None:
         for role, tokenizer in zip(roles[1:], tokenizers[1:], strict=True):
-            if tokenizer_difference(asked, tokenizer) is not None:
+            if not alike(asked, tokenizer):
                 raise OPDError(
                     f"prompt_token_ids are ids of the {request.model}'s tokenizer, and the "
                     f"{role} ({weights_of(task, role)[0]!r}) has another tokenizer, which reads "
@@ -202,6 +202,13 @@ def readers(task: SampleTask, loaded: Sequence[Loaded], tokenizers: Sequence[Any
         Reader(role, one, tokenizer, render(task, tokenizer))
         for role, one, tokenizer in zip(roles, loaded, tokenizers, strict=True)
     ]
+
+
+@functools.lru_cache(maxsize=8)
+def alike(one: Any, other: Any) -> bool:
+    """Whether two tokenizers read every id alike (`preflight.tokenizer_difference`), kept
+    for the pairs of models the sampler cache holds (not compared again per request)."""
+    return tokenizer_difference(one, other) is None
 
 
 @functools.lru_cache(maxsize=4)
@@ -217,7 +224,7 @@ def teacher_scorer(task: SampleTask, student: Reader, teacher: Reader) -> Scorer
     text as its own tokens, its logprobs mapped onto the student's (`Retokenized`)."""
     name, _ = compared_teacher(task)
     client = teacher.loaded.client
-    if tokenizer_difference(student.tokenizer, teacher.tokenizer) is None:
+    if alike(student.tokenizer, teacher.tokenizer):
         return Prompted(name, client, teacher.prompt)
     tokenizers = tokenizers_of(student.tokenizer, teacher.tokenizer, top_k_of(client))
     return Retokenized(name, client, teacher.prompt, tokenizers)
