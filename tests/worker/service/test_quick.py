@@ -15,10 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from arq.worker import Worker
 
 from app.jobs.archives import fetched_path
-from tests.app.conftest import auth, serve
+from tests.app.conftest import auth
 from tests.app.web.conftest import post_form
 from tests.fakes import model
 from tests.fakes.faults import fail_first, hold_first
@@ -31,8 +30,6 @@ from tests.fakes.trio import (
 )
 from tests.fakes.trio_rest import FakeRestClient
 from tests.support import assert_close
-from worker.service.quick import quick_worker
-from worker.service.tasks import WorkerContext, run_job
 
 SPEC = {
     "name": "trio-job",
@@ -54,23 +51,9 @@ async def pytrio_fake(monkeypatch) -> FakeServiceClient:
 
 
 @pytest.fixture
-async def api(settings, pytrio_fake) -> AsyncIterator[Any]:
-    """The API and, beside it, a worker's quick tasks, sharing the settings."""
-    worker = quick_worker(settings, Worker)
-    answering = asyncio.create_task(worker.async_run())
-    async with serve(settings) as http:
-        yield http
-    answering.cancel()
-    await worker.close()
-
-
-@pytest.fixture
-async def trained(api, key, settings, sessions, queue) -> dict[str, Any]:
-    """A trio job submitted through the API and run to its end on the fake."""
-    job = (await api.post("/v1/jobs", json=SPEC, headers=auth(key))).json()
-    context = WorkerContext(settings, sessions, queue, "worker-1")
-    assert await run_job({"opd": context}, job["id"]) == f"job {job['id']}: succeeded"
-    return (await api.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()
+def job_spec() -> dict[str, Any]:
+    """The spec `trained` (conftest.py) runs."""
+    return SPEC
 
 
 async def test_the_playground_samples_the_weights_pytrio_saved(api, key, trained, pytrio_fake):
