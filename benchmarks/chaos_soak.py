@@ -1094,7 +1094,7 @@ def check_webhooks(
 
 
 def check_audit(orders: list[Order], sweep_orders: list[SweepOrder], db: Snapshot) -> Check:
-    """Every job has its `job.submit` row and every sweep its `sweep.create` row, every
+    """Every job has its `job.create` row and every sweep its `sweep.create` row, every
     change an API action made to a job (its timeline entry) has its row, and every request
     the clients saw answered 200 has its row. A trial's rows are its sweep's."""
     unaudited = Check("actions without their audit row", out_of=0)
@@ -1104,14 +1104,14 @@ def check_audit(orders: list[Order], sweep_orders: list[SweepOrder], db: Snapsho
         action, target = entry["action"].removeprefix("job."), entry["target"]
         requests[(action, target)] += 1
         detail = as_dict(entry["detail"]) if entry["detail"] is not None else {}
-        created = action in ("submit", "sweep.create") and entry["status_code"] == 201
+        created = action in ("create", "sweep.create") and entry["status_code"] == 201
         if created or detail.get("changed"):
             changes[(action, target)] += 1
     made: Counter[tuple[str, str]] = Counter()
     for job_id, job in db.jobs.items():
         if job["sweep_id"] is not None:
             continue
-        made[("submit", f"job {job_id}")] += 1
+        made[("create", f"job {job_id}")] += 1
         for event in db.events[job_id]:
             for action, entries in ACTION_EVENTS.items():
                 made[(action, f"job {job_id}")] += event["message"].startswith(entries)

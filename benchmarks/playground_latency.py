@@ -1,4 +1,4 @@
-"""The playground's latency on the tiny models: `POST /v1/jobs/{id}/sample`, answered by a
+"""The playground's latency on the tiny models: `POST /v1/jobs/{id}/playground`, answered by a
 real `opd worker` through Redis, from a client on the loopback.
 
 Trains a tiny job that saves sampler weights after every step, then measures
@@ -103,7 +103,7 @@ def wait_for(client: httpx.Client, job_id: int) -> None:
 
 def timed(client: httpx.Client, job_id: int, body: dict[str, Any]) -> tuple[float, dict]:
     began = time.perf_counter()
-    response = client.post(f"/v1/jobs/{job_id}/sample", json=body)
+    response = client.post(f"/v1/jobs/{job_id}/playground", json=body)
     seconds = time.perf_counter() - began
     if response.status_code != 200:
         raise BenchmarkError(f"a sample request failed: {response.status_code} {response.text}")
@@ -363,7 +363,7 @@ def beats(figures: dict[str, Any]) -> str:
 
 def report(result: dict[str, Any]) -> str:
     lines = [
-        f"POST /v1/jobs/{{id}}/sample on the tiny models, {result['max_tokens']} tokens, "
+        f"POST /v1/jobs/{{id}}/playground on the tiny models, {result['max_tokens']} tokens, "
         "compared with the teacher (client wall time; the worker's own time in brackets)"
     ]
     for name in ("warm", "cold", "first_after_start"):

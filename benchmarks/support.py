@@ -57,13 +57,15 @@ def private_queue(redis_url: str, prefix: str) -> Iterator[str]:
                 redis.delete(*keys)
 
 
-def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, what: str) -> None:
-    """Poll `url`/healthz until it answers; RuntimeError naming `what` if the process
+def wait_until_healthy(
+    url: str, process: subprocess.Popen, timeout: float, what: str, path: str = "/healthz"
+) -> None:
+    """Poll `url` + `path` until it answers; RuntimeError naming `what` if the process
     exits or `timeout` seconds pass first."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).is_success:
+            if httpx.get(f"{url}{path}", timeout=1).is_success:
                 return
         except httpx.TransportError:
             pass

@@ -66,21 +66,23 @@ class SampleRequest(SpecModel):
         None,
         min_length=1,
         max_length=MAX_MESSAGES,
-        description="Or a chat, rendered with the student's chat template as given; the "
-        "last message is the user's.",
+        description="Or a chat, rendered by each model with its own tokenizer's chat "
+        "template, as given; the last message is the user's.",
     )
     text: str | None = Field(
         None,
         min_length=1,
         max_length=MAX_PROMPT_CHARS,
-        description="Or a text the models read as given, no template: tokenized with the "
-        "tokenizer's special tokens, as vLLM's completions tokenize a prompt.",
+        description="Or a text the models read as given, no template: tokenized by each "
+        "model's own tokenizer with its special tokens, as vLLM's completions tokenize a prompt.",
     )
     prompt_token_ids: list[Annotated[int, Field(ge=0)]] | None = Field(
         None,
         min_length=1,
         max_length=MAX_TOKENS,
-        description="Or the prompt's token ids, read as given (each below the vocabulary's size).",
+        description="Or the prompt's token ids in the tokenizer of the model asked for, read "
+        "as given (each below its vocabulary's size); a compared model with another tokenizer "
+        "cannot read them.",
     )
     prompt_logprobs: bool = Field(
         False,
@@ -189,10 +191,23 @@ class Completion(BaseModel):
     )
     stop_reason: str
     teacher_logprobs: list[float | None] | None = Field(
-        None, description="The teacher's logprob of each token (when the teacher is compared)."
+        None,
+        description="The teacher's logprob of each token (when the teacher is compared), "
+        "after its own rendering of the prompt; a teacher with another tokenizer's own "
+        "logprobs mapped onto these tokens by byte offsets, as training maps them.",
     )
     reverse_kl: list[float | None] | None = Field(
         None, description="logprobs - teacher_logprobs per token (when the teacher is compared)."
+    )
+    teacher_tokens_read: int | None = Field(
+        None,
+        description="The tokens the teacher read to score the completion (when the teacher "
+        "is compared): its own prompt and the completion, as its own tokens.",
+    )
+    aligned_bytes_fraction: float | None = Field(
+        None,
+        description="A teacher with another tokenizer: the fraction of the completion's "
+        "bytes whose runs of tokens the two tokenizers cut alike (`opd/aligned_bytes_fraction`).",
     )
     top_logprobs: list[list[TopLogprob]] | None = Field(
         None, description="The likeliest tokens at each token, likeliest first (top_logprobs)."
@@ -207,6 +222,15 @@ class ModelOutput(BaseModel):
     base_model: str
     weights: str | None = Field(description="The saved weights loaded on the base model.")
     cached: bool = Field(description="The worker had this model loaded already.")
+    prompt: str = Field(
+        description="The prompt as this model reads it: rendered by its own tokenizer (its "
+        "chat template for a question or a chat)."
+    )
+    prompt_tokens: int
+    prompt_token_ids: list[int] = Field(description="The prompt's tokens, in its own tokenizer.")
+    prompt_pieces: list[str] | None = Field(
+        None, description="Each prompt token decoded on its own (with `prompt_logprobs`)."
+    )
     completions: list[Completion]
     reverse_kl_mean: float | None = Field(
         None, description="Over every token of the completions (when the teacher is compared)."
@@ -224,7 +248,12 @@ class ModelOutput(BaseModel):
 
 
 class SampleAnswer(BaseModel):
-    prompt: str = Field(description="The prompt as the models read it (chat template applied).")
+    """The models' outputs; the prompt fields are those of the model asked for (the first
+    output's): each output has its own, as its own tokenizer renders the prompt."""
+
+    prompt: str = Field(
+        description="The prompt as the model asked for reads it (chat template applied)."
+    )
     prompt_tokens: int
     prompt_token_ids: list[int] | None = Field(None, description="The prompt's tokens.")
     prompt_pieces: list[str] | None = Field(

@@ -613,7 +613,10 @@ class LoopSpec(SpecModel):
         "rollouts up to k optimizer steps old).",
     )
     save_every: int = Field(0, ge=0, le=MAX_STEPS, description="0 = only the final weights.")
-    save_weights_name: Name = "opd-deepmath-qwen35-4b"
+    save_weights_name: Name | None = Field(
+        None,
+        description="The name the saved weights and states go by; null: the job's `name`.",
+    )
     reward: RewardSpec = Field(default_factory=RewardSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
     keep_samples: int = Field(
@@ -743,6 +746,11 @@ class MlflowSpec(SpecModel):
     )
     experiment: str = Field("opd", min_length=1, max_length=500)
     run_name: str | None = Field(None, min_length=1, max_length=250, description="null = name.")
+    log_final_weights: bool = Field(
+        False,
+        description="Also upload the final weights (the LoRA adapter folder) as the run's "
+        "`final_weights` artifact, when the worker holds them as a folder (backend: local).",
+    )
 
     @field_validator("tracking_uri")
     @classmethod
@@ -760,7 +768,8 @@ class TrackersSpec(SpecModel):
 
     mlflow: MlflowSpec | None = Field(
         None,
-        description="Params, every step's metrics, evals, checkpoint paths (as tags) and the "
+        description="Params, every step's metrics, evals, checkpoint paths (as tags), the "
+        "spec as the artifact `opd/spec.yaml` (and, if asked, the final weights) and the "
         "final status; null = none.",
     )
 
@@ -911,6 +920,12 @@ class JobSpec(SpecModel):
             if data.get(several) is not None and data.get(single) is None:
                 data = {**data, single: absent}
         return data
+
+    @property
+    def weights_name(self) -> str:
+        """What the job's weights and states are saved as: `loop.save_weights_name`, else
+        the job's name (left unset, a clone that renames the job renames its weights)."""
+        return self.loop.save_weights_name or self.name
 
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:

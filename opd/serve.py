@@ -140,10 +140,14 @@ def api_ready(url: str) -> bool:
         return False
 
 
+EVAL_NOTE = "  held-out accuracy at step {step}: {value:.0%}"
+"""What the demo prints as each eval is measured."""
+
+
 def run_demo(client: Client, spec_path: Path = DEMO_SPEC) -> int:
     job = client.jobs.create(load_spec(spec_path))
-    print(f"Submitted demo job {job.id} ({job.name}, {job.total_steps} steps)")
-    job = job.wait(progress=True)
+    print(f"Created demo job {job.id} ({job.name}, {job.total_steps} steps)", flush=True)
+    job = client.jobs.wait(job.id, progress=True, notes={ACCURACY: EVAL_NOTE})
     values = [value for _, value in curve(client, job, REVERSE_KL) if value is not None]
     print(f"Demo job {job.id}: {job.status}")
     if values:
@@ -178,7 +182,12 @@ def print_accuracy(client: Client, job: JobPublic) -> None:
 
 
 def serve(
-    settings: Settings, host: str, port: int, demo: bool, demo_spec: Path | None = None
+    settings: Settings,
+    host: str,
+    port: int,
+    demo: bool,
+    demo_spec: Path | None = None,
+    keep_serving: bool = False,
 ) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     (settings.home / "logs").mkdir(exist_ok=True)
@@ -210,11 +219,23 @@ def serve(
         print(f"Dashboard: {url}/ui/  (sign in with the key below)")
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
+        status = 0
         if demo:
-            return run_demo(Client(url, key), demo_spec or DEMO_SPEC)
+            status = run_demo(Client(url, key), demo_spec or DEMO_SPEC)
+            if not keep_serving:
+                print(
+                    "The demo is over and the service has stopped; its jobs and weights stay "
+                    f"in {settings.home}. Start it again with `opd serve` (then open "
+                    f"{url}/ui/), or run the demo and keep the service up with "
+                    "`opd serve --demo --keep-serving`."
+                )
+                return status
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
-        print("Press Ctrl-C to stop (running jobs save their state and resume next time).")
+        print(
+            "The service is running; press Ctrl-C to stop it (running jobs save their state "
+            "and resume next time)."
+        )
         while not interrupted and worker.poll() is None and api.poll() is None:
             time.sleep(0.5)
-    return 0
+    return status

@@ -36,9 +36,9 @@ class Settings(BaseSettings):
     artifact_root: Path = Field(description="Saved weights and states; default <home>/artifacts.")
     data_root: Path = Field(description="Dataset files jobs may read; default <home>/data.")
     storage_url: str = Field(
-        description="Where uploaded files live: a folder, or s3://bucket/prefix with the "
-        "endpoint and credentials in the usual AWS_* variables; default <home> (its blobs/ "
-        "folder)."
+        description="Where uploaded files (and, with a bucket, checkpoints) live: a folder, "
+        "or s3://bucket/prefix with the endpoint and credentials in the usual AWS_* "
+        "variables; default <home> (its blobs/ folder)."
     )
     storage_retry_seconds: float = Field(
         60.0, gt=0, le=3600, description="How long a store call is retried with backoff."
@@ -54,6 +54,12 @@ class Settings(BaseSettings):
         ge=MIB,
         description="Bytes of uploaded files a worker keeps copies of (<home>/cache/files); "
         "the least recently used go first.",
+    )
+    checkpoint_cache_bytes: int = Field(
+        20 * GIB,
+        ge=MIB,
+        description="With a bucket: bytes of checkpoints a worker or the API keeps copies of "
+        "(<home>/cache/checkpoints); the least recently used go first.",
     )
     worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")

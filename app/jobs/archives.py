@@ -1,7 +1,9 @@
 """Checkpoint archives as people download them, each with its SHA-256.
 
 A local checkpoint's folder is archived on request into a .tar.gz that is the same bytes
-for the same files (entries sorted, no times or owners), so its SHA-256 names its content.
+for the same files (entries sorted, no times or owners), so its SHA-256 names its content;
+one in the bucket (`opd-store://...`) is first read into the API's own checkpoint cache,
+each object checked against its hash, and archived under its name the same way.
 A remote backend's archive is fetched by a worker once and kept beside the job's artifacts
 (`job-<id>/downloads/`), its SHA-256 in a file next to it, written before the archive
 takes its name: an archive under its name is complete.
@@ -27,18 +29,20 @@ def normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def write_archive(folder: Path, out: Path) -> Archive:
-    """`folder` (its files and folders; never a link) as `<folder name>/...` in a .tar.gz."""
+def write_archive(folder: Path, out: Path, name: str | None = None) -> Archive:
+    """`folder` (its files and folders; never a link) as `<name>/...` in a .tar.gz (the
+    folder's own name by default)."""
     with (
         out.open("wb") as raw,
         gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        tar.add(folder, arcname=folder.name, recursive=False, filter=normalized)
+        top = name or folder.name
+        tar.add(folder, arcname=top, recursive=False, filter=normalized)
         for path in sorted(folder.rglob("*")):
             if path.is_symlink() or not (path.is_file() or path.is_dir()):
                 continue
-            arcname = f"{folder.name}/{path.relative_to(folder).as_posix()}"
+            arcname = f"{top}/{path.relative_to(folder).as_posix()}"
             tar.add(path, arcname=arcname, recursive=False, filter=normalized)
     return Archive(path=str(out), sha256=file_sha256(out), size=out.stat().st_size)
 

@@ -53,10 +53,10 @@ async def submit_spec(
         )
     except QueueFull as full:
         detail = {"error": str(full), **(door.detail or {})}
-        await record_audit(session, principal, "job.submit", None, 429, detail)
+        await record_audit(session, principal, "job.create", None, 429, detail)
         raise
     if result.changed:
         target = f"job {result.job.id}"
-        await record_audit(session, principal, "job.submit", target, door.status_code, door.detail)
+        await record_audit(session, principal, "job.create", target, door.status_code, door.detail)
         await enqueue_job(session, queue, result.job.id)
     return result

@@ -72,29 +72,29 @@ def failed(failure: TaskFailure) -> PlaygroundError:
 def answer_usage(answer: SampleAnswer) -> dict[str, int]:
     """What an answer adds to its job's usage counters, counted as training counts them:
     the student's weights (a checkpoint, the base) sampled their completion tokens; the
-    teacher read the prompt and wrote its completions, and scored each completion it was
-    compared with (its prompt and its tokens); a student's weights that scored the prompt
+    teacher read its own prompt and wrote its completions, and read what it took to score
+    each completion it was compared with (`teacher_tokens_read`: its prompt and the
+    completion, as its own tokens); a student's weights that scored the prompt
     (`prompt_logprobs`) read its tokens too. A model that ranked a completion's tokens
-    (`top_logprobs`) read its prompt and its tokens once more."""
+    (`top_logprobs`) read its prompt and its tokens once more. Each model's prompt is its
+    own rendering."""
     counts: Counter[str] = Counter()
     for output in answer.outputs:
         written = sum(len(completion.token_ids) for completion in output.completions)
         column = "teacher_tokens" if output.model == "teacher" else "sampled_tokens"
         counts[column] += sum(
-            answer.prompt_tokens + len(completion.token_ids)
+            output.prompt_tokens + len(completion.token_ids)
             for completion in output.completions
             if completion.top_logprobs is not None
         )
         if output.model == "teacher":
-            counts["teacher_tokens"] += answer.prompt_tokens + written
+            counts["teacher_tokens"] += output.prompt_tokens + written
             continue
         counts["sampled_tokens"] += written
         if output.prompt_logprobs is not None:
-            counts["sampled_tokens"] += answer.prompt_tokens
+            counts["sampled_tokens"] += output.prompt_tokens
         counts["teacher_tokens"] += sum(
-            answer.prompt_tokens + len(completion.token_ids)
-            for completion in output.completions
-            if completion.teacher_logprobs is not None
+            completion.teacher_tokens_read or 0 for completion in output.completions
         )
     return {column: tokens for column, tokens in counts.items() if tokens}
 

@@ -33,8 +33,10 @@ class UsageTotal(TokenUsage):
 class UsageReport(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
-    from_: date = Field(alias="from", description="First day counted (UTC).")
-    to: date = Field(description="Last day counted (UTC).")
+    since: date = Field(description="First day counted (UTC).")
+    until: date = Field(description="Last day counted (UTC).")
+    from_: date = Field(alias="from", description="Deprecated: the old name of `since`.")
+    to: date = Field(description="Deprecated: the old name of `until`.")
     group_by: GroupBy
     team: str | None = Field(description="The team asked about; null: every team.")
     priced: bool = Field(description="Whether the service has a price table.")

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlmodel import select
 
 from app.curves.tables import StepMetric
+from app.jobs.filters import JobFilter
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Checkpoint, Event, Job
 from app.samples.tables import Sample
@@ -33,12 +34,8 @@ async def list_jobs(
     limit: int,
 ) -> tuple[list[Job], int]:
     """One page of jobs, newest first, and how many match in all. `search` matches any
-    part of the name, ignoring case."""
-    where = []
-    if status is not None:
-        where.append(Job.status == status)
-    if search:
-        where.append(func.lower(Job.name).contains(search.lower(), autoescape=True))
+    part of the name, ignoring case (the API's `name=` filter)."""
+    where = JobFilter(status=status, name=search).where()
     total = (
         await session.execute(scoped(select(func.count(Job.id)), scope).where(*where))
     ).scalar_one()

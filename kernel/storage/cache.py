@@ -1,12 +1,14 @@
-"""A worker's local copies of objects it reads from the store (uploaded datasets), kept in
-one folder under a byte budget: the least recently used copies are removed first, never
-the one just asked for. A copy is whole or absent (Storage.fetch renames it into place
+"""A worker's local copies of objects it reads from the store (uploaded datasets; and, in
+their own folder, checkpoints: kernel/storage/checkpoints.py), kept in one folder under a
+byte budget: the least recently used copies are removed first, never the one just asked
+for. A copy is whole or absent (Storage.fetch renames it into place
 after its hash is checked), so two jobs of one worker may ask for the same object at
 once."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,20 +29,31 @@ class BlobCache:
             os.utime(target)
         else:
             self.storage.fetch(sha256, target)
-        self.evict(keep=target)
+        evict(self.folder, self.max_bytes, keep=target)
         return target
 
-    def evict(self, keep: Path) -> None:
-        """Remove the least recently used copies until the rest fit the budget."""
-        copies = []
-        for entry in os.scandir(self.folder):
-            if entry.is_file() and not entry.name.startswith("."):
-                stat = entry.stat()
-                copies.append((stat.st_mtime, stat.st_size, Path(entry.path)))
-        total = sum(size for _, size, _ in copies)
-        for _, size, copy in sorted(copies):
-            if total <= self.max_bytes:
-                break
-            if copy != keep:
+
+def size_of(entry: os.DirEntry[str]) -> int:
+    if entry.is_dir(follow_symlinks=False):
+        return sum(p.stat().st_size for p in Path(entry.path).rglob("*") if p.is_file())
+    return entry.stat().st_size
+
+
+def evict(folder: Path, max_bytes: int, keep: Path) -> None:
+    """Remove the least recently used copies (files, or folders of files) in `folder`
+    until the rest fit `max_bytes`; never `keep`, nor what is still being written (a
+    name starting with a dot)."""
+    copies = []
+    for entry in os.scandir(folder):
+        if not entry.name.startswith(".") and not entry.is_symlink():
+            copies.append((entry.stat().st_mtime, size_of(entry), Path(entry.path)))
+    total = sum(size for _, size, _ in copies)
+    for _, size, copy in sorted(copies):
+        if total <= max_bytes:
+            break
+        if copy != keep:
+            if copy.is_dir():
+                shutil.rmtree(copy, ignore_errors=True)
+            else:
                 copy.unlink(missing_ok=True)
-                total -= size
+            total -= size

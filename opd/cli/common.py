@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from opd.sdk import Client
+from opd.sdk import Client, PermissionDenied
 
 if TYPE_CHECKING:
     from app.core.config import Settings
@@ -59,6 +60,32 @@ def key_hint(args: argparse.Namespace) -> str:
         "with `opd keys create --team NAME`); without either, opd reads "
         f"{local} (OPD_HOME/api-key, OPD_HOME defaults to ./.opd)"
     )
+
+
+def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Make `parser` (a command's old name, kept for one release) say, when used, that
+    `new` replaces it (`main` prints the note)."""
+    parser.set_defaults(renamed=(old, new))
+
+
+def deprecation_note(old: str, new: str) -> None:
+    """On stderr, so that what the command prints on stdout stays as scripts read it."""
+    print(f"note: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
+
+
+def one_line(text: str, width: int = 80) -> str:
+    """A message as a table cell: its first line, cut to `width` characters."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    cut = first if len(first) <= width else first[: width - 1] + "…"
+    return cut + (" …" if cut == first and "\n" in text.strip() else "")
+
+
+def team_names(api: Client) -> dict[int, str] | None:
+    """Team names by id when the key may read every team's (an admin key), else None."""
+    try:
+        return {team.id: team.name for team in api.teams.list()}
+    except PermissionDenied:
+        return None
 
 
 def duration(text: str) -> timedelta:

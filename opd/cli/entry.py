@@ -12,8 +12,20 @@ import traceback
 from collections.abc import Callable
 
 from kernel.spec import SpecError
-from opd.cli import audit, files, jobs, keys, outputs, run, service, sweeps, teams, usage
-from opd.cli.common import CommandError, key_hint
+from opd.cli import (
+    audit,
+    files,
+    jobs,
+    keys,
+    outputs,
+    run,
+    service,
+    sweeps,
+    teams,
+    usage,
+    webhooks,
+)
+from opd.cli.common import CommandError, deprecation_note, key_hint
 from opd.sdk import AuthenticationError, OPDError
 
 COMMAND_GROUPS = (
@@ -27,6 +39,7 @@ COMMAND_GROUPS = (
     files.add_parsers,
     usage.add_parsers,
     audit.add_parsers,
+    webhooks.add_parsers,
     jobs.add_action_parsers,
 )
 """In the order `opd --help` lists the commands."""
@@ -44,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if renamed := getattr(args, "renamed", None):
+        deprecation_note(*renamed)
     try:
         return handler(args)
     except AuthenticationError as error:

@@ -1,5 +1,5 @@
-"""`opd files upload PATH | list | show ID | rm ID`: the team's uploaded datasets, through
-the SDK. A spec names one as `dataset: {source: file, file: file-12}`."""
+"""`opd files upload PATH | list | show ID | download ID OUT | rm ID`: the team's uploaded
+datasets, through the SDK. A spec names one as `dataset: {source: file, file: file-12}`."""
 
 from __future__ import annotations
 
@@ -53,6 +53,9 @@ def files_command(args: argparse.Namespace) -> int:
             print(file_line(listed))
     elif args.files_action == "show":
         print("\n".join(report_lines(api.files.get(args.file))))
+    elif args.files_action == "download":
+        saved = api.files.download(args.file, args.out)
+        print(f"Wrote {saved.path} (sha256 {saved.sha256})")
     else:
         api.files.delete(args.file)
         print(f"Deleted {args.file}")
@@ -81,4 +84,7 @@ def add_parsers(commands: Commands) -> None:
     ):
         action = actions.add_parser(name, parents=[http], help=text)
         action.add_argument("file", help="its id, file-N")
+    download = actions.add_parser("download", parents=[http], help="a file's bytes, as uploaded")
+    download.add_argument("file", help="its id, file-N")
+    download.add_argument("out", help="where to write them")
     files.set_defaults(handler=files_command)

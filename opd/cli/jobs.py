@@ -1,48 +1,94 @@
-"""The commands on the API's jobs: `opd submit`, `opd jobs` (the list), `opd samples` (the
-rollouts a job kept), and, on one job, `status`, `watch`, `cancel`, `pause` and `resume`."""
+"""The commands on the API's jobs: `opd jobs` (`list`, the default, and `create`; `opd
+submit` is the old name of `opd jobs create`), `opd samples` (the rollouts a job kept),
+`opd events`, `opd checkpoints` and `opd metrics` (what a job recorded), and, on one job,
+`status`, `watch`, `cancel`, `pause` and `resume`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from itertools import islice
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import load_spec
 from kernel.summary import summary_lines
-from opd.cli.common import api_options, client, count, page_size
+from opd.cli.common import (
+    api_options,
+    client,
+    count,
+    one_line,
+    page_size,
+    renamed,
+    team_names,
+)
 from opd.cli.shading import sample_text, wants_color
 
 if TYPE_CHECKING:
     from app.jobs.schemas import JobPublic
     from opd.cli.common import Commands
 
+JOB_HEADER = f"{'id':>6}  {'status':<10} {'steps':>13} name"
 
-def job_line(job: JobPublic) -> str:
-    error = f"  [{job.error.code}] {job.error.message}" if job.error else ""
+
+def job_line(job: JobPublic, teams: dict[int, str] | None = None) -> str:
+    """One job as a row of `JOB_HEADER` (with a team column first when `teams` is given)."""
+    error = f"  [{job.error.code}] {one_line(job.error.message)}" if job.error else ""
     trial = f"  sweep {job.sweep_id} trial {job.sweep_trial}" if job.sweep_id else ""
     stopped = f" ({job.stop_reason})" if job.stop_reason else ""
+    team = "" if teams is None else f"{teams.get(job.team_id, str(job.team_id)):<16} "
     return (
-        f"{job.id:>6}  {job.status:<10} {job.steps_done:>6}/{job.total_steps:<6} "
+        f"{team}{job.id:>6}  {job.status:<10} {job.steps_done:>6}/{job.total_steps:<6} "
         f"{job.name}{stopped}{trial}{error}"
     )
 
 
-def submit_command(args: argparse.Namespace) -> int:
+def job_header(teams: dict[int, str] | None = None) -> str:
+    return ("" if teams is None else f"{'team':<16} ") + JOB_HEADER
+
+
+def create_command(args: argparse.Namespace) -> int:
     job = client(args).jobs.create(load_spec(args.spec), idempotency_key=args.idempotency_key)
-    print(job.id if args.quiet else f"Submitted job {job.id} ({job.status})")
+    if args.quiet:
+        print(job.id)
+    elif job.existed:
+        print(
+            f"Job {job.id} already exists ({job.status}): idempotency key "
+            f"{args.idempotency_key!r} made it before; nothing new was submitted"
+        )
+    else:
+        print(f"Created job {job.id} ({job.status})")
     return 0
 
 
-def jobs_command(args: argparse.Namespace) -> int:
-    jobs = client(args).jobs.list(status=args.status, page_size=page_size(args.limit, 100))
-    for job in islice(jobs, args.limit):
-        print(job_line(job))
+def list_command(args: argparse.Namespace) -> int:
+    api = client(args)
+    labels = dict(args.metadata)
+    jobs = api.jobs.list(
+        status=args.status,
+        name=args.name,
+        sweep=args.sweep,
+        metadata=labels or None,
+        page_size=page_size(args.limit, 100),
+    )
+    shown = list(islice(jobs, args.limit))
+    if not shown:
+        filtered = args.status or args.name or args.sweep or labels
+        print("no jobs match these filters" if filtered else "no jobs")
+        return 0
+    teams = team_names(api)
+    print(job_header(teams))
+    for job in shown:
+        print(job_line(job, teams))
     return 0
 
 
 def status_command(args: argparse.Namespace) -> int:
     job = client(args).jobs.get(args.job)
+    print(job_header())
     print(job_line(job))
+    if job.error:
+        print(f"error [{job.error.code}]: {job.error.message}")
     for line in summary_lines(job.summary):
         print(line)
     if job.queue_reason:
@@ -76,6 +122,51 @@ def samples_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def events_command(args: argparse.Namespace) -> int:
+    events = client(args).jobs.events(args.job, page_size=page_size(args.limit, 100))
+    shown = list(islice(events, args.limit))
+    if not shown:
+        print(f"job {args.job} has no events")
+        return 0
+    print(f"{'time':<19}  {'level':<7} message")
+    for event in shown:
+        print(
+            f"{event.created_at:%Y-%m-%dT%H:%M:%S}  {event.level:<7} {one_line(event.message, 120)}"
+        )
+    return 0
+
+
+def checkpoints_command(args: argparse.Namespace) -> int:
+    saved = client(args).jobs.checkpoints(args.job, kind=args.kind, page_size=100)
+    shown = list(saved)
+    if not shown:
+        print(
+            f"job {args.job} has saved no checkpoints"
+            + (f" of kind {args.kind}" if args.kind else "")
+        )
+        return 0
+    print(f"{'id':>6}  {'step':>6}  {'kind':<8} saved")
+    for checkpoint in shown:
+        print(
+            f"{checkpoint.id:>6}  {checkpoint.step:>6}  {checkpoint.kind:<8} "
+            f"{checkpoint.created_at:%Y-%m-%dT%H:%M:%S}"
+        )
+    print(f"download one: opd export {args.job} OUT_DIR --checkpoint STEP|final", file=sys.stderr)
+    return 0
+
+
+def metrics_command(args: argparse.Namespace) -> int:
+    text = client(args).jobs.export(
+        args.job, args.format, args.keys, from_step=args.from_step, to_step=args.to_step
+    )
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"Wrote job {args.job}'s metrics ({args.format}) to {args.output}", file=sys.stderr)
+    return 0
+
+
 def watch_command(args: argparse.Namespace) -> int:
     job = client(args).jobs.wait(args.job, progress=True)
     print(job_line(job))
@@ -87,18 +178,51 @@ def action_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def list_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", help="only jobs in this status, e.g. running")
+    parser.add_argument("--name", help="any part of the name, ignoring case")
+    parser.add_argument("--sweep", type=int, help="only this sweep's trials")
+    parser.add_argument(
+        "--metadata",
+        type=label,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only jobs whose spec has this metadata label (repeatable)",
+    )
+    parser.add_argument("--limit", type=count, default=20)
+    parser.set_defaults(handler=list_command)
+
+
+def create_parser(
+    commands: Commands, name: str, http: argparse.ArgumentParser, text: str
+) -> argparse.ArgumentParser:
+    create = commands.add_parser(name, parents=[http], help=text)
+    create.add_argument("spec", help="a job spec file (YAML or JSON)")
+    create.add_argument("--idempotency-key", help="creating again with the same key is safe")
+    create.add_argument("--quiet", action="store_true", help="print the job id only")
+    create.set_defaults(handler=create_command)
+    return create
+
+
 def add_parsers(commands: Commands) -> None:
     http = api_options()
-    submit = commands.add_parser("submit", parents=[http], help="submit a job spec to the API")
-    submit.add_argument("spec")
-    submit.add_argument("--idempotency-key", help="resubmitting with the same key is safe")
-    submit.add_argument("--quiet", action="store_true", help="print the job id only")
-    submit.set_defaults(handler=submit_command)
-
-    jobs = commands.add_parser("jobs", parents=[http], help="list jobs, newest first")
-    jobs.add_argument("--status")
-    jobs.add_argument("--limit", type=count, default=20)
-    jobs.set_defaults(handler=jobs_command)
+    jobs = commands.add_parser(
+        "jobs", parents=[http], help="jobs: list (the default, newest first) or create"
+    )
+    list_options(jobs)
+    actions = jobs.add_subparsers(dest="jobs_action", metavar="ACTION")
+    list_options(actions.add_parser("list", parents=[http], help="jobs, newest first"))
+    create_parser(actions, "create", http, "create a job from a spec file")
+    old = create_parser(commands, "submit", http, "deprecated: opd jobs create")
+    renamed(old, "opd submit", "opd jobs create")
 
     samples = commands.add_parser(
         "samples", parents=[http], help="rollouts a job kept, tokens shaded by reverse KL"
@@ -107,6 +231,29 @@ def add_parsers(commands: Commands) -> None:
     samples.add_argument("--step", type=int, help="only this step's rollouts")
     samples.add_argument("--limit", type=count, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
+
+    events = commands.add_parser("events", parents=[http], help="a job's timeline, oldest first")
+    events.add_argument("job", type=int)
+    events.add_argument("--limit", type=count, default=200, help="how many (default 200)")
+    events.set_defaults(handler=events_command)
+
+    checkpoints = commands.add_parser(
+        "checkpoints", parents=[http], help="a job's saved states and weights"
+    )
+    checkpoints.add_argument("job", type=int)
+    checkpoints.add_argument("--kind", choices=["state", "sampler", "final"])
+    checkpoints.set_defaults(handler=checkpoints_command)
+
+    metrics = commands.add_parser(
+        "metrics", parents=[http], help="every step a job recorded, as CSV or JSON Lines"
+    )
+    metrics.add_argument("job", type=int)
+    metrics.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    metrics.add_argument("--keys", help="comma-separated metric names (default: all)")
+    metrics.add_argument("--from-step", type=int)
+    metrics.add_argument("--to-step", type=int)
+    metrics.add_argument("-o", "--output", help="write to this file (default: stdout)")
+    metrics.set_defaults(handler=metrics_command)
 
 
 def add_action_parsers(commands: Commands) -> None:

@@ -1,24 +1,30 @@
-"""The commands that use what a job produced: `opd sample` (try a checkpoint, beside the
-teacher and the untrained student), `opd clone` (a new job from a job's spec, changed) and
-`opd export` (a checkpoint's weights as a folder, or merged into a plain Hugging Face
-model). They talk to the API; only `export --merge` loads a model, here, on the CPU."""
+"""The commands that use what a job produced: `opd playground` (try a checkpoint, beside
+the teacher and the untrained student; `opd sample` is its old name), `opd clone` (a new
+job from a job's spec, changed) and `opd export` (a checkpoint's weights as a folder, or
+merged into a plain Hugging Face model). They talk to the API; only `export --merge` loads
+a model, here, on the CPU."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import sys
 import tarfile
 import tempfile
+import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from app.jobs.schemas import TERMINAL_STATUSES
 from kernel.errors import OPDError
 from kernel.merge_patch import dotted_patch
-from opd.cli.common import CommandError, api_options, client
-from opd.cli.shading import shaded_tokens, wants_color, worst_tokens
+from opd.cli.common import CommandError, api_options, client, renamed
+from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
 if TYPE_CHECKING:
     from app.jobs.schemas import CheckpointPublic
@@ -56,11 +62,11 @@ def assignment(text: str) -> tuple[str, Any]:
 def completion_text(completion: Completion, color: bool) -> str:
     kls = completion.reverse_kl
     if kls is None:
-        return completion.text
+        return printable(completion.text)
     if color:
         return shaded_tokens(completion.tokens, kls)
     worst = worst_tokens(completion.tokens, kls)
-    return f"{completion.text}\nhighest reverse KL: {worst}"
+    return f"{printable(completion.text)}\nhighest reverse KL: {worst}"
 
 
 def answer_lines(answer: PlaygroundAnswer, color: bool) -> list[str]:
@@ -83,16 +89,41 @@ def answer_lines(answer: PlaygroundAnswer, color: bool) -> list[str]:
     return lines
 
 
-def sample_command(args: argparse.Namespace) -> int:
-    answer = client(args).jobs.sample(
+def chat(text: str) -> list[dict[str, str]]:
+    """`--messages`: a JSON (or YAML) list of {role, content}, or `@FILE` holding one."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except OSError as error:
+            raise argparse.ArgumentTypeError(f"cannot read {text[1:]}: {error.strerror}") from None
+    try:
+        messages = yaml.safe_load(text)
+    except yaml.YAMLError:
+        messages = None
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise argparse.ArgumentTypeError(
+            'give a list of messages, e.g. \'[{"role": "user", "content": "Compute 7 * 8."}]\''
+        )
+    return messages
+
+
+def playground_command(args: argparse.Namespace) -> int:
+    if (args.prompt is None) == (args.messages is None):
+        raise CommandError("give a PROMPT or --messages (one of them)")
+    answer = client(args).jobs.playground(
         args.job,
         args.prompt,
+        messages=args.messages,
         checkpoint=args.checkpoint,
+        model=args.model,
         n=args.n,
         max_tokens=args.max_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
+        stop=args.stop,
+        seed=args.seed,
         compare=args.compare,
+        teacher=args.teacher,
         timeout_seconds=args.timeout,
     )
     print("\n".join(answer_lines(answer, wants_color())))
@@ -117,23 +148,47 @@ def clone_command(args: argparse.Namespace) -> int:
 
 
 def find_weights(api: Client, job_id: int, ref: str | int) -> CheckpointPublic:
-    """The job's sampler weights: its final ones, or those saved after a step."""
+    """The job's weights: its final ones, or its sampler weights saved after a step (else
+    the state saved then). A job that ended without final weights (cancelled, failed)
+    gives its last state: it will never have more."""
     saved = list(api.jobs.checkpoints(job_id, page_size=1000))
-    kinds = ("final",) if ref == "final" else ("sampler", "final")
-    found = [c for c in saved if c.kind in kinds and (ref == "final" or c.step == ref)]
+    if ref == "final":
+        found = [c for c in saved if c.kind == "final"]
+        states = [c for c in saved if c.kind == "state"]
+        if not found and states and (job := api.jobs.get(job_id)).status in TERMINAL_STATUSES:
+            last = states[-1]
+            print(
+                f"job {job_id} is {job.status} and has no final weights: exporting its last "
+                f"state (step {last.step}) instead",
+                file=sys.stderr,
+            )
+            return last
+    else:
+        at_step = [c for c in saved if c.step == ref]
+        found = [c for c in at_step if c.kind in ("sampler", "final")] or [
+            c for c in at_step if c.kind == "state"
+        ]
     if not found:
-        steps = sorted({c.step for c in saved if c.kind in ("sampler", "final")})
-        raise CommandError(
-            f"job {job_id} has no {'final' if ref == 'final' else f'step {ref}'} sampler "
-            f"weights; it has them after steps: {', '.join(map(str, steps)) or 'none yet'}"
+        steps = sorted({c.step for c in saved})
+        asked = "final weights" if ref == "final" else f"weights saved after step {ref}"
+        have = (
+            f"it has weights saved after steps {', '.join(map(str, steps))}"
+            if steps
+            else "it has saved none yet"
         )
+        raise CommandError(f"job {job_id} has no {asked}; {have}")
     return found[-1]
 
 
-def unpack(archive: Path, into: Path) -> Path:
-    """The folder the archive holds (its one top-level entry, or `into` itself)."""
+def unpack(archive: Path, into: Path, saved_at: datetime) -> Path:
+    """The folder the archive holds (its one top-level entry, or `into` itself), its files
+    dated when the checkpoint was saved (the archive itself dates them 1970, to keep its
+    digest the same whenever it is made)."""
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")
+    stamp = saved_at.timestamp()
+    for path in [into, *into.rglob("*")]:
+        os.utime(path, (stamp, stamp))
     entries = list(into.iterdir())
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
 
@@ -148,7 +203,7 @@ def export_command(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="opd-export-", dir=out.parent.resolve()) as work:
         archive = Path(work, "checkpoint.tar.gz")
         sha256 = api.jobs.download(args.job, weights.id, archive).sha256
-        folder = unpack(archive, Path(work, "unpacked"))
+        folder = unpack(archive, Path(work, "unpacked"), weights.created_at)
         what = f"job {args.job}'s {weights.kind} weights (step {weights.step})"
         if not args.merge:
             if out.exists():
@@ -174,33 +229,65 @@ def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
     from worker.engine.backends.local.export import merge_adapter
 
     hf_logging.disable_progress_bar()
-    try:
-        return merge_adapter(folder, out, base_model, getattr(torch, dtype))
-    except OPDError as error:
-        raise CommandError(f"[{error.code}] {error}") from error
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings():  # the libraries' notes to their developers, not to you
+        warnings.simplefilter("ignore")
+        try:
+            return merge_adapter(folder, out, base_model, getattr(torch, dtype))
+        except OPDError as error:
+            raise CommandError(f"[{error.code}] {error}") from error
 
 
-def add_parsers(commands: Commands) -> None:
-    http = api_options()
-    sample = commands.add_parser(
-        "sample", parents=[http], help="complete a prompt with a job's checkpoint (a worker does)"
+def playground_options(playground: argparse.ArgumentParser) -> None:
+    playground.add_argument("job", type=int)
+    playground.add_argument(
+        "prompt", nargs="?", help="a question, rendered as the job rendered its prompts"
     )
-    sample.add_argument("job", type=int)
-    sample.add_argument("prompt", help="a question, rendered as the job rendered its prompts")
-    sample.add_argument("--checkpoint", type=checkpoint_ref, default="final", help="final or N")
-    sample.add_argument(
+    playground.add_argument(
+        "--messages",
+        type=chat,
+        metavar="JSON|@FILE",
+        help="a chat instead of PROMPT, rendered with the student's chat template",
+    )
+    playground.add_argument("--checkpoint", type=checkpoint_ref, default="final", help="final or N")
+    playground.add_argument(
+        "--model",
+        choices=["checkpoint", "teacher", "base"],
+        default="checkpoint",
+        help="the model that answers (default: the checkpoint)",
+    )
+    playground.add_argument(
         "--compare",
         action="append",
         choices=["teacher", "base"],
         default=[],
         help="also the teacher / the untrained student (repeatable)",
     )
-    sample.add_argument("-n", type=int, default=1, help="completions per model (default 1)")
-    sample.add_argument("--max-tokens", type=int, default=256)
-    sample.add_argument("--temperature", type=float, default=1.0)
-    sample.add_argument("--top-p", type=float, default=1.0)
-    sample.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
-    sample.set_defaults(handler=sample_command)
+    playground.add_argument("--teacher", help="which of several teachers to compare, by name")
+    playground.add_argument("-n", type=int, default=1, help="completions per model (default 1)")
+    playground.add_argument("--max-tokens", type=int, default=256)
+    playground.add_argument("--temperature", type=float, default=1.0)
+    playground.add_argument("--top-p", type=float, default=1.0)
+    playground.add_argument(
+        "--stop", action="append", default=[], help="a string that ends a completion (repeatable)"
+    )
+    playground.add_argument("--seed", type=int, help="the sampler's seed")
+    playground.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    playground.set_defaults(handler=playground_command)
+
+
+def add_parsers(commands: Commands) -> None:
+    http = api_options()
+    for name in ("playground", "sample"):
+        playground = commands.add_parser(
+            name,
+            parents=[http],
+            help="complete a prompt with a job's checkpoint (a worker does)"
+            if name == "playground"
+            else "deprecated: opd playground",
+        )
+        playground_options(playground)
+    renamed(playground, "opd sample", "opd playground")
 
     clone = commands.add_parser("clone", parents=[http], help="a new job from a job's spec")
     clone.add_argument("job", type=int)

@@ -82,7 +82,9 @@ def rotate_secrets_command(args: argparse.Namespace) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     from opd.serve import serve  # start-up time: the whole service
 
-    return serve(settings(), args.host, args.port, args.demo, args.demo_spec)
+    return serve(
+        settings(), args.host, args.port, args.demo, args.demo_spec, keep_serving=args.keep_serving
+    )
 
 
 def add_parsers(commands: Commands) -> None:
@@ -95,8 +97,13 @@ def add_parsers(commands: Commands) -> None:
     serve.add_argument(
         "--demo",
         action="store_true",
-        help="submit the demo job (the arithmetic student learns from its teacher), show its "
-        "progress and held-out accuracy, stop when it ends",
+        help="create the demo job (the arithmetic student learns from its teacher), show its "
+        "progress and its held-out accuracy at each eval, stop the service when it ends",
+    )
+    serve.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="with --demo: leave the service running after the demo (Ctrl-C stops it)",
     )
     serve.add_argument(
         "--demo-spec",

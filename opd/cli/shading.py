@@ -5,6 +5,7 @@ the teacher disagreed with most."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,16 @@ if TYPE_CHECKING:
 
 SATURATION_KL = 2.0  # a token this far from the teacher gets the strongest shade
 WORST_SHOWN = 8
+SHOWN_KL = 0.0005
+"""The least reverse KL worth listing: below it a token prints as 0.000 (or -0.000)."""
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Bytes a terminal would obey rather than show (ESC, NUL, ...); newlines and tabs stay."""
+
+
+def printable(text: str) -> str:
+    """A model's text as a terminal should show it: control bytes written as escapes
+    (`\\x1b`), so a completion cannot move the cursor, recolour or clear the screen."""
+    return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def wants_color() -> bool:
@@ -35,20 +46,29 @@ def sample_text(sample: SamplePublic, color: bool) -> str:
     mean = sum(kls) / len(kls) if kls else float("nan")
     cut = " (cut to the stored length)" if sample.truncated else ""
     head = f"step {sample.step} #{sample.position}: reverse KL mean {mean:.4f}{cut}"
-    lines = [head, f"prompt: {sample.prompt}"]
+    lines = [head, f"prompt: {printable(sample.prompt)}"]
     if color:
         return "\n".join([*lines, shaded_tokens(sample.tokens, sample.reverse_kl), ""])
-    lines.append(f"completion: {sample.completion}")
+    lines.append(f"completion: {printable(sample.completion)}")
     lines.append(f"highest reverse KL: {worst_tokens(sample.tokens, sample.reverse_kl)}")
     return "\n".join([*lines, ""])
 
 
 def shaded_tokens(tokens: list[str], kls: list[float | None]) -> str:
-    return "".join(f"{shade(kl)}{token}\033[0m" for token, kl in zip(tokens, kls, strict=True))
+    return "".join(
+        f"{shade(kl)}{printable(token)}\033[0m" for token, kl in zip(tokens, kls, strict=True)
+    )
 
 
 def worst_tokens(tokens: list[str], kls: list[float | None]) -> str:
-    """The tokens the teacher disagreed with most, with their reverse KL."""
-    scored = [(token, kl) for token, kl in zip(tokens, kls, strict=True) if kl is not None]
+    """The tokens the student was surest of beyond the teacher, with their reverse KL
+    (those that print as 0.000 or below are not listed: nothing to see there)."""
+    scored = [
+        (token, kl)
+        for token, kl in zip(tokens, kls, strict=True)
+        if kl is not None and kl >= SHOWN_KL
+    ]
     worst = sorted(scored, key=lambda pair: -pair[1])[:WORST_SHOWN]
-    return ", ".join(f"{token!r} {kl:.3f}" for token, kl in worst)
+    if not worst:
+        return "none (no token above 0.000)"
+    return ", ".join(f"{printable(repr(token))} {kl:.3f}" for token, kl in worst)

@@ -1,5 +1,5 @@
-"""`opd sweep create FILE | list | status ID | cancel ID`: sweeps through the SDK. The
-file is YAML (or JSON); the API takes it as JSON."""
+"""`opd sweeps create FILE | list | status ID | cancel ID`: sweeps through the SDK (`opd
+sweep` is the old name). The file is YAML (or JSON); the API takes it as JSON."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 from app.web.present import number
 from kernel.spec import read_document
-from opd.cli.common import api_options, client, count, page_size
+from opd.cli.common import api_options, client, count, page_size, renamed
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 def read_definition(path: str) -> dict[str, Any]:
     """The sweep a YAML (or JSON) file holds; SpecError naming the file and line."""
     return read_document(path, "sweep")
+
+
+SWEEP_HEADER = f"{'id':>6}  {'status':<10} {'method':<6} {'trials':>7}  name  metric: best"
 
 
 def sweep_line(sweep: SweepPublic) -> str:
@@ -71,12 +74,19 @@ def sweep_command(args: argparse.Namespace) -> int:
         sweep = api.sweeps.create(read_definition(args.file))
         print(sweep.id if args.quiet else f"Created sweep {sweep.id} ({sweep.status})")
     elif args.sweep_action == "list":
-        for listed in islice(api.sweeps.list(page_size=page_size(args.limit, 100)), args.limit):
+        shown = list(islice(api.sweeps.list(page_size=page_size(args.limit, 100)), args.limit))
+        if not shown:
+            print("no sweeps")
+        else:
+            print(SWEEP_HEADER)
+        for listed in shown:
             print(sweep_line(listed))
     elif args.sweep_action == "cancel":
+        print(SWEEP_HEADER)
         print(sweep_line(api.sweeps.cancel(args.sweep)))
     else:
         sweep = api.sweeps.get(args.sweep)
+        print(SWEEP_HEADER)
         print(sweep_line(sweep))
         if sweep.error:
             print(f"error: {sweep.error}")
@@ -87,8 +97,19 @@ def sweep_command(args: argparse.Namespace) -> int:
 
 
 def add_parsers(commands: Commands) -> None:
+    for name in ("sweeps", "sweep"):
+        sweep = commands.add_parser(
+            name,
+            help="searches over a job spec (trials are jobs)"
+            if name == "sweeps"
+            else "deprecated: opd sweeps",
+        )
+        sweep_actions(sweep)
+    renamed(sweep, "opd sweep", "opd sweeps")
+
+
+def sweep_actions(sweep: argparse.ArgumentParser) -> None:
     http = api_options()
-    sweep = commands.add_parser("sweep", help="searches over a job spec (trials are jobs)")
     actions = sweep.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")
     create.add_argument("file")

@@ -4,18 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from opd.cli.common import api_options, client, duration
+from opd.cli.common import api_options, client, deprecation_note, duration
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
 
 
+def day_or_age(text: str) -> date:
+    """`--since`: a UTC day (2026-11-01), or an age (7d, 12h, 2w) before now."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        return (datetime.now(UTC) - duration(text)).date()
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a day (2026-11-01) or an age (7d, 12h, 2w)"
+        ) from None
+
+
+def day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a day, e.g. 2026-11-30") from None
+
+
 def usage_command(args: argparse.Namespace) -> int:
-    first = (datetime.now(UTC) - args.since).date()
-    report = client(args).usage.get(first=first, group_by=args.group_by, team=args.team)
+    if args.old_by is not None:
+        deprecation_note("opd usage --by", "--group-by")
+        args.group_by = args.old_by
+    report = client(args).usage.get(
+        since=args.since, until=args.until, group_by=args.group_by, team=args.team
+    )
     print(
         f"{'team':<16} {args.group_by:<28} {'sampled':>12} {'teacher':>12} {'trained':>12} "
         f"{'eval':>10} {'est. cost':>10}"
@@ -41,7 +66,15 @@ def usage_command(args: argparse.Namespace) -> int:
 def add_parsers(commands: Commands) -> None:
     http = api_options()
     usage = commands.add_parser("usage", parents=[http], help="tokens used, per job or per day")
-    usage.add_argument("--since", type=duration, default=timedelta(days=7), metavar="7d")
+    usage.add_argument(
+        "--since",
+        type=day_or_age,
+        default=(datetime.now(UTC) - timedelta(days=7)).date(),
+        metavar="DAY|7d",
+        help="the first UTC day, or an age before now (default 7d)",
+    )
+    usage.add_argument("--until", type=day, metavar="DAY", help="the last UTC day (default today)")
     usage.add_argument("--team", help="admin keys: one team (default: every team)")
-    usage.add_argument("--by", dest="group_by", choices=["job", "day"], default="job")
+    usage.add_argument("--group-by", choices=["job", "day"], default="job")
+    usage.add_argument("--by", dest="old_by", choices=["job", "day"], help="deprecated: --group-by")
     usage.set_defaults(handler=usage_command)

@@ -45,7 +45,19 @@ def http_options(url: str | None, key: str | None, timeout: float) -> dict[str, 
     }
 
 
-class Job(JobPublic):
+class BoundJob(JobPublic):
+    """What `Job` and `AsyncJob` share: whether creating it found it made already."""
+
+    _existed: bool = PrivateAttr(False)
+
+    @property
+    def existed(self) -> bool:
+        """From `jobs.create`: True when an earlier request with the same Idempotency-Key
+        had created the job (the API answered 200 with it, not 201)."""
+        return self._existed
+
+
+class Job(BoundJob):
     """A job as the API shows it (`JobPublic`), that knows the client it came from."""
 
     _client: Client = PrivateAttr()
@@ -62,7 +74,7 @@ class Job(JobPublic):
         )
 
 
-class AsyncJob(JobPublic):
+class AsyncJob(BoundJob):
     """`Job` for the AsyncClient: `await job.wait()`."""
 
     _client: AsyncClient = PrivateAttr()

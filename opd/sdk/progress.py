@@ -44,6 +44,14 @@ class Progress:
         self.bar.set_description(f"job {job.id} {job.status}", refresh=False)
         self.bar.update(done - self.bar.n)
 
+    def note(self, text: str) -> None:
+        """A line above the bar (on stdout), which stays as the bar moves on."""
+        if self.bar is None:
+            print(file=sys.stderr, flush=True)
+            print(text, flush=True)
+        else:
+            self.bar.write(text, file=sys.stdout)
+
     def close(self) -> None:
         close(self.bar)
 

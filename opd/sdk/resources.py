@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import date
 from pathlib import Path
@@ -26,7 +27,6 @@ from pydantic import BaseModel
 from app.audit.schemas import AuditEntryPublic, AuditPage
 from app.auth.schemas import KeyCreated, KeyPublic, KeysList, Scope
 from app.core.pages import Page
-from app.curves.schemas import JobsMetricsPublic
 from app.files.schemas import FileDetail, FilePublic, FilesPage
 from app.jobs.schemas import (
     TERMINAL_STATUSES,
@@ -52,11 +52,11 @@ from app.webhooks.schemas import (
     WebhookPublic,
     WebhooksPage,
 )
-from kernel.playground import MAX_TIMEOUT_SECONDS
+from kernel.playground import MAX_TIMEOUT_SECONDS, ModelRole
 from kernel.spec import JobSpec
 from opd.sdk.errors import WaitTimeout
 from opd.sdk.progress import Progress, UploadProgress
-from opd.sdk.results import Curves, Download
+from opd.sdk.results import ComparedCurves, Curves, Download
 from opd.sdk.transport import AsyncTransport, Call, Listing, Pause, Steps, SyncTransport, fetch
 
 P = ParamSpec("P")
@@ -149,6 +149,15 @@ def written(body: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
     return dict(body)
 
 
+def renamed(old: str, new: str) -> None:
+    """The note an old spelling gives for the one release it is still accepted."""
+    warnings.warn(
+        f"{old} is deprecated and goes in the next release: use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
 def idempotency(key: str | None) -> dict[str, str]:
     return {"Idempotency-Key": key} if key else {}
 
@@ -177,20 +186,33 @@ class Jobs(Resource[X], Generic[X, J]):
         goes as written, its unset fields left to the service's defaults, so a retry with
         the same key is the same request after either side upgrades."""
         body = written(spec)
-        return (
-            yield from self._one(
-                Call("POST", "/v1/jobs", json=body, headers=idempotency(idempotency_key))
-            )
-        )
+        reply = yield Call("POST", "/v1/jobs", json=body, headers=idempotency(idempotency_key))
+        assert reply is not None
+        job = self._bind(reply.model(JobPublic))
+        job._existed = reply.status == 200  # type: ignore[attr-defined]
+        return job
 
     @operation
     def get(self, job_id: int) -> Steps[J]:
         return (yield from self._one(Call("GET", f"/v1/jobs/{job_id}")))
 
     @listed(JobPublic)
-    def list(self, *, status: JobStatus | str | None = None, page_size: int = 100) -> Listing:
-        """The caller's jobs (every team's for an admin key), newest first."""
-        params = query(status=status, limit=page_size)
+    def list(
+        self,
+        *,
+        status: JobStatus | str | None = None,
+        name: str | None = None,
+        sweep: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+        page_size: int = 100,
+    ) -> Listing:
+        """The caller's jobs (every team's for an admin key), newest first; filtered as the
+        dashboard filters them: `name` (any part, ignoring case), a `sweep`'s trials, the
+        `metadata` labels a spec holds."""
+        labels = ",".join(f"{key}={value}" for key, value in (metadata or {}).items())
+        params = query(
+            status=status, name=name, sweep=sweep, metadata=labels or None, limit=page_size
+        )
         return Listing(Call("GET", "/v1/jobs", params=params), Page[JobPublic], self._bind)
 
     @operation
@@ -229,24 +251,34 @@ class Jobs(Resource[X], Generic[X, J]):
         job_id: int,
         *,
         progress: bool = False,
+        notes: Mapping[str, str] | None = None,
         interval: float = 1.0,
         timeout: float | None = None,
     ) -> Steps[J]:
         """Poll the job until it ends and return it; `progress`: a bar on stderr with the
-        steps done and the latest reverse KL. Past `timeout` seconds: WaitTimeout."""
+        steps done and the latest reverse KL, and a line on stdout for each value of a
+        metric in `notes` as it is recorded, written by its template (`{step}`, `{value}`:
+        `{"eval/accuracy": "step {step}: accuracy {value:.0%}"}`). Past `timeout` seconds:
+        WaitTimeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar: Progress | None = None
-        seen = 0
+        seen = dict.fromkeys([REVERSE_KL, *(notes or {})], 0)
         try:
             while True:
                 job = yield from self._one(Call("GET", f"/v1/jobs/{job_id}"))
                 if progress:
                     bar = bar or Progress(job)
-                    params = {"keys": REVERSE_KL, "from_step": seen, "max_points": 10_000}
-                    call = Call("GET", f"/v1/jobs/{job_id}/metrics", params=params)
-                    new = (yield from fetch(call, Curves)).points(REVERSE_KL)
-                    seen = new[-1][0] + 1 if new else seen
-                    values = [value for _, value in new if value is not None]
+                    new: dict[str, list[tuple[int, float | None]]] = {}
+                    for key in seen:
+                        params = {"keys": key, "from_step": seen[key], "max_points": 10_000}
+                        call = Call("GET", f"/v1/jobs/{job_id}/metrics", params=params)
+                        new[key] = (yield from fetch(call, Curves)).points(key)
+                        seen[key] = new[key][-1][0] + 1 if new[key] else seen[key]
+                    for key, template in (notes or {}).items():
+                        for step, value in new[key]:
+                            if value is not None:
+                                bar.note(template.format(step=step, value=value))
+                    values = [value for _, value in new[REVERSE_KL] if value is not None]
                     bar.show(job, values[-1] if values else None)
                 if job.status in TERMINAL_STATUSES:
                     return job
@@ -282,8 +314,9 @@ class Jobs(Resource[X], Generic[X, J]):
         from_step: int | None = None,
         to_step: int | None = None,
         max_points: int = 1000,
-    ) -> Steps[JobsMetricsPublic]:
-        """The curves of several jobs (at most 20), in the order given."""
+    ) -> Steps[ComparedCurves]:
+        """The curves of several jobs (at most 20), in the order given: each a `Curves`,
+        and `.to_pandas()` for all of them (columns `(job_id, metric)`)."""
         params = query(
             jobs=",".join(map(str, job_ids)),
             keys=names(keys),
@@ -291,7 +324,7 @@ class Jobs(Resource[X], Generic[X, J]):
             to_step=to_step,
             max_points=max_points,
         )
-        return (yield from fetch(Call("GET", "/v1/metrics", params=params), JobsMetricsPublic))
+        return (yield from fetch(Call("GET", "/v1/metrics", params=params), ComparedCurves))
 
     @operation
     def export(
@@ -342,48 +375,72 @@ class Jobs(Resource[X], Generic[X, J]):
         return Download(path, reply.sha256)
 
     @operation
-    def sample(
+    def playground(
         self,
         job_id: int,
         prompt: str | None = None,
         *,
         messages: Sequence[Mapping[str, str]] | None = None,
+        text: str | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        prompt_logprobs: bool = False,
+        top_logprobs: int = 0,
         checkpoint: int | Literal["final"] = "final",
+        model: ModelRole = "checkpoint",
         n: int = 1,
         max_tokens: int = 256,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        stop: Sequence[str] = (),
+        seed: int | None = None,
         compare: Sequence[Literal["teacher", "base"]] = (),
+        teacher: str | None = None,
         timeout_seconds: float | None = None,
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
-        """The playground: complete `prompt` (or a chat of `messages`) with the checkpoint,
-        and with the teacher and/or the untrained student in `compare`. A worker answers;
-        past `timeout_seconds` (the service's default: 60) it is a 504, not retried. Retried
-        safely otherwise (a lost answer, a read timeout): the request carries an
-        `Idempotency-Key` (one of its own unless you give one), and the API answers a
-        repeat with the first answer, sampled and billed once. The read timeout is the
-        client's plus the longest the API may wait for a worker."""
+        """The playground: complete `prompt` (or a chat of `messages`, a `text` read as
+        given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too, `top_logprobs`
+        adds the likeliest tokens at each position) with the `model` (the `checkpoint`, the
+        `teacher` or the untrained `base`), and with the models in `compare`; `teacher` names
+        which of several is compared.
+        A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
+        not retried. Retried safely otherwise (a lost answer, a read timeout): the request
+        carries an `Idempotency-Key` (one of its own unless you give one), and the API
+        answers a repeat with the first answer, sampled and billed once. The read timeout
+        is the client's plus the longest the API may wait for a worker."""
         body = query(
             prompt=prompt,
             messages=messages and [dict(m) for m in messages],
+            text=text,
+            prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
+            prompt_logprobs=prompt_logprobs or None,
+            top_logprobs=top_logprobs or None,
             checkpoint=checkpoint,
+            model=model,
             n=n,
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
+            stop=list(stop) or None,
+            seed=seed,
             compare=list(compare),
+            teacher=teacher,
             timeout_seconds=timeout_seconds,
         )
         call = Call(
             "POST",
-            f"/v1/jobs/{job_id}/sample",
+            f"/v1/jobs/{job_id}/playground",
             json=body,
             headers=idempotency(idempotency_key),
             retry_server_errors=False,
             waits=timeout_seconds or MAX_TIMEOUT_SECONDS,
         )
         return (yield from fetch(call, PlaygroundAnswer))
+
+    def sample(self, job_id: int, prompt: str | None = None, **options: Any) -> Any:
+        """Deprecated: the old name of `playground` (kept for one release)."""
+        renamed("jobs.sample", "jobs.playground")
+        return self.playground(job_id, prompt, **options)
 
 
 class Sweeps(Resource[X]):
@@ -451,27 +508,52 @@ class Files(Resource[X]):
         return (yield from fetch(Call("GET", f"/v1/files/{file_id}"), FileDetail))
 
     @operation
+    def download(self, file_id: str, to: str | Path) -> Steps[Download]:
+        """The file's bytes as uploaded, written to `to`, their SHA-256 checked on the way."""
+        path = Path(to)
+        reply = yield Call("GET", f"/v1/files/{file_id}/content", download=path)
+        assert reply is not None and reply.sha256 is not None
+        return Download(path, reply.sha256)
+
+    @operation
     def delete(self, file_id: str) -> Steps[None]:
         """Delete it (refused while an unfinished job reads it)."""
         yield Call("DELETE", f"/v1/files/{file_id}")
 
 
 class Usage(Resource[X]):
-    @operation
     def get(
         self,
         *,
-        first: date | None = None,
-        last: date | None = None,
+        since: date | None = None,
+        until: date | None = None,
         group_by: GroupBy | Literal["job", "day"] = GroupBy.job,
         team: str | None = None,
+        first: date | None = None,
+        last: date | None = None,
+    ) -> Any:
+        """Tokens per job or per day from `since` to `until` (UTC days; default the last
+        30) with estimated costs; `team`: admin keys only. (`first` and `last` are the old
+        names of `since` and `until`, kept for one release.)"""
+        if first is not None:
+            renamed("usage.get(first=)", "usage.get(since=)")
+        if last is not None:
+            renamed("usage.get(last=)", "usage.get(until=)")
+        return self._report(since or first, until or last, group_by, team)
+
+    @operation
+    def _report(
+        self,
+        since: date | None,
+        until: date | None,
+        group_by: GroupBy | Literal["job", "day"],
+        team: str | None,
     ) -> Steps[UsageReport]:
-        """Tokens per job or per day from `first` to `last` (UTC days; default the last 30)
-        with estimated costs; `team`: admin keys only."""
         params = query(
+            since=since and since.isoformat(),
+            until=until and until.isoformat(),
             group_by=group_by,
             team=team,
-            **{"from": first and first.isoformat(), "to": last and last.isoformat()},
         )
         return (yield from fetch(Call("GET", "/v1/usage", params=params), UsageReport))
 

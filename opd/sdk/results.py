@@ -1,6 +1,6 @@
-"""What the SDK returns beyond the API's own schemas: curves that turn into a DataFrame,
-and a downloaded checkpoint. (A job that can wait for itself knows its client, so it lives
-beside it, in client.py.)"""
+"""What the SDK returns beyond the API's own schemas: curves (one job's or several jobs')
+that turn into a DataFrame, and a downloaded checkpoint. (A job that can wait for itself
+knows its client, so it lives beside it, in client.py.)"""
 
 from __future__ import annotations
 
@@ -8,10 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.curves.schemas import MetricsPublic
+from app.curves.schemas import JobsMetricsPublic, MetricsPublic
 
 if TYPE_CHECKING:
     import pandas
+
+
+def need_pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_pandas needs pandas: pip install pandas") from None
+    return pandas
 
 
 class Curves(MetricsPublic):
@@ -23,10 +31,7 @@ class Curves(MetricsPublic):
 
     def to_pandas(self) -> pandas.DataFrame:
         """One row per step, one column per metric (NaN where a step lacks it)."""
-        try:
-            import pandas
-        except ImportError:
-            raise ImportError("Curves.to_pandas needs pandas: pip install pandas") from None
+        pandas = need_pandas()
         columns: dict[str, Any] = {
             key: pandas.Series(curve.values, index=curve.steps, dtype="float64")
             for key, curve in self.curves.items()
@@ -36,8 +41,23 @@ class Curves(MetricsPublic):
         return frame
 
 
+class ComparedCurves(JobsMetricsPublic):
+    """Several jobs' curves (`JobsMetricsPublic`), each a `Curves`, in the order asked."""
+
+    jobs: list[Curves]  # type: ignore[assignment]
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """One row per step; columns `(job_id, metric)` (NaN where a job lacks the step)."""
+        pandas = need_pandas()
+        frames = {curves.job_id: curves.to_pandas() for curves in self.jobs}
+        frame = pandas.concat(frames, axis=1, names=["job_id", "metric"]).sort_index()
+        frame.index.name = "step"
+        return frame
+
+
 @dataclass(frozen=True)
 class Download:
     path: Path
     sha256: str = ""
-    """Checked against the API's `X-Checkpoint-SHA256` as the archive arrived."""
+    """Checked as the bytes arrived, against the API's `X-Checkpoint-SHA256` (an archive)
+    or `ETag` (an uploaded file)."""

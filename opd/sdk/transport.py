@@ -181,10 +181,12 @@ def request(
 
 
 def checked(reply: Reply) -> Reply:
-    expected = reply.headers.get(SHA256_HEADER, "")
+    # A checkpoint's archive names its hash in a header of its own; an uploaded file's
+    # ETag is its sha256.
+    expected = reply.headers.get(SHA256_HEADER) or reply.headers.get("ETag", "").strip('"')
     if reply.sha256 is not None and reply.sha256 != expected:
         raise OPDError(
-            f"the archive's SHA-256 is {reply.sha256}, the API said {expected!r}: "
+            f"the download's SHA-256 is {reply.sha256}, the API said {expected!r}: "
             "the download is corrupt, try again"
         )
     return reply

@@ -133,4 +133,4 @@ def test_a_small_team_gets_the_next_free_slot_and_limits_hold(service: Service):
     assert all(int(row[4].replace(",", "")) > 0 for row in rows), "sampled tokens counted"
     assert "No price table" in usage.stderr
     audit = service.opd("audit", *client_args).stdout
-    assert audit.count("job.submit") == 2 and f"job {b_first['id']}" in audit
+    assert audit.count("job.create") == 2 and f"job {b_first['id']}" in audit

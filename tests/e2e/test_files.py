@@ -45,6 +45,8 @@ def test_a_team_trains_on_a_file_it_uploaded_and_no_other_team_reaches_it(
             "answer",
         )
         assert [listed.id for listed in client.files.list()] == [file.id]
+        fetched = client.files.download(file.id, tmp_path / "back.jsonl")
+        assert fetched.path.read_bytes() == data.read_bytes() and fetched.sha256 == file.sha256
     shown = service.opd("files", "show", file.id, "--url", service.url, "--key", service.key).stdout
     assert "question=prompt answer=answer" in shown and "What is 0 + 0?" in shown
 
@@ -62,6 +64,8 @@ def test_a_team_trains_on_a_file_it_uploaded_and_no_other_team_reaches_it(
     with Client(service.url, beta) as stranger:
         with pytest.raises(NotFound):
             stranger.files.get(file.id)
+        with pytest.raises(NotFound):
+            stranger.files.download(file.id, tmp_path / "theirs.jsonl")
         with pytest.raises(NotFound) as refused:
             stranger.jobs.create(spec)
         assert refused.value.param == "dataset.file"

@@ -1,6 +1,7 @@
 """MLflow mirroring against a real `mlflow server`: a job's run holds exactly the job's
 metrics (each step once, after a kill -9 resume too, and after a crash before the run's id
-was kept), its spec as params, its checkpoints as tags and its final status, also when no
+was kept), its spec as params and as an artifact (the final weights too, when asked), its
+checkpoints as tags and its final status, also when no
 worker ends the job (cancelled while paused, or by a dead worker's successor); a tracker
 that is down holds no job up, and the mirror catches up once it is back; `opd run
 --resume` goes on with the same run."""
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,8 +123,11 @@ def timeline(service: Service, job_id: int) -> list[str]:
     return [event.message for event in service.events(job_id)]
 
 
-def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(service, mlflow_server):
+def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(
+    service, mlflow_server, tmp_path
+):
     spec = mirrored_spec(mlflow_server.url, "kill-9", evals=True, steps=12, save_every=4)
+    spec["trackers"]["mlflow"]["log_final_weights"] = True
     done = through_kill_9(service, spec, at=6)
     rows = dict(metric_rows(service, done["id"]))
 
@@ -141,6 +146,12 @@ def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(servi
     assert tags["opd.checkpoint.final"] == done["final_weights_path"]
     assert {f"opd.checkpoint.state.{step}" for step in (4, 8, 12)} <= set(tags)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[12]
+    sent = yaml.safe_load(
+        Path(client.download_artifacts(run.info.run_id, "opd/spec.yaml", str(tmp_path))).read_text()
+    )
+    assert sent == done["spec"]  # the spec itself, not only its flattened params
+    weights = {a.path for a in client.list_artifacts(run.info.run_id, "final_weights")}
+    assert "final_weights/adapter_model.safetensors" in weights
 
 
 def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(

@@ -57,7 +57,7 @@ def sampled_tokens(service: Service, job_id: int) -> int:
 
 def greedy_playground_answer(service: Service, job_id: int) -> dict[str, Any]:
     response = httpx.post(
-        f"{service.url}/v1/jobs/{job_id}/sample",
+        f"{service.url}/v1/jobs/{job_id}/playground",
         json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0},
         headers={"Authorization": f"Bearer {service.key}"},
         timeout=120,
@@ -106,7 +106,7 @@ def test_the_openai_packages_completions_score_a_text_as_the_playground_does(ser
     values are its sampling logprobs, the teacher's the scores the playground compared."""
     job = finished["id"]
     response = httpx.post(
-        f"{service.url}/v1/jobs/{job}/sample",
+        f"{service.url}/v1/jobs/{job}/playground",
         json={"messages": MESSAGES, "max_tokens": 12, "temperature": 0, "compare": ["teacher"]},
         headers={"Authorization": f"Bearer {service.key}"},
         timeout=120,

@@ -1,6 +1,6 @@
 """Using what a job produced, against real `opd api` and `opd worker` processes on the tiny
 models: the playground (its cache, its deadline, a worker restart, its usage, an answer lost
-on the way and resent), `opd sample`, the dashboard's Try it form, continuing a job with
+on the way and resent), `opd playground`, the dashboard's playground form, continuing a job with
 `opd clone --init-from`, and `opd export` (the merged model loads without peft and scores
 as the adapter does). One deployment."""
 
@@ -12,6 +12,7 @@ import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def trained(service: Service) -> dict[str, Any]:
 
 def sample(service: Service, job_id: int, **body: Any) -> httpx.Response:
     return httpx.post(
-        f"{service.url}/v1/jobs/{job_id}/sample",
+        f"{service.url}/v1/jobs/{job_id}/playground",
         json={"prompt": PROMPT, "max_tokens": 16} | body,
         headers={"Authorization": f"Bearer {service.key}"},
         timeout=120,
@@ -99,8 +100,8 @@ def test_a_worker_samples_the_checkpoint_beside_the_teacher_and_the_base(service
     assert step.json()["outputs"][0]["weights"] != trained["final_weights_path"]
 
 
-def test_opd_sample_prints_each_models_completions(cli, trained):
-    shown = cli("sample", str(trained["id"]), PROMPT, "--compare", "teacher", "-n", "2")
+def test_opd_playground_prints_each_models_completions(cli, trained):
+    shown = cli("playground", str(trained["id"]), PROMPT, "--compare", "teacher", "-n", "2")
 
     assert shown.returncode == 0, shown.stderr
     assert f"job {trained['id']}: final weights after step 10" in shown.stdout
@@ -234,15 +235,21 @@ def test_opd_clone_continues_the_job_from_its_final_state(cli, service, trained)
     assert clone_kl[0][1] < source_kl[0][1]  # it starts where the source ended, not afresh
 
 
-def test_opd_export_merges_a_model_that_loads_without_peft(cli, trained, tmp_path):
+def test_opd_export_merges_a_model_that_loads_without_peft(service, cli, trained, tmp_path):
     merged, adapter = tmp_path / "merged", tmp_path / "adapter"
-    exported = cli("export", str(trained["id"]), str(merged), "--merge")
+    api = ("--url", service.url, "--key", service.key)
+    exported = service.opd("export", str(trained["id"]), str(merged), "--merge", *api)
     plain = cli("export", str(trained["id"]), str(adapter), "--checkpoint", "5")
 
-    assert exported.returncode == 0, exported.stderr
     assert "Its logprobs match the adapter model's" in exported.stdout
+    assert exported.stderr == "", "no library warnings or progress bars"
+    modes = {path.name: path.stat().st_mode & 0o777 for path in merged.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # the weights as their siblings
     assert plain.returncode == 0, plain.stderr
     assert {"adapter_model.safetensors", "manifest.json"} <= {p.name for p in adapter.iterdir()}
+    saved = datetime.fromisoformat(trained["finished_at"]).timestamp()
+    for path in [adapter, *adapter.iterdir()]:
+        assert abs(path.stat().st_mtime - saved) < 3600, (path, path.stat().st_mtime)
     ids, scores = score_without_peft(merged, SCORED)
     expected = asyncio.run(adapter_scores(trained, ids, tmp_path))
     assert_close(scores, expected, what="the merged model (no peft) vs the adapter model")
@@ -255,3 +262,30 @@ async def adapter_scores(trained: dict[str, Any], ids: list[int], scratch: Path)
         "tiny-student", model_path=trained["final_weights_path"]
     )
     return (await sampler.compute_logprobs_async(ModelInput.from_ints(ids)))[1:]
+
+
+def test_a_cancelled_job_is_exported_from_its_last_state(service, cli, tmp_path):
+    job = service.submit(tiny_spec(steps=2000, save_every=2) | {"name": "cancelled"})
+    service.wait(job["id"], until=lambda j: j["steps_done"] >= 3)
+    with service.client() as client:
+        client.jobs.cancel(job["id"])
+    service.wait(job["id"])
+    with service.client() as client:
+        states = [c for c in client.jobs.checkpoints(job["id"]) if c.kind == "state"]
+
+    exported = cli("export", str(job["id"]), str(tmp_path / "last"))
+    merged = cli("export", str(job["id"]), str(tmp_path / "merged"), "--merge")
+    none = cli("export", str(job["id"]), str(tmp_path / "none"), "--checkpoint", "1")
+
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stderr == (
+        f"job {job['id']} is cancelled and has no final weights: exporting its last state "
+        f"(step {states[-1].step}) instead\n"
+    )
+    assert (tmp_path / "last" / "adapter_model.safetensors").is_file()
+    assert merged.returncode == 0 and "Its logprobs match" in merged.stdout, merged.stderr
+    assert none.returncode == 1
+    assert none.stderr.startswith(
+        f"error: job {job['id']} has no weights saved after step 1; it has weights saved after "
+        "steps 2, "
+    )

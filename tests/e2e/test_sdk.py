@@ -106,21 +106,36 @@ def test_a_job_and_everything_it_made_through_the_sdk(service, client, tmp_path,
     assert all(len(s.tokens) == len(s.reverse_kl) for s in samples)
     assert "Succeeded" in " | ".join(event.message for event in client.jobs.events(job.id))
 
-    answer = client.jobs.sample(job.id, "What is 2 + 3?", compare=["teacher"], max_tokens=8)
+    answer = client.jobs.playground(
+        job.id, "What is 2 + 3?", compare=["teacher"], max_tokens=8, seed=7, stop=["\n\n"]
+    )
     assert [output.model for output in answer.outputs] == ["checkpoint", "teacher"]
     assert answer.checkpoint.id == final.id
+    by_teacher = client.jobs.playground(job.id, "What is 2 + 3?", model="teacher", max_tokens=4)
+    assert [output.model for output in by_teacher.outputs] == ["teacher"]
+    with pytest.warns(DeprecationWarning, match="use jobs.playground"):
+        old = client.jobs.sample(job.id, "What is 2 + 3?", max_tokens=4)
+    assert [output.model for output in old.outputs] == ["checkpoint"]
 
     clone = client.jobs.clone(job.id, {"loop": {"steps": 2}, "name": "sdk-clone"})
     assert clone.spec.loop.steps == 2 and clone.id != job.id
     assert client.jobs.cancel(clone.id).status in ("cancelled", "cancelling")
     compared = client.jobs.compare([clone.id, job.id], KL)
     assert [curves.job_id for curves in compared.jobs] == [clone.id, job.id]
+    table = compared.to_pandas()
+    assert table[(job.id, KL)].dropna().equals(frame[KL])
+    assert list(table.columns.names) == ["job_id", "metric"]
+    assert [j.id for j in client.jobs.list(name="SDK-TOUR")] == [job.id]
+    assert [j.id for j in client.jobs.list(metadata={"no-such": "label"})] == []
 
     usage = client.usage.get(group_by="job")
     [line] = [line for line in usage.rows if line.job_id == job.id]
     assert line.sampled_tokens > 0 and line.trained_tokens > 0
+    with pytest.warns(DeprecationWarning, match=r"use usage.get\(since=\)"):
+        old_usage = client.usage.get(first=usage.since, group_by="job")
+    assert old_usage.rows == usage.rows
     actions = [entry.action for entry in client.audit.list(page_size=2)]
-    assert actions[:3] == ["job.cancel", "job.submit", "job.submit"]
+    assert actions[:3] == ["job.cancel", "job.create", "job.create"]
 
     hook = client.webhooks.create("https://example.com/opd", ["job.succeeded"], description="x")
     assert hook.secret.startswith("whsec_")
@@ -149,17 +164,24 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     a_worker(service)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec(steps=3) | {"name": "by-cli"}))
+    key = service.opd("keys", "create", "--team", "cli-tour").stdout.strip()
 
-    def opd(*args: str) -> tuple[int, str, str]:
-        code = main([*args, "--url", service.url, "--key", service.key])
+    def opd(*args: str, as_key: str = key) -> tuple[int, str, str]:
+        code = main([*args, "--url", service.url, "--key", as_key])
         out, err = capsys.readouterr()
         return code, out, err
 
-    code, first, _ = opd("submit", str(spec), "--idempotency-key", "cli-1", "--quiet")
-    assert (
-        code == 0 and opd("submit", str(spec), "--idempotency-key", "cli-1", "--quiet")[1] == first
-    )
+    assert opd("jobs") == (0, "no jobs\n", "")
+    code, first, _ = opd("jobs", "create", str(spec), "--idempotency-key", "cli-1", "--quiet")
     job = first.strip()
+    code, again, _ = opd("jobs", "create", str(spec), "--idempotency-key", "cli-1")
+    assert code == 0 and again.startswith(f"Job {job} already exists (")
+    assert "'cli-1' made it before; nothing new was submitted" in again
+    code, old, err = opd("submit", str(spec), "--idempotency-key", "cli-1", "--quiet")
+    assert (code, old) == (0, first)
+    assert (
+        err == "note: opd submit is deprecated and goes in the next release; use opd jobs create\n"
+    )
     code, out, err = opd("watch", job)
     assert code == 0 and f"{job:>6}  succeeded       3/3      by-cli" in out
     assert "reverse_kl=" in err
@@ -171,15 +193,47 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     assert code == 1 and f"`opd clone {job}`" in err
     code, _, err = opd("sweep", "create", str(spec))
     assert code == 1 and "this is a job spec, not a sweep: a sweep needs `base:`" in err
-    assert opd("jobs", "--limit", "1")[1].split()[:2] == [job, "succeeded"]
+    header, row = opd("jobs", "--limit", "1")[1].splitlines()
+    assert header.split() == ["id", "status", "steps", "name"]
+    assert row.split()[:2] == [job, "succeeded"]
+    assert opd("jobs", "list", "--name", "BY-CLI")[1].splitlines()[1].split()[0] == job
+    assert opd("jobs", "list", "--name", "nothing-like-it")[1] == "no jobs match these filters\n"
+    admin = admin_key(service, "cli-admins")
+    header, *rows = opd("jobs", "--limit", "50", as_key=admin)[1].splitlines()
+    assert header.split()[:2] == ["team", "id"]
+    assert [r.split()[:2] for r in rows if r.split()[1] == job] == [["cli-tour", job]]
     code, out, _ = opd("samples", job, "--limit", "2")
     assert code == 0 and out.count("highest reverse KL:") == 2
+    worst = [line for line in out.splitlines() if line.startswith("highest reverse KL:")]
+    assert not any(" -0.000" in line or " 0.000" in line for line in worst), worst
+    code, out, _ = opd("events", job)
+    assert code == 0 and out.splitlines()[0].split() == ["time", "level", "message"]
+    assert "Succeeded" in out
+    code, out, err = opd("checkpoints", job)
+    assert code == 0 and [line.split()[1:3] for line in out.splitlines()[1:]][-1] == ["3", "final"]
+    assert f"opd export {job} OUT_DIR" in err
+    code, out, _ = opd("metrics", job, "--keys", KL)
+    assert code == 0 and out.splitlines()[0] == f"step,{KL}" and len(out.splitlines()) == 4
+    code, _, _ = opd("metrics", job, "--format", "jsonl", "-o", str(tmp_path / "m.jsonl"))
+    assert code == 0 and len((tmp_path / "m.jsonl").read_text().splitlines()) == 3
+    chat = '[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 3?"}]'
+    code, out, _ = opd("playground", job, "--messages", chat, "--max-tokens", "4", "--seed", "1")
+    assert code == 0 and out.startswith(f"job {job}: final weights after step 3;")
+    code, out, err = opd("sample", job, "2 + 3?", "--max-tokens", "4", "--compare", "teacher")
+    assert code == 0 and "--- teacher" in out and "use opd playground" in err
+    code, _, err = opd("playground", job)
+    assert code == 1 and err == "error: give a PROMPT or --messages (one of them)\n"
     code, _, err = opd("pause", job)
     assert code == 1 and err.startswith("error: HTTP 409: ") and "succeeded" in err
     code, out, _ = opd("audit", "--limit", "1")
-    assert code == 0 and out.split()[3:6] == ["job.submit", "job", job]  # the newest
-    code, out, _ = opd("usage", "--by", "day")
+    assert code == 0 and out.splitlines()[0].split()[:4] == ["time", "key", "team", "action"]
+    assert out.splitlines()[1].split()[2:6] == ["cli-tour", "job.create", "job", job]  # newest
+    code, _, err = opd("audit", "--action", "nonsense")
+    assert code == 1 and "no audit action 'nonsense'; the actions are job.create, " in err
+    code, out, _ = opd("usage", "--group-by", "day", "--since", "2020-01-01")
     assert code == 0 and out.splitlines()[-1].startswith("total")
+    code, old, err = opd("usage", "--by", "day", "--since", "2020-01-01")
+    assert (code, old) == (0, out) and "use --group-by" in err
     code, _, err = opd("status", "999999")
     assert code == 1 and err == "error: HTTP 404: job 999999 not found\n"
     assert main(["jobs", "--url", service.url, "--key", "not-a-key"]) == 1
@@ -234,19 +288,19 @@ def test_sweeps_through_the_sdk_and_the_cli(service, tmp_path, capsys):
 
     file = tmp_path / "sweep.yaml"
     file.write_text(yaml.safe_dump(definition | {"name": "by-cli"}))
-    code, made = opd("sweep", "create", str(file), "--quiet")
+    code, made = opd("sweep", "create", str(file), "--quiet")  # the old name still works
     assert code == 0 and int(made) > second.id
-    code, out = opd("sweep", "list", "--limit", "2")
-    assert code == 0 and [line.split()[:2] for line in out.splitlines()] == [
+    code, out = opd("sweeps", "list", "--limit", "2")
+    assert code == 0 and [line.split()[:2] for line in out.splitlines()[1:]] == [
         [made.strip(), "running"],
         [str(second.id), "running"],
     ]
-    code, out = opd("sweep", "cancel", str(second.id))
-    assert code == 0 and out.split()[:2] == [str(second.id), "cancelled"]
-    code, out = opd("sweep", "status", made.strip())
-    assert code == 0 and "optim.learning_rate" in out.splitlines()[1]
+    code, out = opd("sweeps", "cancel", str(second.id))
+    assert code == 0 and out.splitlines()[1].split()[:2] == [str(second.id), "cancelled"]
+    code, out = opd("sweeps", "status", made.strip())
+    assert code == 0 and "optim.learning_rate" in out.splitlines()[2]
     assert out.splitlines()[-1].startswith("steps early stopping saved: ")
-    assert opd("sweep", "cancel", made.strip())[0] == 0
+    assert opd("sweeps", "cancel", made.strip())[0] == 0
 
 
 def test_keys_and_teams_with_an_admin_key(service):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -127,9 +128,9 @@ def test_what_a_spec_may_contain_is_checked_by_the_running_api(service: Service)
         assert httpx.get(f"{service.url}{listing}", headers=headers).json()["data"] == []
 
 
-def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
-    """The demo's spec, shortened to a few steps (the learning itself is tested by
-    tests/worker/engine/test_arith_learning.py): the job succeeds and the accuracy shows."""
+def short_demo(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
+    """The demo's spec cut to 2 steps with an eval at each, the environment of an
+    `opd serve` of its own under `tmp_path`, and a port for it."""
     spec = yaml.safe_load((ROOT / "examples" / "arith.yaml").read_text())
     spec["loop"]["steps"] = 2
     spec["eval"] |= {"every": 1, "holdout": 8}
@@ -138,7 +139,13 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     env = os.environ | {"OPD_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("OPD_REDIS_URL", None)
     env.pop("OPD_DATABASE_URL", None)
-    port = str(20000 + os.getpid() % 20000)
+    return short, env, str(20000 + os.getpid() % 20000)
+
+
+def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
+    """The demo's spec, shortened to a few steps (the learning itself is tested by
+    tests/worker/engine/test_arith_learning.py): the job succeeds and the accuracy shows."""
+    short, env, port = short_demo(tmp_path)
     command = [sys.executable, "-m", "opd.cli", "serve", "--demo", "--demo-spec", str(short)]
     done = subprocess.run(
         [*command, "--port", port],
@@ -150,6 +157,11 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Demo job 1: succeeded" in done.stdout
+    measured = [line for line in done.stdout.splitlines() if "held-out accuracy at step" in line]
+    assert [line.split()[4] for line in measured] == ["0:", "1:", "2:"], done.stdout
+    assert done.stdout.index(measured[-1]) < done.stdout.index("Demo job 1: succeeded")
+    assert "The demo is over and the service has stopped" in done.stdout
+    assert "Start it again with `opd serve`" in done.stdout
     assert f"Dashboard: http://127.0.0.1:{port}/ui/" in done.stdout
     assert "held-out accuracy by step: 0: " in done.stdout
     assert re.search(
@@ -157,3 +169,31 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     ), done.stdout
     assert (tmp_path / "opd.db").is_file() and (tmp_path / "api-key").is_file()
     assert Path(tmp_path, "artifacts", "job-1", "sampler", "arith-opd").is_dir()
+
+
+def test_the_demo_can_leave_the_service_running_and_says_how_to_stop_it(tmp_path: Path):
+    short, env, port = short_demo(tmp_path)
+    command = [sys.executable, "-m", "opd.cli", "serve", "--demo", "--demo-spec", str(short)]
+    process = subprocess.Popen(
+        [*command, "--keep-serving", "--port", str(int(port) + 1)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("The service is running"):
+                break
+        assert "press Ctrl-C to stop it" in lines[-1], "".join(lines)
+        ready = httpx.get(f"http://127.0.0.1:{int(port) + 1}/readyz", timeout=10)
+        assert ready.status_code == 200
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

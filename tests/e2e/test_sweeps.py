@@ -1,4 +1,4 @@
-"""Sweeps against real processes: the API and workers, driven over HTTP and `opd sweep`.
+"""Sweeps against real processes: the API and workers, driven over HTTP and `opd sweeps`.
 A grid runs every point once within `parallel` and the team's running limit; a worker
 killed with -9 while it holds the controller loses and doubles no trial; ASHA stops the
 trials that lose at a rung, keeping their state; no sweep trains on another team's
@@ -109,7 +109,7 @@ def test_grid_runs_every_point_once_within_parallel_and_the_teams_limit(
     with deployment(tmp_path, database_url, team_max_running="1", sweeps_interval="0.2") as service:
         service.start_worker(OPD_WORKER_CONCURRENCY="2")
         created = service.opd(
-            "sweep", "create", write(tmp_path, grid_sweep(4, 2)), "--quiet", *api(service)
+            "sweeps", "create", write(tmp_path, grid_sweep(4, 2)), "--quiet", *api(service)
         )
         sweep = wait_sweep(service, int(created.stdout))
         assert sweep.status == "completed", service.logs()
@@ -132,8 +132,8 @@ def test_grid_runs_every_point_once_within_parallel_and_the_teams_limit(
         with service.client() as client:
             listed = {(job.sweep_id, job.sweep_trial) for job in client.jobs.list()}
         assert listed == {(sweep.id, n) for n in (1, 2, 3, 4)}
-        status = service.opd("sweep", "status", str(sweep.id), *api(service)).stdout.splitlines()
-        table = [line.split() for line in status[2:-1]]
+        status = service.opd("sweeps", "status", str(sweep.id), *api(service)).stdout.splitlines()
+        table = [line.split() for line in status[3:-1]]
         assert [int(row[0]) for row in table] == [
             t.number for t in sorted(trials, key=lambda t: t.metric or 0.0)
         ]

@@ -37,6 +37,7 @@ from kernel.spec import (
     named,
 )
 from kernel.storage.cache import BlobCache
+from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.cross_tokenizer import Tokenizers, top_k_of
 from worker.engine.datasets import Prompts
@@ -91,7 +92,7 @@ class RunResult:
 
 
 def state_name(spec: JobSpec, steps_done: int) -> str:
-    return f"{spec.loop.save_weights_name}-state-{steps_done:06d}"
+    return f"{spec.weights_name}-state-{steps_done:06d}"
 
 
 def stop_sequences(tokenizer: Any) -> list[str]:
@@ -683,7 +684,7 @@ class Steps:
         if not (self.latest and self.latest.step == loop.steps):
             # A final state too, so that another job can continue this one (`init_from`).
             await run.save_state(loop.steps)
-        final = await (await run.training.save_weights_for_sampler_async(loop.save_weights_name))
+        final = await (await run.training.save_weights_for_sampler_async(run.spec.weights_name))
         run.sink.checkpoint(loop.steps, "final", final.path)
         run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
         return RunResult(steps_done=loop.steps, final_weights_path=final.path)
@@ -777,10 +778,12 @@ async def run_job(
     data_root: Path,
     confine_data: bool = False,
     blobs: BlobCache | None = None,
+    checkpoints: CheckpointStore | None = None,
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
 ) -> RunResult:
-    """Load the prompts, open the backend and run the loop; the sink is always closed."""
+    """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
+    given) and run the loop; the sink is always closed."""
     from worker.engine.backends import connect
     from worker.engine.datasets import load_datasets
     from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
@@ -800,7 +803,9 @@ async def run_job(
             eval_prompts = await asyncio.to_thread(
                 load_eval_prompts, spec, data_root, confine_data, blobs
             )
-        service = await asyncio.to_thread(connect, spec, artifact_dir, warning_to(sink))
+        service = await asyncio.to_thread(
+            connect, spec, artifact_dir, warning_to(sink), checkpoints
+        )
         async with AsyncExitStack() as stack:
             graded = graded_prompts(spec, prompts, eval_prompts)
             grade = await stack.enter_async_context(open_grader(graded))

@@ -29,7 +29,10 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from kernel.retry import Backoff
 from kernel.spec import JobSpec, MlflowSpec, flatten
@@ -53,6 +56,9 @@ MAX_KEY_CHARS = 250
 STATUS = {"succeeded": "FINISHED", "failed": "FAILED", "cancelled": "KILLED"}
 """The MLflow status of a run whose job ended so; any other end leaves it RUNNING."""
 ENDED = {"FINISHED", "FAILED", "KILLED"}
+SPEC_ARTIFACT = "opd/spec.yaml"
+"""The job's spec in the run's artifacts, as it would be submitted again."""
+FINAL_WEIGHTS_ARTIFACT = "final_weights"
 RUN_KEY_TAG = "opd.run_key"
 """The tag that names what a run mirrors, set when it is made (see `keyed_run`)."""
 CLIENT_DEFAULTS = {
@@ -181,6 +187,8 @@ class MlflowSink(Sink):
         self.backoff = backoff or Backoff()
         self.run_name = spec.run_name
         self.params: dict[str, str] = {}
+        self.uploads: deque[Callable[[Any, str], None]] = deque()
+        """Artifacts to send, each a call on (client, run id)."""
         self.held: dict[int, list[Entry]] = {}
         self.ready: deque[list[Entry]] = deque()
         self.status: str | None = None
@@ -200,6 +208,8 @@ class MlflowSink(Sink):
         self.start_step = info.start_step
         self.params = spec_params(spec) | {"dataset_size": str(info.dataset_size)}
         self.tags |= {"opd.backend": spec.backend, "opd.dataset": spec.dataset.source}
+        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+        self.uploads.append(lambda client, run_id: client.log_text(run_id, text, SPEC_ARTIFACT))
         if self.sender is None:
             self.sender = asyncio.create_task(self._send_all(), name="mlflow-mirror")
         self.wake.set()
@@ -218,6 +228,10 @@ class MlflowSink(Sink):
         ] = path[:MAX_VALUE_CHARS]
         if kind == "state":
             self.after_recorded(lambda: self._release(step))
+        if kind == "final" and self.spec.log_final_weights and Path(path).is_dir():
+            self.uploads.append(
+                lambda client, run_id: client.log_artifacts(run_id, path, FINAL_WEIGHTS_ARTIFACT)
+            )
         self.wake.set()
 
     def finish(self, outcome: str) -> None:
@@ -243,8 +257,8 @@ class MlflowSink(Sink):
         return self.ended and (self.sender is None or self.sender.done())
 
     def pending(self) -> int:
-        """Steps (or parts of steps) waiting to be sent."""
-        return len(self.ready)
+        """Steps (or parts of steps) and artifacts waiting to be sent."""
+        return len(self.ready) + len(self.uploads)
 
     def _release(self, steps_done: int) -> None:
         """Queue the held steps before `steps_done`; past the backlog (the tracker away for
@@ -295,6 +309,13 @@ class MlflowSink(Sink):
             return self._open, self._opened, lambda: None
         if self.params or self.tags or self.ready:
             return self._batch()
+        if self.uploads:
+            upload, client, run_id = self.uploads.popleft(), self.client, self.run_id
+            return (
+                lambda: upload(client, run_id),
+                lambda _: None,
+                lambda: self.uploads.appendleft(upload),
+            )
         if self.ended and self.status is not None:
             status, run_id, client = self.status, self.run_id, self.client
             self.status = None
@@ -401,7 +422,7 @@ class MlflowSink(Sink):
         return True
 
     def _note_reached(self) -> None:
-        if self.down and not (self.params or self.tags or self.ready):
+        if self.down and not (self.params or self.tags or self.ready or self.uploads):
             self.down = False
             dropped = f"; {self.dropped} steps were dropped (backlog full)" if self.dropped else ""
             self.notify(

@@ -37,7 +37,7 @@ from worker.engine.sinks import Sink
 
 def sampler_weights_name(spec: JobSpec, version: int) -> str:
     """The name sampler weights are saved under: the same as a scheduled checkpoint's."""
-    return f"{spec.loop.save_weights_name}-{version:06d}"
+    return f"{spec.weights_name}-{version:06d}"
 
 
 class Rollouts:

@@ -2,16 +2,23 @@
 teacher and by the untrained student, each token with its logprob and (when the teacher
 is asked) its reverse KL against the teacher, as the training loop measures it.
 
-The prompt is rendered as the job rendered its training prompts (a question with its
-`question_suffix`), or a chat as given; every model completes the same prompt tokens.
+Each model reads the prompt as its own tokenizer renders it, as training renders each
+teacher's prompts: a question as the job rendered its training prompts (its
+`question_suffix`) and a chat as given, with its own chat template; a text tokenized by its
+own tokenizer; token ids as given. The teacher scores the student's completion as training
+scores it (`teachers.TeacherView`): after its own prompt, the completion's tokens or, with
+another tokenizer, their text as its own tokens, its logprobs mapped onto the student's by
+byte offsets (`cross_tokenizer.Retokenized`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from pytrio.types import ModelInput, SampleSequence, SamplingParams
@@ -27,10 +34,11 @@ from kernel.playground import (
 )
 from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
+from worker.engine.cross_tokenizer import Retokenized, Tokenizers, top_k_of
 from worker.engine.datums import build_prompt
 from worker.engine.loop import stop_sequences
-from worker.engine.preflight import check_compatible
-from worker.engine.rollouts import TOPK_SCORING, teacher_logprobs
+from worker.engine.preflight import tokenizer_difference
+from worker.engine.rollouts import TOPK_SCORING, Prompted, Scored, Scorer
 from worker.engine.sampler_cache import Loaded, SamplerCache
 
 
@@ -79,8 +87,9 @@ def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
 
 
 def render(task: SampleTask, tokenizer: Any) -> list[int]:
-    """The prompt tokens every model completes, rendered as the compared teacher's dataset
-    (the first routed to it, or the first) renders its prompts."""
+    """The prompt tokens a model with `tokenizer` completes: its own rendering (its chat
+    template, as the compared teacher's dataset, the first routed to it or the first,
+    renders its prompts), its own tokens of a text, or the token ids as given."""
     request, spec = task.request, task.spec
     name, _ = compared_teacher(task)
     shares = spec.dataset_shares()
@@ -154,21 +163,95 @@ def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
     return spec.student.base_model, task.weights_path if role == "checkpoint" else None
 
 
-async def complete(
-    role: ModelRole,
-    task: SampleTask,
-    loaded: Loaded,
-    prompt: list[int],
-    params: SamplingParams,
-    teacher: SamplingClient | None,
-    tokenizer: Any,
-) -> ModelOutput:
-    """`n` completions by one model (none sampled for max_tokens 0); each scored by the
-    teacher when it is given; the prompt's logprobs when asked for; with `top_logprobs`,
-    the likeliest tokens at each (the prompt's from the prefill that gives its logprobs)."""
+@dataclass(frozen=True)
+class Reader:
+    """One model of a request: its sampler, its tokenizer, and the prompt as that
+    tokenizer renders it."""
+
+    role: ModelRole
+    loaded: Loaded
+    tokenizer: Any
+    prompt: list[int]
+
+
+def own_stops(tokenizer: Any) -> list[str]:
+    """The stop strings a model samples with: the student's (`stop_sequences`) that are
+    tokens of its own, so a teacher with another tokenizer ends at its own end of sequence."""
+    vocab = tokenizer.get_vocab()
+    return [stop for stop in stop_sequences(tokenizer) if stop in vocab]
+
+
+def readers(task: SampleTask, loaded: Sequence[Loaded], tokenizers: Sequence[Any]) -> list[Reader]:
+    """Each model asked for with its own rendering of the prompt. Token ids are the model
+    asked for's (`model`): a compared model with another tokenizer would read other text
+    in them, so they are refused for it."""
     request = task.request
+    roles: list[ModelRole] = [request.model, *request.compare]
+    asked = tokenizers[0]
+    if request.prompt_token_ids is not None:
+        for role, tokenizer in zip(roles[1:], tokenizers[1:], strict=True):
+            if not alike(asked, tokenizer):
+                raise OPDError(
+                    f"prompt_token_ids are ids of the {request.model}'s tokenizer, and the "
+                    f"{role} ({weights_of(task, role)[0]!r}) has another tokenizer, which reads "
+                    "other text in them: give the prompt as text (or prompt, messages), which "
+                    "each model tokenizes with its own tokenizer",
+                    code="invalid_prompt",
+                )
+    return [
+        Reader(role, one, tokenizer, render(task, tokenizer))
+        for role, one, tokenizer in zip(roles, loaded, tokenizers, strict=True)
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def alike(one: Any, other: Any) -> bool:
+    """Whether two tokenizers read every id alike (`preflight.tokenizer_difference`), kept
+    for the pairs of models the sampler cache holds (not compared again per request)."""
+    return tokenizer_difference(one, other) is None
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizers_of(student: Any, teacher: Any, top_k: int) -> Tokenizers:
+    """Both tokenizers as bytes, kept for the pairs of models the sampler cache holds (a
+    vocabulary is read once, not per request)."""
+    return Tokenizers.of(student, teacher, stop_sequences(student), top_k)
+
+
+def teacher_scorer(task: SampleTask, student: Reader, teacher: Reader) -> Scorer:
+    """The teacher scoring the student's completions as training scores them: after its
+    own rendering of the prompt, the completion's tokens, or with another tokenizer their
+    text as its own tokens, its logprobs mapped onto the student's (`Retokenized`)."""
+    name, _ = compared_teacher(task)
+    client = teacher.loaded.client
+    if alike(student.tokenizer, teacher.tokenizer):
+        return Prompted(name, client, teacher.prompt)
+    tokenizers = tokenizers_of(student.tokenizer, teacher.tokenizer, top_k_of(client))
+    return Retokenized(name, client, teacher.prompt, tokenizers)
+
+
+def aligned_fraction(scored: Scored) -> float | None:
+    """The fraction of a completion's bytes a teacher with another tokenizer aligned."""
+    aligned, total = next(iter(scored.aligned_bytes.values()), (0, 0))
+    return aligned / total if total else None
+
+
+async def complete(task: SampleTask, reader: Reader, scorer: Scorer | None) -> ModelOutput:
+    """`n` completions of the reader's own prompt (none sampled for max_tokens 0); each
+    scored by the teacher when it is given; the prompt's logprobs when asked for; with
+    `top_logprobs`, the likeliest tokens at each (the prompt's from the prefill that
+    gives its logprobs)."""
+    request = task.request
+    loaded, tokenizer, prompt = reader.loaded, reader.tokenizer, reader.prompt
     sequences = [SampleSequence(stop_reason="length", tokens=[], logprobs=[], text="")] * request.n
     if request.max_tokens > 0:
+        params = SamplingParams(
+            max_tokens=request.max_tokens,
+            seed=request.seed,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            stop=own_stops(tokenizer),
+        )
         response = await loaded.client.sample_async(
             ModelInput.from_ints(prompt), request.n, params, return_text=False
         )
@@ -190,15 +273,19 @@ async def complete(
         scored = await loaded.client.compute_logprobs_async(ModelInput.from_ints(prompt))
         prompt_logprobs = [finite(value) for value in scored]
     tops = [top[len(prompt) :] for _, top in rankings] or [None] * len(sequences)
-    scores: Sequence[list[float] | None] = [None] * len(sequences)
-    if teacher is not None:
+    scores: Sequence[Scored | None] = [None] * len(sequences)
+    if scorer is not None:
         scores = await asyncio.gather(
-            *(teacher_logprobs(teacher, prompt, list(seq.tokens)) for seq in sequences)
+            *(
+                scorer.score(list(seq.tokens), [float(v) for v in seq.logprobs or []])
+                for seq in sequences
+            )
         )
     completions = []
     for seq, scored, top in zip(sequences, scores, tops, strict=True):
         logprobs = [float(value) for value in seq.logprobs or []]
-        kl = None if scored is None else [a - b for a, b in zip(logprobs, scored, strict=True)]
+        teacher = None if scored is None else scored.logprobs
+        kl = None if teacher is None else [a - b for a, b in zip(logprobs, teacher, strict=True)]
         completions.append(
             Completion(
                 text=seq.text,
@@ -206,18 +293,26 @@ async def complete(
                 token_ids=list(seq.tokens),
                 logprobs=[finite(value) for value in logprobs],
                 stop_reason=seq.stop_reason,
-                teacher_logprobs=None if scored is None else [finite(v) for v in scored],
+                teacher_logprobs=None if teacher is None else [finite(v) for v in teacher],
                 reverse_kl=None if kl is None else [finite(v) for v in kl],
+                teacher_tokens_read=None if scored is None else sum(scored.teacher_tokens.values()),
+                aligned_bytes_fraction=None if scored is None else aligned_fraction(scored),
                 top_logprobs=cast(list[list[TopLogprob]] | None, top),
             )
         )
     every_kl = [v for c in completions for v in c.reverse_kl or [] if v is not None]
-    base_model, weights = weights_of(task, role)
+    base_model, weights = weights_of(task, reader.role)
     return ModelOutput(
-        model=role,
+        model=reader.role,
         base_model=base_model,
         weights=weights,
         cached=loaded.cached,
+        prompt=tokenizer.decode(prompt),
+        prompt_tokens=len(prompt),
+        prompt_token_ids=prompt,
+        prompt_pieces=[tokenizer.decode([token]) for token in prompt]
+        if request.prompt_logprobs
+        else None,
         completions=completions,
         reverse_kl_mean=sum(every_kl) / len(every_kl) if every_kl else None,
         prompt_logprobs=prompt_logprobs,
@@ -226,54 +321,31 @@ async def complete(
 
 
 async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
-    """Complete the task's prompt with each model it asks for."""
+    """Complete the task's prompt with each model it asks for, each reading its own
+    rendering of it; the student's completions scored by the teacher when it is compared."""
     start = time.perf_counter()
     roles: list[ModelRole] = [task.request.model, *task.request.compare]
-    clients = await asyncio.gather(
+    loaded = await asyncio.gather(
         *(samplers.get(task.spec, *weights_of(task, role)) for role in roles)
     )
-    loaded = dict(zip(roles, clients, strict=True))
-    tokenizer = await asyncio.to_thread(loaded[roles[0]].client.get_tokenizer)
-    teacher = loaded["teacher"].client if "teacher" in loaded else None
-    prompt = render(task, tokenizer)
-    if teacher is not None and roles != ["teacher"]:
-        student = next(loaded[role].client for role in roles if role != "teacher")
-        check_compatible(
-            await asyncio.to_thread(student.get_tokenizer),
-            await asyncio.to_thread(teacher.get_tokenizer),
-            task.spec.student.base_model,
-            f"teacher {compared_teacher(task)[1].base_model!r}",
-            [],
-        )
-    request = task.request
-    params = SamplingParams(
-        max_tokens=request.max_tokens,
-        seed=request.seed,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        stop=stop_sequences(tokenizer),
+    tokenizers = await asyncio.gather(
+        *(asyncio.to_thread(one.client.get_tokenizer) for one in loaded)
     )
+    models = readers(task, loaded, tokenizers)
+    teacher = next((reader for reader in models if reader.role == "teacher"), None)
+    student = next((reader for reader in models if reader.role != "teacher"), None)
+    scorer = None
+    if teacher is not None and student is not None:
+        scorer = teacher_scorer(task, student, teacher)
     outputs = await asyncio.gather(
-        *(
-            complete(
-                role,
-                task,
-                loaded[role],
-                prompt,
-                params,
-                None if role == "teacher" else teacher,
-                tokenizer,
-            )
-            for role in roles
-        )
+        *(complete(task, reader, None if reader.role == "teacher" else scorer) for reader in models)
     )
+    first = outputs[0]
     return SampleAnswer(
-        prompt=tokenizer.decode(prompt),
-        prompt_tokens=len(prompt),
-        prompt_token_ids=prompt,
-        prompt_pieces=[tokenizer.decode([token]) for token in prompt]
-        if request.prompt_logprobs
-        else None,
+        prompt=first.prompt,
+        prompt_tokens=first.prompt_tokens,
+        prompt_token_ids=first.prompt_token_ids,
+        prompt_pieces=first.prompt_pieces,
         outputs=list(outputs),
         seconds=time.perf_counter() - start,
     )

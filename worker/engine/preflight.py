@@ -7,9 +7,8 @@ after the student's prompt when their chat templates agree, else after its own r
 of the question (`teachers.TeacherView`). Any other teacher has another tokenizer: it reads
 the completion's text as its own tokens, its logprobs aligned to the student's by byte
 offsets (`cross_tokenizer`). The logit-level objectives need a shared vocabulary, and on
-the local backend the student's positions too (`check_objective`); the playground, which
-compares the student's tokens themselves, still refuses another tokenizer
-(`check_compatible`).
+the local backend the student's positions too (`check_objective`). The playground scores
+with a teacher in each mode as training does.
 """
 
 from __future__ import annotations
@@ -57,24 +56,6 @@ def tokenizer_difference(
         owner = "the teacher" if differing in theirs else "the student"
         return f"{who} has other special tokens: {differing!r} is only {owner}'s"
     return None
-
-
-def check_compatible(
-    student: Any,
-    teacher: Any,
-    student_model: str,
-    who: str,
-    prompts: Sequence[tuple[str, PromptOptions]],
-) -> bool:
-    """Refuse a teacher whose tokenizer differs from the student's (where the student's
-    tokens themselves are compared: the playground); return whether its chat template is
-    the student's (`teacher_mode`)."""
-    difference = tokenizer_difference(student, teacher, student_model, who)
-    if difference is not None:
-        raise IncompatibleModels(
-            f"{difference}; this needs a teacher that shares the student's tokenizer"
-        )
-    return teacher_mode(student, teacher, prompts) == "same"
 
 
 def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, PromptOptions]]) -> Mode:

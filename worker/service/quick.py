@@ -23,6 +23,7 @@ from arq.worker import Function, Worker, func
 from pydantic import BaseModel
 
 from app.core.config import Settings
+from app.core.storage import checkpoint_store
 from app.core.worker_calls import FETCH_ARCHIVE_TASK, SAMPLE_TASK, quick_queue
 from app.jobs.archives import fetched, keep_fetched
 from kernel.errors import OPDError
@@ -63,9 +64,10 @@ def quick_context(settings: Settings) -> QuickContext:
     from worker.engine.backends import connect
 
     playground = settings.artifact_root / "playground"
+    store = checkpoint_store(settings)
 
     def open_backend(spec: JobSpec) -> Any:
-        return connect(spec, playground, lambda message, data: log.warning("%s", message))
+        return connect(spec, playground, lambda message, data: log.warning("%s", message), store)
 
     samplers = SamplerCache(
         open_backend, settings.sampler_cache_entries, int(settings.sampler_cache_mb * MIB)

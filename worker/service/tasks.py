@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
 from app.core.queue import JobQueue
-from app.core.storage import file_cache
+from app.core.storage import checkpoint_store, file_cache
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotHeld, SpecRefused
 from app.jobs.limits import Limits, note_limits
@@ -35,6 +35,7 @@ from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost
 from kernel.spec import JobSpec, unlisted_teacher_server
+from kernel.storage.blobs import StorageUnavailable
 from worker.engine.loop import RunResult, SavedState, Stop
 from worker.engine.loop import run_job as run_engine
 from worker.engine.mlflow_mirror import MlflowSink
@@ -236,6 +237,7 @@ async def attempt(
             data_root=ctx.settings.data_root,
             confine_data=True,
             blobs=file_cache(ctx.settings),
+            checkpoints=checkpoint_store(ctx.settings),
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
         )
@@ -264,7 +266,10 @@ async def attempt(
             f"the worker could not record the run: {control.failure}", code="record_failed"
         )
 
-    if isinstance(error, ResultLost) and job.attempts < ctx.settings.max_attempts:
+    if (
+        isinstance(error, ResultLost | StorageUnavailable)
+        and job.attempts < ctx.settings.max_attempts
+    ):
         reason = (
             f"{error}. Resuming from the last saved state, so nothing is applied twice "
             f"(attempt {job.attempts + 1} of at most {ctx.settings.max_attempts})"

@@ -59,8 +59,9 @@ class CompletionRequest(Strict):
 
     model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
     prompt: Prompt = Field(
-        description="A text (tokenized with the tokenizer's special tokens, no template) or "
-        "its token ids, or a list of texts or of token-id lists: each prompt's choices "
+        description="A text (tokenized by the model's own tokenizer with its special "
+        "tokens, no template) or ids of that tokenizer, or a list of texts or of token-id "
+        "lists: each prompt's choices "
         "follow the previous one's (`index` = prompt's place x n + completion's)."
     )
     max_tokens: int | None = Field(None, ge=0, le=MAX_PLAYGROUND_TOKENS)

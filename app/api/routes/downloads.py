@@ -1,7 +1,7 @@
 """A checkpoint's weights as a .tar.gz: a local checkpoint's folder, archived by the API
-(which reads the shared artifact folder), or a PyTRIO checkpoint's archive, fetched once
-by a worker through PyTRIO's own REST client. The SHA-256 of what is sent comes first,
-in the `X-Checkpoint-SHA256` header."""
+(from the shared artifact folder, or with a bucket from the store), or a PyTRIO
+checkpoint's archive, fetched once by a worker through PyTRIO's own REST client. The
+SHA-256 of what is sent comes first, in the `X-Checkpoint-SHA256` header."""
 
 from __future__ import annotations
 
@@ -28,12 +28,15 @@ from app.api.deps import (
 from app.api.errors import ApiError, error_responses
 from app.core.config import Settings
 from app.core.queue import JobQueue, QueueUnavailable
+from app.core.storage import checkpoint_store
 from app.core.worker_calls import FETCH_ARCHIVE_TASK, TaskUnanswered, call_worker
 from app.jobs.archives import SHA256_HEADER, fetched, fetched_path, write_archive
 from app.jobs.checkpoints import CheckpointUnavailable, job_checkpoint
 from app.jobs.tables import Checkpoint, Job
 from kernel.playground import Archive, ArchiveTask, Outcome
 from kernel.spec import JobSpec
+from kernel.storage.blobs import BlobCorrupt, BlobMissing, StorageUnavailable
+from kernel.storage.checkpoints import is_stored
 
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 
@@ -41,10 +44,36 @@ CheckpointId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="The checkp
 ARCHIVE_TYPE = "application/gzip"
 
 
+async def stored_folder(checkpoint: Checkpoint, settings: Settings) -> Path:
+    """A stored checkpoint's files, read into the API's cache (503 while the store is away)."""
+    store = checkpoint_store(settings)
+    if store is None:
+        raise ApiError(
+            409,
+            "not_downloadable",
+            f"checkpoint {checkpoint.id} is in a bucket, and this API's OPD_STORAGE_URL is a "
+            "folder: give the API the workers' OPD_STORAGE_URL",
+        )
+    try:
+        return Path(await asyncio.to_thread(store.local, checkpoint.path))
+    except StorageUnavailable as error:
+        raise ApiError(503, error.code, str(error)) from None
+    except (BlobMissing, BlobCorrupt) as error:
+        raise ApiError(
+            404, "not_found", f"the files of checkpoint {checkpoint.id} are gone: {error}"
+        ) from None
+
+
 async def local_archive(checkpoint: Checkpoint, settings: Settings) -> Archive:
-    """The checkpoint's folder archived into a temporary file (removed once sent)."""
-    folder = Path(checkpoint.path).resolve()
-    if not folder.is_relative_to(settings.artifact_root.resolve()):
+    """The checkpoint's folder (or its files in the bucket) archived into a temporary file
+    (removed once sent)."""
+    name = None
+    if is_stored(checkpoint.path):
+        folder = await stored_folder(checkpoint, settings)
+        name = checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
+    else:
+        folder = Path(checkpoint.path).resolve()
+    if name is None and not folder.is_relative_to(settings.artifact_root.resolve()):
         raise ApiError(
             409,
             "not_downloadable",
@@ -53,12 +82,12 @@ async def local_archive(checkpoint: Checkpoint, settings: Settings) -> Archive:
         )
     if not folder.is_dir():
         raise ApiError(404, "not_found", f"the files of checkpoint {checkpoint.id} are gone")
-    handle, name = tempfile.mkstemp(prefix="opd-checkpoint-", suffix=".tar.gz")
+    handle, out = tempfile.mkstemp(prefix="opd-checkpoint-", suffix=".tar.gz")
     os.close(handle)
     try:
-        return await asyncio.to_thread(write_archive, folder, Path(name))
+        return await asyncio.to_thread(write_archive, folder, Path(out), name)
     except BaseException:
-        os.unlink(name)
+        os.unlink(out)
         raise
 
 

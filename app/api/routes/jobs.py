@@ -29,6 +29,7 @@ from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotFound
+from app.jobs.filters import JobFilter
 from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
@@ -40,6 +41,7 @@ from kernel.spec import JobSpec, priced_teacher
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 
 MAX_PAGE = 100
+METADATA_FILTER = r"^[^=,]+=[^,]*(,[^=,]+=[^,]*)*$"
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -155,15 +157,29 @@ async def list_jobs(
     principal: PrincipalDep,
     prices: PricesDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+    name: Annotated[
+        str, Query(max_length=200, description="Any part of the name, ignoring case.")
+    ] = "",
+    sweep: Annotated[int | None, Query(ge=1, description="Only this sweep's trials.")] = None,
+    metadata: Annotated[
+        str | None,
+        Query(
+            max_length=2000,
+            pattern=METADATA_FILTER,
+            description="Labels the spec's metadata holds: `key=value`, several comma-separated.",
+        ),
+    ] = None,
     after: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
 ) -> JobsPage:
-    """The caller's jobs (every team's for an admin key), newest first."""
-    query = select(Job).order_by(Job.id.desc())
+    """The caller's jobs (every team's for an admin key), newest first, filtered as the
+    dashboard's table filters them."""
+    pairs = (pair.partition("=") for pair in (metadata.split(",") if metadata else []))
+    labels = tuple((key, value) for key, _, value in pairs)
+    chosen = JobFilter(status=status, name=name.strip(), sweep=sweep, metadata=labels)
+    query = select(Job).order_by(Job.id.desc()).where(*chosen.where())
     if principal.scope is not None:
         query = query.where(Job.team_id == principal.scope)
-    if status is not None:
-        query = query.where(Job.status == status)
     if after is not None:
         query = query.where(Job.id < after)
     page = await paginate(session, query, limit, JobsPage)

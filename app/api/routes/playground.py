@@ -1,5 +1,6 @@
-"""The playground: completions of a job's saved weights (and of its teacher and its
-untrained student) on a prompt of the caller's, sampled by a worker."""
+"""The playground (`POST /v1/jobs/{id}/playground`; `/sample` is its old name): completions
+of a job's saved weights (and of its teacher and its untrained student) on a prompt of the
+caller's, sampled by a worker."""
 
 from __future__ import annotations
 
@@ -22,10 +23,18 @@ async def idempotency_of(key: str | None, route: str, request: Request) -> Idemp
     return None if key is None else Idempotency(key, route, await request.json())
 
 
+PLAYGROUND_RESPONSES = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504)
+
+
+@router.post(
+    "/{job_id}/playground", response_model=PlaygroundAnswer, responses=PLAYGROUND_RESPONSES
+)
 @router.post(
     "/{job_id}/sample",
     response_model=PlaygroundAnswer,
-    responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 429, 502, 503, 504),
+    responses=PLAYGROUND_RESPONSES,
+    deprecated=True,
+    summary="The old name of /playground (kept for one release)",
 )
 async def sample_job(
     job: JobDep,

@@ -21,7 +21,7 @@ from app.usage.store import usage_rows
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=error_responses(401, 403, 422))
 
 DEFAULT_SPAN = timedelta(days=29)
-"""`from` when only `to` is given: 30 days up to it."""
+"""`since` when only `until` is given: 30 days up to it."""
 ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -41,12 +41,28 @@ async def read_usage(
     session: SessionDep,
     principal: PrincipalDep,
     prices: PricesDep,
-    first: Annotated[
-        Day | None, Query(alias="from", description="First UTC day; default 30 days ago.")
+    since: Annotated[
+        Day | None, Query(description="First UTC day; default 30 days before `until`.")
     ] = None,
-    last: Annotated[
+    until: Annotated[
         Day | None,
-        Query(alias="to", description="Last UTC day; default today. Before `from`: no days."),
+        Query(description="Last UTC day; default today. Before `since`: no days."),
+    ] = None,
+    old_from: Annotated[
+        Day | None,
+        Query(
+            alias="from",
+            deprecated=True,
+            description="The old name of `since` (given both, `since` counts).",
+        ),
+    ] = None,
+    old_to: Annotated[
+        Day | None,
+        Query(
+            alias="to",
+            deprecated=True,
+            description="The old name of `until` (given both, `until` counts).",
+        ),
     ] = None,
     group_by: Annotated[GroupBy, Query(description="One row per job, or per day.")] = GroupBy.job,
     team: Annotated[
@@ -57,11 +73,13 @@ async def read_usage(
     """Sampled, teacher-scored, trained and eval tokens per job or per day, with an
     estimated cost when the service has a price table. The caller's team; an admin key
     may ask for any team, or get every team's rows (each names its team)."""
-    last = last or utcnow().date()
-    first = first or max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
+    last = until or old_to or utcnow().date()
+    first = since or old_from or max(date.min + DEFAULT_SPAN, last) - DEFAULT_SPAN
     team_id, team = await team_asked(session, principal, team)
     rows = summarize(await usage_rows(session, team_id, first, last), group_by, prices)
     return UsageReport(
+        since=first,
+        until=last,
         from_=first,
         to=last,
         group_by=group_by,

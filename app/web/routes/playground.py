@@ -58,7 +58,10 @@ def answer_view(answer: PlaygroundAnswer) -> list[dict[str, Any]]:
         {
             "output": output,
             "label": LABELS[output.model],
-            "completions": [shaded(completion) for completion in output.completions],
+            "completions": [
+                {"tokens": shaded(completion), "aligned": completion.aligned_bytes_fraction}
+                for completion in output.completions
+            ],
         }
         for output in answer.outputs
     ]

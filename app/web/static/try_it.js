@@ -1,4 +1,4 @@
-// The job page's "Try it" panel: the form is sent in the background and the worker's
+// The job page's playground panel: the form is sent in the background and the worker's
 // completions (an HTML fragment the server rendered and escaped) replace the last ones.
 "use strict";
 

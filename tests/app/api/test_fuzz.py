@@ -85,10 +85,13 @@ RULES_BEYOND_JSON_SCHEMA = {
     # column of questions: what its bytes hold, not their schema (a 422 says what is wrong).
     "POST /v1/files",
     # A chat's last message must be the user's.
+    "POST /v1/jobs/{job_id}/playground",
     "POST /v1/jobs/{job_id}/sample",
     # A sweep's base or base_job (one of them), each parameter's values or range (min below
     # max), values for every parameter of a grid, and a base that is a valid job spec.
     "POST /v1/sweeps",
+    # An audit action filter the log does not record: a 422 that lists those it does.
+    "GET /v1/audit",
     # OpenAI's wire format, checked as the playground's request: a chat's last message the
     # user's, the playground's bounds on n, max_tokens, top_p (a 400 in OpenAI's shape).
     "POST /v1/chat/completions",

@@ -30,7 +30,6 @@ from tests.app.conftest import auth, small_spec
 PUBLIC = {("GET", "/healthz"), ("GET", "/readyz")}
 NOT_IN_THE_DOCUMENT = {("GET", "/metrics")}  # Prometheus text, not JSON
 BEYOND_THE_METHOD = {
-    ("GET", "/v1/audit"): Scope.submit,
     ("GET", "/v1/teams"): Scope.admin,
     ("PATCH", "/v1/teams/{name}"): Scope.admin,
     ("GET", "/v1/keys"): Scope.admin,

@@ -71,7 +71,7 @@ async def test_past_the_teams_waiting_bound_the_panel_says_so_with_a_429(
         job, page = await signed_in_job_page(browser, session, submit, key)
         body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
         waiting = asyncio.create_task(
-            browser.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+            browser.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
         )
         while not await redis.zcard(quick_queue(queue_name)) and not waiting.done():
             await asyncio.sleep(0.02)

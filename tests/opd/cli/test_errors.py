@@ -59,12 +59,12 @@ def test_a_sweep_file_that_is_no_yaml_names_its_line(tmp_path: Path):
     "<unicode string>", line 1, column 1 ...`."""
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text("name: lr\nparameters:\n  - optim.learning_rate\n bad: 1\n")
-    broken = run_opd("sweep", "create", str(sweep), home=tmp_path)
+    broken = run_opd("sweeps", "create", str(sweep), home=tmp_path)
     assert broken.returncode == 1
     assert broken.stderr.startswith(f"error: {sweep}, line 4: not valid YAML: ")
     assert "<unicode string>" not in broken.stderr and "Traceback" not in broken.stderr
     sweep.write_text("")
-    empty = run_opd("sweep", "create", str(sweep), home=tmp_path)
+    empty = run_opd("sweeps", "create", str(sweep), home=tmp_path)
     assert empty.stderr == (
         f"error: {sweep}: a sweep is empty: it must be a mapping of fields (`name: value` lines)\n"
     )

@@ -70,11 +70,11 @@ def test_the_spec_names_the_source_and_checks_its_options() -> None:
     assert isinstance(spec.dataset, ArithmeticDataset)
     assert "\\boxed{}" in spec.dataset.question_suffix
     for bad, field in (
-        ({"ops": ["div"]}, "dataset.arithmetic.ops.0"),
-        ({"ops": []}, "dataset.arithmetic.ops"),
-        ({"ops": ["add", "add"]}, "dataset.arithmetic"),
-        ({"digits": 4}, "dataset.arithmetic.digits"),
-        ({"count": 0}, "dataset.arithmetic.count"),
+        ({"ops": ["div"]}, "dataset.ops.0"),
+        ({"ops": []}, "dataset.ops"),
+        ({"ops": ["add", "add"]}, "dataset.ops"),
+        ({"digits": 4}, "dataset.digits"),
+        ({"count": 0}, "dataset.count"),
     ):
         with pytest.raises(SpecError) as caught:
             parse_spec(named({"dataset": {"source": "arithmetic", **bad}}))

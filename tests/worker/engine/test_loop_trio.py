@@ -221,6 +221,19 @@ async def test_checkpoints_on_schedule_and_a_final_state_and_weights() -> None:
     ]
 
 
+async def test_without_save_weights_name_a_job_saves_under_its_own_name() -> None:
+    fake = FakeServiceClient()
+    spec = JobSpec.model_validate(make_spec(steps=2).model_dump() | {"name": "arith-lr-3e-3"})
+
+    sink = await run(spec, fake)
+
+    names = [
+        call.args["name"] for call in fake.calls if call.name in ("save_state", "save_weights")
+    ]
+    assert names == ["arith-lr-3e-3-state-000002", "arith-lr-3e-3"]
+    assert [kind for _, kind, _ in sink.checkpoints] == ["state", "final"]
+
+
 async def test_a_stop_right_after_a_scheduled_save_reuses_that_state() -> None:
     """PyTRIO refuses a state name saved twice in a run (the fake too): the stop at the
     boundary just saved must not save it again."""

@@ -77,3 +77,23 @@ def test_the_backlog_is_bounded_the_oldest_steps_going_first():
     sink.finish("succeeded")
     # ... and with the queue full (the tracker away) the oldest queued are dropped, counted.
     assert queued_steps(sink) == [2, 3, 4] and sink.dropped == 2
+
+
+def test_the_final_weights_are_uploaded_only_when_asked_and_held_as_a_folder(tmp_path):
+    asked = MlflowSink(TRACKER.model_copy(update={"log_final_weights": True}))
+    asked.checkpoint(4, "state", str(tmp_path))
+    asked.checkpoint(4, "final", "trio://remote/weights")  # not a folder the worker holds
+    assert asked.pending() == 0
+    asked.checkpoint(4, "final", str(tmp_path))
+    assert asked.pending() == 1
+    uploaded = []
+
+    class Client:
+        def log_artifacts(self, run_id: str, path: str, into: str) -> None:
+            uploaded.append((run_id, path, into))
+
+    asked.uploads[0](Client(), "run-1")
+    assert uploaded == [("run-1", str(tmp_path), "final_weights")]
+    not_asked = MlflowSink(TRACKER)
+    not_asked.checkpoint(4, "final", str(tmp_path))
+    assert not_asked.pending() == 0

@@ -12,11 +12,18 @@ import pytest
 import torch
 from pytrio.types import ModelInput
 
+from kernel.errors import OPDError
+from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER_BPE, ARITH_TEACHER_TEMPLATE
 from kernel.playground import SampleRequest, SampleTask
+from kernel.spec import JobSpec, LocalBackendSpec
 from tests.support import assert_close
 from tests.worker.engine.conftest import Trained
 from worker.engine.backends import connect
+from worker.engine.backends.local import LocalServiceClient
+from worker.engine.backends.local.presets import preset_tokenizer
+from worker.engine.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
 from worker.engine.datums import build_prompt
+from worker.engine.loop import stop_sequences
 from worker.engine.playground import answer
 from worker.engine.sampler_cache import SamplerCache
 
@@ -197,3 +204,166 @@ async def test_top_logprobs_rank_the_prompt_and_each_completion_by_the_full_dist
     assert plain.outputs[0].prompt_top_logprobs is None
     assert plain.outputs[0].completions[0].top_logprobs is None
     assert_close(plain.outputs[0].prompt_logprobs[1:], output.prompt_logprobs[1:])
+
+
+def arith_task(teacher: str, artifacts: Path, **request: object) -> SampleTask:
+    """arith-student beside `teacher` on the CPU: the untrained student (`base`) is the
+    model asked for, so no job needs to run first."""
+    spec = JobSpec.model_validate(
+        {
+            "backend": "local",
+            "local": {"device": "cpu"},
+            "student": {"base_model": ARITH_STUDENT, "lora_rank": 4},
+            "teacher": {"base_model": teacher},
+            "dataset": {"source": "inline", "prompts": [QUESTION]},
+        }
+    )
+    settings = {"prompt": QUESTION, "max_tokens": 10, "model": "base", "compare": ["teacher"]}
+    return SampleTask(
+        request=SampleRequest.model_validate(settings | request),
+        spec=spec,
+        weights_path=str(artifacts / "unused"),
+        deadline=time.time() + 60,
+    )
+
+
+async def own_scores(service: Any, model: str, prompt: list[int], tokens: list[int]) -> list[float]:
+    sampler = await service.create_sampling_client_async(model)
+    logprobs = await sampler.compute_logprobs_async(ModelInput.from_ints(prompt + tokens))
+    return logprobs[len(prompt) :]
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+    )
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.mark.parametrize("kind", ["prompt", "messages"])
+async def test_a_teacher_with_its_own_template_reads_its_own_rendering(tmp_path, kind):
+    """arith-teacher-template: the teacher completes, and scores the student's completion
+    after, the prompt as its own template renders it; scored after the student's rendering
+    its logprobs would differ."""
+    messages = [{"role": "user", "content": QUESTION}]
+    request = {"prompt": None, "messages": messages} if kind == "messages" else {}
+    asked = arith_task(ARITH_TEACHER_TEMPLATE, tmp_path, n=2, **request)
+    got = await answer(asked, cache_for(tmp_path))
+
+    students, theirs = preset_tokenizer(ARITH_STUDENT), preset_tokenizer(ARITH_TEACHER_TEMPLATE)
+    suffix = asked.spec.dataset_shares()[0].question_suffix
+    if kind == "messages":
+        student_prompt, teacher_prompt = (
+            chat_prompt(students, messages),
+            chat_prompt(theirs, messages),
+        )
+    else:
+        student_prompt = build_prompt(students, QUESTION, suffix, False)
+        teacher_prompt = build_prompt(theirs, QUESTION, suffix, False)
+    assert student_prompt != teacher_prompt
+    base, teacher = got.outputs
+    assert base.prompt_token_ids == got.prompt_token_ids == student_prompt
+    assert teacher.prompt_token_ids == teacher_prompt and teacher.prompt_tokens == len(
+        teacher_prompt
+    )
+    assert teacher.prompt == theirs.decode(teacher_prompt)
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    for completion in teacher.completions:
+        own = await own_scores(
+            service, ARITH_TEACHER_TEMPLATE, teacher_prompt, completion.token_ids
+        )
+        assert_close(completion.logprobs, own, what="the teacher's own logprobs")
+    for completion in base.completions:
+        tokens = completion.token_ids
+        expected = await own_scores(service, ARITH_TEACHER_TEMPLATE, teacher_prompt, tokens)
+        assert_close(completion.teacher_logprobs, expected, what="after the teacher's prompt")
+        wrong = await own_scores(service, ARITH_TEACHER_TEMPLATE, student_prompt, tokens)
+        assert max(abs(a - b) for a, b in zip(wrong, expected, strict=True)) > 1e-3
+        assert completion.teacher_tokens_read == len(teacher_prompt) + len(tokens)
+        assert completion.aligned_bytes_fraction is None
+
+
+async def test_a_teacher_with_another_tokenizer_samples_and_scores_in_its_own_tokens(tmp_path):
+    """arith-teacher-bpe: it completes its own rendering in its own tokens; the student's
+    completions get its logprobs mapped onto their tokens, as training's scorer maps them."""
+    asked = arith_task(ARITH_TEACHER_BPE, tmp_path, n=2, temperature=0.7)
+    got = await answer(asked, cache_for(tmp_path))
+
+    students, theirs = preset_tokenizer(ARITH_STUDENT), preset_tokenizer(ARITH_TEACHER_BPE)
+    suffix = asked.spec.dataset_shares()[0].question_suffix
+    student_prompt = build_prompt(students, QUESTION, suffix, False)
+    teacher_prompt = build_prompt(theirs, QUESTION, suffix, False)
+    base, teacher = got.outputs
+    assert base.prompt_token_ids == student_prompt and teacher.prompt_token_ids == teacher_prompt
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    for completion in teacher.completions:
+        tokens = completion.token_ids
+        assert tokens and completion.text == theirs.decode(tokens, skip_special_tokens=True)
+        assert completion.tokens == [theirs.decode([token]) for token in tokens]
+        own = await own_scores(service, ARITH_TEACHER_BPE, teacher_prompt, tokens)
+        assert_close(completion.logprobs, own, what="the teacher's own logprobs")
+    client = await service.create_sampling_client_async(ARITH_TEACHER_BPE)
+    tokenizers = Tokenizers.of(students, theirs, stop_sequences(students), CROSS_TOP_K)
+    scorer = Retokenized("teacher", client, teacher_prompt, tokenizers)
+    for completion in base.completions:
+        tokens, logprobs = completion.token_ids, completion.logprobs
+        scored = await scorer.score(tokens, logprobs)
+        assert len(completion.teacher_logprobs) == len(tokens)
+        assert_close(completion.teacher_logprobs, scored.logprobs, what="the mapped logprobs")
+        assert_close(
+            completion.reverse_kl,
+            [a - b for a, b in zip(logprobs, scored.logprobs, strict=True)],
+            what="reverse KL = student - mapped teacher",
+        )
+        aligned, total = scored.aligned_bytes["teacher"]
+        assert completion.aligned_bytes_fraction == pytest.approx(aligned / total)
+        assert completion.teacher_tokens_read == scored.teacher_tokens["teacher"]
+
+
+async def test_each_model_tokenizes_a_text_and_token_ids_are_the_asked_models(tmp_path):
+    samplers = cache_for(tmp_path)
+    text = "What is 7 * 8?"
+    got = await answer(arith_task(ARITH_TEACHER_BPE, tmp_path, prompt=None, text=text), samplers)
+    students, theirs = preset_tokenizer(ARITH_STUDENT), preset_tokenizer(ARITH_TEACHER_BPE)
+    assert [o.prompt_token_ids for o in got.outputs] == [
+        students.encode(text, add_special_tokens=True),
+        theirs.encode(text, add_special_tokens=True),
+    ]
+
+    ids = theirs.encode(text, add_special_tokens=False)
+    with pytest.raises(OPDError, match="another tokenizer") as refused:
+        await answer(
+            arith_task(ARITH_TEACHER_BPE, tmp_path, prompt=None, prompt_token_ids=ids), samplers
+        )
+    assert refused.value.code == "invalid_prompt"
+    alone = await answer(
+        arith_task(
+            ARITH_TEACHER_BPE,
+            tmp_path,
+            prompt=None,
+            prompt_token_ids=ids,
+            model="teacher",
+            compare=[],
+        ),
+        samplers,
+    )
+    assert alone.prompt_token_ids == ids and alone.prompt == text
+    beyond = [len(theirs)]
+    with pytest.raises(OPDError, match="is not a token id"):
+        await answer(
+            arith_task(
+                ARITH_TEACHER_BPE,
+                tmp_path,
+                prompt=None,
+                prompt_token_ids=beyond,
+                model="teacher",
+                compare=[],
+            ),
+            samplers,
+        )
+    plain = students.encode(text, add_special_tokens=False)
+    shared = await answer(
+        arith_task(ARITH_TEACHER_TEMPLATE, tmp_path, prompt=None, prompt_token_ids=plain),
+        samplers,
+    )
+    assert [o.prompt_token_ids for o in shared.outputs] == [plain, plain]

@@ -17,6 +17,7 @@ from tests.app.conftest import (  # noqa: F401 (fixtures)
     settings,
 )
 from tests.support import migrated_database
+from tests.worker.service.quick_api import api, trained  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -15,10 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from arq.worker import Worker
 
 from app.jobs.archives import fetched_path
-from tests.app.conftest import auth, serve
+from tests.app.conftest import auth
 from tests.app.web.conftest import post_form
 from tests.fakes import model
 from tests.fakes.faults import fail_first, hold_first
@@ -31,8 +30,6 @@ from tests.fakes.trio import (
 )
 from tests.fakes.trio_rest import FakeRestClient
 from tests.support import assert_close
-from worker.service.quick import quick_worker
-from worker.service.tasks import WorkerContext, run_job
 
 SPEC = {
     "name": "trio-job",
@@ -54,28 +51,14 @@ async def pytrio_fake(monkeypatch) -> FakeServiceClient:
 
 
 @pytest.fixture
-async def api(settings, pytrio_fake) -> AsyncIterator[Any]:
-    """The API and, beside it, a worker's quick tasks, sharing the settings."""
-    worker = quick_worker(settings, Worker)
-    answering = asyncio.create_task(worker.async_run())
-    async with serve(settings) as http:
-        yield http
-    answering.cancel()
-    await worker.close()
-
-
-@pytest.fixture
-async def trained(api, key, settings, sessions, queue) -> dict[str, Any]:
-    """A trio job submitted through the API and run to its end on the fake."""
-    job = (await api.post("/v1/jobs", json=SPEC, headers=auth(key))).json()
-    context = WorkerContext(settings, sessions, queue, "worker-1")
-    assert await run_job({"opd": context}, job["id"]) == f"job {job['id']}: succeeded"
-    return (await api.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()
+def job_spec() -> dict[str, Any]:
+    """The spec `trained` (conftest.py) runs."""
+    return SPEC
 
 
 async def test_the_playground_samples_the_weights_pytrio_saved(api, key, trained, pytrio_fake):
     body = {"prompt": "What is 1 + 1?", "compare": ["teacher"], "n": 2, "max_tokens": 5}
-    url = f"/v1/jobs/{trained['id']}/sample"
+    url = f"/v1/jobs/{trained['id']}/playground"
     first = await api.post(url, json=body, headers=auth(key))
 
     assert first.status_code == 200, first.text
@@ -199,7 +182,7 @@ async def test_every_door_bills_the_tokens_its_backend_sampled(api, key, trained
     job_id = trained["id"]
     async with billed(api, key, job_id, pytrio_fake) as playground:
         body = BODY | {"compare": ["teacher", "base"]}
-        answered = await api.post(f"/v1/jobs/{job_id}/sample", json=body, headers=auth(key))
+        answered = await api.post(f"/v1/jobs/{job_id}/playground", json=body, headers=auth(key))
     chats = []
     for name in (f"job-{job_id}", f"job-{job_id}:teacher"):
         async with billed(api, key, job_id, pytrio_fake) as chat:
@@ -227,7 +210,7 @@ async def test_a_sample_resent_while_the_first_waits_is_sampled_and_billed_once(
 ):
     """A read timeout's retry: the same Idempotency-Key and body arrive while the backend
     is still sampling the first; the repeat joins it, and a later one gets its answer."""
-    url, waits = f"/v1/jobs/{trained['id']}/sample", app_of(api).state.waits
+    url, waits = f"/v1/jobs/{trained['id']}/playground", app_of(api).state.waits
     headers = auth(key) | {"Idempotency-Key": "retried-1"}
     slow = hold_first(monkeypatch, FakeSamplingClient, "sample_async")
     async with billed(api, key, trained["id"], pytrio_fake) as bill:
@@ -275,7 +258,10 @@ async def test_a_sample_that_failed_is_tried_anew_when_resent(
 ):
     """Nothing was kept for a failed request: its repeat samples (once), and is billed."""
     fail_first(monkeypatch, FakeSamplingClient, "sample_async", RuntimeError("backend hiccup"))
-    url, headers = f"/v1/jobs/{trained['id']}/sample", auth(key) | {"Idempotency-Key": "failed-1"}
+    url, headers = (
+        f"/v1/jobs/{trained['id']}/playground",
+        auth(key) | {"Idempotency-Key": "failed-1"},
+    )
     async with billed(api, key, trained["id"], pytrio_fake) as bill:
         failed = await api.post(url, json=BODY, headers=headers)
         again = await api.post(url, json=BODY, headers=headers)
@@ -323,7 +309,7 @@ async def test_an_echoed_text_is_scored_as_the_playground_scored_it(api, key, tr
     the usage the scoring prefill's."""
     job_id = trained["id"]
     body = BODY | {"compare": ["teacher"]}
-    answer = (await api.post(f"/v1/jobs/{job_id}/sample", json=body, headers=auth(key))).json()
+    answer = (await api.post(f"/v1/jobs/{job_id}/playground", json=body, headers=auth(key))).json()
     prompt = answer["prompt_token_ids"]
     assert prompt == model.TOKENIZER.encode(answer["prompt"], add_special_tokens=False)
     student, teacher = (

@@ -28,9 +28,11 @@ from app.jobs.schemas import JobAction
 from app.jobs.store import apply_action, claim_next, create_job, heartbeat
 from app.jobs.tables import Checkpoint, Event
 from kernel.spec import JobSpec
+from kernel.storage.blobs import StorageUnavailable
+from kernel.storage.checkpoints import CheckpointStore
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio
-from tests.support import REDIS_URL
+from tests.support import REDIS_URL, temporary_bucket
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.datasets import Prompts
 from worker.engine.loop import run_loop
@@ -389,3 +391,86 @@ async def test_the_worker_refuses_a_teacher_server_no_longer_listed(monkeypatch,
     assert code == "teacher_server_not_allowed" and message is not None
     assert message.startswith("teacher.server.url: http://vllm.internal:8000/v1 is not one")
     assert "OPD_TEACHER_SERVERS" in message and fake.calls == []
+
+
+LOCAL_SPEC = {
+    "name": "stored",
+    "backend": "local",
+    "student": {"base_model": "tiny-student", "lora_rank": 8, "seed": 3},
+    "teacher": {"base_model": "tiny-teacher"},
+    "dataset": {"source": "inline", "prompts": ["What is 1 + 1?", "Name a prime."]},
+    "sampling": {"max_tokens": 6},
+    "loop": {"steps": 5, "batch_size": 2, "group_size": 2, "save_every": 2},
+}
+
+
+@pytest.fixture
+async def bucket_context(context):
+    with temporary_bucket() as url:
+        settings = context.settings.model_copy(
+            update={"storage_url": url, "storage_retry_seconds": 2}
+        )
+        yield dataclasses.replace(context, settings=settings)
+
+
+def store_fails(monkeypatch: pytest.MonkeyPatch, at_calls: set[int]) -> None:
+    """The listed uploads (1-based) find the store away, as after its retries."""
+    upload = CheckpointStore.upload
+    calls: list[int] = []
+
+    async def sometimes_away(self: CheckpointStore, *args: Any) -> str:
+        calls.append(len(calls) + 1)
+        if len(calls) in at_calls:
+            raise StorageUnavailable("the object store did not complete writing: refused")
+        return await upload(self, *args)
+
+    monkeypatch.setattr(CheckpointStore, "upload", sometimes_away)
+
+
+async def test_a_store_outage_requeues_the_job_from_its_last_recorded_state(
+    monkeypatch, bucket_context
+):
+    """The third upload (step 4's state) fails: nothing of it is recorded, the job resumes
+    from step 2's state in the bucket and loses no step."""
+    store_fails(monkeypatch, {3})
+    job_id = await submit(bucket_context, LOCAL_SPEC)
+
+    outcome = await run_job({"opd": bucket_context}, job_id)
+
+    assert outcome == f"job {job_id}: queued; job {job_id}: succeeded"
+    async with bucket_context.sessions() as session:
+        done = await get_job(session, job_id)
+        messages = list(
+            (await session.execute(select(Event.message).where(Event.job_id == job_id))).scalars()
+        )
+        steps = (
+            await session.execute(select(StepMetric.step).where(StepMetric.job_id == job_id))
+        ).scalars()
+        paths = (
+            await session.execute(
+                select(Checkpoint.step, Checkpoint.kind, Checkpoint.path).where(
+                    Checkpoint.job_id == job_id
+                )
+            )
+        ).all()
+    assert sorted(steps) == [0, 1, 2, 3, 4] and (done.attempts, done.error_code) == (2, None)
+    requeue = next(message for message in messages if message.startswith("Requeued"))
+    assert "object store did not complete" in requeue and "Resuming from" in requeue
+    state_2 = next(path for step, kind, path in paths if (step, kind) == (2, "state"))
+    assert any(message.startswith(f"Resumed from {state_2} at step 2") for message in messages)
+    assert all(path.startswith("opd-store://") for _, _, path in paths)
+
+
+async def test_a_store_that_stays_away_fails_the_job_once_its_attempts_run_out(
+    monkeypatch, bucket_context
+):
+    store_fails(monkeypatch, set(range(1, 100)))
+    job_id = await submit(bucket_context, LOCAL_SPEC)
+
+    outcome = await run_job({"opd": bucket_context}, job_id)
+
+    assert outcome == f"job {job_id}: queued; job {job_id}: queued; job {job_id}: failed"
+    async with bucket_context.sessions() as session:
+        failed = await get_job(session, job_id)
+    assert (failed.attempts, failed.error_code) == (3, "storage_unavailable")
+    assert "object store did not complete" in failed.error_message

@@ -9,6 +9,7 @@ from pathlib import Path
 from kernel.errors import OPDError
 from kernel.retry import Backoff
 from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
+from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.contract import LogitServiceClient, SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Resilient, Warn, resilient
 
@@ -36,10 +37,13 @@ def extra_installed(backend: str) -> Iterator[None]:
         ) from error
 
 
-def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
+def connect(
+    spec: JobSpec, artifact_dir: Path, warn: Warn, store: CheckpointStore | None = None
+) -> ServiceClient:
     """The service client for the spec's backend; heavy imports happen only here. Remote
     calls are retried as `resilient.py` says (`warn` hears of each retry); every backend's
-    errors become the service's codes the same way."""
+    errors become the service's codes the same way. With a bucket (`store`), the local
+    backend's checkpoints go through it (`stored.py`); remote backends keep their own."""
     from worker.engine.backends.trio import ERRORS as PYTRIO_ERRORS
 
     if spec.backend == "trio":
@@ -59,7 +63,12 @@ def connect(spec: JobSpec, artifact_dir: Path, warn: Warn) -> ServiceClient:
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
     local = LocalServiceClient(spec.local, artifact_dir)
-    return resilient(local, PYTRIO_ERRORS, warn, contract=LogitServiceClient)
+    service = resilient(local, PYTRIO_ERRORS, warn, contract=LogitServiceClient)
+    if store is None:
+        return service
+    from worker.engine.backends.stored import StoredService
+
+    return StoredService(service, store)
 
 
 def call_backoff(options: RemoteBackendSpec) -> Backoff:

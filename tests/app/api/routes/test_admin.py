@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from app.auth.schemas import Scope
 from app.core.config import Settings
 from tests.app.conftest import auth, serve, small_spec
 
@@ -72,10 +73,32 @@ async def test_the_audit_log_names_who_did_what_to_which_target(client, key, mak
     assert mine[:3] == [
         ("job.resume", f"job {job['id']}", key.api_key.prefix),
         ("job.pause", f"job {job['id']}", key.api_key.prefix),
-        ("job.submit", f"job {job['id']}", key.api_key.prefix),
+        ("job.create", f"job {job['id']}", key.api_key.prefix),
     ]
     assert {e["team_id"] for e in entries} == {key.team.id}, "a team sees its own entries"
+    assert {e["team"] for e in entries} == {key.team.name}, "named as usage names it"
     other = (await client.get("/v1/audit", headers=auth(reader))).json()["data"]
     assert [e["id"] for e in other] == [e["id"] for e in entries]
     every = (await client.get("/v1/audit?action=job.pause", headers=auth(admin))).json()["data"]
     assert every and {e["action"] for e in every} == {"job.pause"}
+    old_name = await client.get("/v1/audit?action=job.submit", headers=auth(key))
+    assert [e["action"] for e in old_name.json()["data"]] == ["job.create"]
+
+
+async def test_a_read_key_reads_the_audit_log(client, key, make_key, submit):
+    await submit()
+    reader = await make_key(key.team.name, scope=Scope.read)
+    entries = await client.get("/v1/audit", headers=auth(reader))
+    assert entries.status_code == 200
+    assert [e["action"] for e in entries.json()["data"]] == ["job.create"]
+
+
+async def test_an_unknown_action_filter_says_so_and_lists_the_actions(client, key):
+    response = await client.get("/v1/audit?action=nonsense", headers=auth(key))
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["param"] == "action"
+    assert error["message"].startswith("no audit action 'nonsense'; the actions are job.create,")
+    assert "job.cancel" in error["message"] and "webhook.create" in error["message"]
+    refused = await client.get("/v1/audit?action=POST%20/v1/jobs", headers=auth(key))
+    assert refused.status_code == 200

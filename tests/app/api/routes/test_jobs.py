@@ -139,6 +139,24 @@ async def test_list_filters_by_status(client, key, submit):
     assert bad.json()["error"]["param"] == "status"
 
 
+async def test_list_filters_by_name_metadata_and_sweep_as_the_dashboard_does(client, key, submit):
+    arith = await submit(name="Arith-lr-1", metadata={"owner": "ana", "task": "arith"})
+    await submit(name="tiny", metadata={"owner": "ana"})
+
+    async def ids(**params: str) -> list[int]:
+        response = await client.get("/v1/jobs", params=params, headers=auth(key))
+        assert response.status_code == 200, response.text
+        return [job["id"] for job in response.json()["data"]]
+
+    assert await ids(name="arith") == [arith["id"]]  # any part, ignoring case
+    assert await ids(metadata="owner=ana,task=arith") == [arith["id"]]
+    assert len(await ids(metadata="owner=ana")) == 2
+    assert await ids(metadata="owner=bob") == []
+    assert await ids(sweep="1") == []  # neither is a sweep's trial
+    bad = await client.get("/v1/jobs", params={"metadata": "owner"}, headers=auth(key))
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "metadata"
+
+
 async def test_list_limit_is_bounded(client, key):
     response = await client.get("/v1/jobs", params={"limit": 101}, headers=auth(key))
     assert response.status_code == 422

@@ -104,7 +104,7 @@ async def test_the_playground_refuses_a_teacher_the_job_does_not_have(client, ke
     job = (await client.post("/v1/jobs", json=multi_spec(), headers=auth(key))).json()
     body = {"prompt": "What is 2 + 3?", "compare": ["teacher"], "teacher": "div"}
 
-    response = await client.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+    response = await client.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
 
     assert response.status_code == 422, response.text
     error = response.json()["error"]

@@ -66,7 +66,7 @@ async def test_a_bad_request_is_a_422_that_says_what_is_wrong(
     client, key, sampled, body, param, words
 ):
     job = await sampled()
-    response = await client.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+    response = await client.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["param"] == param and words in error["message"], error
@@ -84,7 +84,7 @@ async def test_a_stored_teacher_path_to_another_teams_weights_is_refused(
     await claim_job(session, ours.id, "w", heartbeat_timeout=60)
     await record_checkpoint(session, ours.id, "w", 2, "sampler", "trio://x/ours/2")
     body = {"prompt": "a", "checkpoint": 2, "compare": ["teacher"]}
-    response = await client.post(f"/v1/jobs/{ours.id}/sample", json=body, headers=auth(key))
+    response = await client.post(f"/v1/jobs/{ours.id}/playground", json=body, headers=auth(key))
     assert response.status_code == 422, response.text
     assert response.json()["error"]["param"] == "teacher.model_path"
 
@@ -93,7 +93,7 @@ async def test_another_teams_job_is_a_404(client, make_key, sampled):
     job = await sampled()
     body = {"prompt": "a", "checkpoint": 2}
     response = await client.post(
-        f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(await make_key())
+        f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(await make_key())
     )
     assert response.status_code == 404
 
@@ -103,7 +103,7 @@ async def test_a_request_no_worker_takes_is_a_504_and_is_withdrawn(
 ):
     job = await sampled()
     body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 0.3}
-    response = await client.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+    response = await client.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
 
     assert response.status_code == 504, response.text
     error = response.json()["error"]
@@ -117,7 +117,7 @@ async def test_without_redis_the_playground_is_a_503(key, sampled, settings):
     job = await sampled()
     async with serve(settings.model_copy(update={"redis_url": CLOSED_REDIS_URL})) as http:
         response = await http.post(
-            f"/v1/jobs/{job['id']}/sample",
+            f"/v1/jobs/{job['id']}/playground",
             json={"prompt": "a", "checkpoint": 2},
             headers=auth(key),
         )
@@ -143,7 +143,7 @@ async def test_more_waits_than_the_database_pool_holds_leave_it_free(
             for saved in listed.json()["data"]
         ]
         samples = [
-            http.post(f"/v1/jobs/{job['id']}/sample", json=sample, headers=auth(key))
+            http.post(f"/v1/jobs/{job['id']}/playground", json=sample, headers=auth(key))
             for _ in range(count - len(downloads))
         ]
         requests = [asyncio.create_task(call) for call in downloads + samples]
@@ -164,7 +164,7 @@ async def test_past_the_teams_bound_a_wait_is_a_429_with_retry_after(
     await claim_job(session, their_job["id"], "w", heartbeat_timeout=60)
     await record_checkpoint(session, their_job["id"], "w", 2, "sampler", "/w/2")
     body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
-    url = f"/v1/jobs/{job['id']}/sample"
+    url = f"/v1/jobs/{job['id']}/playground"
     async with serve(settings.model_copy(update={"team_max_waiting": 2})) as http:
         requests = [
             asyncio.create_task(http.post(url, json=body, headers=auth(key))) for _ in range(2)
@@ -174,7 +174,7 @@ async def test_past_the_teams_bound_a_wait_is_a_429_with_retry_after(
         checkpoints = await http.get(f"/v1/jobs/{job['id']}/checkpoints", headers=auth(key))
         download = f"/v1/jobs/{job['id']}/checkpoints/{checkpoints.json()['data'][0]['id']}"
         refused_download = await http.get(f"{download}/download", headers=auth(key))
-        their_url = f"/v1/jobs/{their_job['id']}/sample"
+        their_url = f"/v1/jobs/{their_job['id']}/playground"
         requests.append(asyncio.create_task(http.post(their_url, json=body, headers=auth(theirs))))
         await all_waiting(redis, queue_name, requests)
         ended = [request for request in requests if request.done()]
@@ -185,3 +185,13 @@ async def test_past_the_teams_bound_a_wait_is_a_429_with_retry_after(
         assert answer.json()["error"]["code"] == "too_many_requests"
         assert "as it may (2, OPD_TEAM_MAX_WAITING)" in answer.json()["error"]["message"]
     assert not ended, "the other team's request waits in a place of its own"
+
+
+async def test_the_old_route_name_sample_still_answers_as_the_playground(client, key, sampled):
+    job = await sampled()
+    body = {"prompt": "a", "checkpoint": 3}
+    old = await client.post(f"/v1/jobs/{job['id']}/sample", json=body, headers=auth(key))
+    new = await client.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
+    assert old.status_code == new.status_code == 422 and old.json() == new.json()
+    document = (await client.get("/openapi.json")).json()["paths"]
+    assert document["/v1/jobs/{job_id}/sample"]["post"]["deprecated"] is True

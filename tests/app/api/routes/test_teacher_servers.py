@@ -102,7 +102,11 @@ async def test_a_clone_onto_an_unlisted_server_is_refused(client, key, listed):
             "teacher.server.protocol",
             "prompt_logprobs",
         ),
-        ({"teacher": {"server": {"url": LISTED}}}, "teacher.server.model", "this field is required"),
+        (
+            {"teacher": {"server": {"url": LISTED}}},
+            "teacher.server.model",
+            "this field is required",
+        ),
         (
             {"teacher": {"server": {"url": "http://u:p@vllm.internal:8000/v1", "model": "m"}}},
             "teacher.server.url",

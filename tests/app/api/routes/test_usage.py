@@ -94,9 +94,10 @@ async def test_an_admin_sees_any_team_or_all_and_others_see_their_own(
 @pytest.mark.parametrize(
     ("query", "param"),
     [
-        ("from=yesterday", "from"),
-        ("from=0", "from"),  # not seconds since 1970
-        ("to=1700000000", "to"),
+        ("since=yesterday", "since"),
+        ("since=0", "since"),  # not seconds since 1970
+        ("until=1700000000", "until"),
+        ("from=0", "from"),  # the old name, checked alike
         ("group_by=week", "group_by"),
     ],
 )
@@ -110,10 +111,10 @@ async def test_a_range_ending_before_it_starts_has_no_days(client, sessions, key
     job = await submit()
     await used(sessions, job["id"], 3, 3, 3)
     today = utcnow().date().isoformat()
-    empty = await client.get(f"/v1/usage?from={today}&to=2000-01-01", headers=auth(key))
+    empty = await client.get(f"/v1/usage?since={today}&until=2000-01-01", headers=auth(key))
     assert empty.status_code == 200 and empty.json()["rows"] == []
-    oldest = await client.get("/v1/usage?to=0001-01-02", headers=auth(key))
-    assert oldest.status_code == 200 and oldest.json()["from"] == "0001-01-01"
+    oldest = await client.get("/v1/usage?until=0001-01-02", headers=auth(key))
+    assert oldest.status_code == 200 and oldest.json()["since"] == "0001-01-01"
 
 
 async def test_old_days_are_outside_a_recent_range(client, sessions, key, submit):
@@ -121,5 +122,17 @@ async def test_old_days_are_outside_a_recent_range(client, sessions, key, submit
     await used(sessions, job["id"], 3, 3, 3)
     async with sessions() as session:
         assert (await get_job(session, job["id"])).sampled_tokens == 3
-    old = (await client.get("/v1/usage?from=2020-01-01&to=2020-01-31", headers=auth(key))).json()
+    old = (
+        await client.get("/v1/usage?since=2020-01-01&until=2020-01-31", headers=auth(key))
+    ).json()
     assert old["rows"] == [] and old["total"]["sampled_tokens"] == 0
+
+
+async def test_the_old_filter_names_from_and_to_still_work_for_one_release(client, key):
+    new = await client.get("/v1/usage?since=2020-01-01&until=2020-01-31", headers=auth(key))
+    old = await client.get("/v1/usage?from=2020-01-01&to=2020-01-31", headers=auth(key))
+    both = await client.get("/v1/usage?since=2020-01-01&from=2019-01-02", headers=auth(key))
+    assert old.status_code == 200 and old.json() == new.json()
+    assert (new.json()["since"], new.json()["until"]) == ("2020-01-01", "2020-01-31")
+    assert (new.json()["from"], new.json()["to"]) == ("2020-01-01", "2020-01-31")
+    assert both.status_code == 200 and both.json()["since"] == "2020-01-01"  # the new name wins

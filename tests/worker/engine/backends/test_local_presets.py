@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 from kernel.spec import PromptOptions
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.datums import build_prompt
-from worker.engine.preflight import check_compatible
+from worker.engine.preflight import teacher_mode, tokenizer_difference
 
 TEXT = "Solve 2x + 3 = 7 — café ✓\n"
 
@@ -42,7 +42,8 @@ def test_the_tokenizer_survives_save_pretrained(tmp_path):
     tokenizer = tiny_tokenizer()
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
-    check_compatible(tokenizer, reloaded, "tiny", "teacher 'reloaded'", [("hi", PromptOptions())])
+    assert tokenizer_difference(tokenizer, reloaded) is None
+    assert teacher_mode(tokenizer, reloaded, [("hi", PromptOptions())]) == "same"
     assert reloaded.encode(TEXT, add_special_tokens=False) == list(TEXT.encode())
     assert reloaded.eos_token == "<|im_end|>"
     assert reloaded.apply_chat_template(

@@ -65,6 +65,15 @@ def tokenizer_of(adapter: Path, base_model: str) -> Any:
     return load_tokenizer(base_model)
 
 
+def same_mode_as(sibling: Path, folder: Path) -> None:
+    """Give every file in `folder` the permissions of `sibling`: safetensors writes the
+    weights through a private temporary file (0600) where the rest gets the umask's."""
+    mode = sibling.stat().st_mode & 0o777
+    for path in folder.iterdir():
+        if path.is_file():
+            path.chmod(mode)
+
+
 def merge_adapter(
     adapter: Path,
     out: Path,
@@ -82,6 +91,7 @@ def merge_adapter(
     try:
         merged.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        same_mode_as(staging / "config.json", staging)
         reloaded = AutoModelForCausalLM.from_pretrained(staging, dtype=dtype).eval()
         actual = probe_logprobs(reloaded, ids)
         error = float(torch.linalg.norm(actual - expected) / torch.linalg.norm(expected))
