@@ -99,7 +99,7 @@ def plan_resume(status: JobStatus, job_id: int | None = None) -> Plan | None:
 
 
 class JobRow(Protocol):
-    """What a claim or a stop reads of a job's row."""
+    """What a claim, a stop or a completion reads of a job's row."""
 
     status: str
     attempts: int
@@ -108,6 +108,7 @@ class JobRow(Protocol):
     started_at: datetime | None
     last_state_step: int | None
     requested_action: str | None
+    stop_reason: str | None
 
 
 def heartbeat_stale(job: JobRow, heartbeat_timeout: float, now: datetime) -> bool:
@@ -143,16 +144,17 @@ def plan_claim(job: JobRow, worker_id: str, heartbeat_timeout: float, now: datet
 
 
 def plan_complete(job: JobRow, final_weights_path: str) -> Plan:
-    """The run finished every step and saved its final weights: succeeded, unless a cancel
-    was accepted after its last step boundary (during the final eval or saves), which ends
-    it cancelled with those weights kept, as an accepted cancel promises; a pause asked
-    for that late has nothing left to pause."""
+    """The run finished every step and saved its final weights: succeeded, unless a
+    person's cancel was accepted after its last step boundary (during the final eval or
+    saves), which ends it cancelled with those weights kept, as an accepted cancel
+    promises. A pause, or a sweep's early stop (`stop_reason`), asked for that late has
+    nothing left to stop: the trial's whole curve counts."""
     values: dict[str, Any] = {"final_weights_path": final_weights_path, **RELEASED}
-    if job.requested_action == JobAction.cancel:
+    if job.requested_action == JobAction.cancel and job.stop_reason is None:
         return Plan(
             JobStatus.cancelled,
             f"Cancelled after its last step; final weights at {final_weights_path}",
-            values,  # its stop_reason (a sweep's early stop) stands
+            values,
         )
     return Plan(
         JobStatus.succeeded,
