@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kernel.errors import OPDError
+from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
 from opd.cli.common import CommandError, api_options, client
 from opd.cli.shading import shaded_tokens, wants_color, worst_tokens
@@ -48,7 +49,7 @@ def assignment(text: str) -> tuple[str, Any]:
     except ValueError:
         pass
     try:
-        return path, yaml.safe_load(raw)
+        return path, load_yaml(raw)
     except yaml.YAMLError:
         return path, raw
 
