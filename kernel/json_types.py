@@ -85,11 +85,12 @@ def mistyped(
 ) -> list[InitErrorDetails]:
     """Type errors for the values (each at its location in `model`) of another JSON type
     than their field's: `true` for a count, read as 1 and then refused by a bound, or
-    accepted while another field was refused."""
+    accepted while another field was refused. A union's branches are left to their own
+    errors (a value one branch takes is of no other type for the union)."""
     found: dict[Location, InitErrorDetails] = {}
     for loc, value in given:
-        _, at, _ = located(loc, model)
-        error_type = type_error(unwrapped(at[-1])[0], value)
+        _, at, branch = located(loc, model)
+        error_type = None if branch else type_error(unwrapped(at[-1])[0], value)
         if error_type is not None:
             found.setdefault(loc, InitErrorDetails(type=error_type, loc=loc, input=value))
     return list(found.values())
