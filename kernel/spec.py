@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PlainValidator,
@@ -25,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kernel.json_types import JsonModel, load_yaml
 from kernel.model_names import preset_tokenizer
 from kernel.wording import one_line, problems, shown
 
@@ -50,9 +50,10 @@ Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9]
 ModelName = Annotated[str, Field(min_length=1, max_length=500)]
 
 
-class SpecModel(BaseModel):
-    """Base for every spec group: unknown keys are an error, not a silent no-op, and a
-    number must be finite (JSON has no NaN or Infinity, and a database's JSON refuses them)."""
+class SpecModel(JsonModel):
+    """Base for every spec group: unknown keys are an error, not a silent no-op, a number
+    must be finite (JSON has no NaN or Infinity, and a database's JSON refuses them), and
+    each field takes the JSON type its schema says (`true` is no count)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -1292,7 +1293,7 @@ def read_document(path: str | Path, what: str = "spec") -> dict[str, Any]:
     except UnicodeDecodeError:
         raise SpecError(f"{path} is not UTF-8 text") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except json.JSONDecodeError as error:
         raise SpecError(f"{path}, line {error.lineno}: not valid JSON: {error.msg}") from None
     except yaml.YAMLError as error:

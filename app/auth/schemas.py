@@ -2,9 +2,10 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernel.json_types import JsonModel
 
 
 class Scope(StrEnum):
@@ -32,27 +33,16 @@ class KeyPublic(BaseModel):
     revoked_at: datetime | None
 
 
-def json_number(value: Any) -> Any:
-    """What JSON Schema calls an integer is a number: lax validation would also read `true`
-    as 1 and "90" as 90, which the document refuses (12.0 is an integer to both)."""
-    if isinstance(value, bool | str):
-        raise ValueError("must be a whole number")
-    return value
-
-
-Days = Annotated[int, Field(ge=1, le=MAX_KEY_DAYS), BeforeValidator(json_number)]
-
-
 class KeysList(BaseModel):
     data: list[KeyPublic]
 
 
-class KeyCreate(BaseModel):
+class KeyCreate(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     team: str = Field(min_length=1, max_length=200, description="Created if new.")
     scope: Scope = Scope.submit
-    expires_in_days: Days | None = Field(None, description="null: never.")
+    expires_in_days: int | None = Field(None, ge=1, le=MAX_KEY_DAYS, description="null: never.")
 
 
 class KeyCreated(KeyPublic):

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from app.core.pages import Page
 from app.jobs.schemas import JobStatus
+from kernel.json_types import JsonModel
 from kernel.spec import JobSpec, field_error
 
 MAX_TRIALS = 200
@@ -40,7 +41,7 @@ class SweepMethod(StrEnum):
     tpe = "tpe"
 
 
-class Parameter(BaseModel):
+class Parameter(JsonModel):
     """One dimension of the search: a list of `values`, or a range (`min`, `max`) drawn
     from a distribution (random and tpe only). Numbers are finite (JSON has no others)."""
 
@@ -71,14 +72,14 @@ class Parameter(BaseModel):
         return self
 
 
-class SweepMetric(BaseModel):
+class SweepMetric(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, description="Any step metric's name.")
     goal: Literal["minimize", "maximize"]
 
 
-class EarlyStop(BaseModel):
+class EarlyStop(JsonModel):
     """Stop a running trial whose metric at a rung is among the losers at that step:
     `asha` keeps the best 1/eta of the trials at rungs min_steps * eta^k; `median` stops a
     trial worse than the median of the others at every multiple of min_steps."""
@@ -90,7 +91,7 @@ class EarlyStop(BaseModel):
     eta: int = Field(3, ge=2, le=100, description="ASHA's reduction factor.")
 
 
-class SweepCreate(BaseModel):
+class SweepCreate(JsonModel):
     """A search over a job spec: trials are jobs whose spec is `base` (or `base_job`'s
     spec) with each parameter's value at its dotted path."""
 

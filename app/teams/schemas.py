@@ -2,6 +2,8 @@
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernel.json_types import JsonModel
+
 
 class TeamPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
@@ -20,7 +22,7 @@ class TeamsList(BaseModel):
     data: list[TeamPublic]
 
 
-class LimitsUpdate(BaseModel):
+class LimitsUpdate(JsonModel):
     """Only the fields sent change; null puts a limit back to the service's default."""
 
     model_config = ConfigDict(extra="forbid")

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from kernel.json_types import load_yaml
 from kernel.spec import JobSpec, SpecError, line_of, not_a_mapping, parse_spec
 
 MAX_SPEC_CHARS = 200_000
@@ -61,7 +62,7 @@ def read_yaml(text: str, what: str = "a spec") -> Any:
                     raise YamlRefused(f"{what} nests at most {MAX_DEPTH} levels deep", line)
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.pages import Page
 from app.webhooks.urls import URL_PATTERN
+from kernel.json_types import JsonModel
 
 
 class WebhookEvent(StrEnum):
@@ -26,7 +27,7 @@ class DeliveryStatus(StrEnum):
     failed = "failed"
 
 
-class WebhookCreate(BaseModel):
+class WebhookCreate(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(

@@ -22,6 +22,7 @@ import yaml
 
 from app.jobs.schemas import TERMINAL_STATUSES
 from kernel.errors import OPDError
+from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
 from opd.cli.common import CommandError, api_options, client, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
@@ -54,7 +55,7 @@ def assignment(text: str) -> tuple[str, Any]:
     except ValueError:
         pass
     try:
-        return path, yaml.safe_load(raw)
+        return path, load_yaml(raw)
     except yaml.YAMLError:
         return path, raw
 

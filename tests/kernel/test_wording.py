@@ -58,6 +58,7 @@ def test_a_mapping_key_is_named_by_its_field_not_by_pydantics_marker():
         ([1], "should be a mapping of fields, not a list"),
         (
             named({"loop": {"steps": True, "batch_size": "2x"}}),
+            "loop.steps: should be a whole number, not true; "
             'loop.batch_size: should be a whole number, not "2x"',
         ),
         (

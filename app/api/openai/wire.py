@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.openai.names import ModelName
+from kernel.json_types import JsonModel
 from kernel.playground import (
     MAX_MESSAGES,
     MAX_PLAYGROUND_TOKENS,
@@ -56,7 +57,9 @@ Penalty = Annotated[
 n, penalties); `max_tokens` and `stop` take the playground's bounds."""
 
 
-class Strict(BaseModel):
+class Strict(JsonModel):
+    """A request's part: no field it does not know, each of JSON's type its schema says."""
+
     model_config = ConfigDict(extra="forbid")
 
 

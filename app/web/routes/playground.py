@@ -17,6 +17,7 @@ from app.playground.service import PlaygroundError, Sampling, itself
 from app.web import present
 from app.web.deps import ActingViewerDep, FormDep
 from app.web.templating import render
+from kernel.json_types import FORM_TEXT
 from kernel.playground import Completion, SampleRequest
 from kernel.spec import format_validation_error
 
@@ -27,7 +28,8 @@ COMPARED = ("teacher", "base")
 
 
 def sample_request(form: dict[str, str]) -> SampleRequest:
-    """The form's fields as the API's request (the same checks, the same bounds)."""
+    """The form's fields as the API's request (the same checks, the same bounds; its
+    numbers are the text typed)."""
     checkpoint = form.get("checkpoint", "final")
     return SampleRequest.model_validate(
         {
@@ -38,7 +40,8 @@ def sample_request(form: dict[str, str]) -> SampleRequest:
             "temperature": form.get("temperature") or 1.0,
             "top_p": form.get("top_p") or 1.0,
             "compare": [model for model in COMPARED if form.get(f"compare_{model}")],
-        }
+        },
+        context=FORM_TEXT,
     )
 
 
