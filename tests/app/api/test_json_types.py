@@ -109,22 +109,22 @@ SWEEP: dict[str, Any] = {
 """A sweep, but for its base."""
 MODEL = "job-{job}"
 """The OpenAI routes' model: the test's job (filled in per test)."""
+PLAYGROUND = [
+    {"prompt": "Hi", "n": 1, "max_tokens": 4, "temperature": 1.0, "top_p": 1.0},
+    {
+        "prompt_token_ids": [5],
+        "prompt_logprobs": True,
+        "top_logprobs": 1,
+        "checkpoint": 1,
+        "seed": 1,
+        "timeout_seconds": 5.0,
+    },
+]
+"""Playground requests: a prompt, and token ids with every option."""
 BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
     "POST /v1/jobs": (JobSpec, [LOCAL_JOB, SERVER_JOB, MIXED_JOB]),
-    "POST /v1/jobs/{job_id}/sample": (
-        SampleRequest,
-        [
-            {"prompt": "Hi", "n": 1, "max_tokens": 4, "temperature": 1.0, "top_p": 1.0},
-            {
-                "prompt_token_ids": [5],
-                "prompt_logprobs": True,
-                "top_logprobs": 1,
-                "checkpoint": 1,
-                "seed": 1,
-                "timeout_seconds": 5.0,
-            },
-        ],
-    ),
+    "POST /v1/jobs/{job_id}/playground": (SampleRequest, PLAYGROUND),
+    "POST /v1/jobs/{job_id}/sample": (SampleRequest, PLAYGROUND),  # its old name
     "POST /v1/sweeps": (SweepCreate, [SWEEP | {"base_job": 1}]),
     "POST /v1/chat/completions": (
         ChatCompletionRequest,
