@@ -167,6 +167,7 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
             (events := timeline(service, done["id"]))[-1].startswith("MLflow caught up") and events
         ),
         "the mirror caught up",
+        timeout=180,  # its retries back off; a loaded CI machine took over 90 s once
     )
     job = service.wait(done["id"], lambda j: j["mlflow_run_id"] is not None, timeout=90)
     rows = dict(metric_rows(service, job["id"]))
