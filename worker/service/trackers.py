@@ -25,7 +25,7 @@ from app.jobs.tables import Job
 from app.records.store import record_event, record_mlflow_run, recorded_steps
 from kernel.retry import Backoff
 from kernel.spec import JobSpec, unlisted_tracker
-from worker.engine.mlflow_mirror import MlflowSink, end_run, transient
+from worker.engine.tracking.mlflow_mirror import MlflowSink, end_run, transient
 from worker.service.db_sink import DatabaseSink, persist
 
 log = logging.getLogger(__name__)
