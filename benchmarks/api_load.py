@@ -56,7 +56,8 @@ from app.jobs.schemas import JobPublic
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step
-from kernel.spec import MAX_STEPS, JobSpec
+from kernel.spec import JobSpec
+from kernel.spec.base import MAX_STEPS
 from worker.engine.loop.metrics import step_metrics
 from worker.engine.rollouts.sampling import Batch, Completion
 

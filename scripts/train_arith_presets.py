@@ -47,7 +47,8 @@ from kernel.model_names import (
     ARITH_TEACHER_MUL,
     ARITH_TEACHER_TEMPLATE,
 )
-from kernel.spec import ArithmeticDataset, ArithmeticOp
+from kernel.spec import ArithmeticDataset
+from kernel.spec.data import ArithmeticOp
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import (
     OWN_TEMPLATES,

@@ -34,7 +34,8 @@ from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost
-from kernel.spec import JobSpec, unlisted_teacher_server
+from kernel.spec import JobSpec
+from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
 from worker.engine.loop.job import run_job as run_engine
 from worker.engine.loop.schedule import resume_versions

@@ -27,7 +27,8 @@ from pytrio.types import ModelInput, SampleResponse, SamplingParams
 
 from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
 from kernel.retry import Backoff, retry
-from kernel.spec import MAX_RETRY_DELAY_SECONDS, TeacherServer
+from kernel.spec import TeacherServer
+from kernel.spec.base import MAX_RETRY_DELAY_SECONDS
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS, TopK
 from worker.engine.backends.resilient import (
     AUTH_STATUS_CODES,

@@ -16,7 +16,8 @@ from itertools import islice
 import numpy as np
 
 from kernel.errors import OPDError
-from kernel.spec import ArithmeticDataset, ArithmeticOp, operand_count
+from kernel.spec import ArithmeticDataset
+from kernel.spec.data import ArithmeticOp, operand_count
 
 SYMBOLS: dict[str, str] = {"add": "+", "sub": "-", "mul": "*"}
 

@@ -30,7 +30,6 @@ from tqdm import tqdm
 from kernel.datapaths import DataPathError, confine_data_path, resolve_data_path
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import (
-    DEEPMATH_SHARDS,
     ArithmeticDataset,
     DatasetSpec,
     DeepMathDataset,
@@ -38,6 +37,7 @@ from kernel.spec import (
     InlineDataset,
     JobSpec,
 )
+from kernel.spec.data import DEEPMATH_SHARDS
 from kernel.storage.blobs import BlobMissing
 from kernel.storage.cache import BlobCache
 from worker.engine.data.arithmetic import Problem, held_out_problems, training_problems

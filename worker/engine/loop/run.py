@@ -14,7 +14,8 @@ from pytrio.types import AdamParams, Datum, ForwardBackwardOutput, SamplingParam
 
 from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample
-from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec, named
+from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec
+from kernel.spec.data import named
 from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of

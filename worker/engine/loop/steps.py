@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pytrio.types import Datum
 
@@ -24,7 +24,7 @@ from kernel.samples import keeps_samples
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.data.datasets import Prompts
-from worker.engine.data.mixing import Item, Mix, training_pools
+from worker.engine.data.mixing import Item, Mix, Pool, training_pools
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
 from worker.engine.loop.metrics import PhaseTimer, step_metrics
@@ -48,6 +48,72 @@ class Steps:
     latest: SavedState | None
     """The state of the latest boundary saved (or resumed from): a stop right there reuses
     it, since a state name may be saved only once in a run."""
+    timer: PhaseTimer = field(default_factory=PhaseTimer)
+
+    @classmethod
+    async def open(
+        cls,
+        run: Run,
+        pools: list[Pool],
+        start: int,
+        resume: SavedState | None,
+        eval_prompts: Prompts | Mapping[str, Prompts] | None,
+        grade: Grade | None,
+    ) -> Steps:
+        """The steps of an opened run from `start`: its held-out eval, the probe before
+        step 0, and the rollouts (with the sampler weights a resumed run kept)."""
+        spec = run.spec
+        evaluation = None
+        if eval_prompts is not None:
+            evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
+        await probe(run, pools, start)
+        mix = Mix(pools, spec.loop.batch_size)
+        run.sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
+        rollouts = Rollouts(
+            spec,
+            run.training,
+            run.scorer,
+            run.params,
+            lambda item: run.render(item.question, item.pool.options),
+            mix,
+            run.sink,
+            start=start,
+            kept=resume.samplers if resume else {},
+        )
+        return cls(run, rollouts, evaluation, grade, latest=resume)
+
+    async def take(self, step: int) -> None:
+        """One step: the eval due at its boundary, the step's rollouts (sampled, scored by
+        the teachers), its datums, one forward_backward and optim_step, its metrics and
+        kept samples, then the checkpoint due after it."""
+        run, timer = self.run, self.timer
+        evaluated = await self.evaluate_if_due(step)
+
+        step_start = time.time()
+        with timer("sampler_refresh"):
+            await self.rollouts.refresh(step)
+        with timer("rollout_wait"):
+            batch = await self.rollouts.batch(step)
+        timer.record("sample", batch.sample_seconds)
+        timer.record("teacher", batch.teacher_seconds)
+        items = self.rollouts.items_of(step)
+        datums, rewarded = await self.datums(batch, items)
+        teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
+        with timer("train"):
+            trained = await run.train(datums, teachers)
+        if run.spec.trainer_scores():
+            batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
+        trainer_metrics = dict(trained.metrics)
+        phases = timer.lap()
+        elapsed = time.time() - step_start
+        learning_rate = run.spec.optim.learning_rate
+        metrics = step_metrics(batch, items, trainer_metrics, learning_rate, step, elapsed, phases)
+        run.sink.step(step, metrics | rewarded | evaluated)
+        self.record_samples(step, batch, items)
+
+        if checkpoint_due(run.spec.loop, step + 1):
+            with timer("save"):
+                await self.save_checkpoint(step + 1)
 
     async def stop_if_asked(self, step: int, stop: Stop | None) -> RunResult | None:
         """Stop at this boundary if asked and able to (`Stop`); a stop to resume that
@@ -150,61 +216,16 @@ async def run_loop(
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
-    mix = Mix(pools, loop.batch_size)
     run = await open_run(spec, service, sink, resume, pools)
     try:
-        evaluation = None
-        if eval_prompts is not None:
-            evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
-        await probe(run, pools, start)
-        sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
-        rollouts = Rollouts(
-            spec,
-            run.training,
-            run.scorer,
-            run.params,
-            lambda item: run.render(item.question, item.pool.options),
-            mix,
-            sink,
-            start=start,
-            kept=resume.samplers if resume else {},
-        )
-        steps = Steps(run, rollouts, evaluation, grade, latest=resume)
-        timer = PhaseTimer()
+        steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:
             for step in range(start, loop.steps):
                 if stopped := await steps.stop_if_asked(step, should_stop()):
                     return stopped
-                evaluated = await steps.evaluate_if_due(step)
-
-                step_start = time.time()
-                with timer("sampler_refresh"):
-                    await rollouts.refresh(step)
-                with timer("rollout_wait"):
-                    batch = await rollouts.batch(step)
-                timer.record("sample", batch.sample_seconds)
-                timer.record("teacher", batch.teacher_seconds)
-                items = rollouts.items_of(step)
-                datums, rewarded = await steps.datums(batch, items)
-                teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
-                with timer("train"):
-                    trained = await run.train(datums, teachers)
-                if spec.trainer_scores():
-                    batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
-                trainer_metrics = dict(trained.metrics)
-                phases = timer.lap()
-                elapsed = time.time() - step_start
-                metrics = step_metrics(
-                    batch, items, trainer_metrics, spec.optim.learning_rate, step, elapsed, phases
-                )
-                sink.step(step, metrics | rewarded | evaluated)
-                steps.record_samples(step, batch, items)
-
-                if checkpoint_due(loop, step + 1):
-                    with timer("save"):
-                        await steps.save_checkpoint(step + 1)
+                await steps.take(step)
         finally:
-            await rollouts.close()
+            await steps.rollouts.close()
         return await steps.finish(should_stop())
     finally:  # a server teacher's connections
         await close_teachers(run.teachers)

@@ -35,7 +35,8 @@ from typing import Any
 import yaml
 
 from kernel.retry import Backoff
-from kernel.spec import JobSpec, MlflowSpec, flatten
+from kernel.spec import JobSpec, MlflowSpec
+from kernel.spec.documents import flatten
 from worker.engine.tracking.sinks import RunInfo, Sink
 
 log = logging.getLogger(__name__)
