@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    PlainValidator,
-    ValidationError,
-    WithJsonSchema,
-)
+from pydantic import ConfigDict, Field, PlainValidator, ValidationError, WithJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kernel.json_types import JsonModel

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, model_validator
 
 from kernel.model_names import preset_tokenizer
 from kernel.spec.backends import LocalBackendSpec, TinkerBackendSpec, TrioBackendSpec

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from kernel.spec.base import MAX_STEPS, Name, SpecModel, field_error
 

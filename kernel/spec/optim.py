@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
 from kernel.spec.base import SpecModel
 

@@ -7,11 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, field_error
 from kernel.spec.student import SavedWeights

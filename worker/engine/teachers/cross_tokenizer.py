@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.rollouts.sampling import Scored, teacher_logprobs, teacher_prefill
+from worker.engine.rollouts.sampling import Scored
 from worker.engine.teachers.alignment import Alignment, TokenBytes, align, chained, spread
+from worker.engine.teachers.scoring import teacher_logprobs, teacher_prefill
 
 CROSS_TOP_K = 100
 """The teacher's likeliest tokens read at each position where its client can give them
