@@ -37,14 +37,34 @@ def spec_page() -> str:
         "",
         "Every field of a job spec (`kernel/spec/`), as the API, `opd run` and the worker read",
         "it. A field not written takes its default; bounds are enforced at submission (a 422",
-        "that names the field). Groups that belong to one backend (`local`, `trio`, `tinker`)",
-        "are read by that backend only.",
+        "that names the field). *Backends* says which backends read a field: the `local`,",
+        "`trio` and `tinker` groups belong to theirs; what a backend cannot train (an",
+        "objective, a teacher mode) is refused at submission, the field's text says so.",
+        "",
+        "## Top level",
         "",
     ]
-    for group, info in JobSpec.model_fields.items():
+    groups = {n: i for n, i in JobSpec.model_fields.items() if models_in(i.annotation)}
+    top = [(n, i) for n, i in JobSpec.model_fields.items() if n not in groups]
+    lines += field_table(top)
+    for group, info in groups.items():
         lines += [f"## `{group}`", "", *described(info), ""]
         lines += field_table(list(fields_of(group, info)))
     return "\n".join(lines)
+
+
+BACKEND_GROUPS = ("local", "trio", "tinker")
+
+
+def backends_of(path: str, info: FieldInfo) -> str:
+    """Which backends read a field: its group's (`local.*`, ...), those its schema names
+    (`json_schema_extra={"backends": [...]}`), else all."""
+    group = path.split(".")[0]
+    if group in BACKEND_GROUPS:
+        return group
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    named = extra.get("backends")
+    return ", ".join(named) if isinstance(named, list) else "all"
 
 
 def fields_of(path: str, info: FieldInfo) -> Iterator[tuple[str, FieldInfo]]:
@@ -79,10 +99,14 @@ def source_of(model: type[BaseModel]) -> str:
 
 
 def field_table(rows: list[tuple[str, FieldInfo]]) -> list[str]:
-    table = ["| field | type | default | allowed | what it is |", "|---|---|---|---|---|"]
+    table = [
+        "| field | type | default | allowed | backends | what it is |",
+        "|---|---|---|---|---|---|",
+    ]
     for path, info in rows:
         cells = [f"`{path}`", type_name(info.annotation), default_of(info), bounds_of(info)]
-        table.append("| " + " | ".join([*cells, cell(info.description or "")]) + " |")
+        cells += [backends_of(path, info), cell(info.description or "")]
+        table.append("| " + " | ".join(cells) + " |")
     return [*table, ""]
 
 
@@ -125,7 +149,7 @@ def bounds_of(info: FieldInfo) -> str:
             value = getattr(item, name, None)
             if value is not None:
                 found.append(f"{words} `{value}`")
-    return ", ".join(found)
+    return cell(", ".join(found))
 
 
 def described(info: FieldInfo) -> list[str]:

@@ -1,5 +1,5 @@
-"""The README's first screen and its quick-start examples, run as written (taken from the
-README itself, so a changed example is the example tested):
+"""The README's first screen and the documentation's quick-start examples, run as written
+(taken from the pages themselves, so a changed example is the example tested):
 
 - the first screen's `scripts/demo.sh`, with the demo's spec cut to two steps (the demo
   passes its arguments to `opd serve --demo`; the learning itself is measured by
@@ -7,10 +7,10 @@ README itself, so a changed example is the example tested):
   `.venv` is this interpreter, with a pip that installs nothing: installing for real is
   what `scripts/test.sh` does before it runs this test (`tests/test_setup_script.py`
   checks what setup.sh prints). `scripts/test.sh` itself is the command running this;
-- `opd run examples/tiny.yaml --metrics-out metrics.jsonl`;
-- the HTTP API's curl session and the Python SDK's example, against `opd serve` started in
-  the folder they run in (they read its key from `.opd/api-key`), on a free port where the
-  README says 8000.
+- `opd run examples/tiny.yaml --metrics-out metrics.jsonl` (docs/get-started/demo.md);
+- the HTTP API's curl session (docs/how-to/http-api.md) and the Python SDK's example
+  (docs/how-to/sdk.md), against `opd serve` started in the folder they run in (they read its
+  key from `.opd/api-key`), on a free port where the pages say 8000.
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 DEFAULT_API = "127.0.0.1:8000"
 
 
-def block(heading: str | None, language: str) -> str:
-    """The first `language` code block after the line `heading` (None: the README's first)."""
-    start = 0 if heading is None else README.index(f"\n{heading}\n")
-    found = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).search(README, start)
-    assert found, f"no {language} block after {heading}"
+def block(heading: str | None, language: str, page: str = "README.md") -> str:
+    """The first `language` code block after the line `heading` of `page` (a path from the
+    checkout's root; None: the page's first block)."""
+    text = "\n" + (ROOT / page).read_text(encoding="utf-8")
+    start = 0 if heading is None else text.index(f"\n{heading}\n")
+    found = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).search(text, start)
+    assert found, f"no {language} block after {heading} in {page}"
     return found.group(1)
 
 
@@ -107,7 +109,7 @@ def test_the_first_screens_demo_runs_as_written(tmp_path):
 
 def test_opd_run_as_written(tmp_path):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    (command,) = commands(block("## Run one job in the foreground: `opd run`", "bash"))
+    (command,) = commands(block("# The demo and `opd run`", "bash", "docs/get-started/demo.md"))
 
     done = subprocess.run(
         ["bash", "-c", command],
@@ -127,7 +129,7 @@ def test_opd_run_as_written(tmp_path):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """`opd serve` started in a folder of its own, as the README starts it: (the folder,
+    """`opd serve` started in a folder of its own, as the docs start it: (the folder,
     the environment its examples run in, with the service's port where they say 8000)."""
     folder = tmp_path_factory.mktemp("readme")
     (folder / "examples").symlink_to(ROOT / "examples")
@@ -154,9 +156,9 @@ def ready(port: int) -> bool:
 
 def test_the_http_apis_curl_session_as_written(served):
     folder, env = served
-    session = block("### HTTP API (v1)", "bash").replace(DEFAULT_API, f"127.0.0.1:{env['PORT']}")
+    session = block("# The HTTP API", "bash", "docs/how-to/http-api.md").replace(DEFAULT_API, f"127.0.0.1:{env['PORT']}")
     # Each answer's status on stderr, and every curl's exit status: the session as written
-    # on stdout, which the README's comments describe.
+    # on stdout, which the page's comments describe.
     watch = 'curl() { command curl -w "%{stderr}HTTP %{http_code}\\n" "$@"; echo "exit $?" >&2; }\n'
 
     done = subprocess.run(
@@ -179,7 +181,7 @@ def test_the_http_apis_curl_session_as_written(served):
 
 def test_the_sdks_example_as_written(served):
     folder, env = served
-    example = block("## Python SDK: `opd.Client`", "python")
+    example = block("# The Python SDK", "python", "docs/how-to/sdk.md")
     key = (folder / ".opd" / "api-key").read_text().strip()
     url = f"http://127.0.0.1:{env['PORT']}"
 
