@@ -156,7 +156,9 @@ def ready(port: int) -> bool:
 
 def test_the_http_apis_curl_session_as_written(served):
     folder, env = served
-    session = block("# The HTTP API", "bash", "docs/how-to/http-api.md").replace(DEFAULT_API, f"127.0.0.1:{env['PORT']}")
+    session = block("# The HTTP API", "bash", "docs/how-to/http-api.md").replace(
+        DEFAULT_API, f"127.0.0.1:{env['PORT']}"
+    )
     # Each answer's status on stderr, and every curl's exit status: the session as written
     # on stdout, which the page's comments describe.
     watch = 'curl() { command curl -w "%{stderr}HTTP %{http_code}\\n" "$@"; echo "exit $?" >&2; }\n'
