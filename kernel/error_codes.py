@@ -54,8 +54,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     ),
     "idempotency_key_reused": (
         REQUEST,
-        "The `Idempotency-Key` was used before with another body: use a new key for a new "
-        "request.",
+        "The `Idempotency-Key` was used before with another body: use a new key for a new request.",
     ),
     "too_many_requests": (
         REQUEST,
@@ -171,8 +170,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "backend_error": (JOB, "The training backend failed after its retries."),
     "backend_auth": (
         JOB,
-        "The remote backend refused the worker's credentials (`PYTRIO_API_KEY`, "
-        "`TINKER_API_KEY`).",
+        "The remote backend refused the worker's credentials (`PYTRIO_API_KEY`, `TINKER_API_KEY`).",
     ),
     "backend_rejected": (JOB, "The remote backend refused a request as invalid."),
     "backend_unavailable": (JOB, "The remote backend could not be reached after retries."),
@@ -210,8 +208,7 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "export_failed": (JOB, "The export could not write the merged model; the message says why."),
     "deadline_passed": (
         JOB,
-        "A playground or completions request waited past its deadline before a worker "
-        "finished it.",
+        "A playground or completions request waited past its deadline before a worker finished it.",
     ),
     "bad_destination": (JOB, "An archive fetch asked to write outside `OPD_ARTIFACT_ROOT`."),
     "teacher_server_unavailable": (
