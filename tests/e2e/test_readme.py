@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -42,6 +43,12 @@ def block(heading: str | None, language: str, page: str = "README.md") -> str:
     found = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).search(text, start)
     assert found, f"no {language} block after {heading} in {page}"
     return found.group(1)
+
+
+def blocks(page: str, language: str) -> list[str]:
+    """Every `language` code block of `page`, in order."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).findall(text)
 
 
 def commands(text: str) -> list[str]:
@@ -131,7 +138,12 @@ def test_opd_run_as_written(tmp_path):
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """`opd serve` started in a folder of its own, as the docs start it: (the folder,
     the environment its examples run in, with the service's port where they say 8000)."""
-    folder = tmp_path_factory.mktemp("readme")
+    with serving(tmp_path_factory.mktemp("readme")) as running:
+        yield running
+
+
+@contextmanager
+def serving(folder: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     (folder / "examples").symlink_to(ROOT / "examples")
     env = shims(folder / "shims")
     port = free_port()
@@ -199,3 +211,38 @@ def test_the_sdks_example_as_written(served):
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "404 not_found job 1000000 not found"
     assert (folder / "final.tar.gz").is_file()
+
+
+def test_the_first_job_tutorial_as_written(tmp_path):
+    """docs/get-started/first-job.md's commands, one after another in one shell, against
+    `opd serve` started as the page starts it: each command succeeds, and what the page
+    says each one makes is there."""
+    script = "set -euo pipefail\n" + "\n".join(blocks("docs/get-started/first-job.md", "bash"))
+    with serving(tmp_path) as (folder, env):
+        url = f"http://127.0.0.1:{env['PORT']}"
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=folder,
+            env=env | {"OPD_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert re.search(r"^export OPD_API_KEY", script, re.M), "the page makes a team key first"
+        admin = (folder / ".opd" / "api-key").read_text().strip()
+        jobs: dict[str, list[dict]] = {}
+
+        def trials_made() -> bool:  # the sweep's controller makes its trials as it goes
+            listed = httpx.get(
+                f"{url}/v1/jobs", headers={"Authorization": f"Bearer {admin}"}, timeout=10
+            ).json()["data"]
+            jobs.clear()
+            for job in listed:
+                jobs.setdefault(job["name"], []).append(job)
+            return sum(name.startswith("sums-lr-") for name in jobs) == 2  # sweep-name-N
+
+        wait_until(trials_made, "the sweep's two trials")
+    assert [job["status"] for job in jobs["sums"]] == ["succeeded", "succeeded"]  # and its clone
+    assert (folder / "sums-model" / "config.json").is_file()
+    assert "--- checkpoint (" in done.stdout and "--- teacher (" in done.stdout  # the playground
