@@ -13,17 +13,9 @@ from kernel.spec.base import Name, SpecModel, field_error
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
 )
-
-
 DEEPMATH_SHARDS = 10
-
-
 MAX_SAMPLE_SIZE = 10_000_000
-
-
 MAX_INLINE_PROMPTS = 10_000
-
-
 MAX_PROMPT_CHARS = 100_000
 
 
@@ -56,8 +48,6 @@ class DeepMathDataset(PromptOptions):
 
 
 FILE_ID = r"^file-[1-9][0-9]{0,9}$"
-
-
 BLOB = r"^[0-9a-f]{64}\.(jsonl|parquet|csv)$"
 
 
@@ -122,11 +112,7 @@ class InlineDataset(PromptOptions):
 
 
 ArithmeticOp = Literal["add", "sub", "mul"]
-
-
 ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
-
-
 MAX_OPERAND_DIGITS = 3
 
 
@@ -218,8 +204,6 @@ SharedDataset = Annotated[
 
 
 MAX_DATASETS = 16
-
-
 SINGLE_DATASET = "dataset"
 
 

@@ -30,14 +30,8 @@ from kernel.spec.teachers import MAX_TEACHERS, SINGLE_TEACHER, MixedTeacher, Tea
 from kernel.spec.trackers import SwanLabSpec, TrackersSpec
 
 MAX_METADATA_KEYS = 32
-
-
 MAX_METADATA_KEY_CHARS = 64
-
-
 MAX_METADATA_VALUE_CHARS = 1024
-
-
 Metadata = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)],
@@ -48,8 +42,6 @@ Metadata = Annotated[
 
 
 ABSENT_TEACHER = TeacherSpec(base_model="Qwen/Qwen3.6-27B")
-
-
 ABSENT_DATASET = DeepMathDataset()
 """What `teacher` and `dataset` hold when `teachers` and `datasets` are given instead: the
 reference's, as the specs stored before they were required record them (a spec is stored
