@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from kernel.model_names import ARITHMETIC_SUFFIX
 from kernel.spec.base import Name, SpecModel, field_error
 
 DEFAULT_QUESTION_SUFFIX = (
@@ -30,7 +31,13 @@ class PromptOptions(SpecModel):
 
     model_config = ConfigDict(json_schema_extra=require_source)
 
-    question_suffix: str = Field(DEFAULT_QUESTION_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    question_suffix: str = Field(
+        DEFAULT_QUESTION_SUFFIX,
+        max_length=MAX_PROMPT_CHARS,
+        description="Text after each question. Not given: the one the student's model was "
+        "trained to read (the arithmetic presets and the arithmetic source: `Answer in "
+        "\\boxed{}.`), else the reference's DeepMath line.",
+    )
     enable_thinking: bool = False
 
 
@@ -112,7 +119,6 @@ class InlineDataset(PromptOptions):
 
 
 ArithmeticOp = Literal["add", "sub", "mul"]
-ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
 MAX_OPERAND_DIGITS = 3
 
 
