@@ -246,3 +246,5 @@ def test_the_first_job_tutorial_as_written(tmp_path):
     assert [job["status"] for job in jobs["sums"]] == ["succeeded", "succeeded"]  # and its clone
     assert (folder / "sums-model" / "config.json").is_file()
     assert "--- checkpoint (" in done.stdout and "--- teacher (" in done.stdout  # the playground
+    served = (folder / "serve.log").read_text()  # on another port than the default, it says
+    assert f"export OPD_URL=http://127.0.0.1:{env['PORT']}" in served
