@@ -51,7 +51,10 @@ def keys_command(args: argparse.Namespace) -> int:
                 )
             elif args.keys_action == "list":
                 now = utcnow()
-                for key, team in await list_keys(session):
+                keys = await list_keys(session)
+                if not keys:
+                    print("no keys (opd keys create --team NAME)")
+                for key, team in keys:
                     state = "revoked" if key.revoked_at else "active"
                     if key.expires_at is not None and not key.revoked_at:
                         state = "expired" if key.expires_at <= now else "active"
