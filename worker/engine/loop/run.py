@@ -157,9 +157,9 @@ class Run:
         self.sink.event(
             "warning",
             f"The teacher answers {accuracy:.0%} of the held-out prompts right where preset "
-            f"{name} measured {expected:.0%} on arithmetic: check that the prompts are rendered as "
-            f"it learned them (question_suffix {', '.join(map(repr, suffixes))}, enable_thinking); the "
-            "student can learn no more than its teacher shows it",
+            f"{name} measured {expected:.0%} on arithmetic: check that the prompts are "
+            f"rendered as it learned them (question_suffix {', '.join(map(repr, suffixes))}, "
+            "enable_thinking); the student can learn no more than its teacher shows it",
             {"note": "weak_teacher", "teacher_accuracy": accuracy, "expected": expected},
         )
 
