@@ -179,7 +179,7 @@ class Sampling:
         usage: Counter[str] = Counter()
         for answer in answers:
             usage.update(answer_usage(answer))
-        await add_usage(session, job.id, job.team_id, dict(usage), utcnow())
+        await add_usage(session, job, dict(usage), utcnow())
         return Served(response)
 
     async def ask_workers(
