@@ -212,7 +212,7 @@ async def on_budget_exceeded(_request: Request, exc: Exception) -> JSONResponse:
     """The team's budget is spent: a 429 that says what was spent, the budget and when
     the period ends (in words, and as figures beside the error)."""
     assert isinstance(exc, BudgetExceeded)
-    wait = max(int((exc.ends - utcnow()).total_seconds()) + 1, 1)
+    wait = exc.retry_after(utcnow())
     body = ErrorResponse(error=ErrorDetail(code="budget_exceeded", message=str(exc))).model_dump()
     body["budget"] = {
         "team": exc.team,

@@ -119,12 +119,13 @@ def share_run(rungs: list[int], steps: int, keep: float) -> Span:
     return Span(rungs[0] / steps, expected / steps, 1)
 
 
-def early_stopping_saving(trial: Span, trials: int, share: Span) -> Span:
-    """Tokens early stopping may save over `trials` trials of `trial` tokens each: none
-    (every trial runs to its end), as expected, or at most every trial but the best one
-    stopped at the first rung."""
-    if trials < 2:
+def early_stopping_saving(trials: list[tuple[Span, Span]]) -> Span:
+    """Tokens early stopping may save of trials, each given as (its tokens, the share of its
+    steps it runs): none at least (every trial runs to its end); as expected, each its
+    expected share; at most, every trial stopped at its first rung but the one whose stop
+    would save least (some trial is the best and runs on)."""
+    if len(trials) < 2:
         return Span.exactly(0)
-    return Span(
-        0, trial.point * (1 - share.point) * trials, trial.high * (1 - share.low) * (trials - 1)
-    ).rounded()
+    expected = sum(tokens.point * (1 - share.point) for tokens, share in trials)
+    most = [tokens.high * (1 - share.low) for tokens, share in trials]
+    return Span(0, expected, sum(most) - min(most)).rounded()

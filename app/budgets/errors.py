@@ -14,6 +14,10 @@ class BudgetExceeded(Exception):
         super().__init__(exceeded_message(team, limit, spend, ends))
         self.team, self.limit, self.spend, self.ends = team, limit, spend, ends
 
+    def retry_after(self, now: datetime) -> int:
+        """Seconds until the period ends (a 429's Retry-After)."""
+        return max(int((self.ends - now).total_seconds()) + 1, 1)
+
 
 class BudgetRefused(ValueError):
     """A budget or a spec the budget cannot bound (a cost budget without prices); the

@@ -129,14 +129,15 @@ def measured(job: Job, spec: JobSpec) -> Measured | None:
     return Measured(job.id, done, completion, prompt, teacher_prompt, eval_completion)
 
 
-async def history(session: AsyncSession, team_id: int, spec: JobSpec) -> list[Measured]:
-    """The most recent of the team's succeeded jobs alike `spec`, measured."""
-    rows = await session.execute(
-        select(Job)
-        .where(Job.team_id == team_id, Job.status == JobStatus.succeeded)
-        .order_by(Job.id.desc())
-        .limit(HISTORY_SCAN)
-    )
+async def history(
+    session: AsyncSession, team_id: int, spec: JobSpec, before: int | None = None
+) -> list[Measured]:
+    """The most recent of the team's succeeded jobs alike `spec` (created before job
+    `before`, if given), measured."""
+    query = select(Job).where(Job.team_id == team_id, Job.status == JobStatus.succeeded)
+    if before is not None:
+        query = query.where(Job.id < before)
+    rows = await session.execute(query.order_by(Job.id.desc()).limit(HISTORY_SCAN))
     wanted, found = alike(spec), []
     for job in rows.scalars():
         try:
@@ -339,3 +340,28 @@ async def with_budget(
         point_exceeds=point > remaining,
         high_exceeds=high > remaining,
     )
+
+
+async def estimate_of_job(session: AsyncSession, job: Job, prices: PriceTable) -> Estimate | None:
+    """What a job's estimate was when it was submitted (from the jobs before it), to show
+    beside what it used; None for a spec this service no longer parses."""
+    try:
+        spec = JobSpec.model_validate(job.spec)
+    except ValueError:
+        return None
+    assert job.id is not None
+    seen = await history(session, job.team_id, spec, before=job.id)
+    return estimate_of(spec, seen, prices)[1]
+
+
+def used_by(job: Job, prices: PriceTable) -> dict[str, Any]:
+    """What a job used, by the estimate's figures (and its cost, None without a price)."""
+    used = job.usage.model_dump(exclude={"estimated_cost"})
+    cost = prices.cost(
+        *models_of(job.spec),
+        sampled=job.sampled_tokens,
+        teacher_tokens=job.teacher_tokens,
+        trained=job.trained_tokens,
+        eval_tokens=job.eval_tokens,
+    )
+    return used | {"total_tokens": sum(used.values()), "cost": cost}
