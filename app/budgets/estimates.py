@@ -41,6 +41,9 @@ BYTES_PER_TOKEN = 4
 one a byte, the high bound's assumption)."""
 UNKNOWN_PROMPT = Span(1, 128, 4096)
 """A prompt nobody measured whose text the spec does not hold (a file, DeepMath)."""
+PROMPT_SPREAD = 0.1
+"""How far the mean prompt of a new sample of the same dataset may lie from the one
+earlier jobs measured, for the bounds."""
 UNKNOWN_EVAL_PROMPTS = 100
 """Eval prompts of an eval dataset whose size the spec does not fix."""
 
@@ -187,6 +190,15 @@ def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
     )
 
 
+def spread(measured_length: float) -> Span:
+    """A length earlier jobs measured, its bounds PROMPT_SPREAD either side."""
+    return Span(
+        measured_length * (1 - PROMPT_SPREAD),
+        measured_length,
+        measured_length * (1 + PROMPT_SPREAD),
+    )
+
+
 def mean(values: list[float], weights: list[int]) -> float:
     return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
@@ -219,8 +231,8 @@ def lengths_of(spec: JobSpec, seen: list[Measured]) -> tuple[Lengths, list[str]]
     jobs = ", ".join(str(m.job_id) for m in seen)
     lengths = Lengths(
         completion=Span(1, completion, most),
-        prompt=Span.exactly(prompt),
-        teacher_prompt=Span.exactly(teacher_prompt),
+        prompt=spread(prompt),
+        teacher_prompt=spread(teacher_prompt),
         eval_completion=Span(1, eval_completion, most_eval),
         baseline_completion=Span(1, eval_completion, most_eval),
     )
@@ -229,7 +241,7 @@ def lengths_of(spec: JobSpec, seen: list[Measured]) -> tuple[Lengths, list[str]]
         f"teachers and dataset): {completion:.1f} tokens a completion"
         + (f", {eval_completion:.1f} an eval completion" if evals else ""),
         f"prompt length: as those jobs rendered them, {prompt:.1f} tokens (the teacher's "
-        f"{teacher_prompt:.1f})",
+        f"{teacher_prompt:.1f}), the bounds {PROMPT_SPREAD:.0%} either side",
     ]
 
 

@@ -319,7 +319,6 @@ async def budget_public(
 ) -> BudgetPublic | None:
     """The team's budget with its spend this period, per day; None without one."""
     found = await standing(session, team_id, prices, now)
-    await session.rollback()
     if found is None:
         return None
     spend, limit = found.spend, found.limit

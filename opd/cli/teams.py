@@ -52,28 +52,29 @@ def budget_command(args: argparse.Namespace) -> int:
                 team = await team_named(session, args.team)
                 if team is None or team.id is None:
                     raise CommandError(f"no team named {args.team!r}")
-                target = f"team {team.name}"
+                team_id, name = team.id, team.name
+                target = f"team {name}"
                 if args.remove:
-                    if not await remove_budget(session, queue, team.id, prices, utcnow()):
-                        raise CommandError(f"team {team.name!r} has no budget")
+                    if not await remove_budget(session, queue, team_id, prices, utcnow()):
+                        raise CommandError(f"team {name!r} has no budget")
                     await record_audit(session, None, "team.budget", target, 204, None)
-                    print(f"Removed team {team.name!r}'s budget")
+                    print(f"Removed team {name!r}'s budget")
                     return 0
                 if args.tokens is not None or args.cost is not None:
                     try:
                         update = BudgetUpdate(
                             tokens=args.tokens, cost=args.cost, soft=args.soft, period=args.period
                         )
-                        await set_budget(session, queue, team.id, update, prices, utcnow())
+                        await set_budget(session, queue, team_id, update, prices, utcnow())
                     except (BudgetRefused, ValueError) as error:
                         raise CommandError(str(error)) from None
                     detail = update.model_dump(mode="json")
                     await record_audit(session, None, "team.budget", target, 200, detail)
-                budget = await budget_public(session, team.id, prices, utcnow())
+                budget = await budget_public(session, team_id, prices, utcnow())
         finally:
             await queue.close()
         if budget is None:
-            print(f"Team {team.name!r} has no budget: set one with --tokens N or --cost X")
+            print(f"Team {name!r} has no budget: set one with --tokens N or --cost X")
             return 0
         amount = (lambda v: f"{v:,.0f} tokens") if budget.tokens is not None else "{:,.2f}".format
         total = budget.tokens if budget.tokens is not None else budget.cost

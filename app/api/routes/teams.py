@@ -12,7 +12,6 @@ from app.api.deps import PricesDep, PrincipalDep, QueueDep, SessionDep, Settings
 from app.api.errors import ApiError, error_responses
 from app.audit.store import record_audit
 from app.auth.schemas import Scope
-from app.auth.tables import Team
 from app.budgets.errors import BudgetRefused
 from app.budgets.schemas import BudgetPublic, BudgetUpdate
 from app.budgets.service import budget_public, remove_budget, set_budget
@@ -63,11 +62,12 @@ TeamRef = Annotated[
 ]
 
 
-async def team_of(session: AsyncSession, ref: str) -> Team:
+async def team_of(session: AsyncSession, ref: str) -> tuple[int, str]:
+    """The id and name of the team `ref` names (by name or id); a 404 naming `team`."""
     team = await team_named(session, ref)
-    if team is None:
+    if team is None or team.id is None:
         raise ApiError(404, "not_found", f"no team named {ref!r}", "team")
-    return team
+    return team.id, team.name
 
 
 @router.get(
@@ -77,11 +77,10 @@ async def read_budget(
     team: TeamRef, session: SessionDep, principal: PrincipalDep, prices: PricesDep
 ) -> BudgetPublic:
     """The team's budget with its spend this period, per UTC day; 404 without one."""
-    found = await team_of(session, team)
-    assert found.id is not None
-    budget = await budget_public(session, found.id, prices, utcnow())
+    team_id, name = await team_of(session, team)
+    budget = await budget_public(session, team_id, prices, utcnow())
     if budget is None:
-        raise ApiError(404, "not_found", f"team {found.name!r} has no budget", "team")
+        raise ApiError(404, "not_found", f"team {name!r} has no budget", "team")
     return budget
 
 
@@ -108,14 +107,13 @@ async def put_team_budget(
     boundary (`stop_reason: budget`, rows and checkpoints intact) and its queued jobs
     pause too. They resume by themselves when the budget is raised (here) or the period
     turns. The team spends at most its limit plus one step per running job."""
-    found = await team_of(session, team)
-    assert found.id is not None
+    team_id, name = await team_of(session, team)
     try:
-        budget = await set_budget(session, queue, found.id, update, prices, utcnow())
+        budget = await set_budget(session, queue, team_id, update, prices, utcnow())
     except BudgetRefused as refused:
         raise ApiError(422, "invalid_request", str(refused), refused.param) from None
     detail = update.model_dump(mode="json")
-    await record_audit(session, principal, "team.budget", f"team {found.name}", 200, detail)
+    await record_audit(session, principal, "team.budget", f"team {name}", 200, detail)
     return budget
 
 
@@ -128,9 +126,8 @@ async def delete_team_budget(
     queue: QueueDep,
 ) -> Response:
     """Remove the team's budget: nothing limits its spending, and what it paused resumes."""
-    found = await team_of(session, team)
-    assert found.id is not None
-    if not await remove_budget(session, queue, found.id, prices, utcnow()):
-        raise ApiError(404, "not_found", f"team {found.name!r} has no budget", "team")
-    await record_audit(session, principal, "team.budget", f"team {found.name}", 204, None)
+    team_id, name = await team_of(session, team)
+    if not await remove_budget(session, queue, team_id, prices, utcnow()):
+        raise ApiError(404, "not_found", f"team {name!r} has no budget", "team")
+    await record_audit(session, principal, "team.budget", f"team {name}", 204, None)
     return Response(status_code=204)

@@ -73,6 +73,7 @@ async def jobs_page(
     page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
 ) -> Response:
     """The team's jobs (every team's for an admin), newest first, filtered and searched."""
+    banner = await budget_banner(session, viewer, prices)
     chosen = parse_status(status)
     jobs, total = await reads.list_jobs(
         session, viewer.scope, chosen, q.strip(), (page - 1) * PAGE_SIZE, PAGE_SIZE
@@ -87,7 +88,7 @@ async def jobs_page(
         "page": page,
         "pages": pages,
         "total": total,
-        "budget_banner": await budget_banner(session, viewer, prices),
+        "budget_banner": banner,
     }
     return render(request, "jobs.html", context)
 
