@@ -2,7 +2,8 @@
 offline and the objective x shape runs of `benchmarks/peers.py`, each run by the real loop
 on the local backend, its tokens counted as the service counts them (`usage/*`).
 
-    python benchmarks/estimates.py [--cases examples peers] [--steps N] [--json out.json]
+    python benchmarks/estimates.py [--cases examples peers] [--examples tiny.yaml ...]
+                                   [--steps N] [--json out.json]
 
 Each run is estimated twice, as the service estimates a spec (app/budgets/estimates.py):
 cold (no earlier job alike: the spec alone) and warm (from the earlier runs of the same
@@ -71,9 +72,9 @@ class Case:
     spec: dict[str, Any]
 
 
-def example_cases(steps: int | None) -> list[Case]:
+def example_cases(names: list[str], steps: int | None) -> list[Case]:
     cases = []
-    for name in EXAMPLES:
+    for name in names:
         data = yaml.safe_load((ROOT / "examples" / name).read_text())
         if steps:
             data["loop"]["steps"] = steps
@@ -205,12 +206,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=["examples", "peers"],
                         default=["examples", "peers"])  # fmt: skip
+    parser.add_argument("--examples", nargs="+", choices=EXAMPLES, default=EXAMPLES)
     parser.add_argument("--steps", type=int, help="every run this many steps (default: its own)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     cases = []
     if "examples" in args.cases:
-        cases += example_cases(args.steps)
+        cases += example_cases(args.examples, args.steps)
     if "peers" in args.cases:
         cases += peer_cases(args.steps)
     for case in cases:
