@@ -6,8 +6,6 @@ each active job whose heartbeat is older than the timeout (a live worker then ta
 over and resumes it from its last saved state). A pass costs one query and one Redis
 round trip however many jobs wait; only jobs to send again cost more. Queued jobs of a
 team at its running limit get no message: they start when one of the team's jobs ends.
-Jobs a team's budget paused are resumed first wherever the team may spend again (the
-period turned, or an admin raised the budget while this pass was away).
 """
 
 from __future__ import annotations
@@ -16,11 +14,8 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.budgets.service import resume_spending
 from app.core.config import Settings
-from app.core.pricing import PriceTable
 from app.core.queue import JobQueue, QueueUnavailable
-from app.core.tables import utcnow
 from app.jobs.dispatch import count_resends, requeue_candidates, send_counted
 from app.jobs.limits import Limits
 from app.jobs.schemas import JobStatus
@@ -35,10 +30,6 @@ async def requeue_lost(
     their message (one round trip), count a send of the rest unless a worker or another
     sender got there first (one statement), and send them. Returns the ids sent."""
     limits = Limits.of(settings)
-    async with sessions() as session:
-        resumed = await resume_spending(session, queue, PriceTable(settings.prices), utcnow())
-    for job_id in resumed:
-        log.info("requeuer resumed job %s: its team's budget allows it again", job_id)
     async with sessions() as session:
         candidates = await requeue_candidates(
             session,
