@@ -102,4 +102,5 @@ async def test_an_estimate_is_admitted_like_a_job_and_stores_nothing(client, key
     )
     assert refused.status_code == 422 and refused.json()["error"]["param"] == "dataset.path"
     async with sessions() as session:
-        assert (await session.execute(select(func.count(Job.id)))).scalar_one() == 0
+        stored = select(func.count(Job.id)).where(Job.team_id == key.team.id)
+        assert (await session.execute(stored)).scalar_one() == 0
