@@ -66,6 +66,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "A part the request needs (the database, the queue, the store) is down; retry "
         "shortly (the message and `Retry-After` say which and when).",
     ),
+    "budget_exceeded": (
+        REQUEST,
+        "The team has spent its budget for the period (`opd teams budget`): the message gives "
+        "what was spent, the budget and when the period ends; an admin can raise it.",
+    ),
     "not_ready": (REQUEST, "`/readyz`: the database or the queue cannot be reached yet."),
     "database_unavailable": (
         REQUEST,

@@ -20,7 +20,9 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.budgets.service import refuse_if_exhausted
 from app.core.config import Settings
+from app.core.pricing import PriceTable
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.tables import utcnow
 from app.core.waits import Waits
@@ -150,7 +152,9 @@ class Sampling:
         order; `kind` reads a kept one) to the completions the requests ask for (prompts
         of one door's request: the same job, weights and teacher), from workers, one task
         each, all waited for in one of the caller's team's places (TooManyWaiting when it
-        has none left); PlaygroundError otherwise, the first failure's. The answers' tokens
+        has none left); BudgetExceeded when the team's budget is spent (a repeat of an
+        answered request still gets its answer); PlaygroundError otherwise, the first
+        failure's. The answers' tokens
         are added to the job's usage, in the transaction that keeps the response for a
         repeat."""
         session = self.session
@@ -165,6 +169,8 @@ class Sampling:
             if held.answer is not None:
                 return Served(kind.model_validate_json(held.answer), replayed=True)
         try:
+            prices = PriceTable(self.settings.prices)
+            await refuse_if_exhausted(session, self.team_id, prices, utcnow())
             answers = await self.ask_workers(job, requests, held)
         except Exception:  # nothing to keep: a repeat tries anew
             if held is not None and held.first:
@@ -179,7 +185,7 @@ class Sampling:
         usage: Counter[str] = Counter()
         for answer in answers:
             usage.update(answer_usage(answer))
-        await add_usage(session, job.id, job.team_id, dict(usage), utcnow())
+        await add_usage(session, job, dict(usage), utcnow())
         return Served(response)
 
     async def ask_workers(

@@ -28,6 +28,7 @@ from opd.cli.common import (
 from opd.cli.shading import sample_text, wants_color
 
 if TYPE_CHECKING:
+    from app.budgets.schemas import Estimate
     from app.jobs.schemas import JobPublic
     from opd.cli.common import Commands
 
@@ -62,8 +63,49 @@ def job_header(teams: dict[int, str] | None = None) -> str:
     return ("" if teams is None else f"{'team':<16} ") + JOB_HEADER
 
 
+def estimate_lines(estimate: Estimate) -> list[str]:
+    """The estimate as a table, its basis and how it fits the team's budget."""
+    lines = [f"{'tokens':<10} {'low':>14} {'point':>14} {'high':>14}"]
+    for name in ("sampled", "teacher", "trained", "eval", "total"):
+        span = getattr(estimate, f"{name}_tokens")
+        lines.append(f"{name:<10} {span.low:>14,} {span.point:>14,} {span.high:>14,}")
+    cost = estimate.cost
+    lines.append(
+        f"{'cost':<10} {cost.low:>14,.4f} {cost.point:>14,.4f} {cost.high:>14,.4f}"
+        if cost
+        else f"{'cost':<10} {'unknown (a price is missing)':>44}"
+    )
+    lines += [f"  - {line}" for line in estimate.basis]
+    if fit := estimate.budget:
+        left = f"{fit.left:,.0f} tokens" if fit.unit == "tokens" else f"{fit.left:,.2f}"
+        lines.append(f"The team has {left} left of its budget this period.")
+    return lines
+
+
+def confirmed(estimate: Estimate, yes: bool) -> bool:
+    """Whether to submit a job whose estimate passes what is left of the team's budget:
+    `--yes`, or a person answering yes (without a terminal to ask: no)."""
+    fit = estimate.budget
+    if fit is None or not fit.point_exceeds or yes:
+        return True
+    question = "The estimate passes what is left of the team's budget: the job would pause "
+    question += "when it runs out. Create it anyway? [y/N] "
+    if not sys.stdin.isatty():
+        print(question + "no (not a terminal: pass --yes to create it)", file=sys.stderr)
+        return False
+    return input(question).strip().lower() in ("y", "yes")
+
+
 def create_command(args: argparse.Namespace) -> int:
-    job = client(args).jobs.create(load_spec(args.spec), idempotency_key=args.idempotency_key)
+    spec = load_spec(args.spec)
+    api = client(args)
+    if args.estimate:
+        estimate = api.jobs.estimate(spec)
+        print("\n".join(estimate_lines(estimate)))
+        if not confirmed(estimate, args.yes):
+            print("Not created.", file=sys.stderr)
+            return 1
+    job = api.jobs.create(spec, idempotency_key=args.idempotency_key)
     if args.quiet:
         print(job.id)
     elif job.existed:
@@ -280,6 +322,15 @@ def create_parser(
     create.add_argument("spec", help="a job spec file (YAML or JSON)")
     create.add_argument("--idempotency-key", help="creating again with the same key is safe")
     create.add_argument("--quiet", action="store_true", help="print the job id only")
+    create.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print what the job would use first (POST /v1/jobs/estimate), and ask before "
+        "creating it when that passes what is left of the team's budget",
+    )
+    create.add_argument(
+        "--yes", action="store_true", help="with --estimate: create it without asking"
+    )
     create.set_defaults(handler=create_command)
     return create
 
