@@ -109,6 +109,7 @@ async def trio_archive(
             FETCH_ARCHIVE_TASK,
             task.model_dump_json(),
             settings.download_timeout,
+            job.team_id,
             task_id=f"archive-{checkpoint.id}",
         )
     except QueueUnavailable as error:
