@@ -96,7 +96,7 @@ async def place(
         served_key(queue_name),
         last_task_key(queue_name, team_id),
     )
-    wait_ms = int(wait.total_seconds() * 1000)
+    wait_ms = max(1, round(wait.total_seconds() * 1000))
     args = (task_id, job, wait_ms, in_progress_key_prefix, FIRST_ROUND)
     placed = await pool.eval(PLACE, len(keys), *keys, *args)  # type: ignore[misc]
     if not placed:
