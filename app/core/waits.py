@@ -3,7 +3,7 @@ worker (the playground, checkpoint downloads) and metric streams. They hold no d
 connection meanwhile: their reads are done first and the session's connection goes back to
 the pool, so however many there are, every other request still gets one. Each team may
 hold only so many places of a kind at once in an API process (OPD_TEAM_MAX_WAITING
-completions waiting for a worker: a request takes one a completion it asks for, so a list
+completions waiting for a worker: a request takes one per completion it asks for, so a list
 of 64 prompts takes 64; OPD_TEAM_MAX_STREAMS streams, one each; streams also
 OPD_MAX_STREAMS in all); one more is refused at once (a 429 with Retry-After) rather than
 piling up."""

@@ -1,7 +1,8 @@
 """The quick tasks' order across teams (app/core/fair_queue.py), on the real Redis with a
 real arq worker of one slot that records the order it starts tasks in: a team with one
 task waits behind at most one task of each other team, however many they queued, and
-whenever it arrives; busy teams take turns, each in its own order."""
+whenever it arrives; busy teams take turns, each in its own order, a newcomer from the round
+being served."""
 
 from __future__ import annotations
 
@@ -112,6 +113,22 @@ async def test_busy_teams_take_turns_each_in_its_own_order(pool, queue_name):
         ]
     turns = [{name.split("-")[0] for name in order[at : at + 2]} for at in range(0, 12, 2)]
     assert turns == [{"beta", "gamma"}] * 6, order
+
+
+async def test_a_busy_team_arriving_midway_takes_turns_from_the_round_being_served(
+    pool, queue_name
+):
+    """Not from the first round: gamma does not catch up on the rounds beta had alone."""
+    await send(pool, queue_name, "beta", 10)
+
+    async def gamma_arrives() -> None:
+        await send(pool, queue_name, "gamma", 6)
+
+    order = await started(queue_name, {"beta-4": gamma_arrives})
+
+    assert order[:6] == [f"beta-{index}" for index in range(5)] + ["gamma-0"], order
+    turns = [set(order[at : at + 2]) for at in range(6, 16, 2)]
+    assert turns == [{f"beta-{index}", f"gamma-{index - 4}"} for index in range(5, 10)], order
 
 
 async def test_a_team_served_last_is_not_held_back_behind_a_new_burst(pool, queue_name):
