@@ -71,6 +71,12 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "The team has spent its budget for the period (`opd teams budget`): the message gives "
         "what was spent, the budget and when the period ends; an admin can raise it.",
     ),
+    "too_many_completions": (
+        REQUEST,
+        "A playground or completions request asks for more completions (prompts x n x "
+        "models) than a team may have waiting (`OPD_TEAM_MAX_WAITING`): split it; `param` "
+        "names `prompt` or `n` (a 400 on the OpenAI routes).",
+    ),
     "not_ready": (REQUEST, "`/readyz`: the database or the queue cannot be reached yet."),
     "database_unavailable": (
         REQUEST,
