@@ -3,8 +3,9 @@ worker (the playground, checkpoint downloads) and metric streams. They hold no d
 connection meanwhile: their reads are done first and the session's connection goes back to
 the pool, so however many there are, every other request still gets one. Each team may
 hold only so many places of a kind at once in an API process (OPD_TEAM_MAX_WAITING
-requests waiting, OPD_TEAM_MAX_STREAMS streams; streams also OPD_MAX_STREAMS in all); one
-more is refused at once (a 429 with Retry-After) rather than piling up."""
+requests waiting, OPD_TEAM_MAX_STREAMS streams; streams also OPD_MAX_STREAMS in all; the
+bytes of uploads arriving, OPD_TEAM_MAX_SPOOL_BYTES and OPD_MAX_SPOOL_BYTES); one more is
+refused at once (a 429 with Retry-After) rather than piling up."""
 
 from __future__ import annotations
 
@@ -40,16 +41,16 @@ class Places:
         self.in_all = in_all
         self.held: Counter[int] = Counter()
 
-    def take(self, team_id: int) -> None:
-        """Take one of the team's places, else TooManyWaiting."""
-        if self.held[team_id] >= self.per_team.count:
+    def take(self, team_id: int, amount: int = 1) -> None:
+        """Take `amount` of the team's places (bytes, for uploads), else TooManyWaiting."""
+        if self.held[team_id] + amount > self.per_team.count:
             raise self.refusal("this team already has", self.per_team)
-        if self.in_all is not None and self.held.total() >= self.in_all.count:
+        if self.in_all is not None and self.held.total() + amount > self.in_all.count:
             raise self.refusal("this API process already has", self.in_all)
-        self.held[team_id] += 1
+        self.held[team_id] += amount
 
-    def give_back(self, team_id: int) -> None:
-        self.held[team_id] -= 1
+    def give_back(self, team_id: int, amount: int = 1) -> None:
+        self.held[team_id] -= amount
         if not self.held[team_id]:
             del self.held[team_id]
 
