@@ -111,12 +111,13 @@ def check_filename(filename: str) -> None:
         )
 
 
-def reused_key(key: str, earlier: UploadedFile) -> FileRefused:
+def reused_key(earlier: UploadedFile) -> FileRefused:
     return FileRefused(
         422,
         "idempotency_key_reused",
-        f"Idempotency-Key {key!r} was already used for {public_id(earlier.id or 0)} with another "
-        "file or other parameters; use a new key for a new upload",
+        f"Idempotency-Key {earlier.idempotency_key!r} was already used for "
+        f"{public_id(earlier.id or 0)} with another file or other parameters; use a new key "
+        "for a new upload",
         "Idempotency-Key",
     )
 
@@ -249,7 +250,7 @@ async def receive(receiving: Receiving, chunks: AsyncIterator[bytes]) -> tuple[U
     kind = format_of(upload.filename, upload.format)
     earlier = await keyed_file(session, team_id, upload.idempotency_key)
     if earlier is not None:  # a retry: it must send what made the file, and reserves nothing
-        allowance.limits.append((earlier.bytes, reused_key(upload.idempotency_key, earlier)))
+        allowance.limits.append((earlier.bytes, reused_key(earlier)))
     if upload.declared_bytes is not None:
         await allowance.grow(upload.declared_bytes)
     if earlier is not None:
@@ -331,7 +332,7 @@ def repeated(earlier: UploadedFile, key: Idempotency | None) -> UploadedFile:
     """The file a request with this Idempotency-Key made, if this one is the same."""
     assert key is not None
     if earlier.request_hash != key.fingerprint:
-        raise reused_key(key.key, earlier)
+        raise reused_key(earlier)
     return earlier
 
 

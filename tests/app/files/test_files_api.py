@@ -26,8 +26,10 @@ from app.files.schemas import row_id
 from app.files.tables import UploadedFile
 from app.jobs.limits import Limits
 from app.jobs.tables import Job
+from app.main import create_app
 from app.sweeps.control import advance, claim_sweeps
 from kernel.storage.blobs import blob_key
+from opd.sdk import AsyncClient, ValidationError
 from tests.app.conftest import auth, serve, small_spec
 from tests.app.files.conftest import (
     JSONL,
@@ -452,6 +454,27 @@ async def test_a_retry_while_the_first_is_under_way_makes_nothing_twice(client, 
     assert answers[0].json()["id"] == answers[1].json()["id"]
     listed = (await client.get("/v1/files", headers=auth(key))).json()["data"]
     assert len(listed) == 1
+
+
+async def test_the_sdk_sends_an_upload_again_with_one_key(settings, key, tmp_path):
+    mine, other = tmp_path / "mine.jsonl", tmp_path / "other.jsonl"
+    mine.write_bytes(unique_jsonl())
+    other.write_bytes(unique_jsonl())
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app)
+    async with (
+        app.router.lifespan_context(app),
+        AsyncClient("http://opd", key.key, transport=transport) as sdk,
+    ):
+        first = await sdk.files.upload(mine, progress=False, idempotency_key="sdk-1")
+        again = await sdk.files.upload(mine, progress=False, idempotency_key="sdk-1")
+        with pytest.raises(ValidationError) as refused:
+            await sdk.files.upload(other, progress=False, idempotency_key="sdk-1")
+    assert again.id == first.id
+    assert (refused.value.code, refused.value.param) == (
+        "idempotency_key_reused",
+        "Idempotency-Key",
+    )
 
 
 async def test_a_retry_of_a_file_that_filled_the_quota_answers_it(client, key):
