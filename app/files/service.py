@@ -44,8 +44,8 @@ from kernel.storage.blobs import Storage
 
 STALE_SPOOL_SECONDS = 24 * 3600
 DELETE_LEASE_SECONDS = 60
-"""A delete's claim on an object outlasts its store call (retried for up to twice
-OPD_STORAGE_RETRY_SECONDS more)."""
+"""How long a delete's claim on an object outlasts twice OPD_STORAGE_RETRY_SECONDS (the
+store call it covers, retries included), should its process die meanwhile."""
 ROUTE = "POST /v1/files"
 """What an upload's Idempotency-Key is bound to, with its parameters and bytes."""
 SUFFIXES = {".jsonl": FileFormat.jsonl, ".parquet": FileFormat.parquet, ".csv": FileFormat.csv}
