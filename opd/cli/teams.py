@@ -59,6 +59,9 @@ def teams_command(args: argparse.Namespace) -> int:
             teams = await list_teams(
                 session, limits, args.name if args.teams_action == "set" else None
             )
+        if not teams:
+            print("no teams (opd keys create --team NAME makes one)")
+            return 0
         print(f"{'team':<24} {'running':>8} {'queued':>7}  {'max running':<16} max queued")
         for team in teams:
             print(

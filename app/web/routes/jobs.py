@@ -144,6 +144,7 @@ async def job_page(
         },
         "finished": present.is_finished(job.status),
         "events": await reads.job_events(session, job.id, EVENTS_SHOWN),
+        "notes": await reads.job_notes(session, job.id),
         "checkpoints": await reads.job_checkpoints(session, job.id, CHECKPOINTS_SHOWN),
         "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
         "rollouts": [
