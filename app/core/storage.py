@@ -2,7 +2,7 @@
 
 Each team's uploaded files are objects of their own, under `files/team-<id>/` in the store:
 the same bytes uploaded by two teams are two objects, so what one team uploads or deletes
-never shows in, or touches, another's (docs/files.md says what a team can learn). Files
+never shows in, or touches, another's (docs/concepts/files.md says what a team can learn). Files
 uploaded before that layout are objects of the shared `blobs/` at the store's root, still
 read there (`reading_also`) and removed when no file of any team has their bytes.
 """
