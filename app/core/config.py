@@ -49,6 +49,24 @@ class Settings(BaseSettings):
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
     )
+    team_max_spool_bytes: int = Field(
+        2 * GIB,
+        ge=1024,
+        description="Bytes of uploads one team may have arriving at once in one API process "
+        "(spooled to <home>/uploads); past it a 429.",
+    )
+    max_spool_bytes: int = Field(
+        8 * GIB,
+        ge=1024,
+        description="Bytes of uploads all teams together may have arriving at once in one API "
+        "process; past it a 429.",
+    )
+    presigned_downloads: bool = Field(
+        False,
+        description="With a bucket: GET /v1/files/{id}/content?redirect=true answers 307 to a "
+        "presigned URL, which shows teams the bucket's endpoint, the store's prefix and the "
+        "access key id; off, the bytes always come through the API.",
+    )
     file_cache_bytes: int = Field(
         10 * GIB,
         ge=MIB,

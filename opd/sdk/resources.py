@@ -497,14 +497,24 @@ class Files(Resource[X]):
         answer_field: str | None = None,
         format: str | None = None,
         progress: bool = True,
+        idempotency_key: str | None = None,
     ) -> Steps[FileDetail]:
         """Upload a JSONL, Parquet or CSV file, streamed from disk (a progress bar on stderr
-        unless `progress` is False); the answer is its report. Sent again on a lost answer:
-        the same bytes with the same fields answer with the file they made."""
+        unless `progress` is False); the answer is its report. Sent again on a lost answer,
+        with the same `Idempotency-Key` (one of its own unless you give one): the API
+        answers a repeat with the file the first made, and refuses the key with another file
+        (422 `idempotency_key_reused`)."""
         path = Path(path)
         bar = UploadProgress(path.name, path.stat().st_size) if progress else None
         params = query(filename=path.name, field=field, answer_field=answer_field, format=format)
-        call = Call("POST", "/v1/files", params=params, upload=path, sent=bar and bar.sent)
+        call = Call(
+            "POST",
+            "/v1/files",
+            params=params,
+            headers=idempotency(idempotency_key),
+            upload=path,
+            sent=bar and bar.sent,
+        )
         try:
             return (yield from fetch(call, FileDetail))
         finally:
