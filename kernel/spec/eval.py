@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from kernel.spec.base import MAX_STEPS, SpecModel, field_error
 from kernel.spec.data import DatasetSpec

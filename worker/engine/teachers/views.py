@@ -23,9 +23,10 @@ from worker.engine.backends.contract import SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerTeacher
 from worker.engine.rollouts.datums import build_prompt
-from worker.engine.rollouts.sampling import Prompted, Scorer
+from worker.engine.rollouts.sampling import Scorer
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.teachers.preflight import MODE_WORDS, Mode, check_objective, teacher_mode
+from worker.engine.teachers.scoring import Prompted
 
 RENDERED_KEPT = 4096
 PROBE_QUESTION = "What is 12 + 30?"
