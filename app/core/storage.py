@@ -6,6 +6,7 @@ from app.core.config import Settings
 from kernel.storage.blobs import Storage, open_storage
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CHECKPOINTS_PREFIX, CheckpointStore
+from kernel.tables.bounds import TableLimits
 
 
 def storage_of(settings: Settings) -> Storage:
@@ -15,7 +16,10 @@ def storage_of(settings: Settings) -> Storage:
 def file_cache(settings: Settings) -> BlobCache:
     """A worker's copies of uploaded files, under <home>/cache/files."""
     return BlobCache(
-        storage_of(settings), settings.home / "cache" / "files", settings.file_cache_bytes
+        storage_of(settings),
+        settings.home / "cache" / "files",
+        settings.file_cache_bytes,
+        TableLimits.for_uploads(settings.max_upload_bytes),
     )
 
 

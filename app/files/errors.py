@@ -22,6 +22,10 @@ class FileRefused(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[type[FileRefused], tuple[int, str, str, str | None]]:
+        # Raised in the confined child that inspects an upload, and pickled back.
+        return (FileRefused, (self.status, self.code, self.message, self.param))
+
 
 class FileInUse(Exception):
     """A file that an unfinished job reads cannot be deleted; the message names the jobs."""

@@ -26,11 +26,12 @@ from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.core.config import Settings
 from app.files.errors import FileRefused
-from app.files.inspection import inspect_file
+from app.files.inspection import inspect_upload
 from app.files.schemas import FileDetail, FileFormat, FilePublic, FileReport, public_id
 from app.files.store import content_used, same_upload, team_bytes
 from app.files.tables import UploadedFile
 from kernel.storage.blobs import Storage
+from kernel.tables.bounds import TableLimits
 
 STALE_SPOOL_SECONDS = 24 * 3600
 SUFFIXES = {".jsonl": FileFormat.jsonl, ".parquet": FileFormat.parquet, ".csv": FileFormat.csv}
@@ -161,7 +162,12 @@ async def upload_file(
         await session.commit()
         try:
             report = await asyncio.to_thread(
-                inspect_file, spooled.path, kind, upload.field, upload.answer_field
+                inspect_upload,
+                spooled.path,
+                kind,
+                upload.field,
+                upload.answer_field,
+                TableLimits.for_uploads(settings.max_upload_bytes),
             )
         except FileRefused as refused:
             await audit_refusal(session, principal, upload, refused)
