@@ -138,14 +138,15 @@ def check_parquet(metadata: pyarrow.parquet.FileMetaData, limits: TableLimits) -
         metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups)
     )
     if unpacked > limits.unpacked_bytes:
-        raise too_large_unpacked(f"unpacks to {size_words(unpacked)}", limits)
+        raise too_large_unpacked(
+            f"the file unpacks to {size_words(unpacked)} (its metadata says)", limits
+        )
 
 
 def too_large_unpacked(what: str, limits: TableLimits) -> FileTooComplex:
     return FileTooComplex(
-        f"the file {what}, more than the {size_words(limits.unpacked_bytes)} this service "
-        f"reads of one table ({UNPACKED_PER_UPLOADED_BYTE} × OPD_MAX_UPLOAD_BYTES): upload "
-        "a part of it"
+        f"{what}, more than the {size_words(limits.unpacked_bytes)} this service reads of "
+        f"one table ({UNPACKED_PER_UPLOADED_BYTE} × OPD_MAX_UPLOAD_BYTES): upload a part of it"
     )
 
 
@@ -153,30 +154,43 @@ def checked(
     batches: Iterator[pyarrow.RecordBatch], limits: TableLimits
 ) -> Iterator[pyarrow.RecordBatch]:
     """The batches, each checked as it comes: their data, in all, within `unpacked_bytes`,
-    and each text value within `row_bytes`."""
+    and each text value within `row_bytes`. A column read as a dictionary counts its
+    indices (its values, stored once in the file, are within the metadata's size)."""
     unpacked, rows = 0, 0
     for batch in batches:
-        unpacked += batch.nbytes
-        if unpacked > limits.unpacked_bytes:
-            raise too_large_unpacked(f"holds more than that in its first {rows} rows", limits)
         for name, column in zip(batch.schema.names, batch.columns, strict=True):
-            check_values(name, column, rows, limits)
+            if pyarrow.types.is_dictionary(column.type):
+                unpacked += column.indices.nbytes
+                check_values(name, column.dictionary, None, limits)
+            else:
+                unpacked += column.nbytes
+                check_values(name, column, rows, limits)
         rows += batch.num_rows
+        if unpacked > limits.unpacked_bytes:
+            what = f"the file's first {rows} rows unpack to {size_words(unpacked)}"
+            raise too_large_unpacked(what, limits)
         yield batch
 
 
-def check_values(name: str, column: pyarrow.Array, first_row: int, limits: TableLimits) -> None:
-    kind = column.type
+def check_values(
+    name: str, values: pyarrow.Array, first_row: int | None, limits: TableLimits
+) -> None:
+    """Refuses a text value longer than `row_bytes`, naming its row (`first_row` is the
+    first value's; None: a dictionary's values, which are no row's)."""
+    kind = values.type
     if not (pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind)) and not (
         pyarrow.types.is_binary(kind) or pyarrow.types.is_large_binary(kind)
     ):
         return
-    lengths = pyarrow.compute.binary_length(column)
+    lengths = pyarrow.compute.binary_length(values)
     longest = pyarrow.compute.max(lengths).as_py()
     if longest is not None and longest > limits.row_bytes:
-        row = first_row + pyarrow.compute.index(lengths, longest).as_py() + 1
+        where = f"column {name!r}"
+        if first_row is not None:
+            where = (
+                f"row {first_row + pyarrow.compute.index(lengths, longest).as_py() + 1} of {where}"
+            )
         raise FileTooComplex(
-            f"row {row} of column {name!r} holds a value of {size_words(longest)}, longer "
-            f"than the {size_words(limits.row_bytes)} this service reads: shorten or drop "
-            "its long values"
+            f"{where} holds a value of {size_words(longest)}, longer than the "
+            f"{size_words(limits.row_bytes)} this service reads: shorten or drop its long values"
         )
