@@ -57,6 +57,16 @@ def plain_bomb(rows: int = 4, value_bytes: int = 32 * MIB) -> bytes:
     return out.getvalue()
 
 
+def not_utf8_parquet() -> bytes:
+    text = pyarrow.array([b"\xff\xfe", b"ok"], pyarrow.binary()).view(pyarrow.string())
+    return parquet_of(pyarrow.table({"question": text}))
+
+
+def far_date_parquet() -> bytes:
+    dates = pyarrow.array([2**31 - 1, 0], pyarrow.date32())
+    return parquet_of(pyarrow.table({"question": ["a", "b"], "when": dates}))
+
+
 def good_parquet(rows: int = 200) -> bytes:
     questions = [f"What is {i} + {i}?" for i in range(rows)]
     answers = [str(2 * i) for i in range(rows)]
@@ -124,6 +134,8 @@ def corpus() -> list[tuple[str, str, Callable[[], bytes]]]:
         ("huge number", "num.jsonl", lambda: b'{"question": "a", "n": 1' + b"0" * 100_000 + b"}\n"),
         ("unterminated CSV quote", "q.csv", lambda: b'question\n"abc\n'),
         ("CRLF CSV", "crlf.csv", lambda: b"question,answer\r\nWhat?,1\r\n"),
+        ("Parquet text not UTF-8", "utf.parquet", not_utf8_parquet),
+        ("a date past 9999", "date.parquet", far_date_parquet),
         ("good JSONL", "good.jsonl", lambda: jsonl),
         ("good Parquet", "good.parquet", lambda: parquet),
     ]

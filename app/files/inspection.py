@@ -13,6 +13,7 @@ from __future__ import annotations
 import codecs
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow
 
@@ -74,8 +75,8 @@ def report_of(batches: Batches, field: str | None, answers: str | None) -> FileR
     tally, first = QuestionTally(), []
     for batch in rows:
         if len(first) < PREVIEW_ROWS:
-            first.extend(batch.slice(0, PREVIEW_ROWS - len(first)).to_pylist())
-        tally.add(batch.column(question).to_pylist())
+            first.extend(python(batch.slice(0, PREVIEW_ROWS - len(first))))
+        tally.add(python(batch.column(question)))
     tally.check(question)
     return FileReport(
         rows=tally.rows,
@@ -86,6 +87,15 @@ def report_of(batches: Batches, field: str | None, answers: str | None) -> FileR
         duplicate_questions=tally.duplicates,
         preview=preview(first),
     )
+
+
+def python(values: pyarrow.Array | pyarrow.RecordBatch) -> list[Any]:
+    """The values as Python's; one Python has no form for (a date past the year 9999) is a
+    422."""
+    try:
+        return values.to_pylist()
+    except (ValueError, OverflowError) as error:
+        raise unusable(f"the file holds a value that cannot be read: {error}") from None
 
 
 def check_utf8(path: Path) -> None:

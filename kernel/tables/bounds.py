@@ -23,7 +23,7 @@ import pyarrow
 import pyarrow.compute
 import pyarrow.parquet
 
-from kernel.errors import FileTooComplex
+from kernel.errors import FileTooComplex, FileUnreadable
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -175,13 +175,20 @@ def checked(
 def check_values(
     name: str, values: pyarrow.Array, first_row: int | None, limits: TableLimits
 ) -> None:
-    """Refuses a text value longer than `row_bytes`, naming its row (`first_row` is the
-    first value's; None: a dictionary's values, which are no row's)."""
+    """Refuses text that is not UTF-8 (Parquet's is not checked as it is read) and a value
+    longer than `row_bytes`, naming its row (`first_row` is the first value's; None: a
+    dictionary's values, which are no row's)."""
     kind = values.type
-    if not (pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind)) and not (
-        pyarrow.types.is_binary(kind) or pyarrow.types.is_large_binary(kind)
-    ):
+    text = pyarrow.types.is_string(kind) or pyarrow.types.is_large_string(kind)
+    if not (text or pyarrow.types.is_binary(kind) or pyarrow.types.is_large_binary(kind)):
         return
+    if text:
+        try:
+            values.validate(full=True)
+        except pyarrow.ArrowInvalid:
+            raise FileUnreadable(
+                f"column {name!r} holds text that is not UTF-8: save it as UTF-8"
+            ) from None
     lengths = pyarrow.compute.binary_length(values)
     longest = pyarrow.compute.max(lengths).as_py()
     if longest is not None and longest > limits.row_bytes:

@@ -1,7 +1,7 @@
 """Running a reader of untrusted bytes in a child process with its own memory, CPU and
 core-file limits, so that a crash, a bomb or a loop there costs the child, never the
-caller: each is a FileUnreadable that says which limit the file met (Linux: the memory
-limit is the child's address space, read from /proc; Arrow's threads are capped there).
+caller: each is a FileUnreadable that says which limit the file met. The memory limit is
+the child's address space (on Linux, which /proc measures); Arrow's threads are capped there.
 
 Children come from multiprocessing's fork server, a small process that imports the
 readers once and forks a child per call: a fork of the API or the worker, which run
@@ -146,7 +146,8 @@ def confine(memory_bytes: int, cpu_seconds: int) -> None:
     lower(resource.RLIMIT_CORE, 0, 0)
     lower(resource.RLIMIT_CPU, cpu_seconds, cpu_seconds + 1)
     mapped = mapped_bytes()
-    lower(resource.RLIMIT_AS, mapped + memory_bytes, mapped + memory_bytes)
+    if mapped is not None:
+        lower(resource.RLIMIT_AS, mapped + memory_bytes, mapped + memory_bytes)
 
 
 def lower(limit: int, soft: int, hard: int) -> None:
@@ -157,7 +158,11 @@ def lower(limit: int, soft: int, hard: int) -> None:
     resource.setrlimit(limit, (soft, hard))
 
 
-def mapped_bytes() -> int:
-    """The process's address space now."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+def mapped_bytes() -> int | None:
+    """The process's address space now; None where /proc does not say (not Linux, where
+    the memory limit is not set: the CPU limit and the bounds still hold)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except FileNotFoundError:
+        return None

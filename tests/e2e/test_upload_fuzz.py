@@ -68,6 +68,8 @@ def test_no_upload_takes_the_api_down_or_its_memory_up(service: Service) -> None
     assert answers["a line of 20 MiB"] == answers["a CSV field of 20 MiB"] == "file_too_complex"
     assert answers["plain bomb"] == "file_too_complex"
     assert answers["dictionary bomb"] in ("file_too_complex", "file_unreadable")
+    assert answers["Parquet text not UTF-8"] == "file_unreadable"
+    assert answers["a date past 9999"] == "unusable_file"
     assert answers["brackets in a string"] == answers["good Parquet"] == 201
     assert not list((service.home / "uploads").glob("*"))
 
