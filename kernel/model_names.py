@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
 
 from kernel.datapaths import is_model_path
-
-if TYPE_CHECKING:
-    from kernel.spec import JobSpec
 
 TINY_STUDENT = "tiny-student"
 TINY_TEACHER = "tiny-teacher"
@@ -40,6 +36,16 @@ TRAINED_PRESETS = (
 PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
 OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe"}
 """Presets over a tokenizer of their own; every other preset shares the byte-level one."""
+ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
+"""What the arithmetic presets read after each question: the suffix they were trained with,
+and the `arithmetic` source's."""
+PRESET_QUESTION_SUFFIXES = dict.fromkeys(TRAINED_PRESETS, ARITHMETIC_SUFFIX)
+PRESET_LEARNING_RATES = {
+    **dict.fromkeys(TINY_PRESETS, 1e-3),
+    **dict.fromkeys(TRAINED_PRESETS, 3e-3),
+}
+"""A student preset's learning rate when a spec gives none: the rate its examples learn
+with (the reference's 4e-5 is for a 4B model's LoRA, and moves these next to nothing)."""
 REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
@@ -81,20 +87,3 @@ def preset_tokenizer(name: str) -> str | None:
     if name not in PRESETS:
         return None
     return OWN_TOKENIZERS.get(name, "byte-level")
-
-
-def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
-    """(field, why) for each model name of the spec that its backend cannot load."""
-    named = [("student.base_model", spec.student.base_model)]
-    for teacher, teacher_spec in spec.teacher_specs().items():
-        field = spec.teacher_field(teacher)
-        server = teacher_spec.server
-        if server is None:
-            named.append((f"{field}.base_model", teacher_spec.base_model))
-        elif server.tokenizer is not None:  # the server's model is its own to name
-            named.append((f"{field}.server.tokenizer", server.tokenizer))
-    return [
-        (field, refusal)
-        for field, name in named
-        if (refusal := model_name_refusal(spec.backend, name)) is not None
-    ]

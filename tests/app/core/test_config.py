@@ -57,6 +57,6 @@ def test_bad_values_name_the_setting(monkeypatch, tmp_path):
 
 
 def test_a_workers_file_cache_bounds_tables_by_the_upload_limit(tmp_path):
-    cache = file_cache(Settings(home=tmp_path, max_upload_bytes=4096))
+    cache = file_cache(Settings(home=tmp_path, max_upload_bytes=4096), team_id=1)
     assert cache.table_limits == TableLimits.for_uploads(4096)
     assert cache.table_limits.unpacked_bytes == 4 * 4096
