@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.pricing import Price
+from kernel.tables.bounds import DEFAULT_MAX_UPLOAD_BYTES
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
@@ -44,7 +45,10 @@ class Settings(BaseSettings):
         60.0, gt=0, le=3600, description="How long a store call is retried with backoff."
     )
     max_upload_bytes: int = Field(
-        GIB, ge=1024, description="Largest file POST /v1/files accepts (streamed to disk)."
+        DEFAULT_MAX_UPLOAD_BYTES,
+        ge=1024,
+        description="Largest file POST /v1/files accepts (streamed to disk); a table may "
+        "unpack to four times as much.",
     )
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
