@@ -134,6 +134,12 @@ class SampleRequest(SpecModel):
         description="A job with several teachers (`teachers:`): the one compared, by name; "
         "default the first.",
     )
+    reference: str | None = Field(
+        None,
+        max_length=MAX_PROMPT_CHARS,
+        description="The reference answer a self teacher with `reference: true` reads after "
+        "the question (needed then, with prompt or messages).",
+    )
     timeout_seconds: float | None = Field(
         None,
         gt=0,

@@ -35,7 +35,7 @@ from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
 from app.usage.store import add_usage
 from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, TeacherSpec
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -196,8 +196,12 @@ class Sampling:
                 f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
             )
             raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
-        server = teachers[request.teacher or next(iter(teachers))].server
-        if server is not None and "teacher" in (request.model, *request.compare):
+        compared = teachers[request.teacher or next(iter(teachers))]
+        server = compared.server
+        asks_teacher = "teacher" in (request.model, *request.compare)
+        if asks_teacher and (refusal := reference_missing(compared, requests)):
+            raise PlaygroundError(422, "invalid_request", refusal, "reference")
+        if server is not None and asks_teacher:
             message = (
                 f"job {job.id}'s teacher is model {server.model!r} on the inference server "
                 f"{server.url}, which a worker does not load: ask that server"
@@ -246,6 +250,22 @@ class Sampling:
                 PlaygroundAnswer(**answer.model_dump(), job_id=job.id, checkpoint=public)
             )
         return answers
+
+
+def reference_missing(teacher: TeacherSpec, requests: Sequence[SampleRequest]) -> str | None:
+    """Why a self teacher that reads reference answers cannot answer these requests: one
+    renders a question or a chat without the answer it reads."""
+    if teacher.self is None or not teacher.self.reference:
+        return None
+    for index, request in enumerate(requests):
+        templated = request.prompt is not None or request.messages is not None
+        if templated and request.reference is None:
+            which = f"prompt {index}: " if len(requests) > 1 else ""
+            return (
+                f"{which}the job's teacher reads each question's reference answer "
+                "(teacher.self.reference): give it as reference"
+            )
+    return None
 
 
 def answer_of(raw: str | BaseException) -> SampleAnswer:

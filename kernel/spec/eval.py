@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 from pydantic import (
     Field,
+    field_validator,
     model_validator,
 )
 
@@ -12,6 +16,29 @@ from kernel.spec.data import DatasetSpec
 from kernel.spec.sampling import MAX_TOKENS
 
 MAX_EVAL_PROMPTS = 10_000
+
+
+MAX_PATTERN_CHARS = 1000
+
+
+class RegexGrader(SpecModel):
+    """A grader of format: an answer is accepted when its text, stripped of surrounding
+    whitespace, matches the pattern as a whole (no reference answer needed)."""
+
+    regex: str = Field(
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="A Python regular expression, e.g. -?[0-9]+ for a bare number.",
+    )
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"is not a regular expression: {error}") from None
+        return pattern
 
 
 class EvalSpec(SpecModel):
@@ -40,7 +67,15 @@ class EvalSpec(SpecModel):
         1.0, ge=0.0, le=10.0, description="1 keeps the reverse-KL estimate on-policy."
     )
     teacher_baseline: bool = Field(
-        False, description="Also let the teacher answer the same prompts, once."
+        False,
+        description="Also let the teacher answer the same prompts, once (a self teacher "
+        "reading its context).",
+    )
+    grader: Literal["boxed"] | RegexGrader = Field(
+        "boxed",
+        description="What eval/accuracy counts: boxed, the last \\boxed{} against the "
+        "reference answer (math-verify); or {regex: ...}, a full match of the stripped "
+        "answer (a format, every completion graded).",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
 
