@@ -107,15 +107,21 @@ def teacher_input(
     if prompt is None:
         return ids, list(mask)
     completion = sum(mask)
+    tail = ids[len(ids) - completion + 1 :] if completion else []
+    own = [*prompt, *tail]
+    return own, [False] * (len(own) - completion) + [True] * completion
+
+
+def check_completion_last(mask: Sequence[bool]) -> None:
+    """A teacher with a prompt of its own reads the completion after it (`teacher_input`):
+    the datum's completion positions must be its last ones."""
+    completion = sum(mask)
     if completion and list(mask[-completion:]) != [True] * completion:
         raise ValidationError(
             "a teacher with a prompt of its own reads the completion after it: the "
             "datum's weights must be 1 on its last positions only",
             code="validation.invalid_loss_fn_inputs",
         )
-    tail = ids[len(ids) - completion + 1 :] if completion else []
-    own = [*prompt, *tail]
-    return own, [False] * (len(own) - completion) + [True] * completion
 
 
 Group = tuple[Scorer, int]

@@ -50,7 +50,14 @@ from worker.engine.backends.local.checkpoints import (
     write_manifest,
 )
 from worker.engine.backends.local.decoding import row_chunks, target_logprobs
-from worker.engine.backends.local.distillation import Reading, Rows, Scorer, Totals, accumulate
+from worker.engine.backends.local.distillation import (
+    Reading,
+    Rows,
+    Scorer,
+    Totals,
+    accumulate,
+    check_completion_last,
+)
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import SEEDED_INIT
@@ -145,6 +152,9 @@ class LocalTrainingClient:
                 f"{len(teachers)} teachers for {len(samples)} datums: give each datum its own",
                 code="validation.invalid_teachers",
             )
+        for mask, mixed in zip(masks, teachers, strict=True):
+            if any(share.prompt is not None for share in mixed):
+                check_completion_last(mask)
         scorers = {
             id(share.client): self.teacher_scorer(share.client)
             for mixed in teachers
