@@ -34,8 +34,15 @@ from app.jobs.weight_paths import checked_weights
 from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
 from app.usage.store import add_usage
-from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
-from kernel.spec import JobSpec, TeacherSpec
+from kernel.playground import (
+    Outcome,
+    SampleAnswer,
+    SampleRequest,
+    SampleTask,
+    TaskFailure,
+    missing_reference,
+)
+from kernel.spec import JobSpec
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -199,8 +206,10 @@ class Sampling:
         compared = teachers[request.teacher or next(iter(teachers))]
         server = compared.server
         asks_teacher = "teacher" in (request.model, *request.compare)
-        if asks_teacher and (refusal := reference_missing(compared, requests)):
-            raise PlaygroundError(422, "invalid_request", refusal, "reference")
+        for index, one in enumerate(requests):
+            if asks_teacher and (refusal := missing_reference(compared, one)):
+                which = f"prompt {index}: " if len(requests) > 1 else ""
+                raise PlaygroundError(422, "invalid_request", which + refusal, "reference")
         if server is not None and asks_teacher:
             message = (
                 f"job {job.id}'s teacher is model {server.model!r} on the inference server "
@@ -250,22 +259,6 @@ class Sampling:
                 PlaygroundAnswer(**answer.model_dump(), job_id=job.id, checkpoint=public)
             )
         return answers
-
-
-def reference_missing(teacher: TeacherSpec, requests: Sequence[SampleRequest]) -> str | None:
-    """Why a self teacher that reads reference answers cannot answer these requests: one
-    renders a question or a chat without the answer it reads."""
-    if teacher.self is None or not teacher.self.reference:
-        return None
-    for index, request in enumerate(requests):
-        templated = request.prompt is not None or request.messages is not None
-        if templated and request.reference is None:
-            which = f"prompt {index}: " if len(requests) > 1 else ""
-            return (
-                f"{which}the job's teacher reads each question's reference answer "
-                "(teacher.self.reference): give it as reference"
-            )
-    return None
 
 
 def answer_of(raw: str | BaseException) -> SampleAnswer:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any
 
 from pydantic import (
     Field,
@@ -21,24 +21,37 @@ MAX_EVAL_PROMPTS = 10_000
 MAX_PATTERN_CHARS = 1000
 
 
-class RegexGrader(SpecModel):
-    """A grader of format: an answer is accepted when its text, stripped of surrounding
-    whitespace, matches the pattern as a whole (no reference answer needed)."""
+class GraderSpec(SpecModel):
+    """What eval/accuracy counts: `boxed` (the default), the last \\boxed{} against the
+    reference answer with math-verify; or `{regex: ...}`, a grader of format: an answer is
+    accepted when its text, stripped of surrounding whitespace, matches the pattern as a
+    whole (every completion graded, no reference answer needed)."""
 
-    regex: str = Field(
+    regex: str | None = Field(
+        None,
         min_length=1,
         max_length=MAX_PATTERN_CHARS,
-        description="A Python regular expression, e.g. -?[0-9]+ for a bare number.",
+        description="A Python regular expression, e.g. -?[0-9]+ for a bare number; null = boxed.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _boxed_by_name(cls, data: Any) -> Any:
+        """`grader: boxed` is `grader: {}`."""
+        return {} if data == "boxed" else data
 
     @field_validator("regex")
     @classmethod
-    def _compiles(cls, pattern: str) -> str:
+    def _compiles(cls, pattern: str | None) -> str | None:
         try:
-            re.compile(pattern)
+            re.compile(pattern or "")
         except re.error as error:
             raise ValueError(f"is not a regular expression: {error}") from None
         return pattern
+
+    @property
+    def boxed(self) -> bool:
+        return self.regex is None
 
 
 class EvalSpec(SpecModel):
@@ -71,8 +84,8 @@ class EvalSpec(SpecModel):
         description="Also let the teacher answer the same prompts, once (a self teacher "
         "reading its context).",
     )
-    grader: Literal["boxed"] | RegexGrader = Field(
-        "boxed",
+    grader: GraderSpec = Field(
+        default_factory=GraderSpec,
         description="What eval/accuracy counts: boxed, the last \\boxed{} against the "
         "reference answer (math-verify); or {regex: ...}, a full match of the stripped "
         "answer (a format, every completion graded).",

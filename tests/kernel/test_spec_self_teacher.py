@@ -120,7 +120,7 @@ def test_a_reference_reading_teacher_takes_datasets_with_answers():
             "eval.grader.regex",
             "is not a regular expression",
         ),
-        (spec(eval={"holdout": 4, "grader": "regex"}), "eval.grader", "should be 'boxed'"),
+        (spec(eval={"holdout": 4, "grader": "regex"}), "eval.grader", "should be a mapping"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -130,6 +130,7 @@ def test_each_refusal_names_its_field(data, field, says):
 
 
 def test_the_eval_grader_is_boxed_unless_a_format_is_given():
-    assert parse_spec(spec(eval={"holdout": 4})).eval.grader == "boxed"
+    assert parse_spec(spec(eval={"holdout": 4})).eval.grader.boxed
+    assert parse_spec(spec(eval={"holdout": 4, "grader": "boxed"})).eval.grader.boxed
     graded = parse_spec(spec(eval={"holdout": 4, "grader": {"regex": "-?[0-9]+"}}))
     assert graded.eval is not None and graded.eval.grader.regex == "-?[0-9]+"

@@ -35,6 +35,7 @@ from kernel.playground import (
     SampleAnswer,
     SampleTask,
     TopLogprob,
+    missing_reference,
 )
 from kernel.spec import TeacherSpec
 from kernel.spec.teachers import SelfTeacher
@@ -340,6 +341,9 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     rendering of it; the student's completions scored by the teacher when it is compared."""
     start = time.perf_counter()
     roles: list[ModelRole] = [task.request.model, *task.request.compare]
+    refusal = missing_reference(compared_teacher(task)[1], task.request)
+    if "teacher" in roles and refusal is not None:
+        raise OPDError(refusal, code="invalid_prompt")
     loaded = await asyncio.gather(
         *(samplers.get(task.spec, *weights_of(task, role)) for role in roles)
     )

@@ -36,7 +36,7 @@ def graded_prompts(
 ) -> list[Prompts]:
     """The prompts whose answers math-verify grades: the eval's (unless its grader is a
     format's), and the training prompts' with a reward (`loop.reward`)."""
-    boxed = spec.eval is not None and spec.eval.grader == "boxed"
+    boxed = spec.eval is not None and spec.eval.grader.boxed
     return [
         *(eval_prompts.values() if boxed else []),
         *(prompts.values() if spec.loop.reward.coef else []),

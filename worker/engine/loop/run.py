@@ -16,7 +16,6 @@ from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample
 from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec
 from kernel.spec.data import named
-from kernel.spec.eval import RegexGrader
 from worker.engine.backends.contract import (
     SamplingClient,
     ServiceClient,
@@ -327,7 +326,7 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
         for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
     ]
     prompts = [run.render(item.question, item.pool.options) for item in items]
-    formed = spec.grader if isinstance(spec.grader, RegexGrader) else None
+    formed = spec.grader.regex
     return Evaluation(
         spec=spec,
         prompts=prompts,
@@ -346,7 +345,7 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
             run.answerer(item, prompt, sampler) for item, prompt in zip(items, prompts, strict=True)
         ],
         decode=run.decode,
-        grade=grade if formed is None else format_grader(formed.regex),
+        grade=grade if formed is None else format_grader(formed),
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
         reads_answers=formed is None,
     )
