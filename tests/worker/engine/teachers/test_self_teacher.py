@@ -306,3 +306,30 @@ async def test_a_self_teacher_over_a_template_without_a_system_role_is_refused(t
 
     with pytest.raises(IncompatibleModels, match=r"cannot render teacher\.self.s context: System"):
         await open_run(spec, service, RecordingSink(), None, pools)
+
+
+async def test_the_student_learns_to_answer_as_the_prompted_teacher_does(tmp_path):
+    """A short seeded learning check: without the context the student is its teacher (the
+    base model) exactly; with it, their held-out reverse KL starts at about 0.85 nats a
+    token and 20 steps take off about half (measured: 0.853 -> 0.410)."""
+    held_out = ["What is 9 - 4?", "Compute 6 * 7.", "Is 21 a prime number?", "Solve x + 2 = 5."]
+    spec = self_spec(
+        {"self": CONTEXT},
+        student={"base_model": "tiny-student", "lora_rank": 16, "seed": 42},
+        dataset={"source": "inline", "prompts": QUESTIONS + ANSWERS, "question_suffix": ""},
+        sampling={"max_tokens": 16},
+        optim={"learning_rate": 3e-3},
+        loop={"steps": 20, "batch_size": 4, "group_size": 4},
+        eval={
+            "samples_per_prompt": 4,
+            "dataset": {"source": "inline", "prompts": held_out, "question_suffix": ""},
+        },
+    )
+    sink = RecordingSink()
+    service = LocalServiceClient(spec.local, tmp_path)
+    prompts = Prompts(QUESTIONS + ANSWERS, [None] * 6)
+    await run_loop(spec, service, prompts, sink, eval_prompts=Prompts(held_out, [None] * 4))
+
+    before, after = sink.steps[0]["eval/reverse_kl_mean"], sink.evals[20]["eval/reverse_kl_mean"]
+    assert before > 0.3, before
+    assert after < 0.75 * before, (before, after)
