@@ -144,11 +144,13 @@ class Settings(BaseSettings):
         description="Seconds a checkpoint download waits for a worker to fetch a remote archive.",
     )
     team_max_waiting: int = Field(
-        8,
+        64,
         ge=1,
-        le=1024,
-        description="Requests of one team that may wait at once in each API process (playground"
-        " samples, checkpoint downloads); one more is a 429 with Retry-After.",
+        le=4096,
+        description="Completions of one team that may wait for a worker at once in each API "
+        "process (a request counts its prompts x n x models; a checkpoint download counts "
+        "one); past it a 429 with Retry-After, and a request asking for more alone is a 422. "
+        "The default fits one /v1/completions request of 64 choices.",
     )
     session_secret: SecretStr | None = Field(
         None,

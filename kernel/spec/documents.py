@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from kernel.json_types import load_yaml
 from kernel.spec.job import JobSpec

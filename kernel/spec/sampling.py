@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    Field,
-    model_validator,
-)
+from pydantic import Field, model_validator
 
 from kernel.spec.base import SpecModel, field_error
 

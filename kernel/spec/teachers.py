@@ -7,22 +7,14 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, field_error
 from kernel.spec.data import MAX_PROMPT_CHARS
 from kernel.spec.student import SavedWeights
 
 MAX_SERVER_BATCH = 256
-
-
 MAX_SERVER_CONCURRENCY = 64
-
-
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -224,8 +216,6 @@ class MixedTeacher(TeacherSpec):
 
 
 MAX_TEACHERS = 8
-
-
 SINGLE_TEACHER = "teacher"
 """The name `teacher:` goes by where teachers are named (usage, the playground)."""
 

@@ -49,8 +49,8 @@ def files_command(args: argparse.Namespace) -> int:
         )
         print(file.id if args.quiet else "\n".join(report_lines(file)))
     elif args.files_action == "list":
-        for listed in islice(api.files.list(page_size=page_size(args.limit, 100)), args.limit):
-            print(file_line(listed))
+        listed = list(islice(api.files.list(page_size=page_size(args.limit, 100)), args.limit))
+        print("\n".join(map(file_line, listed)) if listed else "no files (opd files upload PATH)")
     elif args.files_action == "show":
         print("\n".join(report_lines(api.files.get(args.file))))
     elif args.files_action == "download":

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from app.audit.schemas import AuditEntryPublic, AuditPage
 from app.auth.schemas import KeyCreated, KeyPublic, KeysList, Scope
+from app.budgets.schemas import BudgetPublic, Estimate, SweepEstimate
 from app.core.pages import Page
 from app.files.schemas import FileDetail, FilePublic, FilesPage
 from app.jobs.schemas import (
@@ -191,6 +192,13 @@ class Jobs(Resource[X], Generic[X, J]):
         job = self._bind(reply.model(JobPublic))
         job._existed = reply.status == 200  # type: ignore[attr-defined]
         return job
+
+    @operation
+    def estimate(self, spec: JobSpec | Mapping[str, Any]) -> Steps[Estimate]:
+        """What the job would use (tokens with low, point and high bounds, their cost, the
+        basis of each figure, and how it compares with the team's budget), without
+        submitting it: the spec is admitted as `create` admits it, nothing is stored."""
+        return (yield from fetch(Call("POST", "/v1/jobs/estimate", json=written(spec)), Estimate))
 
     @operation
     def get(self, job_id: int) -> Steps[J]:
@@ -454,6 +462,13 @@ class Sweeps(Resource[X]):
         call = Call("POST", "/v1/sweeps", json=written(definition), resendable=False)
         return (yield from fetch(call, SweepDetail))
 
+    @operation
+    def estimate(self, definition: SweepCreate | Mapping[str, Any]) -> Steps[SweepEstimate]:
+        """Every trial's estimate, their total and what early stopping may save, without
+        creating the sweep (admitted as `create` admits it)."""
+        call = Call("POST", "/v1/sweeps/estimate", json=written(definition))
+        return (yield from fetch(call, SweepEstimate))
+
     @listed(SweepPublic)
     def list(self, *, page_size: int = 100) -> Listing:
         """The caller's sweeps (every team's for an admin key), newest first."""
@@ -587,7 +602,7 @@ class Keys(Resource[X]):
 
 
 class Teams(Resource[X]):
-    """Teams and their limits (admin keys only)."""
+    """Teams, their limits and budgets (admin keys only)."""
 
     @operation
     def list(self) -> Steps[list[TeamPublic]]:
@@ -604,6 +619,32 @@ class Teams(Resource[X]):
             if value is not UNSET
         }
         return (yield from fetch(Call("PATCH", f"/v1/teams/{name}", json=body), TeamPublic))
+
+    @operation
+    def budget(self, team: str) -> Steps[BudgetPublic]:
+        """The team's budget (by name or id) and its spend this period, per day."""
+        return (yield from fetch(Call("GET", f"/v1/teams/{team}/budget"), BudgetPublic))
+
+    @operation
+    def set_budget(
+        self,
+        team: str,
+        *,
+        tokens: int | None = None,
+        cost: float | None = None,
+        soft: float = 0.8,
+        period: str = "month",
+    ) -> Steps[BudgetPublic]:
+        """Set what the team may spend a period: `tokens` or `cost` (one of them)."""
+        body = {"tokens": tokens, "cost": cost, "soft": soft, "period": period}
+        body = {field: value for field, value in body.items() if value is not None}
+        call = Call("PUT", f"/v1/teams/{team}/budget", json=body)
+        return (yield from fetch(call, BudgetPublic))
+
+    @operation
+    def delete_budget(self, team: str) -> Steps[None]:
+        """Remove the team's budget (what it paused resumes)."""
+        yield Call("DELETE", f"/v1/teams/{team}/budget")
 
 
 class Webhooks(Resource[X]):

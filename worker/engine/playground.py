@@ -42,9 +42,10 @@ from kernel.spec.teachers import SelfTeacher
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.rollouts.datums import build_chat, build_prompt
 from worker.engine.rollouts.sampler_cache import Loaded, SamplerCache
-from worker.engine.rollouts.sampling import TOPK_SCORING, Prompted, Scored, Scorer, stop_sequences
+from worker.engine.rollouts.sampling import Scored, Scorer, stop_sequences
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers, top_k_of
 from worker.engine.teachers.preflight import tokenizer_difference
+from worker.engine.teachers.scoring import TOPK_SCORING, Prompted
 from worker.engine.teachers.views import context_turns, referenced, self_messages
 
 

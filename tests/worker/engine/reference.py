@@ -10,7 +10,8 @@ from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient, TrainingClient
 from worker.engine.data.mixing import batch_indices
 from worker.engine.rollouts.datums import build_prompt
-from worker.engine.rollouts.sampling import Prompted, opd_datums, sample_and_score, stop_sequences
+from worker.engine.rollouts.sampling import opd_datums, sample_and_score, stop_sequences
+from worker.engine.teachers.scoring import Prompted
 
 
 async def reference_run(

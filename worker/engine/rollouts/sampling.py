@@ -1,9 +1,9 @@
 """Sampling a batch of prompts and scoring every completion with the teacher.
 
 Each prompt comes with what scores its completions (`Scorer`): its teacher after the
-teacher's own rendering of the question (`Prompted`; the student's prompt itself when the
-two chat templates agree; `cross_tokenizer.Retokenized` for a teacher with another
-tokenizer), or a mixture of teachers. All prompts of a batch are sampled
+teacher's own rendering of the question (teachers/scoring.py's `Prompted`; the student's
+prompt itself when the two chat templates agree; `cross_tokenizer.Retokenized` for a
+teacher with another tokenizer), or a mixture of teachers. All prompts of a batch are sampled
 concurrently and each completion is scored as soon as its prompt's group is back, as the
 async reference does; batches sampled at the same time (the pipelined loop) take turns at
 the teacher. The batch also reports where its time went: the wall time until the last
@@ -16,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
@@ -26,13 +26,8 @@ from worker.engine.backends.contract import SamplingClient, TeacherShare
 from worker.engine.rollouts.datums import (
     TopK,
     build_opd_datum,
-    completion_slice,
-    completion_topk,
     kl_advantages,
 )
-
-TOPK_SCORING = SamplingParams(max_tokens=1)
-"""A one-token sample: the prefill that scores its prompt (as Tinker's compute_logprobs)."""
 
 
 @dataclass(frozen=True)
@@ -103,14 +98,6 @@ def with_teacher_logprobs(batch: Batch, outputs: Sequence[Mapping[str, TensorDat
     return replace(batch, completions=completions)
 
 
-async def teacher_logprobs(
-    teacher: SamplingClient, prompt: list[int], completion: list[int]
-) -> list[float]:
-    """The teacher's logprob of each completion token, in the prompt's context."""
-    all_logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
-    return completion_slice(all_logprobs, len(prompt), len(completion))
-
-
 @dataclass(frozen=True)
 class Scored:
     """A completion as its scorer saw it: the logprob of each of its (student) tokens, the
@@ -140,64 +127,12 @@ class Scorer(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Prompted:
-    """A teacher and the prompt it reads before a completion: its own rendering of the
-    question, which is the student's prompt when their chat templates agree. It scores
-    `prompt + completion`, the completion's logprobs from position len(prompt) on."""
+@runtime_checkable
+class TopKScorer(Scorer, Protocol):
+    """A teacher that also gives its k likeliest tokens at each completion position
+    (`teachers/scoring.py`'s `Prompted`)."""
 
-    name: str
-    client: SamplingClient
-    prompt: list[int]
-
-    async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
-        logprobs = await teacher_logprobs(self.client, self.prompt, completion)
-        return Scored(logprobs, self.read(completion))
-
-    async def scores(self, completion: list[int], k: int) -> tuple[list[float], list[TopK]]:
-        return await teacher_scores(self.client, self.prompt, completion, k)
-
-    def read(self, completion: list[int]) -> dict[str, int]:
-        return {self.name: len(self.prompt) + len(completion)}
-
-    def shares(self) -> list[TeacherShare]:
-        return [TeacherShare(self.client, 1.0, self.prompt)]
-
-
-async def teacher_scores(
-    teacher: SamplingClient, prompt: list[int], completion: list[int], k: int
-) -> tuple[list[float], list[TopK]]:
-    """The teacher's logprob of each completion token and its k likeliest tokens at each
-    completion position, from one prefill of prompt + completion (`teacher_prefill`); a
-    response without the top k is refused."""
-    logprobs, topk = await teacher_prefill(teacher, prompt, completion, k)
-    if topk is None:
-        raise BackendFailure(
-            f"Invalid teacher top-{k} logprobs for completion tokens: the response has none",
-            code="bad_teacher_logprobs",
-        )
-    return logprobs, topk
-
-
-async def teacher_prefill(
-    teacher: SamplingClient, prompt: list[int], completion: list[int], k: int
-) -> tuple[list[float], list[TopK] | None]:
-    """One prefill of prompt + completion (a one-token sample with the prompt's logprobs,
-    as compute_logprobs asks for them, and their top k): the teacher's logprob of each
-    completion token and, if the response has them, its k likeliest at each completion
-    position."""
-    response = await teacher.sample_async(
-        ModelInput.from_ints(prompt + completion),
-        num_samples=1,
-        sampling_params=TOPK_SCORING,
-        include_prompt_logprobs=True,
-        topk_prompt_logprobs=k,
-        return_text=False,
-    )
-    logprobs = completion_slice(response.prompt_logprobs, len(prompt), len(completion))
-    if not response.topk_prompt_logprobs:
-        return logprobs, None
-    return logprobs, completion_topk(response.topk_prompt_logprobs, len(prompt), len(completion), k)
+    async def scores(self, completion: list[int], k: int) -> tuple[list[float], list[TopK]]: ...
 
 
 class ScoringTurn:
@@ -273,7 +208,7 @@ async def sample_and_score(
             topks: list[list[TopK] | None] = [None] * len(sequences)
             shares = scorer.shares()
         elif teacher_top_k:
-            assert isinstance(scorer, Prompted), "a teacher's top-k needs one teacher"
+            assert isinstance(scorer, TopKScorer), "a teacher's top-k needs one teacher"
             both = await asyncio.gather(
                 *(scorer.scores(seq.tokens, teacher_top_k) for seq in sequences)
             )

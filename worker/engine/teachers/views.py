@@ -34,7 +34,7 @@ from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerTeacher
 from worker.engine.data.mixing import Pool
 from worker.engine.rollouts.datums import build_chat, build_prompt, question_text
-from worker.engine.rollouts.sampling import Prompted, Scorer
+from worker.engine.rollouts.sampling import Scorer
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.teachers.preflight import (
     MODE_WORDS,
@@ -43,6 +43,7 @@ from worker.engine.teachers.preflight import (
     check_objective,
     teacher_mode,
 )
+from worker.engine.teachers.scoring import Prompted
 
 RENDERED_KEPT = 4096
 PROBE_QUESTION = "What is 12 + 30?"
@@ -170,12 +171,7 @@ class TeacherView:
         """What scores with this teacher the completions `sampler` sampled."""
         if self.client is not None:
             return self.client
-        if sampler is None:
-            raise OPDError(
-                f"teacher {self.name!r} reads with the weights that sampled the completion, "
-                "and none was given",
-                code="internal",
-            )
+        assert sampler is not None, f"teacher {self.name!r} scores with the completion's sampler"
         return sampler
 
     def prompted(

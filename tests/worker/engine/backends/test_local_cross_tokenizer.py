@@ -21,9 +21,10 @@ from worker.engine.backends.local.trained import trained_model
 from worker.engine.data.datasets import Prompts
 from worker.engine.loop.steps import run_loop
 from worker.engine.rollouts.datums import build_prompt
-from worker.engine.rollouts.sampling import Prompted, stop_sequences, teacher_logprobs
+from worker.engine.rollouts.sampling import stop_sequences
 from worker.engine.teachers.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
 from worker.engine.teachers.preflight import teacher_mode
+from worker.engine.teachers.scoring import Prompted, teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix
 QUESTIONS = ["What is 2 + 3?", "What is 7 * 8?"]

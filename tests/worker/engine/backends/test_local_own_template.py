@@ -17,7 +17,7 @@ from worker.engine.data.arithmetic import training_problems
 from worker.engine.data.datasets import Prompts
 from worker.engine.loop.steps import run_loop
 from worker.engine.rollouts.datums import build_prompt
-from worker.engine.rollouts.sampling import teacher_logprobs
+from worker.engine.teachers.scoring import teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix
 

@@ -19,7 +19,8 @@ from worker.engine.loop.schedule import (
     sampler_version,
     step_seed,
 )
-from worker.engine.rollouts.sampling import Prompted, sample_and_score
+from worker.engine.rollouts.sampling import sample_and_score
+from worker.engine.teachers.scoring import Prompted
 
 
 def loop(**fields: int) -> LoopSpec:
