@@ -28,7 +28,7 @@ from worker.engine.loop.run import evaluation_for, open_run
 from worker.engine.loop.state import SavedState
 from worker.engine.loop.steps import run_loop
 from worker.engine.rollouts.datums import build_chat, build_opd_datum, build_prompt
-from worker.engine.rollouts.sampling import teacher_logprobs
+from worker.engine.teachers.scoring import teacher_logprobs
 
 SYSTEM = "Answer with the number only, no words."
 EXAMPLE = {"user": "What is 3 + 4?", "assistant": "7"}
