@@ -127,6 +127,20 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "The team's files would hold more than `OPD_TEAM_MAX_FILE_BYTES`: delete files it no "
         "longer needs.",
     ),
+    "invalid_filename": (
+        REQUEST,
+        "An upload's file name holds a control character (C0, DEL, C1): rename the file.",
+    ),
+    "content_missing": (
+        REQUEST,
+        "The file's bytes are gone from the store (a 410, before any byte is sent): upload "
+        "it again.",
+    ),
+    "upload_interrupted": (
+        REQUEST,
+        "The upload could not be recorded in time (the database or a claim on its bytes "
+        "did not answer); nothing was kept: send it again.",
+    ),
     "not_utf8": (REQUEST, "A JSONL or CSV upload that is not UTF-8; the message names the byte."),
     "unusable_file": (
         REQUEST,
@@ -188,6 +202,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "backend_not_installed": (
         JOB,
         "The worker lacks the extra its backend needs; the message names the pip install.",
+    ),
+    "extra_not_installed": (
+        JOB,
+        "The worker lacks the extra a model needs (a packaged preset such as "
+        "smollm2-135m-instruct, or the GGUF reader); the message names the pip install.",
     ),
     "backend_failed": (JOB, "The backend's answer was incomplete (fewer top-k than asked)."),
     "device_unavailable": (JOB, "`local.device` names a device the worker does not have."),

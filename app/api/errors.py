@@ -185,7 +185,8 @@ async def on_spec_not_found(_request: Request, exc: Exception) -> JSONResponse:
 
 async def on_file_refused(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FileRefused)
-    return error_response(exc.status, exc.code, exc.message, exc.param)
+    headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+    return error_response(exc.status, exc.code, exc.message, exc.param, headers)
 
 
 async def on_storage_down(_request: Request, exc: Exception) -> JSONResponse:

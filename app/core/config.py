@@ -49,6 +49,24 @@ class Settings(BaseSettings):
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
     )
+    team_max_spool_bytes: int = Field(
+        2 * GIB,
+        ge=1024,
+        description="Bytes of uploads one team may have arriving at once in one API process "
+        "(spooled to <home>/uploads); past it a 429.",
+    )
+    max_spool_bytes: int = Field(
+        8 * GIB,
+        ge=1024,
+        description="Bytes of uploads all teams together may have arriving at once in one API "
+        "process; past it a 429.",
+    )
+    presigned_downloads: bool = Field(
+        False,
+        description="With a bucket: GET /v1/files/{id}/content?redirect=true answers 307 to a "
+        "presigned URL, which shows teams the bucket's endpoint, the store's prefix and the "
+        "access key id; off, the bytes always come through the API.",
+    )
     file_cache_bytes: int = Field(
         10 * GIB,
         ge=MIB,
@@ -60,6 +78,11 @@ class Settings(BaseSettings):
         ge=MIB,
         description="With a bucket: bytes of checkpoints a worker or the API keeps copies of "
         "(<home>/cache/checkpoints); the least recently used go first.",
+    )
+    model_cache: Path = Field(
+        description="Where a worker keeps GGUF models (a packaged preset such as "
+        "smollm2-135m-instruct, or an operator's file) converted into Hugging Face folders, "
+        "one per file's sha256; default <home>/cache/models."
     )
     worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
@@ -251,6 +274,7 @@ class Settings(BaseSettings):
             "database_url": f"sqlite:///{home / 'opd.db'}",
             "artifact_root": home / "artifacts",
             "data_root": home / "data",
+            "model_cache": home / "cache" / "models",
             "storage_url": str(home),
         }
         derived = {key: value for key, value in defaults.items() if not data.get(key)}

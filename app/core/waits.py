@@ -4,9 +4,9 @@ connection meanwhile: their reads are done first and the session's connection go
 the pool, so however many there are, every other request still gets one. Each team may
 hold only so many places of a kind at once in an API process (OPD_TEAM_MAX_WAITING
 completions waiting for a worker: a request takes one per completion it asks for, so a list
-of 64 prompts takes 64; OPD_TEAM_MAX_STREAMS streams, one each; streams also
-OPD_MAX_STREAMS in all); one more is refused at once (a 429 with Retry-After) rather than
-piling up."""
+of 64 prompts takes 64; OPD_TEAM_MAX_STREAMS streams, one each; streams also OPD_MAX_STREAMS
+in all; the bytes of uploads arriving, OPD_TEAM_MAX_SPOOL_BYTES and OPD_MAX_SPOOL_BYTES); one
+more is refused at once (a 429 with Retry-After) rather than piling up."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Places:
         self.held: Counter[int] = Counter()
 
     def take(self, team_id: int, count: int = 1) -> None:
-        """Take `count` of the team's places, else TooManyWaiting."""
+        """Take `count` of the team's places (bytes, for uploads), else TooManyWaiting."""
         if self.held[team_id] + count > self.per_team.count:
             raise self.refusal("this team already has", self.held[team_id], count, self.per_team)
         if self.in_all is not None and self.held.total() + count > self.in_all.count:

@@ -7,8 +7,6 @@ Worker writes name the worker's id, so a worker whose job was taken over learns 
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import commit_or_flush, detach
 from app.core.documents import stored_json
+from app.core.idempotency import Idempotency
 from app.core.tables import utcnow
 from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, JobNotHeld
 from app.jobs.fairness import fair_pick
@@ -47,29 +46,6 @@ class ActionResult:
 
     job: Job
     changed: bool
-
-
-@dataclass(frozen=True)
-class Idempotency:
-    """An Idempotency-Key and the request it came with, as its client sent it (the route
-    and its parsed JSON body, not the spec made of it): a retry is the same request
-    whatever defaults the spec gained since."""
-
-    key: str
-    route: str
-    body: Any
-
-    @property
-    def fingerprint(self) -> str:
-        """A digest of the request, keys sorted: however it was formatted, it hashes alike."""
-        canonical = json.dumps(
-            [self.route, self.body],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=str,  # a YAML form's dates
-        )
-        return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 async def compare_and_set(

@@ -250,10 +250,11 @@ async def attempt(
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
-            blobs=file_cache(ctx.settings),
+            blobs=file_cache(ctx.settings, job.team_id),
             checkpoints=checkpoint_store(ctx.settings),
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
+            model_cache=ctx.settings.model_cache,
         )
     )
     error: BaseException | None = None
