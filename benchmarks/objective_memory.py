@@ -70,6 +70,7 @@ async def train(args: argparse.Namespace) -> dict[str, float]:
     from pytrio.types import AdamParams
 
     from kernel.spec import LocalBackendSpec, ObjectiveSpec
+    from worker.engine.backends.contract import TeacherShare
     from worker.engine.backends.local import LocalServiceClient
     from worker.engine.backends.local.divergences import divergence
     from worker.engine.rollouts.datums import build_opd_datum
@@ -102,7 +103,7 @@ async def train(args: argparse.Namespace) -> dict[str, float]:
             value = divergence(logprobs, scored, objective)[0]
             value.mean().backward()
         elif objective.logit_level:
-            shares = [[(teacher, 1.0)]] * len(datums)
+            shares = [[TeacherShare(teacher)]] * len(datums)
             await (await student.forward_backward_logits_async(datums, shares, objective))
         else:
             await (await student.forward_backward_async(datums, "importance_sampling"))

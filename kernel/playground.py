@@ -8,7 +8,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, TeacherSpec
 from kernel.spec.base import CheckpointRef, Name, SpecModel, field_error
 from kernel.spec.data import MAX_PROMPT_CHARS
 from kernel.spec.sampling import MAX_TOKENS
@@ -134,6 +134,12 @@ class SampleRequest(SpecModel):
         description="A job with several teachers (`teachers:`): the one compared, by name; "
         "default the first.",
     )
+    reference: str | None = Field(
+        None,
+        max_length=MAX_PROMPT_CHARS,
+        description="The reference answer a self teacher with `reference: true` reads after "
+        "the question (needed then, with prompt or messages).",
+    )
     timeout_seconds: float | None = Field(
         None,
         gt=0,
@@ -157,6 +163,19 @@ class SampleRequest(SpecModel):
         if self.model in self.compare:
             raise field_error(("compare",), f"{shown(self.model)} is the model asked for already")
         return self
+
+
+def missing_reference(teacher: TeacherSpec, request: SampleRequest) -> str | None:
+    """Why a self teacher that reads reference answers cannot render this request: it
+    gives a question or a chat without the answer the teacher reads."""
+    if teacher.self is None or not teacher.self.reference:
+        return None
+    if (request.prompt is None and request.messages is None) or request.reference is not None:
+        return None
+    return (
+        "the job's teacher reads each question's reference answer (teacher.self.reference): "
+        "give it as reference"
+    )
 
 
 class SampleTask(BaseModel):

@@ -27,6 +27,7 @@ from app.jobs.admission import admit
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
 from app.usage.store import models_of
+from kernel.model_names import text_tokens
 from kernel.spec import JobSpec
 from kernel.spec.data import ArithmeticDataset, InlineDataset
 
@@ -171,12 +172,22 @@ def question_bytes(spec: JobSpec) -> Span | None:
 
 
 def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
-    """A prompt's length without history: from its text where the spec holds it."""
+    """A prompt's length without history: from its text where the spec holds it, in the
+    student's tokens where its tokenizer says how many (the byte-level presets'), else at
+    about BYTES_PER_TOKEN bytes a token."""
     text = question_bytes(spec)
     if text is None:
         return UNKNOWN_PROMPT, (
             "prompt length: not measured yet and not in the spec: assumed "
             f"{UNKNOWN_PROMPT.point:g} tokens ({UNKNOWN_PROMPT.low:g} to {UNKNOWN_PROMPT.high:g})"
+        )
+    if known := text_tokens(spec.student.base_model):
+        per_byte, template = known
+        exact = Span(text.low * per_byte, text.point * per_byte, text.high * per_byte)
+        return exact + Span.exactly(template), (
+            f"prompt length: not measured yet: the questions' {text.point:.0f} bytes, "
+            f"{per_byte:g} token a byte in {spec.student.base_model}'s tokenizer, plus "
+            f"{template} for its chat template"
         )
     prompt = Span(
         max(text.low / BYTES_PER_TOKEN, 1) + TEMPLATE_TOKENS.low,

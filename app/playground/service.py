@@ -40,7 +40,14 @@ from app.jobs.weight_paths import checked_weights
 from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
 from app.usage.store import add_usage
-from kernel.playground import Outcome, SampleAnswer, SampleRequest, SampleTask, TaskFailure
+from kernel.playground import (
+    Outcome,
+    SampleAnswer,
+    SampleRequest,
+    SampleTask,
+    TaskFailure,
+    missing_reference,
+)
 from kernel.spec import JobSpec
 
 R = TypeVar("R", bound=BaseModel)
@@ -230,8 +237,14 @@ class Sampling:
                 f"job {job.id} has no teacher {request.teacher!r} (it has {', '.join(teachers)})"
             )
             raise PlaygroundError(422, "invalid_request", f"teacher: {message}", "teacher")
-        server = teachers[request.teacher or next(iter(teachers))].server
-        if server is not None and "teacher" in (request.model, *request.compare):
+        compared = teachers[request.teacher or next(iter(teachers))]
+        server = compared.server
+        asks_teacher = "teacher" in (request.model, *request.compare)
+        for index, one in enumerate(requests):
+            if asks_teacher and (refusal := missing_reference(compared, one)):
+                which = f"prompt {index}: " if len(requests) > 1 else ""
+                raise PlaygroundError(422, "invalid_request", which + refusal, "reference")
+        if server is not None and asks_teacher:
             message = (
                 f"job {job.id}'s teacher is model {server.model!r} on the inference server "
                 f"{server.url}, which a worker does not load: ask that server"

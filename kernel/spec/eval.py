@@ -2,13 +2,56 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import re
+from typing import Any
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from kernel.spec.base import MAX_STEPS, SpecModel, field_error
 from kernel.spec.data import DatasetSpec
 from kernel.spec.sampling import MAX_TOKENS
 
 MAX_EVAL_PROMPTS = 10_000
+
+
+MAX_PATTERN_CHARS = 1000
+
+
+class GraderSpec(SpecModel):
+    """What eval/accuracy counts: `boxed` (the default), the last \\boxed{} against the
+    reference answer with math-verify; or `{regex: ...}`, a grader of format: an answer is
+    accepted when its text, stripped of surrounding whitespace, matches the pattern as a
+    whole (every completion graded, no reference answer needed)."""
+
+    regex: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PATTERN_CHARS,
+        description="A Python regular expression, e.g. -?[0-9]+ for a bare number; null = boxed.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _boxed_by_name(cls, data: Any) -> Any:
+        """`grader: boxed` is `grader: {}`."""
+        return {} if data == "boxed" else data
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        try:
+            re.compile(pattern or "")
+        except re.error as error:
+            raise ValueError(f"is not a regular expression: {error}") from None
+        return pattern
+
+    @property
+    def boxed(self) -> bool:
+        return self.regex is None
 
 
 class EvalSpec(SpecModel):
@@ -37,7 +80,15 @@ class EvalSpec(SpecModel):
         1.0, ge=0.0, le=10.0, description="1 keeps the reverse-KL estimate on-policy."
     )
     teacher_baseline: bool = Field(
-        False, description="Also let the teacher answer the same prompts, once."
+        False,
+        description="Also let the teacher answer the same prompts, once (a self teacher "
+        "reading its context).",
+    )
+    grader: GraderSpec = Field(
+        default_factory=GraderSpec,
+        description="What eval/accuracy counts: boxed, the last \\boxed{} against the "
+        "reference answer (math-verify); or {regex: ...}, a full match of the stripped "
+        "answer (a format, every completion graded).",
     )
     seed: int = Field(0, ge=0, le=2**31 - 1)
 

@@ -18,6 +18,7 @@ from kernel.spec.data import (
     DatasetSpec,
     DeepMathDataset,
     FileDataset,
+    InlineDataset,
     PromptOptions,
     SharedDataset,
     named,
@@ -27,7 +28,13 @@ from kernel.spec.loop import LoopSpec, described
 from kernel.spec.optim import OptimSpec
 from kernel.spec.sampling import SamplingSpec
 from kernel.spec.student import StudentSpec
-from kernel.spec.teachers import MAX_TEACHERS, SINGLE_TEACHER, MixedTeacher, TeacherSpec
+from kernel.spec.teachers import (
+    MAX_TEACHERS,
+    SELF_BASE_MODEL,
+    SINGLE_TEACHER,
+    MixedTeacher,
+    TeacherSpec,
+)
 from kernel.spec.trackers import SwanLabSpec, TrackersSpec
 
 MAX_METADATA_KEYS = 32
@@ -57,6 +64,42 @@ def one_of_each_required(schema: dict[str, Any]) -> None:
         {"anyOf": [{"required": [single]}, {"required": [several]}]}
         for single, several in (("teacher", "teachers"), ("dataset", "datasets"))
     ]
+
+
+def without_answers(dataset: DatasetSpec | SharedDataset) -> str | None:
+    """How to give a dataset's prompts their reference answers when it has none, else
+    None (the worker checks that no single answer is missing)."""
+    if isinstance(dataset, InlineDataset) and dataset.answers is None:
+        return "give its answers"
+    if isinstance(dataset, FileDataset) and dataset.answer_field is None:
+        return "name its answer column in answer_field"
+    return None
+
+
+def the_students_model_for_self_teachers(data: dict[str, Any]) -> dict[str, Any]:
+    """A self teacher's base_model is the student's: filled in when left out, so that the
+    stored spec names (and prices) the model it scores with."""
+    student = data.get("student")
+    model = student.get("base_model") if isinstance(student, dict) else None
+    model = getattr(student, "base_model", model)
+    if not isinstance(model, str):
+        return data
+
+    def filled(teacher: Any) -> Any:
+        if isinstance(teacher, TeacherSpec):
+            unfilled = teacher.self is not None and teacher.base_model == SELF_BASE_MODEL
+            return teacher.model_copy(update={"base_model": model}) if unfilled else teacher
+        unfilled = isinstance(teacher, dict) and teacher.get("self") is not None
+        if unfilled and teacher.get("base_model") in (None, SELF_BASE_MODEL):
+            return {**teacher, "base_model": model}
+        return teacher
+
+    data = dict(data)
+    if "teacher" in data:
+        data["teacher"] = filled(data["teacher"])
+    if isinstance(data.get("teachers"), dict):
+        data["teachers"] = {name: filled(t) for name, t in data["teachers"].items()}
+    return data
 
 
 class JobSpec(SpecModel):
@@ -119,7 +162,7 @@ class JobSpec(SpecModel):
         ):
             if data.get(several) is not None and data.get(single) is None:
                 data = {**data, single: absent}
-        return data
+        return the_students_model_for_self_teachers(data)
 
     @property
     def weights_name(self) -> str:
@@ -185,10 +228,46 @@ class JobSpec(SpecModel):
                 "a prompt from each",
             )
         self._eval_fits_the_teachers()
+        self._self_teachers_fit()
         self._objective_fits_the_backend()
         self._servers_fit_the_objective()
         self._objective_fits_the_tokenizers()
         return self
+
+    def _self_teachers_fit(self) -> None:
+        """A self teacher is the student's own model, and one that reads the reference
+        answer needs prompts that have one."""
+        for name, teacher in self.teacher_specs().items():
+            if teacher.self is None:
+                continue
+            at = tuple(self.teacher_field(name).split("."))
+            if teacher.base_model != self.student.base_model:
+                raise field_error(
+                    (*at, "base_model"),
+                    "a self teacher is the student's own model: leave base_model out (it is "
+                    f"student.base_model, {self.student.base_model!r})",
+                )
+            if not teacher.self.reference:
+                continue
+            for field, dataset in self.datasets_scored_by(name):
+                if hint := without_answers(dataset):
+                    raise field_error(
+                        (*at, "self", "reference"),
+                        f"the teacher reads each prompt's reference answer, and {field} "
+                        f"({dataset.source}) has none: {hint}",
+                    )
+
+    def datasets_scored_by(self, name: str) -> list[tuple[str, DatasetSpec | SharedDataset]]:
+        """(field, dataset) of each dataset whose prompts teacher `name` scores: those
+        routed to it (all of them under mixture), and the eval's own."""
+        scored: list[tuple[str, DatasetSpec | SharedDataset]] = [
+            ("dataset" if self.datasets is None else f"datasets.{index}", share)
+            for index, share in enumerate(self.dataset_shares())
+            if self.route_of(share) in (name, None)
+        ]
+        if self.eval is not None and self.eval.dataset is not None:
+            scored.append(("eval.dataset", self.eval.dataset))
+        return scored
 
     def _objective_fits_the_tokenizers(self) -> None:
         """A logit-level objective compares distributions over one vocabulary: refused

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, field_error
+from kernel.spec.data import MAX_PROMPT_CHARS
 from kernel.spec.student import SavedWeights
 
 MAX_SERVER_BATCH = 256
@@ -88,10 +89,69 @@ class TeacherServer(SpecModel):
         return url.rstrip("/")
 
 
+MAX_SELF_EXAMPLES = 32
+
+
+SELF_BASE_MODEL = "(the student's)"
+"""What a self teacher's base_model holds until the job fills in the student's."""
+
+
+class SelfExample(SpecModel):
+    """One turn a self teacher reads before the question: a question and its answer."""
+
+    user: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    assistant: str = Field(max_length=MAX_PROMPT_CHARS)
+
+
+class SelfTeacher(SpecModel):
+    """The student's own model as its teacher, reading a privileged context the student
+    does not see (a system line, example turns, the datum's reference answer): the
+    student learns to answer as if it had read it (self-distillation, context
+    distillation: "bake a prompt into the weights")."""
+
+    weights: Literal["base", "current"] = Field(
+        "base",
+        description="base: the student's base model, its adapter off (frozen); current: the "
+        "student's weights that sampled the completion (with max_steps_off_policy, the "
+        "sampler's version, not the trainer's newer weights).",
+    )
+    system: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_PROMPT_CHARS,
+        description="A system line the teacher reads first; null = none (the student's chat "
+        "template's own default, if it has one).",
+    )
+    examples: list[SelfExample] = Field(
+        default_factory=list,
+        max_length=MAX_SELF_EXAMPLES,
+        description="Turns the teacher reads before the question, each a user question and "
+        "the assistant's answer.",
+    )
+    reference: bool = Field(
+        False,
+        description="Also put the datum's reference answer after the question, as "
+        '"Reference answer: ..." (every prompt then needs one).',
+    )
+
+    @model_validator(mode="after")
+    def _some_context(self) -> SelfTeacher:
+        if self.weights == "current" and not self.has_context():
+            raise field_error(
+                ("weights",),
+                "a self teacher of the current weights without a context (system, examples "
+                "or reference) is the student itself: its reverse KL is always 0",
+            )
+        return self
+
+    def has_context(self) -> bool:
+        return self.system is not None or bool(self.examples) or self.reference
+
+
 class TeacherSpec(SpecModel):
     base_model: ModelName = Field(
         description="As student.base_model; frozen. With server: defaults to server.model "
-        "(the name its tokens are priced at)."
+        "(the name its tokens are priced at). With self: the student's, filled in."
     )
     model_path: str | None = Field(
         None,
@@ -110,22 +170,30 @@ class TeacherSpec(SpecModel):
         description="Or a model on an inference server the operator listed, which scores "
         "the student's tokens over HTTP.",
     )
+    self: SelfTeacher | None = Field(
+        None,
+        description="Or the student's own model reading a context the student does not "
+        "see (self-distillation); no second model is loaded.",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _named_by_its_server(cls, data: Any) -> Any:
-        """A server teacher needs no base_model: it is the server's model."""
+        """A server teacher needs no base_model: it is the server's model; nor does a self
+        teacher, whose model is the student's (the job fills it in)."""
         if isinstance(data, dict) and data.get("base_model") is None:
             server = data.get("server")
             if isinstance(server, dict):  # without a model the server is refused for it
                 return {**data, "base_model": server.get("model") or "(server)"}
+            if data.get("self") is not None:
+                return {**data, "base_model": SELF_BASE_MODEL}
         return data
 
     @model_validator(mode="after")
     def _one_source_of_weights(self) -> TeacherSpec:
         given = [
             name
-            for name in ("model_path", "init_from", "server")
+            for name in ("model_path", "init_from", "server", "self")
             if getattr(self, name) is not None
         ]
         if len(given) > 1:

@@ -8,7 +8,10 @@ teacher's prompts: a question as the job rendered its training prompts (its
 own tokenizer; token ids as given. The teacher scores the student's completion as training
 scores it (`teachers.TeacherView`): after its own prompt, the completion's tokens or, with
 another tokenizer, their text as its own tokens, its logprobs mapped onto the student's by
-byte offsets (`cross_tokenizer.Retokenized`).
+byte offsets (`cross_tokenizer.Retokenized`). A self teacher (`teacher.self`) reads its
+context first, as training renders it: its system line and example turns before the
+question or chat, and the request's `reference` after it if it reads one; its output's
+`prompt` is that context, beside the student's own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from jinja2 import TemplateError
 from pytrio.types import ModelInput, SampleSequence, SamplingParams
 
 from kernel.errors import OPDError
@@ -31,15 +35,18 @@ from kernel.playground import (
     SampleAnswer,
     SampleTask,
     TopLogprob,
+    missing_reference,
 )
 from kernel.spec import TeacherSpec
+from kernel.spec.teachers import SelfTeacher
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.rollouts.datums import build_chat, build_prompt
 from worker.engine.rollouts.sampler_cache import Loaded, SamplerCache
 from worker.engine.rollouts.sampling import Scored, Scorer, stop_sequences
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers, top_k_of
 from worker.engine.teachers.preflight import tokenizer_difference
 from worker.engine.teachers.scoring import TOPK_SCORING, Prompted
+from worker.engine.teachers.views import context_turns, referenced, self_messages
 
 
 def finite(value: float | None) -> float | None:
@@ -86,10 +93,11 @@ def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
     return name, teachers[name]
 
 
-def render(task: SampleTask, tokenizer: Any) -> list[int]:
+def render(task: SampleTask, tokenizer: Any, context: SelfTeacher | None = None) -> list[int]:
     """The prompt tokens a model with `tokenizer` completes: its own rendering (its chat
     template, as the compared teacher's dataset, the first routed to it or the first,
-    renders its prompts), its own tokens of a text, or the token ids as given."""
+    renders its prompts; after a self teacher's `context`), its own tokens of a text, or
+    the token ids as given."""
     request, spec = task.request, task.spec
     name, _ = compared_teacher(task)
     shares = spec.dataset_shares()
@@ -99,19 +107,22 @@ def render(task: SampleTask, tokenizer: Any) -> list[int]:
     try:
         if request.text is not None:
             return list(tokenizer.encode(request.text, add_special_tokens=True))
-        if request.prompt is not None:
+        if request.prompt is not None and context is None:
             return build_prompt(
                 tokenizer, request.prompt, dataset.question_suffix, dataset.enable_thinking
             )
-        assert request.messages is not None
-        text = tokenizer.apply_chat_template(
-            [message.model_dump() for message in request.messages],
-            tokenize=False,
-            add_generation_prompt=True,
-            enable_thinking=dataset.enable_thinking,
-        )
-        return list(tokenizer.encode(text, add_special_tokens=False))
-    except ValueError as error:
+        if request.prompt is not None:
+            assert context is not None
+            messages = self_messages(context, request.prompt, dataset, request.reference)
+        else:
+            assert request.messages is not None
+            messages = [message.model_dump() for message in request.messages]
+            if context is not None:
+                *chat, last = messages
+                last = {**last, "content": referenced(context, last["content"], request.reference)}
+                messages = [*context_turns(context), *chat, last]
+        return build_chat(tokenizer, messages, dataset.enable_thinking)
+    except (ValueError, TemplateError) as error:
         raise OPDError(f"cannot render the prompt: {error}", code="invalid_prompt") from error
 
 
@@ -155,10 +166,13 @@ def stopped(seq: SampleSequence, stops: Sequence[str], tokenizer: Any) -> Sample
 
 
 def weights_of(task: SampleTask, role: ModelRole) -> tuple[str, str | None]:
-    """(base model, saved weights) of each model a request may ask for."""
+    """(base model, saved weights) of each model a request may ask for: a self teacher's
+    are the student's base (`base`) or the checkpoint asked for (`current`)."""
     spec = task.spec
     if role == "teacher":
         _, teacher = compared_teacher(task)
+        if teacher.self is not None and teacher.self.weights == "current":
+            return spec.student.base_model, task.weights_path
         return teacher.base_model, teacher.weights()
     return spec.student.base_model, task.weights_path if role == "checkpoint" else None
 
@@ -198,8 +212,11 @@ def readers(task: SampleTask, loaded: Sequence[Loaded], tokenizers: Sequence[Any
                     "each model tokenizes with its own tokenizer",
                     code="invalid_prompt",
                 )
+    context = compared_teacher(task)[1].self
     return [
-        Reader(role, one, tokenizer, render(task, tokenizer))
+        Reader(
+            role, one, tokenizer, render(task, tokenizer, context if role == "teacher" else None)
+        )
         for role, one, tokenizer in zip(roles, loaded, tokenizers, strict=True)
     ]
 
@@ -325,6 +342,9 @@ async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     rendering of it; the student's completions scored by the teacher when it is compared."""
     start = time.perf_counter()
     roles: list[ModelRole] = [task.request.model, *task.request.compare]
+    refusal = missing_reference(compared_teacher(task)[1], task.request)
+    if "teacher" in roles and refusal is not None:
+        raise OPDError(refusal, code="invalid_prompt")
     loaded = await asyncio.gather(
         *(samplers.get(task.spec, *weights_of(task, role)) for role in roles)
     )

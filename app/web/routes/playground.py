@@ -34,6 +34,7 @@ def sample_request(form: dict[str, str]) -> SampleRequest:
     return SampleRequest.model_validate(
         {
             "prompt": form.get("prompt") or None,
+            "reference": form.get("reference") or None,
             "checkpoint": int(checkpoint) if checkpoint.isdigit() else checkpoint,
             "n": form.get("n") or 1,
             "max_tokens": form.get("max_tokens") or 128,

@@ -84,7 +84,11 @@ MIXED_JOB: dict[str, Any] = {
     "name": "typed",
     "backend": "tinker",
     "student": {"base_model": "tiny-student"},
-    "teachers": {"a": {"base_model": "tiny-teacher"}, "b": {"base_model": "tiny-teacher"}},
+    "teachers": {
+        "a": {"base_model": "tiny-teacher"},
+        "b": {"base_model": "tiny-teacher"},
+        "c": {"self": {"system": "Be brief.", "reference": False}},
+    },
     "teacher_mixture": "mixture",
     "datasets": [
         {"source": "inline", "name": "i", "prompts": ["What is 1 + 1?"]},
@@ -95,7 +99,8 @@ MIXED_JOB: dict[str, Any] = {
     "loop": {"batch_size": 4},
     "eval": {"dataset": {"source": "inline", "prompts": ["What is 2 + 2?"]}},
 }
-"""Several teachers and datasets, one of each source; prompts of its own to evaluate on."""
+"""Several teachers (one the student itself) and datasets, one of each source; prompts of
+its own to evaluate on."""
 SWEEP: dict[str, Any] = {
     "name": "typed",
     "parameters": {"optim.learning_rate": {"min": 1e-4, "max": 1e-2}},

@@ -95,3 +95,31 @@ async def test_the_panel_offers_the_latest_weights_first(browser, session, submi
     )
     assert options[0] == ("final", " selected")  # it used to offer the oldest, step 2
     assert [value for value, _ in options] == ["final", "4", "2"]
+
+
+async def test_a_self_teacher_job_asks_for_the_reference_its_teacher_reads(
+    browser, session, submit, key
+):
+    job = await submit(
+        student={"base_model": "tiny-student"},
+        teacher={"base_model": "tiny-student", "self": {"system": "Be brief.", "reference": True}},
+        dataset={"source": "inline", "prompts": ["What is 1 + 1?"], "answers": ["2"]},
+        loop={"steps": 4},
+    )
+    await claim_job(session, job["id"], "w", heartbeat_timeout=60)
+    await record_checkpoint(session, job["id"], "w", 2, "sampler", "/w/2")
+    sign_in = await browser.get("/ui/sign-in")
+    await post_form(browser, "/ui/sign-in", sign_in, key=key.key)
+    page = await browser.get(f"/ui/jobs/{job['id']}")
+
+    assert 'name="reference"' in page.text
+    assert "self (base weights + context)" in page.text
+    without = await post_form(
+        browser,
+        f"/ui/jobs/{job['id']}/try",
+        page,
+        prompt="What is 2 + 3?",
+        checkpoint="2",
+        compare_teacher="1",
+    )
+    assert without.status_code == 422 and "give it as reference" in without.text

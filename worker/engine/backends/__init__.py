@@ -12,7 +12,12 @@ from kernel.spec import JobSpec
 from kernel.spec.backends import RemoteBackendSpec
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS
 from kernel.storage.checkpoints import CheckpointStore
-from worker.engine.backends.contract import LogitServiceClient, SamplingClient, ServiceClient
+from worker.engine.backends.contract import (
+    LogitServiceClient,
+    SamplingClient,
+    SelfTeachingService,
+    ServiceClient,
+)
 from worker.engine.backends.resilient import Resilient, Warn, resilient
 
 EXTRAS = {
@@ -73,7 +78,7 @@ def connect(
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
     local = LocalServiceClient(spec.local, artifact_dir, model_cache, note or quiet)
-    service = resilient(local, PYTRIO_ERRORS, warn, contract=LogitServiceClient)
+    service = resilient(local, PYTRIO_ERRORS, warn, contract=SelfTeachingService)
     if store is None:
         return service
     from worker.engine.backends.stored import StoredService

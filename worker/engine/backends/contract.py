@@ -159,6 +159,18 @@ class TrainingClient(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class TeacherShare:
+    """One teacher of a datum as a logit-level objective reads it: its sampler, its weight
+    in the datum's mixture, and the tokens it reads before the completion."""
+
+    client: SamplingClient
+    weight: float = 1.0
+    prompt: Sequence[int] | None = None
+    """Its own rendering of the question (its chat template, a self teacher's context);
+    None: the datum's own prompt."""
+
+
 class LogitTrainingClient(TrainingClient, Protocol):
     """A training client that can also train a logit-level objective: the local backend
     every one, from its teachers' models; Tinker forward_kl over the teacher's top k, from
@@ -168,17 +180,29 @@ class LogitTrainingClient(TrainingClient, Protocol):
     async def forward_backward_logits_async(
         self,
         data: list[Datum],
-        teachers: list[list[tuple[SamplingClient, float]]],
+        teachers: list[list[TeacherShare]],
         objective: ObjectiveSpec,
         coef: float = 1.0,
         loss_fn: str = "importance_sampling",
         loss_fn_config: dict[str, float] | None = None,
     ) -> Awaitable[ForwardBackwardOutput]:
         """Add the gradient of `coef` times the objective between the student's and each
-        datum's teachers' (sampler, weight) mixture at its completion positions (`weights`
-        1), plus `loss_fn` of its advantages there, divided by the number of them. Each
-        datum's output holds its target tokens' `logprobs` and, where the trainer reads
-        the teachers itself (the local backend), their `teacher_logprobs`."""
+        datum's teachers' mixture at its completion positions (`weights` 1), each teacher
+        after its own prompt, plus `loss_fn` of its advantages there, divided by the
+        number of them. Each datum's output holds its target tokens' `logprobs` and,
+        where the trainer reads the teachers itself (the local backend), their
+        `teacher_logprobs`."""
+        ...
+
+
+class SelfTeachingClient(LogitTrainingClient, Protocol):
+    """A training client whose base model scores too, its adapter off, with no second copy
+    of the weights (the local backend): a self teacher of `base` weights."""
+
+    @call(Call.idempotent, returns=SamplingClient)
+    async def base_sampling_client_async(self) -> SamplingClient:
+        """A sampler of the base model this client trains, its adapter off; training
+        never sees the adapter off."""
         ...
 
 
@@ -201,3 +225,12 @@ class LogitServiceClient(ServiceClient, Protocol):
     async def create_lora_training_client_async(
         self, base_model: str, rank: int = 32, seed: int | None = None
     ) -> LogitTrainingClient: ...
+
+
+class SelfTeachingService(LogitServiceClient, Protocol):
+    """A service whose training clients score with their base model too (the local one)."""
+
+    @call(Call.idempotent, returns=SelfTeachingClient)
+    async def create_lora_training_client_async(
+        self, base_model: str, rank: int = 32, seed: int | None = None
+    ) -> SelfTeachingClient: ...

@@ -17,9 +17,8 @@ import numpy as np
 from pytrio.types import SamplingParams
 
 from kernel.spec import EvalSpec
-from worker.engine.backends.contract import SamplingClient, TrainingClient
+from worker.engine.backends.contract import SamplingClient
 from worker.engine.rollouts.sampling import Batch, Completion, Scorer, sample_and_score
-from worker.engine.teachers.scoring import Prompted
 
 if TYPE_CHECKING:
     from worker.engine.teachers.views import Answerer
@@ -44,22 +43,27 @@ class Evaluation:
     """Each prompt as the student's chat template renders it."""
     answers: Sequence[str | None]
     params: SamplingParams
-    teachers: Sequence[Scorer]
-    """What scores each prompt's completions (its dataset's teacher, or the mixture),
-    each teacher after its own rendering of the prompt."""
-    answerers: Sequence[Answerer]
-    """The teacher that answers each prompt for the baseline, its rendering and, with
+    teachers: Callable[[SamplingClient], Sequence[Scorer]]
+    """What scores each prompt's completions that a sampler sampled (its dataset's
+    teacher, or the mixture), each teacher after its own rendering of the prompt."""
+    answerers: Callable[[SamplingClient], Sequence[Answerer]]
+    """The teacher that answers each prompt for the baseline beside a sampler of the
+    student (a self teacher of `current` weights is that sampler), its rendering and, with
     another tokenizer, how its answers are decoded and where they stop."""
     decode: Callable[[list[int]], str]
     grade: Grade | None
     sources: Sequence[str] = ()
     """Each prompt's dataset, when the figures are also recorded per dataset."""
+    reads_answers: bool = True
+    """Whether the grader compares with the reference answers (boxed), so only the
+    prompts that have one are graded; a format grader grades every completion."""
 
-    async def student(self, training: TrainingClient) -> dict[str, float]:
-        """The student with the training client's current weights, against the teacher."""
+    async def student(self, sampler: SamplingClient) -> dict[str, float]:
+        """The student with a sampler of its current weights, against the teacher."""
         started = time.perf_counter()
-        sampler = await training.save_weights_and_get_sampling_client_async()
-        batch = await self.sample(sampler, range(len(self.prompts)))
+        batch = await self.sample(
+            sampler, self.teachers(sampler), self.prompts, range(len(self.prompts))
+        )
         metrics = await self.per_source(batch, self.student_figures)
         metrics[EVAL_TOKENS] = self.tokens(batch)
         return metrics | {"time/eval": time.perf_counter() - started}
@@ -68,17 +72,21 @@ class Evaluation:
         metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
         return metrics | await self.answers_metrics(batch, "eval/")
 
-    async def teacher_baseline(self) -> dict[str, float]:
-        """The teachers answering the same prompts: what the student is reaching for."""
+    async def teacher_baseline(self, sampler: SamplingClient) -> dict[str, float]:
+        """The teachers answering the same prompts, each from its own rendering (a self
+        teacher's context): what the student is reaching for. `sampler`: the student's,
+        which a self teacher of `current` weights answers with."""
+        answerers = self.answerers(sampler)
         completions, tokens = [], 0
-        for first in {id(a.scorer.client): a for a in self.answerers}.values():
+        for first in {id(a.scorer.client): a for a in answerers}.values():
             client = first.scorer.client
-            asked = [i for i, a in enumerate(self.answerers) if a.scorer.client is client]
-            scorers = [self.answerers[i].scorer for i in asked]
-            batch = await self.sample(client, asked, scorers, first.stop)
+            asked = [i for i, a in enumerate(answerers) if a.scorer.client is client]
+            scorers = [answerers[i].scorer for i in asked]
+            prompts = [scorer.prompt for scorer in scorers]
+            batch = await self.sample(client, scorers, prompts, asked, first.stop)
             completions += batch.completions
             tokens += self.tokens(batch)
-        decodes = [a.decode or self.decode for a in self.answerers]
+        decodes = [a.decode or self.decode for a in answerers]
         metrics = await self.per_source(
             Batch(completions), lambda batch: self.answers_metrics(batch, "eval/teacher_", decodes)
         )
@@ -91,19 +99,19 @@ class Evaluation:
     async def sample(
         self,
         sampler: SamplingClient,
+        scorers: Sequence[Scorer],
+        prompts: Sequence[list[int]],
         asked: Sequence[int],
-        answerers: Sequence[Prompted] | None = None,
         stop: list[str] | None = None,
     ) -> Batch:
-        """The completions of the prompts `asked` (by index), each knowing its index: the
-        student's prompts scored by their teachers, or (the baseline) the teachers' own
-        prompts, each scored by the teacher answering it, which stops at `stop`."""
+        """The completions of `prompts`, the eval's prompts `asked` (by index), each
+        scored by its scorer and knowing its index: the student's prompts scored by their
+        teachers, or (the baseline) the teachers' own prompts, each scored by the teacher
+        answering it, which stops at `stop`."""
         batch = await sample_and_score(
             sampler,
-            [self.teachers[i] for i in asked] if answerers is None else answerers,
-            [self.prompts[i] for i in asked]
-            if answerers is None
-            else [a.prompt for a in answerers],
+            scorers,
+            prompts,
             self.spec.samples_per_prompt,
             self.params if stop is None else self.params.model_copy(update={"stop": stop}),
         )
@@ -140,13 +148,13 @@ class Evaluation:
         graded = [
             (c, a)
             for c, a in zip(completions, self.answer_per_completion(batch), strict=True)
-            if a is not None
+            if a is not None or not self.reads_answers
         ]
         if self.grade is None or not graded:
             return metrics
         correct = await self.grade(
             [(decodes[c.group] if decodes else self.decode)(c.tokens) for c, _ in graded],
-            [a for _, a in graded],
+            [a or "" for _, a in graded],
         )
         metrics[f"{prefix}accuracy"] = float(np.mean(correct))
         k = self.spec.samples_per_prompt
@@ -167,7 +175,7 @@ def reverse_kl_mean(completions: Sequence[Completion]) -> float:
     return float(np.mean(np.concatenate([c.reverse_kl for c in completions])))
 
 
-def pass_at_all(graded: Sequence[tuple[Completion, str]], correct: Sequence[bool]) -> float:
+def pass_at_all(graded: Sequence[tuple[Completion, str | None]], correct: Sequence[bool]) -> float:
     """The fraction of prompts with at least one correct answer among all their samples:
     pass@k with k = samples_per_prompt."""
     solved: dict[tuple[int, ...], bool] = {}

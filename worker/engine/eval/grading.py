@@ -1,5 +1,6 @@
 """Grading the student's answers: the last `\\boxed{...}` of a completion, checked against a
-reference answer with math-verify, and pass@k over the verdicts.
+reference answer with math-verify, and pass@k over the verdicts; or the answer's form alone,
+a regular expression its stripped text must match as a whole (`format_grader`).
 
 math-verify interrupts slow work with SIGALRM, which only reaches a process's main thread,
 and some answers make sympy work for minutes. So every answer is graded in a small pool of
@@ -22,6 +23,10 @@ from enum import StrEnum
 from multiprocessing.synchronize import Barrier
 from types import FrameType, TracebackType
 
+import regex
+
+from worker.engine.eval.evaluation import Grade
+
 # A fresh pool's workers import sympy and warm it up; on a busy machine that takes seconds.
 STARTUP_TIMEOUT_S = 120.0
 # How often one answer is sent again after its pool broke under it (another answer may have
@@ -30,6 +35,29 @@ ATTEMPTS = 3
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _UNBRACED_BOX = re.compile(r"\s*([^\s$]+)")
+
+
+REGEX_TIMEOUT_S = 1.0
+"""The longest one answer is matched against a format's pattern (a pattern that
+backtracks without end fails the answer, never the run)."""
+
+
+def format_grader(pattern: str) -> Grade:
+    """A grader of form: whether each completion's text, stripped, matches `pattern` as a
+    whole (the references are not read). Matched off the event loop, each answer for at
+    most REGEX_TIMEOUT_S."""
+    compiled = regex.compile(pattern)
+
+    def matches(text: str) -> bool:
+        try:
+            return compiled.fullmatch(text.strip(), timeout=REGEX_TIMEOUT_S) is not None
+        except TimeoutError:
+            return False
+
+    async def grade(completions: list[str], references: list[str]) -> list[bool]:
+        return await asyncio.to_thread(lambda: [matches(text) for text in completions])
+
+    return grade
 
 
 class Verdict(StrEnum):

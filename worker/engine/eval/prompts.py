@@ -34,9 +34,13 @@ def load_eval_prompts(
 def graded_prompts(
     spec: JobSpec, prompts: dict[str, Prompts], eval_prompts: dict[str, Prompts]
 ) -> list[Prompts]:
-    """The prompts whose answers are graded: the eval's, and the training prompts' with a
-    reward (`loop.reward`)."""
-    return [*eval_prompts.values(), *(prompts.values() if spec.loop.reward.coef else [])]
+    """The prompts whose answers math-verify grades: the eval's (unless its grader is a
+    format's), and the training prompts' with a reward (`loop.reward`)."""
+    boxed = spec.eval is not None and spec.eval.grader.boxed
+    return [
+        *(eval_prompts.values() if boxed else []),
+        *(prompts.values() if spec.loop.reward.coef else []),
+    ]
 
 
 @asynccontextmanager

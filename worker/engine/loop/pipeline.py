@@ -47,7 +47,7 @@ class Rollouts:
         self,
         spec: JobSpec,
         training: TrainingClient,
-        scorer_of: Callable[[Item, list[int]], Scorer],
+        scorer_of: Callable[[Item, list[int], SamplingClient], Scorer],
         params: SamplingParams,
         render: Callable[[Item], list[int]],
         mix: Mix,
@@ -121,7 +121,10 @@ class Rollouts:
         prompts = [self.render(item) for item in items]
         return await sample_and_score(
             sampler,
-            [self.scorer_of(item, prompt) for item, prompt in zip(items, prompts, strict=True)],
+            [
+                self.scorer_of(item, prompt, sampler)
+                for item, prompt in zip(items, prompts, strict=True)
+            ],
             prompts,
             self.loop.group_size,
             params,

@@ -8,10 +8,11 @@ import asyncio
 
 import numpy as np
 
-from worker.engine.data.mixing import Pool
+from worker.engine.data.mixing import Item, Pool
 from worker.engine.loop.metrics import aligned_fraction
 from worker.engine.loop.run import Run, mode_event, teacher_named
-from worker.engine.rollouts.sampling import sample_and_score
+from worker.engine.rollouts.sampling import Scorer, sample_and_score
+from worker.engine.teachers.views import TeacherView
 
 
 async def probe(run: Run, pools: list[Pool], start: int) -> None:
@@ -29,16 +30,20 @@ async def probe(run: Run, pools: list[Pool], start: int) -> None:
             )
         return
     sampler = await run.training.save_weights_and_get_sampling_client_async()
-    firsts = [(pool.prompts.questions[0], pool.options) for pool in pools]
-    prompts = [run.render(question, options) for question, options in firsts]
+    firsts = [Item(pool.prompts.questions[0], pool.prompts.answers[0], pool) for pool in pools]
+    prompts = [run.render(item.question, item.pool.options) for item in firsts]
     first = next(iter(run.teachers.values()))
-    scorers = [first.prompted(*asked, p) for asked, p in zip(firsts, prompts, strict=True)]
+
+    def prompted(view: TeacherView, item: Item, prompt: list[int]) -> Scorer:
+        return view.prompted(item.question, item.pool.options, prompt, item.answer, sampler)
+
+    scorers = [prompted(first, item, p) for item, p in zip(firsts, prompts, strict=True)]
     completions = (await sample_and_score(sampler, scorers, prompts, 1, run.params)).completions
     kls: dict[str, float | None] = {}
     for name, view in run.teachers.items():
         scored = await asyncio.gather(
             *(
-                view.prompted(*firsts[c.group], c.prompt).score(c.tokens, c.student_logprobs)
+                prompted(view, firsts[c.group], c.prompt).score(c.tokens, c.student_logprobs)
                 for c in completions
             )
         )

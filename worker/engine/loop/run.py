@@ -16,10 +16,16 @@ from kernel.errors import OPDError
 from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample
 from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec
 from kernel.spec.data import named
-from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
+from worker.engine.backends.contract import (
+    SamplingClient,
+    ServiceClient,
+    TeacherShare,
+    TrainingClient,
+)
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
 from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
+from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import EVAL_DATASET
 from worker.engine.loop.pipeline import sampler_weights_name
 from worker.engine.loop.state import SavedState, state_name
@@ -27,7 +33,13 @@ from worker.engine.rollouts.sampling import Completion, Scorer, stop_sequences
 from worker.engine.teachers.cross_tokenizer import Tokenizers, top_k_of
 from worker.engine.teachers.mixture import TeacherMixture
 from worker.engine.teachers.preflight import PROMPTS_CHECKED, check_objective, teacher_mode
-from worker.engine.teachers.views import Answerer, Renderer, TeacherView, server_view
+from worker.engine.teachers.views import (
+    Answerer,
+    Renderer,
+    TeacherView,
+    self_view,
+    server_view,
+)
 from worker.engine.tracking.sinks import Sink
 
 
@@ -51,34 +63,30 @@ class Run:
         """A question as the student's prompt tokens, rendered as its dataset says."""
         return self.renderer(question, options)
 
-    def scorer(self, item: Item, prompt: list[int]) -> Scorer:
-        """What scores the completions of an item (`prompt`: the student's): its pool's
-        teacher (route) or the mixture, each teacher after its own rendering."""
+    def scorer(self, item: Item, prompt: list[int], sampler: SamplingClient) -> Scorer:
+        """What scores the completions of an item (`prompt`: the student's) that `sampler`
+        sampled: its pool's teacher (route) or the mixture, each teacher after its own
+        rendering (a self teacher of `current` weights with `sampler`'s)."""
         pool = item.pool
+        views = [self.teachers[pool.teacher]] if pool.teacher else list(self.teachers.values())
+        scorers = [
+            view.prompted(item.question, pool.options, prompt, item.answer, sampler)
+            for view in views
+        ]
         if pool.teacher is not None:
-            return self.teachers[pool.teacher].prompted(item.question, pool.options, prompt)
+            return scorers[0]
         assert self.mixture is not None
-        return self.mixture.of(
-            [view.prompted(item.question, pool.options, prompt) for view in self.teachers.values()]
-        )
+        return self.mixture.of(scorers)
 
-    def answerer(self, item: Item, prompt: list[int]) -> Answerer:
-        """The teacher that answers an item for the eval's baseline, from its own rendering."""
+    def answerer(self, item: Item, prompt: list[int], sampler: SamplingClient) -> Answerer:
+        """The teacher that answers an item for the eval's baseline, from its own rendering
+        (a self teacher of `current` weights with `sampler`'s)."""
         pool = item.pool
         view = self.teachers[pool.teacher or next(iter(self.teachers))]
-        return view.answerer(item.question, pool.options, prompt)
-
-    def teacher_shares(self, pool: Pool) -> list[tuple[SamplingClient, float]]:
-        """A pool's teachers with their weights in its distribution: its own (route), or
-        every teacher's normalised share of the mixture."""
-        if pool.teacher is not None:
-            return [(self.teachers[pool.teacher].client, 1.0)]
-        weights = self.spec.teacher_weights()
-        total = sum(weights.values())
-        return [(view.client, weights[name] / total) for name, view in self.teachers.items()]
+        return view.answerer(item.question, pool.options, prompt, item.answer, sampler)
 
     async def train(
-        self, datums: list[Datum], teachers: list[list[tuple[SamplingClient, float]]]
+        self, datums: list[Datum], teachers: list[list[TeacherShare]]
     ) -> ForwardBackwardOutput:
         """One forward_backward (with a logit-level objective, against each datum's
         `teachers`) and one optim_step, both submitted before either is awaited."""
@@ -137,10 +145,12 @@ class Run:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
     async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
-        """The student's eval at this boundary; at step 0 the teacher's baseline too."""
-        metrics = await evaluation.student(self.training)
+        """The student's eval at this boundary, from a sampler of its own (the training
+        sampler's draws are not shifted); at step 0 the teacher's baseline too."""
+        sampler = await self.training.save_weights_and_get_sampling_client_async()
+        metrics = await evaluation.student(sampler)
         if step == 0 and evaluation.spec.teacher_baseline:
-            metrics = with_baseline(metrics, await evaluation.teacher_baseline())
+            metrics = with_baseline(metrics, await evaluation.teacher_baseline(sampler))
             self.note_a_weak_teacher(metrics.get(TEACHER_ACCURACY))
         return metrics
 
@@ -200,6 +210,8 @@ async def open_run(
             if teacher_spec.server is not None:
                 warn = warning_to(sink)
                 view = await server_view(spec, name, service, tokenizer, checked, warn, stop)
+            elif teacher_spec.self is not None:
+                view = await self_view(spec, name, service, training, tokenizer, pools or [])
             else:
                 view = await loaded_view(spec, name, service, tokenizer, checked, who)
             teachers[name] = view
@@ -270,20 +282,26 @@ async def close_teachers(teachers: Mapping[str, TeacherView]) -> None:
 
 
 def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
-    """How messages name a teacher: its model, and its name when there are several."""
+    """How messages name a teacher: its model (self: the student's), and its name when
+    there are several."""
+    model = "self" if teacher.self is not None else repr(teacher.base_model)
     if spec.teachers is None:
-        return f"teacher {teacher.base_model!r}"
-    return f"teacher {name!r} ({teacher.base_model!r})"
+        return f"teacher {model}"
+    return f"teacher {name!r} ({model})"
 
 
 def mode_event(sink: Sink, who: str, view: TeacherView, aligned: float | None = None) -> None:
     """The preflight's event naming a teacher's mode and, with another tokenizer, the
     fraction of the probe batch's completion bytes its tokens aligned."""
-    data: dict[str, Any] = {
-        "teacher": view.name,
-        "mode": view.mode,
-        "chat_template": "same" if view.mode == "same" else "own",
-    } | ({} if view.server is None else {"server": view.server})
+    data: dict[str, Any] = (
+        {
+            "teacher": view.name,
+            "mode": view.mode,
+            "chat_template": "same" if view.mode == "same" else "own",
+        }
+        | ({} if view.server is None else {"server": view.server})
+        | ({} if view.weights is None else {"weights": view.weights})
+    )
     message = f"{who[0].upper()}{who[1:]}: {view.template}"
     if view.mode == "cross" and aligned is not None:
         data["aligned_bytes_fraction"] = aligned
@@ -333,6 +351,7 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
         for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
     ]
     prompts = [run.render(item.question, item.pool.options) for item in items]
+    formed = spec.grader.regex
     return Evaluation(
         spec=spec,
         prompts=prompts,
@@ -344,11 +363,16 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
                 "seed": spec.seed,
             }
         ),
-        teachers=[run.scorer(item, prompt) for item, prompt in zip(items, prompts, strict=True)],
-        answerers=[run.answerer(item, p) for item, p in zip(items, prompts, strict=True)],
+        teachers=lambda sampler: [
+            run.scorer(item, prompt, sampler) for item, prompt in zip(items, prompts, strict=True)
+        ],
+        answerers=lambda sampler: [
+            run.answerer(item, prompt, sampler) for item, prompt in zip(items, prompts, strict=True)
+        ],
         decode=run.decode,
-        grade=grade,
+        grade=grade if formed is None else format_grader(formed),
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
+        reads_answers=formed is None,
     )
 
 
@@ -359,9 +383,12 @@ TEACHER_ACCURACY = "eval/teacher_accuracy"
 
 def expected_teacher_accuracy(spec: JobSpec) -> float | None:
     """What the one teacher's preset measured on the arithmetic task (local backend, no
-    weights on top), or None where nothing is known to expect."""
+    weights on top, no context of its own, answers graded boxed), or None where nothing is
+    known to expect."""
     teacher = spec.teacher
     if spec.backend != "local" or spec.teachers is not None or teacher.weights() is not None:
+        return None
+    if teacher.self is not None or (spec.eval is not None and not spec.eval.grader.boxed):
         return None
     from worker.engine.backends.local.trained import measured_accuracy  # the backend's own
 

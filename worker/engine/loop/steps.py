@@ -98,7 +98,7 @@ class Steps:
         timer.record("teacher", batch.teacher_seconds)
         items = self.rollouts.items_of(step)
         datums, rewarded = await self.datums(batch, items)
-        teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
+        teachers = [list(c.teachers) for c in batch.completions]
         with timer("train"):
             trained = await run.train(datums, teachers)
         if run.spec.trainer_scores():

@@ -19,12 +19,21 @@ from worker.engine.backends.contract import TopK
 
 def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:
     """Render one question as chat-prompt tokens with the student's template."""
-    content = f"{question.strip()}\n\n{suffix}" if suffix else question.strip()
+    return build_chat(
+        tokenizer, [{"role": "user", "content": question_text(question, suffix)}], enable_thinking
+    )
+
+
+def question_text(question: str, suffix: str) -> str:
+    """A question as the user's turn says it: stripped, then its suffix."""
+    return f"{question.strip()}\n\n{suffix}" if suffix else question.strip()
+
+
+def build_chat(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool) -> list[int]:
+    """Render a chat as prompt tokens with a tokenizer's template, the assistant's turn
+    opened."""
     text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}],
-        tokenize=False,
-        add_generation_prompt=True,
-        enable_thinking=enable_thinking,
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
     )
     prompt_ids = tokenizer.encode(text, add_special_tokens=False)
     if not prompt_ids:

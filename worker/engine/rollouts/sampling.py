@@ -22,7 +22,7 @@ import numpy as np
 from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
 
 from kernel.errors import BackendFailure
-from worker.engine.backends.contract import SamplingClient
+from worker.engine.backends.contract import SamplingClient, TeacherShare
 from worker.engine.rollouts.datums import (
     TopK,
     build_opd_datum,
@@ -51,6 +51,9 @@ class Completion:
     aligned_bytes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     """For each teacher with another tokenizer (by name): the completion's bytes its tokens
     aligned with the student's, and all of them (`alignment.align`)."""
+    teachers: Sequence[TeacherShare] = ()
+    """When the trainer scores it (a logit-level objective on the local backend): the
+    teachers it reads, each after its own prompt (`Scorer.shares`)."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -116,6 +119,11 @@ class Scorer(Protocol):
 
     def read(self, completion: list[int]) -> dict[str, int]:
         """Tokens each teacher reads to score this completion (when the trainer scores it)."""
+        ...
+
+    def shares(self) -> list[TeacherShare]:
+        """The teachers as the trainer reads them when it scores (a logit-level objective
+        on the local backend): each one's sampler, weight and own prompt."""
         ...
 
 
@@ -194,9 +202,11 @@ async def sample_and_score(
                 )
         await turn.wait()
         scorer = scorers[index]
+        shares: list[TeacherShare] = []
         if not scored:
             done = [Scored([], scorer.read(seq.tokens)) for seq in sequences]
             topks: list[list[TopK] | None] = [None] * len(sequences)
+            shares = scorer.shares()
         elif teacher_top_k:
             assert isinstance(scorer, TopKScorer), "a teacher's top-k needs one teacher"
             both = await asyncio.gather(
@@ -223,6 +233,7 @@ async def sample_and_score(
                 topk,
                 scored.teacher_tokens,
                 scored.aligned_bytes,
+                shares,
             )
             for seq, scored, topk in zip(sequences, done, topks, strict=True)
         ]

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker.engine.backends.contract import SamplingClient
+from kernel.errors import IncompatibleModels
+from worker.engine.backends.contract import SamplingClient, TeacherShare
 from worker.engine.rollouts.sampling import Scored
 from worker.engine.teachers.alignment import Alignment, TokenBytes, align, chained, spread
 from worker.engine.teachers.scoring import teacher_logprobs, teacher_prefill
@@ -130,3 +131,11 @@ class Retokenized:
 
     def read(self, completion: list[int]) -> dict[str, int]:
         return {self.name: len(self.prompt) + len(self.tokenizers.teacher_tokens(completion)[0])}
+
+    def shares(self) -> list[TeacherShare]:
+        """None the trainer can read: its tokens are not the student's (the preflight
+        refuses a logit-level objective with it)."""
+        raise IncompatibleModels(
+            f"teacher {self.name!r} has another tokenizer: the trainer cannot read its "
+            "distribution at the student's positions"
+        )

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from worker.engine.backends.contract import TeacherShare
 from worker.engine.rollouts.datums import completion_slice
 from worker.engine.rollouts.sampling import Scored, Scorer
 
@@ -21,12 +22,13 @@ class TeacherMixture:
     the completion after its own rendering of the question (`of`)."""
 
     def __init__(self, weights: Sequence[float]) -> None:
-        self.log_weights = np.log(np.asarray(weights, dtype=np.float64) / sum(weights))
+        self.shares = np.asarray(weights, dtype=np.float64) / sum(weights)
+        self.log_weights = np.log(self.shares)
 
     def of(self, teachers: Sequence[Scorer]) -> Mixed:
         """The mixture scoring one prompt: its teachers (in the weights' order), each with
         its own prompt."""
-        return Mixed(list(teachers), self.log_weights)
+        return Mixed(list(teachers), self.log_weights, self.shares)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class Mixed:
 
     teachers: list[Scorer]
     log_weights: np.ndarray
+    weights: np.ndarray
+    """The teachers' normalised shares (the trainer reads the mixture with them)."""
 
     async def score(self, completion: list[int], student_logprobs: Sequence[float]) -> Scored:
         scored = await asyncio.gather(
@@ -49,6 +53,13 @@ class Mixed:
 
     def read(self, completion: list[int]) -> dict[str, int]:
         return {name: n for t in self.teachers for name, n in t.read(completion).items()}
+
+    def shares(self) -> list[TeacherShare]:
+        return [
+            replace(share, weight=float(weight))
+            for teacher, weight in zip(self.teachers, self.weights, strict=True)
+            for share in teacher.shares()
+        ]
 
 
 def mixture_logprobs(

@@ -6,9 +6,8 @@ end-of-sequence and special tokens reads the student's completion tokens themsel
 after the student's prompt when their chat templates agree, else after its own rendering
 of the question (`teachers.TeacherView`). Any other teacher has another tokenizer: it reads
 the completion's text as its own tokens, its logprobs aligned to the student's by byte
-offsets (`cross_tokenizer`). The logit-level objectives need a shared vocabulary, and on
-the local backend the student's positions too (`check_objective`). The playground scores
-with a teacher in each mode as training does.
+offsets (`cross_tokenizer`). The logit-level objectives need a shared vocabulary
+(`check_objective`). The playground scores with a teacher in each mode as training does.
 """
 
 from __future__ import annotations
@@ -24,14 +23,16 @@ PROMPTS_CHECKED = 2
 """Prompts of each dataset rendered by both tokenizers."""
 
 
-Mode = Literal["same", "own", "cross"]
+Mode = Literal["same", "own", "cross", "self"]
 """How a teacher reads the student's completions: after the student's prompt (`same`: same
 tokenizer and chat template), after its own rendering (`own`: same tokenizer, its own
-template), or as text re-tokenized by its own tokenizer (`cross`: another tokenizer)."""
+template), as text re-tokenized by its own tokenizer (`cross`: another tokenizer), or as
+the student's own model after a context of its own (`self`)."""
 MODE_WORDS: dict[Mode, str] = {
     "same": "same tokenizer, same chat template",
     "own": "same tokenizer, its own chat template",
     "cross": "another tokenizer (cross-tokenizer: its logprobs aligned by byte offsets)",
+    "self": "the student's own model reading a context of its own",
 }
 
 
@@ -78,9 +79,9 @@ def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, Prompt
 def check_objective(spec: JobSpec, who: str, mode: Mode) -> None:
     """Refuse a teacher that cannot serve the job's objective: a logit-level objective
     compares the two distributions token by token, which needs a shared vocabulary (so no
-    teacher with another tokenizer, on any backend); on the local backend it also reads the
-    teacher at the positions of the student's datum, which a teacher with its own chat
-    template shifts."""
+    teacher with another tokenizer, on any backend). A teacher reading its own prompt (its
+    own chat template, a self teacher's context) serves every objective: the trainer
+    reads it at the completion's positions after that prompt."""
     kind = spec.loop.objective.kind
     if mode == "cross" and spec.loop.objective.logit_level:
         raise IncompatibleModels(
@@ -88,13 +89,6 @@ def check_objective(spec: JobSpec, who: str, mode: Mode) -> None:
             "the teacher's distributions token by token, which needs a shared vocabulary: "
             "use objective sampled_reverse_kl (the sampled tokens' logprobs, aligned by byte "
             "offsets), or a teacher with the student's tokenizer"
-        )
-    if mode == "own" and spec.trainer_scores():
-        raise IncompatibleModels(
-            f"{who} renders the prompts with its own chat template, and objective "
-            f"{kind} on the local backend reads the teacher at the "
-            "positions of the student's prompt and completion: use objective "
-            "sampled_reverse_kl, or a teacher with the student's chat template"
         )
 
 

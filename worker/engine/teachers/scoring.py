@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pytrio.types import ModelInput, SamplingParams
 
 from kernel.errors import BackendFailure
-from worker.engine.backends.contract import SamplingClient
+from worker.engine.backends.contract import SamplingClient, TeacherShare
 from worker.engine.rollouts.datums import (
     TopK,
     completion_slice,
@@ -50,6 +50,9 @@ class Prompted:
 
     def read(self, completion: list[int]) -> dict[str, int]:
         return {self.name: len(self.prompt) + len(completion)}
+
+    def shares(self) -> list[TeacherShare]:
+        return [TeacherShare(self.client, 1.0, self.prompt)]
 
 
 async def teacher_scores(

@@ -30,6 +30,8 @@ from tests.support import assert_close, named
 from worker.engine.backends import connect
 from worker.engine.backends.contract import (
     SamplingClient,
+    SelfTeachingClient,
+    SelfTeachingService,
     ServiceClient,
     TrainingClient,
     contract_methods,
@@ -179,6 +181,12 @@ def follows(implementation: type, contract: type) -> list[str]:
             if extra.name not in inspect.signature(wanted).parameters and not optional:
                 problems.append(f"{name} requires {extra.name!r}, which the contract never passes")
     return problems
+
+
+def test_the_local_training_client_also_scores_with_its_base_model():
+    """The local backend's own part of the contract: a self teacher of `base` weights."""
+    assert follows(LocalTrainingClient, SelfTeachingClient) == []
+    assert follows(LocalServiceClient, SelfTeachingService) == []
 
 
 @pytest.mark.parametrize("name", list(IMPLEMENTATIONS))

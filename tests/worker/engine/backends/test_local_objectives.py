@@ -13,6 +13,7 @@ from pytrio.types import Datum
 
 from kernel.spec import LocalBackendSpec, ObjectiveSpec
 from tests.support import assert_close
+from worker.engine.backends.contract import TeacherShare
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient, distillation
 from worker.engine.backends.local.divergences import divergence
 from worker.engine.rollouts.datums import build_opd_datum
@@ -175,7 +176,7 @@ async def test_the_chunked_gradient_is_the_direct_gradient(
     rows = completions(1)
     mixture = [0.75, 0.25]
     monkeypatch.setattr(distillation, "POSITION_BUDGET", 3 * VOCAB_OF_PRESETS)
-    shares = [list(zip(teachers, mixture, strict=True))] * len(rows)
+    shares = [[TeacherShare(t, w) for t, w in zip(teachers, mixture, strict=True)]] * len(rows)
     output = await (
         await trainer.forward_backward_logits_async(
             [d for *_, d in rows], shares, objective, coef=0.5
@@ -201,7 +202,7 @@ async def test_a_datum_without_completion_weights_is_refused(trainer, teachers):
     datum = build_opd_datum(prompt, completion, [-1.0, -1.0], [0.0, 0.0])
     with pytest.raises(ValidationError, match="weights"):
         await trainer.forward_backward_logits_async(
-            [datum], [[(teachers[0], 1.0)]], ObjectiveSpec(kind="reverse_kl")
+            [datum], [[TeacherShare(teachers[0])]], ObjectiveSpec(kind="reverse_kl")
         )
 
 
@@ -212,7 +213,7 @@ async def test_a_teacher_over_another_vocabulary_is_refused(trainer, tmp_path):
     datum = build_opd_datum([1, 2], [3, 4], [-1.0, -1.0], [0.0, 0.0], weighted=True)
     with pytest.raises(ValidationError, match="vocabulary"):
         await trainer.forward_backward_logits_async(
-            [datum], [[(other, 1.0)]], ObjectiveSpec(kind="forward_kl")
+            [datum], [[TeacherShare(other)]], ObjectiveSpec(kind="forward_kl")
         )
 
 

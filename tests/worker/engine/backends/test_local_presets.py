@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoTokenizer
 
+from kernel.model_names import BYTE_LEVEL_TEMPLATE_TOKENS
 from kernel.spec import PromptOptions
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.rollouts.datums import build_prompt
@@ -66,3 +67,12 @@ def test_presets_are_fixed_and_the_teacher_is_far_from_the_student():
     uniform = torch.log(torch.tensor(259.0))
     entropy = -(student.exp() * student).sum(-1).mean()
     assert entropy < uniform - 0.5, "the student must not be near-uniform"
+
+
+def test_the_byte_level_presets_template_adds_the_tokens_estimates_count() -> None:
+    """kernel/model_names.py's BYTE_LEVEL_TEMPLATE_TOKENS, which a cold estimate uses, is
+    what the presets' tokenizer makes of a question: a token a byte plus the template's."""
+    for question, suffix in (("x", ""), ("What is 7 * 8?", "Answer in \\boxed{}.")):
+        content = f"{question}\n\n{suffix}" if suffix else question
+        prompt = build_prompt(tiny_tokenizer(), question, suffix, enable_thinking=False)
+        assert len(prompt) == len(content.encode()) + BYTE_LEVEL_TEMPLATE_TOKENS

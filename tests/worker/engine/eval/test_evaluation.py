@@ -198,3 +198,24 @@ async def test_steps_keep_a_few_rollouts_with_their_reverse_kl():
     assert first.completion == teacher.get_tokenizer().decode(
         sample.tokens, skip_special_tokens=True
     )
+
+
+async def test_a_format_grader_grades_every_answer_without_the_reference_answers():
+    """eval.grader {regex}: every completion is graded by its form alone, the references
+    left unread (here the eval's prompts have none): a pattern matching anything accepts
+    them all, one matching nothing none."""
+    figures = {}
+    for pattern in ("(?s).*", "(?!)"):
+        spec = make_spec({"teacher_baseline": True, "grader": {"regex": pattern}}, steps=1)
+        sink = RecordingSink()
+        await run_loop(
+            spec,
+            FakeServiceClient(),
+            Prompts(PROMPTS, [None] * len(PROMPTS)),
+            sink,
+            eval_prompts=Prompts(EVAL_PROMPTS, [None, None]),
+        )
+        figures[pattern] = sink.steps[0]
+
+    for key in ("eval/accuracy", "eval/teacher_accuracy"):
+        assert (figures["(?s).*"][key], figures["(?!)"][key]) == (1.0, 0.0), key

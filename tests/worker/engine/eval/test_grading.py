@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from worker.engine.eval.grading import Grader, Verdict, last_boxed, pass_at_k
+from worker.engine.eval.grading import Grader, Verdict, format_grader, last_boxed, pass_at_k
 
 # The tests that share one grader share its event loop too.
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -213,3 +213,18 @@ def test_pass_at_k_refuses_what_it_cannot_estimate() -> None:
         pass_at_k([[True]], 0)
     with pytest.raises(ValueError, match="at least one prompt"):
         pass_at_k([], 1)
+
+
+async def test_a_format_grader_accepts_what_the_pattern_matches_whole_once_stripped():
+    grade = format_grader(r"-?[0-9]+")
+    answers = ["7", "  -12\n", "7.", "The answer is 7", "", "7 8"]
+
+    assert await grade(answers, [""] * len(answers)) == [True, True, False, False, False, False]
+
+
+async def test_a_format_grader_fails_an_answer_its_pattern_backtracks_on_without_end():
+    """(a+)+b on a long run of a's takes exponential time: the answer fails, the grading
+    finishes."""
+    grade = format_grader(r"(a+)+b")
+
+    assert await grade(["a" * 64, "aab"], ["", ""]) == [False, True]

@@ -5,16 +5,22 @@ the logits over the vocabulary are then made, compared and back-propagated a few
 at a time (`position_chunks`), so no [positions, vocabulary] tensor larger than
 POSITION_BUDGET elements exists, whatever the vocabulary (150k tokens) or the batch. Only
 completion positions (a datum's `weights` 1) are compared; the prompt carries no signal.
+Each teacher reads the completion after its own prompt where it has one (its own chat
+template, a self teacher's context): the same completion positions, shifted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from pytrio.client.training_batch import PolicyTrainingSample
+from pytrio.errors.base import ValidationError
 from torch import Tensor
+from torch.func import functional_call
 
 from kernel.spec import ObjectiveSpec
 from worker.engine.backends.local.decoding import pad_batch
@@ -25,27 +31,46 @@ POSITION_BUDGET = 2**24
 """Most elements of one [positions, vocabulary] tensor of a chunk (64 MiB in float32)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Scorer:
-    """A frozen causal LM as the objective reads it: hidden states, then logits."""
+    """A causal LM as the objective reads it: hidden states, then logits. A self teacher
+    reads the student's own model: with its adapter off (`adapter_off`, peft's
+    `disable_adapter`) or with a sampler's saved LoRA weights in place of the live ones
+    (`weights`, named as in the decoder)."""
 
     model: torch.nn.Module
+    adapter_off: Callable[[], AbstractContextManager[Any]] | None = None
+    weights: Mapping[str, Tensor] | None = None
 
     def hidden(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         decoder = self.model.get_decoder()
-        return decoder(input_ids=ids, attention_mask=mask, position_ids=positions)[0]
+        inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+        if self.weights is not None:
+            return functional_call(decoder, dict(self.weights), args=(), kwargs=inputs)[0]
+        with self.adapter_off() if self.adapter_off is not None else nullcontext():
+            return decoder(**inputs)[0]
 
     def logprobs(self, hidden: Tensor) -> Tensor:
         return self.model.get_output_embeddings()(hidden).float().log_softmax(-1)
 
 
 @dataclass(frozen=True)
+class Reading:
+    """One teacher of a row: its scorer, its weight in the row's mixture, and the tokens
+    it reads before the completion (None: the row's own prompt)."""
+
+    scorer: Scorer
+    weight: float
+    prompt: Sequence[int] | None = None
+
+
+@dataclass(frozen=True)
 class Rows:
-    """One chunk of rows: their samples, completion masks and teachers (model, weight)."""
+    """One chunk of rows: their samples, completion masks and teachers."""
 
     samples: Sequence[PolicyTrainingSample]
     masks: Sequence[Sequence[bool]]
-    teachers: Sequence[Sequence[tuple[Scorer, float]]]
+    teachers: Sequence[Sequence[Reading]]
 
 
 @dataclass
@@ -72,42 +97,82 @@ def selected(hidden: Tensor, masks: Sequence[Sequence[bool]]) -> Tensor:
     return hidden[keep]
 
 
+def teacher_input(
+    sample: PolicyTrainingSample, mask: Sequence[bool], prompt: Sequence[int] | None
+) -> tuple[list[int], list[bool]]:
+    """What a teacher reads of a row, and where its completion positions are: the row
+    itself, or its own prompt followed by the completion (the row's masked positions are
+    its last ones: the completion's tokens but the last)."""
+    ids = sample.model_input.to_ints()
+    if prompt is None:
+        return ids, list(mask)
+    completion = sum(mask)
+    tail = ids[len(ids) - completion + 1 :] if completion else []
+    own = [*prompt, *tail]
+    return own, [False] * (len(own) - completion) + [True] * completion
+
+
+def check_completion_last(mask: Sequence[bool]) -> None:
+    """A teacher with a prompt of its own reads the completion after it (`teacher_input`):
+    the datum's completion positions must be its last ones."""
+    completion = sum(mask)
+    if completion and list(mask[-completion:]) != [True] * completion:
+        raise ValidationError(
+            "a teacher with a prompt of its own reads the completion after it: the "
+            "datum's weights must be 1 on its last positions only",
+            code="validation.invalid_loss_fn_inputs",
+        )
+
+
+Group = tuple[Scorer, int]
+"""A teacher's scorer and its place in its rows' mixtures: the rows it reads together."""
+
+
 @torch.no_grad()
-def teacher_hidden(rows: Rows, pad_id: int, device: torch.device) -> list[tuple[Scorer, Tensor]]:
+def teacher_hidden(rows: Rows, pad_id: int, device: torch.device) -> list[tuple[Group, Tensor]]:
     """Each teacher's hidden states at the completion positions of the rows it scores,
-    laid out as the student's (positions a teacher does not score stay zero)."""
+    laid out as the student's (positions a teacher does not score stay zero), one group
+    per scorer and place in the mixture."""
     counts = [sum(mask) for mask in rows.masks]
     starts = [0, *torch.tensor(counts).cumsum(0).tolist()]
-    out: list[tuple[Scorer, Tensor]] = []
-    for scorer in dict.fromkeys(s for mixed in rows.teachers for s, _ in mixed):
-        mine = [i for i, mixed in enumerate(rows.teachers) if any(s is scorer for s, _ in mixed)]
-        ids, mask, positions = pad_batch(
-            [rows.samples[i].model_input.to_ints() for i in mine], pad_id, device, left=False
-        )
-        hidden = selected(scorer.hidden(ids, mask, positions), [rows.masks[i] for i in mine])
+    out: list[tuple[Group, Tensor]] = []
+    groups = [(r.scorer, place) for mixed in rows.teachers for place, r in enumerate(mixed)]
+    for group in dict.fromkeys(groups):
+        mine = [(i, r) for i, mixed in enumerate(rows.teachers) if (r := reading_of(mixed, group))]
+        read = [teacher_input(rows.samples[i], rows.masks[i], r.prompt) for i, r in mine]
+        ids, mask, positions = pad_batch([ids for ids, _ in read], pad_id, device, left=False)
+        hidden = selected(group[0].hidden(ids, mask, positions), [m for _, m in read])
         laid_out = hidden.new_zeros((starts[-1], hidden.shape[-1]))
         at = 0
-        for i in mine:
+        for i, _ in mine:
             laid_out[starts[i] : starts[i + 1]] = hidden[at : at + counts[i]]
             at += counts[i]
-        out.append((scorer, laid_out))
+        out.append((group, laid_out))
     return out
 
 
+def reading_of(mixed: Sequence[Reading], group: Group) -> Reading | None:
+    """A row's reading in `group` (its scorer at that place), if it has one."""
+    scorer, place = group
+    if place < len(mixed) and mixed[place].scorer is scorer:
+        return mixed[place]
+    return None
+
+
 def teacher_logprobs(
-    rows: Rows, hidden: list[tuple[Scorer, Tensor]], span: slice, owners: Tensor
+    rows: Rows, hidden: list[tuple[Group, Tensor]], span: slice, owners: Tensor
 ) -> Tensor:
     """log sum_i w_i p_i over the vocabulary at the positions `span`, each from its row's
     teachers (one teacher of weight 1 is its own log-softmax, exactly)."""
     out: Tensor | None = None
-    for scorer, states in hidden:
+    for group, states in hidden:
         weights = torch.tensor(
-            [next((w for s, w in mixed if s is scorer), 0.0) for mixed in rows.teachers],
+            [(r.weight if (r := reading_of(mixed, group)) else 0.0) for mixed in rows.teachers],
             dtype=torch.float32,
             device=states.device,
         )[owners[span]]
         with torch.no_grad():
-            scored = scorer.logprobs(states[span]) + weights.log().unsqueeze(-1)
+            scored = group[0].logprobs(states[span]) + weights.log().unsqueeze(-1)
         out = scored if out is None else torch.logaddexp(out, scored)
     assert out is not None
     return out
@@ -127,11 +192,13 @@ def accumulate(
     """Add the gradient of (coef * objective + the policy loss of the datums' advantages)
     summed over the rows' completion positions and divided by `denominator`; returns each
     row's target logprobs, the student's and the teacher's ([its length], 0 on the prompt)."""
+    # The teachers first: a self teacher's adapter_off turns the student's own LoRA off
+    # for a moment, which must not happen with the student's graph in the making.
+    teachers = teacher_hidden(rows, pad_id, device)
     inputs = [s.model_input.to_ints() for s in rows.samples]
     ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
     student_states = selected(student.hidden(ids, mask, positions), rows.masks)
     leaf = student_states.detach().requires_grad_()
-    teachers = teacher_hidden(rows, pad_id, device)
     flat = [
         (row, position)
         for row, row_mask in enumerate(rows.masks)

@@ -179,6 +179,16 @@ class LocalSamplingClient:
         )
 
 
+class AdapterOffSamplingClient(LocalSamplingClient):
+    """A training model's base, its LoRA adapter off (peft's `disable_adapter`): a self
+    teacher of `base` weights, with no second copy of them. Every call runs on the
+    backend's one thread, inside the context, so no training call sees the adapter off."""
+
+    def forward(self, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(**kwargs)
+
+
 def invalid(message: str) -> ValidationError:
     return ValidationError(message, code="validation.invalid_sampling_request")
 

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from kernel.spec import ObjectiveSpec
 from kernel.spec.loop import LOSS_OPTIONS
+from worker.engine.backends.contract import TeacherShare
 from worker.engine.backends.local.checkpoints import (
     ADAPTER_WEIGHTS,
     OPTIMIZER_STATE,
@@ -49,12 +50,19 @@ from worker.engine.backends.local.checkpoints import (
     write_manifest,
 )
 from worker.engine.backends.local.decoding import row_chunks, target_logprobs
-from worker.engine.backends.local.distillation import Rows, Scorer, Totals, accumulate
+from worker.engine.backends.local.distillation import (
+    Reading,
+    Rows,
+    Scorer,
+    Totals,
+    accumulate,
+    check_completion_last,
+)
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import SEEDED_INIT
 from worker.engine.backends.local.runner import SerialRunner
-from worker.engine.backends.local.sampler import LocalSamplingClient
+from worker.engine.backends.local.sampler import AdapterOffSamplingClient, LocalSamplingClient
 
 NO_LIMITS = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
 LORA_ALPHA = 32
@@ -120,7 +128,7 @@ class LocalTrainingClient:
     async def forward_backward_logits_async(
         self,
         data: list[Datum],
-        teachers: list[list[tuple[Any, float]]],
+        teachers: list[list[TeacherShare]],
         objective: ObjectiveSpec,
         coef: float = 1.0,
         loss_fn: str = "importance_sampling",
@@ -144,10 +152,18 @@ class LocalTrainingClient:
                 f"{len(teachers)} teachers for {len(samples)} datums: give each datum its own",
                 code="validation.invalid_teachers",
             )
+        for mask, mixed in zip(masks, teachers, strict=True):
+            if any(share.prompt is not None for share in mixed):
+                check_completion_last(mask)
         scorers = {
-            id(client): self.teacher_scorer(client) for mixed in teachers for client, _ in mixed
+            id(share.client): self.teacher_scorer(share.client)
+            for mixed in teachers
+            for share in mixed
         }
-        rows = [[(scorers[id(client)], weight) for client, weight in mixed] for mixed in teachers]
+        rows = [
+            [Reading(scorers[id(s.client)], s.weight, s.prompt) for s in mixed]
+            for mixed in teachers
+        ]
         positions = sum(sum(mask) for mask in masks)
         return self.runner.submit(
             self.accumulate_logit_gradients,
@@ -191,12 +207,19 @@ class LocalTrainingClient:
 
     def teacher_scorer(self, client: Any) -> Scorer:
         """A teacher of this backend as the objective reads it: a frozen local model over
-        the student's vocabulary."""
+        the student's vocabulary, or this client's own model (a self teacher) with its
+        adapter off (`base_sampling_client_async`) or with the LoRA weights a sampler of
+        it holds."""
         teacher = getattr(client, "inner", client)
+        if isinstance(teacher, LocalSamplingClient) and teacher.model is self.model:
+            base = self.model.get_base_model()
+            if isinstance(teacher, AdapterOffSamplingClient):
+                return Scorer(base, adapter_off=self.model.disable_adapter)
+            return Scorer(base, weights=decoder_weights(self.model, teacher.weights))
         if not isinstance(teacher, LocalSamplingClient) or teacher.weights:
             raise ValidationError(
                 "a logit-level objective needs teachers made by this backend's "
-                "create_sampling_client (frozen local models)",
+                "create_sampling_client (frozen local models) or by this training client",
                 code="validation.invalid_teachers",
             )
         mine = self.model.get_output_embeddings().weight.shape[0]
@@ -212,6 +235,13 @@ class LocalTrainingClient:
     async def optim_step_async(self, adam_params: AdamParams) -> asyncio.Future[OptimStepResponse]:
         self.started = True
         return self.runner.submit(self.apply_optimizer, adam_params)
+
+    async def base_sampling_client_async(self) -> LocalSamplingClient:
+        """A sampler of this client's base model, its adapter off: a self teacher of `base`
+        weights, with no second copy of them."""
+        return AdapterOffSamplingClient(
+            self.runner, self.model, self.tokenizer, self.placement, weights={}, version=0
+        )
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         self.started = True
@@ -313,7 +343,7 @@ class LocalTrainingClient:
         options: dict[str, float],
         samples: list[PolicyTrainingSample],
         masks: list[list[bool]],
-        teachers: list[list[tuple[Scorer, float]]],
+        teachers: list[list[Reading]],
         denominator: int,
     ) -> ForwardBackwardOutput:
         """`accumulate` over chunks of rows (`row_chunks`, as the policy losses)."""
@@ -434,6 +464,20 @@ class LocalTrainingClient:
         except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
             raise CheckpointError(f"cannot restore state {str(folder)!r}: {error}") from error
         return {}
+
+
+def decoder_weights(model: PeftModel, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A sampler's LoRA weights (named as the peft model's parameters) named as its
+    decoder's, which holds every LoRA layer (`all-linear` leaves the output head out)."""
+    decoder = model.get_base_model().get_decoder()
+    prefix = next(name for name, module in model.named_modules() if module is decoder) + "."
+    outside = [name for name in weights if not name.startswith(prefix)]
+    if outside:
+        raise ValidationError(
+            f"the sampler's weight {outside[0]!r} lies outside the decoder",
+            code="validation.invalid_teachers",
+        )
+    return {name.removeprefix(prefix): tensor for name, tensor in weights.items()}
 
 
 def loss_options(loss_fn: str, given: dict[str, float] | None) -> dict[str, float]:
