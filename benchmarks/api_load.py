@@ -56,9 +56,10 @@ from app.jobs.schemas import JobPublic
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step
-from kernel.spec import MAX_STEPS, JobSpec
-from worker.engine.loop import step_metrics
-from worker.engine.rollouts import Batch, Completion
+from kernel.spec import JobSpec
+from kernel.spec.base import MAX_STEPS
+from worker.engine.loop.metrics import step_metrics
+from worker.engine.rollouts.sampling import Batch, Completion
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/13"

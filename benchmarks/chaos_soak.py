@@ -274,8 +274,8 @@ def clean_runs(specs: dict[str, dict[str, Any]], folder: Path) -> dict[str, dict
     """Each distinct spec (by its clean_key) run once by the engine alone: the rows every
     job and trial of it must equal."""
     from kernel.spec import JobSpec
-    from worker.engine.loop import run_job
-    from worker.engine.sinks import Sink
+    from worker.engine.loop.job import run_job
+    from worker.engine.tracking.sinks import Sink
 
     class Rows(Sink):
         def __init__(self) -> None:

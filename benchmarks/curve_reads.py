@@ -64,7 +64,8 @@ from app.jobs.schemas import JobStatus
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Job
 from app.records.store import record_step, upsert_metrics
-from kernel.spec import MAX_STEPS, JobSpec
+from kernel.spec import JobSpec
+from kernel.spec.base import MAX_STEPS
 from worker.service.requeuer import requeue_lost
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -46,12 +46,12 @@ from worker.engine.backends import connect
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
-from worker.engine.datasets import load_datasets
+from worker.engine.data.datasets import load_datasets
 from worker.engine.eval.evaluation import Grade
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.prompts import load_eval_prompts
-from worker.engine.loop import run_loop
-from worker.engine.sinks import Sink
+from worker.engine.loop.steps import run_loop
+from worker.engine.tracking.sinks import Sink
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
 LOOP_SPEED_LATENCIES = Latencies(

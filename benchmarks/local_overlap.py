@@ -31,9 +31,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from kernel.spec import JobSpec
 from worker.engine.backends import connect
 from worker.engine.backends.local.presets import tiny_tokenizer
-from worker.engine.datasets import Prompts
-from worker.engine.loop import run_loop
-from worker.engine.sinks import Sink
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.steps import run_loop
+from worker.engine.tracking.sinks import Sink
 
 QUESTIONS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 17 a prime number?", "Solve x + 4 = 9."]
 

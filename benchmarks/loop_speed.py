@@ -54,9 +54,9 @@ from tests.fakes.trio import (
 )
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
-from worker.engine.datasets import Prompts
-from worker.engine.loop import run_loop
-from worker.engine.sinks import Sink
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.steps import run_loop
+from worker.engine.tracking.sinks import Sink
 
 T = TypeVar("T")
 QUESTIONS = [

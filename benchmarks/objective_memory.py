@@ -72,7 +72,7 @@ async def train(args: argparse.Namespace) -> dict[str, float]:
     from kernel.spec import LocalBackendSpec, ObjectiveSpec
     from worker.engine.backends.local import LocalServiceClient
     from worker.engine.backends.local.divergences import divergence
-    from worker.engine.datums import build_opd_datum
+    from worker.engine.rollouts.datums import build_opd_datum
 
     objective = ObjectiveSpec.model_validate(OBJECTIVES[args.child])
     service = LocalServiceClient(LocalBackendSpec(device=args.device), Path(args.model) / "runs")

@@ -54,13 +54,13 @@ from learning import run as run_opd
 from kernel.spec import JobSpec
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.engine.backends.local.models import load_model
-from worker.engine.datasets import load_datasets
-from worker.engine.datums import build_prompt
+from worker.engine.data.datasets import load_datasets
+from worker.engine.data.mixing import training_pools
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.prompts import load_eval_prompts
-from worker.engine.loop import Run, eval_pools, evaluation_for, open_run
-from worker.engine.mix import training_pools
+from worker.engine.loop.run import Run, eval_pools, evaluation_for, open_run
+from worker.engine.rollouts.datums import build_prompt
 
 DIVERGENCES = {1.0: "reverse KL", 0.0: "forward KL", 0.5: "JSD"}
 OBJECTIVES = [

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import TYPE_CHECKING
 
 from kernel.datapaths import is_model_path
-
-if TYPE_CHECKING:
-    from kernel.spec import JobSpec
 
 TINY_STUDENT = "tiny-student"
 TINY_TEACHER = "tiny-teacher"
@@ -81,20 +77,3 @@ def preset_tokenizer(name: str) -> str | None:
     if name not in PRESETS:
         return None
     return OWN_TOKENIZERS.get(name, "byte-level")
-
-
-def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
-    """(field, why) for each model name of the spec that its backend cannot load."""
-    named = [("student.base_model", spec.student.base_model)]
-    for teacher, teacher_spec in spec.teacher_specs().items():
-        field = spec.teacher_field(teacher)
-        server = teacher_spec.server
-        if server is None:
-            named.append((f"{field}.base_model", teacher_spec.base_model))
-        elif server.tokenizer is not None:  # the server's model is its own to name
-            named.append((f"{field}.server.tokenizer", server.tokenizer))
-    return [
-        (field, refusal)
-        for field, name in named
-        if (refusal := model_name_refusal(spec.backend, name)) is not None
-    ]

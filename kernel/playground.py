@@ -8,15 +8,10 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kernel.spec import (
-    MAX_PROMPT_CHARS,
-    MAX_TOKENS,
-    CheckpointRef,
-    JobSpec,
-    Name,
-    SpecModel,
-    field_error,
-)
+from kernel.spec import JobSpec
+from kernel.spec.base import CheckpointRef, Name, SpecModel, field_error
+from kernel.spec.data import MAX_PROMPT_CHARS
+from kernel.spec.sampling import MAX_TOKENS
 from kernel.wording import shown
 
 T = TypeVar("T")

@@ -1,10 +1,11 @@
 """The composition root: the `opd` command line, the `serve` supervisor and the Python SDK
-(`from opd import Client, AsyncClient`).
+(`from opd import Client, AsyncClient`), with `load_spec` to read a spec file.
 
 The only package that may import both the service (`app`) and the worker; the SDK imports
 neither the worker nor torch.
 """
 
+from kernel.spec import load_spec
 from opd.sdk import (
     APIConnectionError,
     AsyncClient,
@@ -29,4 +30,5 @@ __all__ = [
     "PermissionDenied",
     "RateLimited",
     "ValidationError",
+    "load_spec",
 ]

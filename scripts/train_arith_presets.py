@@ -47,8 +47,8 @@ from kernel.model_names import (
     ARITH_TEACHER_MUL,
     ARITH_TEACHER_TEMPLATE,
 )
-from kernel.spec import ArithmeticDataset, ArithmeticOp
-from worker.engine.arithmetic import Problem, training_problems
+from kernel.spec import ArithmeticDataset
+from kernel.spec.data import ArithmeticOp
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.presets import (
     OWN_TEMPLATES,
@@ -60,9 +60,10 @@ from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.local.trained import WEIGHTS_DIR, save_trained, trained_model
 from worker.engine.backends.local.trainer import attach_lora
-from worker.engine.datums import build_prompt
+from worker.engine.data.arithmetic import Problem, training_problems
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.sampler_accuracy import answer
+from worker.engine.rollouts.datums import build_prompt
 
 SUFFIX = ArithmeticDataset().question_suffix
 ALL_OPS: tuple[ArithmeticOp, ...] = ("add", "sub", "mul")

@@ -3,7 +3,7 @@ columns hold the questions and the answers (given, else guessed from their names
 many questions are empty or repeated, and a preview. Pure: the reading is inspection.py's.
 
 A column qualifies only if it holds text, as the worker's reader requires
-(worker/engine/datasets.py), so a file accepted here is one a job can read.
+(worker/engine/data/datasets.py), so a file accepted here is one a job can read.
 """
 
 from __future__ import annotations

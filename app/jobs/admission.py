@@ -31,8 +31,8 @@ from app.jobs.errors import SpecRefused
 from app.jobs.uploads import fill_files
 from app.jobs.weight_paths import checked_weights
 from kernel.datapaths import DataPathError, confine_data_path
-from kernel.model_names import model_name_refusals
-from kernel.spec import JobSpec, SpecError, unlisted_teacher_server, unlisted_tracker
+from kernel.spec import JobSpec, SpecError
+from kernel.spec.checks import model_name_refusals, unlisted_teacher_server, unlisted_tracker
 
 __all__ = ["SpecRefused", "admit"]
 

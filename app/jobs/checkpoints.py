@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.tables import Team
 from app.jobs.schemas import CheckpointKind, JobStatus
 from app.jobs.tables import Checkpoint, Job
-from kernel.spec import CheckpointRef
+from kernel.spec.base import CheckpointRef
 
 SAMPLERS = (CheckpointKind.sampler, CheckpointKind.final)
 SHOWN = 3

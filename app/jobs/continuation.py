@@ -22,7 +22,8 @@ from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, trainin
 from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.tables import Checkpoint, Job
-from kernel.spec import CheckpointRef, JobSpec, SavedWeights
+from kernel.spec import JobSpec, SavedWeights
+from kernel.spec.base import CheckpointRef
 
 Find = Callable[[AsyncSession, Job, CheckpointRef], Awaitable[Checkpoint]]
 

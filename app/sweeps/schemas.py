@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from app.core.pages import Page
 from app.jobs.schemas import JobStatus
 from kernel.json_types import JsonModel
-from kernel.spec import JobSpec, field_error
+from kernel.spec import JobSpec
+from kernel.spec.base import field_error
 
 MAX_TRIALS = 200
 

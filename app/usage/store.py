@@ -19,7 +19,7 @@ from app.auth.tables import Team
 from app.core.db import insert_for
 from app.jobs.tables import Job
 from app.usage.tables import UsageDay
-from kernel.spec import priced_teacher
+from kernel.spec.teachers import priced_teacher
 
 USAGE_METRICS = {
     "usage/sampled_tokens": "sampled_tokens",

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
-from kernel.spec import flatten
+from kernel.spec.documents import flatten
 from kernel.summary import Change
 
 LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}

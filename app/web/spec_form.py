@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 
 from kernel.json_types import load_yaml
-from kernel.spec import JobSpec, SpecError, line_of, not_a_mapping, parse_spec
+from kernel.spec import JobSpec, SpecError, parse_spec
+from kernel.spec.documents import line_of, not_a_mapping
 
 MAX_SPEC_CHARS = 200_000
 MAX_DEPTH = 64

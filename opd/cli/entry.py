@@ -67,9 +67,29 @@ def main(argv: list[str] | None = None) -> int:
         message = str(error)
     except KeyboardInterrupt:
         message = "interrupted"
+    except ModuleNotFoundError as error:
+        if args.traceback:
+            traceback.print_exc()
+        message = missing_extra(error)
     except Exception as error:  # a one-line error for the user; --traceback for developers
         if args.traceback:
             traceback.print_exc()
         message = f"{type(error).__name__}: {error}"
     print(f"error: {message}", file=sys.stderr)
     return 1
+
+
+EXTRAS = {"torch": "local", "transformers": "local", "peft": "local", "tinker": "tinker"}
+"""The extra that brings a module's package, where it is not `server`."""
+
+
+def missing_extra(error: ModuleNotFoundError) -> str:
+    """What to install for a command whose package is missing: `pip install opd-service`
+    gives the SDK and the client commands; the service, the worker and `opd run` need the
+    `server` extra (the local engine `local`)."""
+    package = (error.name or "").split(".")[0]
+    extra = EXTRAS.get(package, "server")
+    return (
+        f"this command needs the {package!r} package, which the {extra!r} extra installs: "
+        f"pip install 'opd-service[{extra}]'"
+    )

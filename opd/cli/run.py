@@ -22,16 +22,24 @@ from opd.cli.common import CommandError
 if TYPE_CHECKING:
     from kernel.spec import JobSpec
     from opd.cli.common import Commands
-    from worker.engine.mlflow_mirror import MlflowSink
-    from worker.engine.sinks import ConsoleSink
+    from worker.engine.tracking.mlflow_mirror import MlflowSink
+    from worker.engine.tracking.sinks import ConsoleSink
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Run one job in the foreground, like the reference scripts."""
     # start-up time: the engine loads torch
-    from worker.engine.checkpoint_log import CheckpointLog, latest_state, sampler_weights
-    from worker.engine.loop import RunResult, SavedState, Stop, run_job
-    from worker.engine.sinks import ConsoleSink, FanOut, JsonlSink, Sink, SummarySink, SwanLabSink
+    from worker.engine.loop.checkpoint_log import CheckpointLog, latest_state, sampler_weights
+    from worker.engine.loop.job import run_job
+    from worker.engine.loop.state import RunResult, SavedState, Stop
+    from worker.engine.tracking.sinks import (
+        ConsoleSink,
+        FanOut,
+        JsonlSink,
+        Sink,
+        SummarySink,
+        SwanLabSink,
+    )
 
     spec = load_spec(args.spec)
     artifacts = Path(args.artifacts or Path("runs") / spec.name).resolve()
@@ -115,7 +123,7 @@ def mlflow_sink(
 ) -> MlflowSink | None:
     """The run's MLflow mirror; a resumed run goes on with the MLflow run its artifacts
     folder names (`mlflow_run_id`)."""
-    from worker.engine.mlflow_mirror import MlflowSink  # start-up time: the engine
+    from worker.engine.tracking.mlflow_mirror import MlflowSink  # start-up time: the engine
 
     if spec.trackers.mlflow is None:
         return None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 from app.web.present import number
-from kernel.spec import read_document
+from kernel.spec.documents import read_document
 from opd.cli.common import api_options, client, count, page_size, renamed
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from app.core.db import sync_url
 from tests.e2e.conftest import ROOT, TINY, Service, deployment, tiny_spec
 from tests.e2e.servers import MlflowServer, Relay
 from tests.e2e.test_faults import at_step, metric_rows
-from worker.engine.mlflow_mirror import mlflow_key
+from worker.engine.tracking.mlflow_mirror import mlflow_key
 
 
 @pytest.fixture(scope="module")

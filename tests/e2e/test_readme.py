@@ -3,7 +3,7 @@ README itself, so a changed example is the example tested):
 
 - the first screen's `scripts/demo.sh`, with the demo's spec cut to two steps (the demo
   passes its arguments to `opd serve --demo`; the learning itself is measured by
-  `tests/worker/engine/test_arith_learning.py`). It runs in a copy of the checkout whose
+  `tests/worker/engine/loop/test_arith_learning.py`). It runs in a copy of the checkout whose
   `.venv` is this interpreter, with a pip that installs nothing: installing for real is
   what `scripts/test.sh` does before it runs this test (`tests/test_setup_script.py`
   checks what setup.sh prints). `scripts/test.sh` itself is the command running this;

@@ -144,7 +144,7 @@ def short_demo(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
 
 def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     """The demo's spec, shortened to a few steps (the learning itself is tested by
-    tests/worker/engine/test_arith_learning.py): the job succeeds and the accuracy shows."""
+    tests/worker/engine/loop/test_arith_learning.py): the job succeeds and the accuracy shows."""
     short, env, port = short_demo(tmp_path)
     command = [sys.executable, "-m", "opd.cli", "serve", "--demo", "--demo-spec", str(short)]
     done = subprocess.run(

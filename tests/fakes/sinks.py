@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.samples import KeptSample
-from worker.engine.sinks import RunInfo, Sink
+from worker.engine.tracking.sinks import RunInfo, Sink
 
 # The step metrics the reference scripts record, besides trainer/<name>: people chart them, so
 # none may be renamed (docs/algorithm.md#metrics).

@@ -39,7 +39,7 @@ from tinker.proto.request_conv import forward_backward_request_to_proto
 from tinker.types import ParsedCheckpointTinkerPath
 from tinker.types.topk_logprobs import MASK_LOGPROB, TopkLogprobs
 
-from kernel.spec import LOSS_OPTIONS
+from kernel.spec.loop import LOSS_OPTIONS
 from tests.fakes import model
 from worker.engine.backends.local.losses import LOSSES
 

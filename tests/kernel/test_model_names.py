@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.model_names import PRESETS, model_name_refusal, model_name_refusals
+from kernel.model_names import PRESETS, model_name_refusal
 from kernel.spec import parse_spec
+from kernel.spec.checks import model_name_refusals
 from tests.support import named
 
 

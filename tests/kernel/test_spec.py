@@ -12,14 +12,9 @@ import yaml
 from pydantic import BaseModel
 
 from kernel.merge_patch import dotted_patch, merge_patch
-from kernel.spec import (
-    DEFAULT_QUESTION_SUFFIX,
-    JobSpec,
-    SpecError,
-    load_spec,
-    parse_spec,
-    unlisted_tracker,
-)
+from kernel.spec import JobSpec, SpecError, load_spec, parse_spec
+from kernel.spec.checks import unlisted_tracker
+from kernel.spec.data import DEFAULT_QUESTION_SUFFIX
 from tests.support import REFERENCE_NAMES, named
 
 EXAMPLES = sorted(

@@ -34,12 +34,12 @@ from kernel.playground import (
 )
 from kernel.spec import TeacherSpec
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.cross_tokenizer import Retokenized, Tokenizers, top_k_of
-from worker.engine.datums import build_prompt
-from worker.engine.loop import stop_sequences
-from worker.engine.preflight import tokenizer_difference
-from worker.engine.rollouts import TOPK_SCORING, Prompted, Scored, Scorer
-from worker.engine.sampler_cache import Loaded, SamplerCache
+from worker.engine.rollouts.datums import build_prompt
+from worker.engine.rollouts.sampler_cache import Loaded, SamplerCache
+from worker.engine.rollouts.sampling import Scored, Scorer, stop_sequences
+from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers, top_k_of
+from worker.engine.teachers.preflight import tokenizer_difference
+from worker.engine.teachers.scoring import TOPK_SCORING, Prompted
 
 
 def finite(value: float | None) -> float | None:

@@ -27,7 +27,7 @@ from app.records.store import (
 )
 from kernel.retry import Backoff, retry
 from kernel.samples import KeptSample
-from worker.engine.sinks import Sink
+from worker.engine.tracking.sinks import Sink
 
 log = logging.getLogger(__name__)
 Write = Callable[[AsyncSession], Awaitable[Any]]

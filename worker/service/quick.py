@@ -37,7 +37,7 @@ from kernel.playground import (
 )
 from kernel.spec import JobSpec
 from worker.engine.playground import answer
-from worker.engine.sampler_cache import SamplerCache
+from worker.engine.rollouts.sampler_cache import SamplerCache
 
 log = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)

@@ -34,13 +34,14 @@ from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost
-from kernel.spec import JobSpec, unlisted_teacher_server
+from kernel.spec import JobSpec
+from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
-from worker.engine.loop import RunResult, SavedState, Stop
-from worker.engine.loop import run_job as run_engine
-from worker.engine.mlflow_mirror import MlflowSink
-from worker.engine.schedule import resume_versions
-from worker.engine.sinks import FanOut, Sink, SwanLabSink
+from worker.engine.loop.job import run_job as run_engine
+from worker.engine.loop.schedule import resume_versions
+from worker.engine.loop.state import RunResult, SavedState, Stop
+from worker.engine.tracking.mlflow_mirror import MlflowSink
+from worker.engine.tracking.sinks import FanOut, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, persist
 from worker.service.trackers import mlflow_mirror
 

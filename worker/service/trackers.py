@@ -24,8 +24,9 @@ from app.jobs.mlflow_endings import Ending, drop_ending, take_endings
 from app.jobs.tables import Job
 from app.records.store import record_event, record_mlflow_run, recorded_steps
 from kernel.retry import Backoff
-from kernel.spec import JobSpec, unlisted_tracker
-from worker.engine.mlflow_mirror import MlflowSink, end_run, transient
+from kernel.spec import JobSpec
+from kernel.spec.checks import unlisted_tracker
+from worker.engine.tracking.mlflow_mirror import MlflowSink, end_run, transient
 from worker.service.db_sink import DatabaseSink, persist
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from app.api.deps import MAX_ID
 from app.jobs.schemas import CheckpointKind
 from app.jobs.tables import Checkpoint
 from kernel.playground import ModelRole
-from kernel.spec import MAX_STEPS, CheckpointRef
+from kernel.spec.base import MAX_STEPS, CheckpointRef
 
 NAME = re.compile(r"job-([1-9][0-9]{0,9})(?:@step-(0|[1-9][0-9]{0,5})|:(teacher|base))?")
 NAME_PATTERN = f"^{NAME.pattern}$"

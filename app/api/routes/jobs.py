@@ -36,7 +36,8 @@ from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
 from app.jobs.service import API, submit_spec
 from app.jobs.store import ActionResult, Idempotency, apply_action
 from app.jobs.tables import Job
-from kernel.spec import JobSpec, priced_teacher
+from kernel.spec import JobSpec
+from kernel.spec.teachers import priced_teacher
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(401, 422, 503))
 

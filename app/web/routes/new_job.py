@@ -24,7 +24,7 @@ from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text
 from app.web.templating import render
-from kernel.spec import line_of
+from kernel.spec.documents import line_of
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

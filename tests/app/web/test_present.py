@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from app.web.charts import chart_keys, job_charts
 from app.web.present import differing_fields, duration, eta_seconds, number, progress
-from kernel.spec import flatten
+from kernel.spec.documents import flatten
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

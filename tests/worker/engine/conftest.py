@@ -12,7 +12,7 @@ import yaml
 
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
-from worker.engine.loop import run_job
+from worker.engine.loop.job import run_job
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAINED_STEPS = 3

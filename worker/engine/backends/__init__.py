@@ -8,7 +8,9 @@ from pathlib import Path
 
 from kernel.errors import OPDError
 from kernel.retry import Backoff
-from kernel.spec import MAX_RETRY_DELAY_SECONDS, JobSpec, RemoteBackendSpec
+from kernel.spec import JobSpec
+from kernel.spec.backends import RemoteBackendSpec
+from kernel.spec.base import MAX_RETRY_DELAY_SECONDS
 from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.contract import LogitServiceClient, SamplingClient, ServiceClient
 from worker.engine.backends.resilient import Resilient, Warn, resilient

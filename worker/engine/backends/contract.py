@@ -9,7 +9,7 @@ conformance suite checks every implementation's signatures against these.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -27,6 +27,10 @@ from pytrio.types import (
 )
 
 from kernel.spec import ObjectiveSpec
+
+TopK = Sequence[tuple[int, float]]
+"""A position's likeliest tokens with their logprobs, as samplers return them
+(`topk_prompt_logprobs`)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_SAMPLING_PARAMS = SamplingParams()

@@ -27,8 +27,9 @@ from pytrio.types import ModelInput, SampleResponse, SamplingParams
 
 from kernel.errors import BackendAuth, BackendRejected, BackendUnavailable, OPDError
 from kernel.retry import Backoff, retry
-from kernel.spec import MAX_RETRY_DELAY_SECONDS, TeacherServer
-from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
+from kernel.spec import TeacherServer
+from kernel.spec.base import MAX_RETRY_DELAY_SECONDS
+from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS, TopK
 from worker.engine.backends.resilient import (
     AUTH_STATUS_CODES,
     Failure,
@@ -36,7 +37,6 @@ from worker.engine.backends.resilient import (
     Warn,
     network_failure,
 )
-from worker.engine.datums import TopK
 
 ANSWER_BASE_BYTES = 1 << 20
 ANSWER_BYTES_PER_ENTRY = 512

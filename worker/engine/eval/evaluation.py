@@ -18,10 +18,11 @@ from pytrio.types import SamplingParams
 
 from kernel.spec import EvalSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
-from worker.engine.rollouts import Batch, Completion, Prompted, Scorer, sample_and_score
+from worker.engine.rollouts.sampling import Batch, Completion, Scorer, sample_and_score
+from worker.engine.teachers.scoring import Prompted
 
 if TYPE_CHECKING:
-    from worker.engine.teachers import Answerer
+    from worker.engine.teachers.views import Answerer
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""

@@ -11,11 +11,11 @@ from typing import Any
 
 from pytrio.types import ModelInput, SamplingParams
 
-from worker.engine.arithmetic import Problem
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.datums import build_prompt
+from worker.engine.data.arithmetic import Problem
 from worker.engine.eval.evaluation import Grade
 from worker.engine.eval.grading import last_boxed
+from worker.engine.rollouts.datums import build_prompt
 
 MAX_ANSWER_TOKENS = 16
 

@@ -9,16 +9,11 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from kernel.spec import (
-    MAX_BATCH_SIZE,
-    MAX_GROUP_SIZE,
-    MAX_INLINE_PROMPTS,
-    MAX_METADATA_KEY_CHARS,
-    MAX_METADATA_KEYS,
-    MAX_METADATA_VALUE_CHARS,
-    MAX_STEPS,
-    MAX_TOKENS,
-)
+from kernel.spec.base import MAX_STEPS
+from kernel.spec.data import MAX_INLINE_PROMPTS
+from kernel.spec.job import MAX_METADATA_KEY_CHARS, MAX_METADATA_KEYS, MAX_METADATA_VALUE_CHARS
+from kernel.spec.loop import MAX_BATCH_SIZE, MAX_GROUP_SIZE
+from kernel.spec.sampling import MAX_TOKENS
 from tests.app.conftest import auth, small_spec
 
 

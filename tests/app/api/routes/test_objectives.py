@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kernel.spec import LOGIT_OBJECTIVES
+from kernel.spec.loop import LOGIT_OBJECTIVES
 from tests.app.api.routes.test_spec_contents import nothing_stored
 from tests.app.conftest import auth, small_spec
 

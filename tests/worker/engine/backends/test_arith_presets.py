@@ -14,7 +14,6 @@ import torch
 
 from kernel.model_names import TRAINED_PRESETS
 from kernel.spec import ArithmeticDataset, LocalBackendSpec
-from worker.engine.arithmetic import training_problems
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import (
@@ -23,6 +22,7 @@ from worker.engine.backends.local.trained import (
     read_manifest,
     trained_model,
 )
+from worker.engine.data.arithmetic import training_problems
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.sampler_accuracy import answer
 

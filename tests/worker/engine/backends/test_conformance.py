@@ -40,7 +40,7 @@ from worker.engine.backends.local import (
     LocalTrainingClient,
 )
 from worker.engine.backends.tinker import TinkerSampler, TinkerService, TinkerTrainer
-from worker.engine.datums import build_opd_datum
+from worker.engine.rollouts.datums import build_opd_datum
 
 STUDENT, TEACHER = "tiny-student", "tiny-teacher"
 PROMPT = list(b"<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n")

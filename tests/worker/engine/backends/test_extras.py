@@ -27,7 +27,7 @@ sys.meta_path.insert(0, Refuse())
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
-from worker.engine.loop import run_job
+from worker.engine.loop.job import run_job
 
 dataset = {"source": "inline", "prompts": ["a"]}
 models = {"student": {"base_model": "org/s"}, "teacher": {"base_model": "org/t"}}

@@ -18,12 +18,13 @@ from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import trained_model
-from worker.engine.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
-from worker.engine.datasets import Prompts
-from worker.engine.datums import build_prompt
-from worker.engine.loop import run_loop, stop_sequences
-from worker.engine.preflight import teacher_mode
-from worker.engine.rollouts import Prompted, teacher_logprobs
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.steps import run_loop
+from worker.engine.rollouts.datums import build_prompt
+from worker.engine.rollouts.sampling import stop_sequences
+from worker.engine.teachers.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
+from worker.engine.teachers.preflight import teacher_mode
+from worker.engine.teachers.scoring import Prompted, teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix
 QUESTIONS = ["What is 2 + 3?", "What is 7 * 8?"]

@@ -8,7 +8,8 @@ import torch
 from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput
 
-from kernel.spec import LOSS_OPTIONS, LocalBackendSpec
+from kernel.spec import LocalBackendSpec
+from kernel.spec.loop import LOSS_OPTIONS
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.engine.backends.local.losses import cispo, dro, importance_sampling, ppo

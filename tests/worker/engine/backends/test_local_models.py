@@ -13,7 +13,7 @@ from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.models import DeviceUnavailable, ModelNotFound, resolve_placement
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
-from worker.engine.datums import build_opd_datum
+from worker.engine.rollouts.datums import build_opd_datum
 
 PROBE = ModelInput.from_ints(list(b"<|im_start|>user\nWhat is 2 + 3?"))
 

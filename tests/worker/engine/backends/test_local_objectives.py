@@ -15,7 +15,7 @@ from kernel.spec import LocalBackendSpec, ObjectiveSpec
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient, distillation
 from worker.engine.backends.local.divergences import divergence
-from worker.engine.datums import build_opd_datum
+from worker.engine.rollouts.datums import build_opd_datum
 
 VOCAB = 11
 VOCAB_OF_PRESETS = 259

@@ -11,13 +11,13 @@ import numpy as np
 from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER_TEMPLATE
 from kernel.spec import ArithmeticDataset, JobSpec, LocalBackendSpec
 from tests.fakes.sinks import RecordingSink
-from worker.engine.arithmetic import training_problems
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
-from worker.engine.datasets import Prompts
-from worker.engine.datums import build_prompt
-from worker.engine.loop import run_loop
-from worker.engine.rollouts import teacher_logprobs
+from worker.engine.data.arithmetic import training_problems
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.steps import run_loop
+from worker.engine.rollouts.datums import build_prompt
+from worker.engine.teachers.scoring import teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix
 

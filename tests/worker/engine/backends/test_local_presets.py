@@ -7,8 +7,8 @@ from transformers import AutoTokenizer
 
 from kernel.spec import PromptOptions
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
-from worker.engine.datums import build_prompt
-from worker.engine.preflight import teacher_mode, tokenizer_difference
+from worker.engine.rollouts.datums import build_prompt
+from worker.engine.teachers.preflight import teacher_mode, tokenizer_difference
 
 TEXT = "Solve 2x + 3 = 7 — café ✓\n"
 

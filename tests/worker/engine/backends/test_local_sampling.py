@@ -15,7 +15,7 @@ from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient, decoding
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.local.sampler import LocalSamplingClient, stop_token_ids
-from worker.engine.datums import build_opd_datum, build_prompt
+from worker.engine.rollouts.datums import build_opd_datum, build_prompt
 
 TOKENIZER = tiny_tokenizer()
 PROMPTS = [build_prompt(TOKENIZER, q, "", False) for q in ("What is 2+3?", "Name a prime.", "x")]

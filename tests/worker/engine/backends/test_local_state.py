@@ -17,9 +17,10 @@ from tests.support import assert_close
 from tests.worker.engine.reference import reference_run
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.checkpoints import CheckpointError
-from worker.engine.datasets import Prompts
-from worker.engine.loop import RunResult, SavedState, Stop, run_loop
-from worker.engine.sinks import Sink
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.state import RunResult, SavedState, Stop
+from worker.engine.loop.steps import run_loop
+from worker.engine.tracking.sinks import Sink
 
 PROMPTS = ["What is 2 + 3?", "Compute 7 * 8.", "Is 9 prime?"]
 

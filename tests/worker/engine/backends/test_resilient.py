@@ -29,7 +29,7 @@ from tests.fakes.trio import (
     FakeTrainingClient,
     patch_pytrio,
 )
-from worker.engine.loop import run_job
+from worker.engine.loop.job import run_job
 from worker.service.tasks import failure_of
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]

@@ -19,7 +19,7 @@ from tests.support import assert_close
 from tests.worker.engine.backends.test_conformance import follows
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.backends.server import ServerTeacher
-from worker.engine.datums import completion_topk
+from worker.engine.rollouts.datums import completion_topk
 
 PROMPTS = [[10 + i, 20 + i, 30 + i, 40 + i, 50 + i] for i in range(6)]
 

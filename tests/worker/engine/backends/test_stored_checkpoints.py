@@ -26,8 +26,9 @@ from tests.support import temporary_bucket
 from tests.worker.engine.backends.test_local_state import PROMPTS, Recorder, spec
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.stored import StoredService
-from worker.engine.datasets import Prompts
-from worker.engine.loop import SavedState, run_loop
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.state import SavedState
+from worker.engine.loop.steps import run_loop
 
 KEYS = ("opd/reverse_kl_mean", "trainer/loss_sum", "data/completion_tokens_total")
 

@@ -25,7 +25,7 @@ from tests.fakes import tinker as fake
 from tests.support import named
 from tests.worker.engine.backends.live import live_spec, one_tiny_step
 from worker.engine.backends import connect
-from worker.engine.datums import build_opd_datum
+from worker.engine.rollouts.datums import build_opd_datum
 
 PROMPT = list(b"<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n<|im_start|>assistant\n")
 SAMPLE = SamplingParams(max_tokens=8, seed=1)

@@ -24,10 +24,11 @@ from tests.support import assert_close
 from tests.worker.engine.reference import reference_run
 from worker.engine.backends import connect
 from worker.engine.backends.local.divergences import divergence
-from worker.engine.datasets import Prompts
-from worker.engine.datums import build_opd_datum
-from worker.engine.loop import RunResult, SavedState, run_loop
-from worker.engine.rollouts import teacher_scores
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.state import RunResult, SavedState
+from worker.engine.loop.steps import run_loop
+from worker.engine.rollouts.datums import build_opd_datum
+from worker.engine.teachers.scoring import teacher_scores
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?", "What is 2 * 5?", "Is 7 odd?"]
 K, COEF = 4, 0.5

@@ -12,8 +12,9 @@ from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient
 from tests.support import assert_close
-from worker.engine.datasets import Prompts
-from worker.engine.loop import SavedState, run_loop
+from worker.engine.data.datasets import Prompts
+from worker.engine.loop.state import SavedState
+from worker.engine.loop.steps import run_loop
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
 EVAL_PROMPTS = ["What is 2 + 2?", "What is 3 * 3?"]

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from kernel.model_names import ARITH_TEACHER_BPE, ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
-from worker.engine.alignment import bytes_to_unicode
+from worker.engine.backends.byte_level import bytes_to_unicode
 
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time

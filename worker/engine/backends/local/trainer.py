@@ -34,7 +34,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
-from kernel.spec import LOSS_OPTIONS, ObjectiveSpec
+from kernel.spec import ObjectiveSpec
+from kernel.spec.loop import LOSS_OPTIONS
 from worker.engine.backends.local.checkpoints import (
     ADAPTER_WEIGHTS,
     OPTIMIZER_STATE,

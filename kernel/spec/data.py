@@ -1,0 +1,234 @@
+"""The prompts: DeepMath, a file (uploaded or under the data root), inline prompts, or the
+arithmetic task; how questions become chat prompts; several datasets with their shares.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kernel.spec.base import Name, SpecModel, field_error
+
+DEFAULT_QUESTION_SUFFIX = (
+    "Please solve the problem step by step and put the final answer in \\boxed{}."
+)
+
+
+DEEPMATH_SHARDS = 10
+
+
+MAX_SAMPLE_SIZE = 10_000_000
+
+
+MAX_INLINE_PROMPTS = 10_000
+
+
+MAX_PROMPT_CHARS = 100_000
+
+
+def require_source(schema: dict[str, Any]) -> None:
+    """The dataset union tells its members apart by `source`, so a dataset that is given
+    must name its source; the documented schema says so too (the default is for Python)."""
+    schema["required"] = ["source", *schema.get("required", [])]
+
+
+class PromptOptions(SpecModel):
+    """How every source's questions become chat prompts; the base of every dataset source."""
+
+    model_config = ConfigDict(json_schema_extra=require_source)
+
+    question_suffix: str = Field(DEFAULT_QUESTION_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    enable_thinking: bool = False
+
+
+class DeepMathDataset(PromptOptions):
+    """DeepMath-103K parquet shards downloaded from ModelScope, as the reference does."""
+
+    source: Literal["deepmath"] = "deepmath"
+    repo: str = Field("AI-ModelScope/DeepMath-103K", pattern=r"^[\w.-]+/[\w.-]+$")
+    revision: str = Field("master", min_length=1, max_length=200)
+    num_shards: int = Field(1, ge=1, le=DEEPMATH_SHARDS)
+    sample_size: int | None = Field(
+        1000, ge=1, le=MAX_SAMPLE_SIZE, description="Prompts kept after shuffling; null = all."
+    )
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+
+FILE_ID = r"^file-[1-9][0-9]{0,9}$"
+
+
+BLOB = r"^[0-9a-f]{64}\.(jsonl|parquet|csv)$"
+
+
+class FileDataset(PromptOptions):
+    """A parquet, JSONL or CSV file: one the team uploaded (`file`, POST /v1/files), or one
+    under the server's data root (`path`, relative paths resolve there; for operators)."""
+
+    source: Literal["file"] = "file"
+    path: str | None = Field(None, min_length=1, max_length=1000)
+    file: str | None = Field(
+        None,
+        pattern=FILE_ID,
+        description="An uploaded file of the team, e.g. file-12; `field` and `answer_field` "
+        "not given are the ones its upload found.",
+    )
+    blob: str | None = Field(
+        None,
+        pattern=BLOB,
+        description="Filled by the service from `file` (its bytes' sha256 and format); "
+        "refused if given.",
+    )
+    field: str = Field("question", min_length=1, max_length=200)
+    answer_field: str | None = Field(
+        None, min_length=1, max_length=200, description="The reference answers, for eval."
+    )
+    sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _one_place(self) -> FileDataset:
+        if (self.path is None) == (self.file is None):
+            raise ValueError(
+                "give file (an uploaded file's id, file-N) or path (a file under the "
+                "server's data root), not both"
+            )
+        return self
+
+    def where(self) -> str:
+        """How messages name it: its file id or its path."""
+        return self.file or self.path or ""
+
+
+class InlineDataset(PromptOptions):
+    """Prompts written into the spec itself, used in order (no shuffle)."""
+
+    source: Literal["inline"] = "inline"
+    prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
+        min_length=1, max_length=MAX_INLINE_PROMPTS
+    )
+    answers: list[Annotated[str, Field(max_length=MAX_PROMPT_CHARS)]] | None = Field(
+        None, description="The reference answer of each prompt, in order, for eval."
+    )
+
+    @model_validator(mode="after")
+    def _an_answer_per_prompt(self) -> InlineDataset:
+        if self.answers is not None and len(self.answers) != len(self.prompts):
+            raise field_error(
+                ("answers",),
+                f"has {len(self.answers)} entries for {len(self.prompts)} prompts",
+            )
+        return self
+
+
+ArithmeticOp = Literal["add", "sub", "mul"]
+
+
+ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
+
+
+MAX_OPERAND_DIGITS = 3
+
+
+def operand_count(digits: int) -> int:
+    """How many operands of `digits` digits there are (1 digit: 0..9; else no leading 0)."""
+    return 10 if digits == 1 else 9 * 10 ** (digits - 1)
+
+
+class ArithmeticDataset(PromptOptions):
+    """Generated problems such as "What is 47 + 38?", with their answers: a task small
+    models learn on a CPU, for demos and benchmarks that show a student getting better."""
+
+    source: Literal["arithmetic"] = "arithmetic"
+    question_suffix: str = Field(ARITHMETIC_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    ops: list[ArithmeticOp] = Field(
+        ["add", "sub", "mul"],
+        min_length=1,
+        max_length=3,
+        description="Operations, taken in turn; sub keeps the first operand the larger.",
+    )
+    digits: int = Field(
+        1,
+        ge=1,
+        le=MAX_OPERAND_DIGITS,
+        description="Digits of each add/sub operand and of mul's first operand.",
+    )
+    multiplier_digits: int = Field(
+        1, ge=1, le=MAX_OPERAND_DIGITS, description="Digits of mul's second operand."
+    )
+    count: int = Field(
+        150,
+        ge=1,
+        le=MAX_SAMPLE_SIZE,
+        description="Problems in the training pool; held-out prompts come from the others.",
+    )
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _unique_ops(self) -> ArithmeticDataset:
+        if len(set(self.ops)) != len(self.ops):
+            raise field_error(("ops",), "lists an operation twice")
+        return self
+
+    def problem_count(self, op: ArithmeticOp) -> int:
+        """How many distinct problems `op` has at these digit counts."""
+        first = operand_count(self.digits)
+        if op == "add":
+            return first * first
+        if op == "sub":
+            return first * (first + 1) // 2
+        return first * operand_count(self.multiplier_digits)
+
+
+DatasetSpec = Annotated[
+    DeepMathDataset | FileDataset | InlineDataset | ArithmeticDataset,
+    Field(discriminator="source"),
+]
+
+
+class DatasetShare(SpecModel):
+    """What a dataset under `datasets:` adds to its source: a name, its share of each
+    step's prompts and, with teacher_mixture: route, the teacher that scores them."""
+
+    name: Name
+    weight: float = Field(1.0, gt=0.0, le=1e6, description="Its share of each step's prompts.")
+    teacher: Name | None = Field(None, description="route: the teacher (under teachers) to use.")
+
+
+class SharedDeepMath(DeepMathDataset, DatasetShare):
+    pass
+
+
+class SharedFile(FileDataset, DatasetShare):
+    pass
+
+
+class SharedInline(InlineDataset, DatasetShare):
+    pass
+
+
+class SharedArithmetic(ArithmeticDataset, DatasetShare):
+    pass
+
+
+SharedDataset = Annotated[
+    SharedDeepMath | SharedFile | SharedInline | SharedArithmetic,
+    Field(discriminator="source"),
+]
+
+
+MAX_DATASETS = 16
+
+
+SINGLE_DATASET = "dataset"
+
+
+def named(dataset: DatasetSpec, name: str) -> SharedDataset:
+    """A dataset as one of several, with a name (weight 1, no teacher of its own)."""
+    shared = {
+        DeepMathDataset: SharedDeepMath,
+        FileDataset: SharedFile,
+        InlineDataset: SharedInline,
+        ArithmeticDataset: SharedArithmetic,
+    }[type(dataset)]
+    return shared.model_construct(**dict(dataset), name=name)

@@ -1,0 +1,18 @@
+"""The optimiser: Adam's settings, as PyTRIO's AdamParams takes them."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kernel.spec.base import SpecModel
+
+
+class OptimSpec(SpecModel):
+    """AdamW parameters, passed to the backend as PyTRIO's AdamParams."""
+
+    learning_rate: float = Field(4e-5, gt=0.0, le=1.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.95, ge=0.0, lt=1.0)
+    eps: float = Field(1e-12, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
+    grad_clip_norm: float = Field(0.0, ge=0.0, description="0 = no clipping.")

@@ -1,0 +1,24 @@
+"""How the student's completions are sampled."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from kernel.spec.base import SpecModel, field_error
+
+MAX_TOKENS = 32_768
+
+
+class SamplingSpec(SpecModel):
+    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(1.0, gt=0.0, le=10.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(
+        -1, ge=-1, description="-1 = no top-k truncation.", json_schema_extra={"not": {"const": 0}}
+    )
+
+    @model_validator(mode="after")
+    def _top_k_not_zero(self) -> SamplingSpec:
+        if self.top_k == 0:
+            raise field_error(("top_k",), "must be -1 (off) or >= 1")
+        return self

@@ -1,0 +1,49 @@
+"""The JSONL and SwanLab sinks write what the reference scripts log (SwanLab offline)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kernel.spec import JobSpec
+from worker.engine.tracking.sinks import JsonlSink, RunInfo, SwanLabSink
+
+SPEC = JobSpec.model_validate(
+    {
+        "name": "sink-test",
+        "backend": "local",
+        "student": {"base_model": "tiny-student"},
+        "teacher": {"base_model": "tiny-teacher"},
+        "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
+        "swanlab": {"enabled": True, "mode": "offline", "project": "opd-tests"},
+    }
+)
+
+
+def test_jsonl_sink_appends_one_object_per_step(tmp_path: Path):
+    path = tmp_path / "metrics.jsonl"
+    for steps in ([0, 1], [2]):  # a resumed run extends the same file
+        sink = JsonlSink(path)
+        for step in steps:
+            sink.step(step, {"opd/reverse_kl_mean": 1.0 / (step + 1)})
+        sink.close()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [
+        {"step": 0, "opd/reverse_kl_mean": 1.0},
+        {"step": 1, "opd/reverse_kl_mean": 0.5},
+        {"step": 2, "opd/reverse_kl_mean": 1.0 / 3},
+    ]
+
+
+def test_swanlab_sink_logs_metrics_config_and_final_weights_offline(tmp_path: Path):
+    sink = SwanLabSink(tmp_path / "swanlog")
+    sink.start(RunInfo(spec=SPEC, dataset_size=7))
+    sink.step(0, {"opd/reverse_kl_mean": 1.25, "data/datums": 4})
+    sink.checkpoint(1, "final", "/weights/final")
+    sink.close()
+
+    (run,) = (tmp_path / "swanlog").glob("run-*")
+    logged = b"".join(path.read_bytes() for path in run.glob("*.swanlab"))
+    assert b"opd/reverse_kl_mean" in logged and b"save/weights_path" in logged
+    config = (run / "files" / "config.yaml").read_text()
+    assert "dataset_size" in config and "sink-test" in config

@@ -1,0 +1,1 @@
+"""The OPD loop and its phases: open a run, take its steps, save and resume exactly."""

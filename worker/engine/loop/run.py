@@ -1,0 +1,327 @@
+"""A run's clients and settings, opened once before its first step: the student's training
+client (restored, or started from another job's weights), each teacher as the preflight
+finds it, the sampling and optimiser settings, and the held-out eval over them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytrio.types import AdamParams, Datum, ForwardBackwardOutput, SamplingParams
+
+from kernel.errors import OPDError
+from kernel.samples import MAX_PROMPT_CHARS, MAX_SAMPLE_TOKENS, KeptSample
+from kernel.spec import InitFrom, JobSpec, PromptOptions, SavedWeights, TeacherSpec
+from kernel.spec.data import named
+from worker.engine.backends.contract import SamplingClient, ServiceClient, TrainingClient
+from worker.engine.data.datasets import Prompts
+from worker.engine.data.mixing import Item, Pool, pools_of
+from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
+from worker.engine.eval.prompts import EVAL_DATASET
+from worker.engine.loop.pipeline import sampler_weights_name
+from worker.engine.loop.state import SavedState, state_name
+from worker.engine.rollouts.sampling import Completion, Scorer, stop_sequences
+from worker.engine.teachers.cross_tokenizer import Tokenizers, top_k_of
+from worker.engine.teachers.mixture import TeacherMixture
+from worker.engine.teachers.preflight import PROMPTS_CHECKED, check_objective, teacher_mode
+from worker.engine.teachers.views import Answerer, Renderer, TeacherView, server_view
+from worker.engine.tracking.sinks import Sink
+
+
+@dataclass
+class Run:
+    """One run's clients and settings, made once before its first step."""
+
+    spec: JobSpec
+    training: TrainingClient
+    teachers: dict[str, TeacherView]
+    tokenizer: Any
+    params: SamplingParams
+    adam: AdamParams
+    sink: Sink
+    renderer: Renderer
+    """The student's chat template."""
+    mixture: TeacherMixture | None = None
+    """teacher_mixture: mixture: every teacher's weighted mixture."""
+
+    def render(self, question: str, options: PromptOptions) -> list[int]:
+        """A question as the student's prompt tokens, rendered as its dataset says."""
+        return self.renderer(question, options)
+
+    def scorer(self, item: Item, prompt: list[int]) -> Scorer:
+        """What scores the completions of an item (`prompt`: the student's): its pool's
+        teacher (route) or the mixture, each teacher after its own rendering."""
+        pool = item.pool
+        if pool.teacher is not None:
+            return self.teachers[pool.teacher].prompted(item.question, pool.options, prompt)
+        assert self.mixture is not None
+        return self.mixture.of(
+            [view.prompted(item.question, pool.options, prompt) for view in self.teachers.values()]
+        )
+
+    def answerer(self, item: Item, prompt: list[int]) -> Answerer:
+        """The teacher that answers an item for the eval's baseline, from its own rendering."""
+        pool = item.pool
+        view = self.teachers[pool.teacher or next(iter(self.teachers))]
+        return view.answerer(item.question, pool.options, prompt)
+
+    def teacher_shares(self, pool: Pool) -> list[tuple[SamplingClient, float]]:
+        """A pool's teachers with their weights in its distribution: its own (route), or
+        every teacher's normalised share of the mixture."""
+        if pool.teacher is not None:
+            return [(self.teachers[pool.teacher].client, 1.0)]
+        weights = self.spec.teacher_weights()
+        total = sum(weights.values())
+        return [(view.client, weights[name] / total) for name, view in self.teachers.items()]
+
+    async def train(
+        self, datums: list[Datum], teachers: list[list[tuple[SamplingClient, float]]]
+    ) -> ForwardBackwardOutput:
+        """One forward_backward (with a logit-level objective, against each datum's
+        `teachers`) and one optim_step, both submitted before either is awaited."""
+        loop = self.spec.loop
+        if loop.objective.logit_level:
+            fwd_bwd = await self.training.forward_backward_logits_async(
+                datums,
+                teachers,
+                loop.objective,
+                coef=loop.kl_penalty_coef,
+                loss_fn=loop.loss_fn,
+                loss_fn_config=loop.loss_options(),
+            )
+        else:
+            fwd_bwd = await self.training.forward_backward_async(
+                datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()
+            )
+        optim = await self.training.optim_step_async(self.adam)
+        result = await fwd_bwd
+        await optim
+        return result
+
+    async def save_state(self, steps_done: int) -> SavedState:
+        saved = await (await self.training.save_state_async(state_name(self.spec, steps_done)))
+        self.sink.checkpoint(steps_done, "state", saved.path)
+        return SavedState(saved.path, steps_done)
+
+    async def save_checkpoint(self, steps_done: int) -> tuple[SavedState, str]:
+        """A resumable state and sampler weights (and their path), as scheduled by
+        `loop.save_every`."""
+        state = await self.save_state(steps_done)
+        name = sampler_weights_name(self.spec, steps_done)
+        saved = await (await self.training.save_weights_for_sampler_async(name))
+        self.sink.checkpoint(steps_done, "sampler", saved.path)
+        return state, saved.path
+
+    def kept(self, completions: list[Completion], items: list[Item]) -> list[KeptSample]:
+        """Completions as people read them: the question, the text, each token's KL."""
+        decode = self.tokenizer.decode
+        kept: list[KeptSample] = []
+        for completion in completions:
+            tokens = completion.tokens[:MAX_SAMPLE_TOKENS]
+            pieces = {token: decode([token]) for token in set(tokens)}
+            kept.append(
+                KeptSample(
+                    prompt=items[completion.group].question[:MAX_PROMPT_CHARS],
+                    completion=decode(tokens, skip_special_tokens=True),
+                    tokens=[pieces[token] for token in tokens],
+                    reverse_kl=completion.reverse_kl[: len(tokens)].tolist(),
+                    truncated=len(tokens) < len(completion.tokens),
+                )
+            )
+        return kept
+
+    def decode(self, tokens: list[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=True)
+
+    async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
+        """The student's eval at this boundary; at step 0 the teacher's baseline too."""
+        metrics = await evaluation.student(self.training)
+        if step == 0 and evaluation.spec.teacher_baseline:
+            metrics = with_baseline(metrics, await evaluation.teacher_baseline())
+        return metrics
+
+
+async def open_run(
+    spec: JobSpec,
+    service: ServiceClient,
+    sink: Sink,
+    resume: SavedState | None,
+    pools: list[Pool] | None = None,
+) -> Run:
+    """Create the clients, restore a saved state, and check that every teacher can score
+    the student's tokens (`preflight`), on the first prompts of each of `pools`."""
+    training = await service.create_lora_training_client_async(
+        base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
+    )
+    if resume is not None:
+        # PyTRIO accepts load_state only before the first training operation.
+        await (await training.load_state_with_optimizer_async(resume.path))
+        sink.event(
+            "info",
+            f"Resumed from {resume.path} at step {resume.step}",
+            {"step": resume.step, "path": resume.path},
+        )
+    elif spec.student.init_from is not None:
+        await start_from(training, spec.student.init_from, sink)
+    tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
+    checked = [
+        (question, pool.options)
+        for pool in pools or []
+        for question in pool.prompts.questions[:PROMPTS_CHECKED]
+    ]
+    teachers: dict[str, TeacherView] = {}
+    stop = stop_sequences(tokenizer)
+    try:
+        for name, teacher_spec in spec.teacher_specs().items():
+            who = teacher_named(spec, name, teacher_spec)
+            if teacher_spec.server is not None:
+                warn = warning_to(sink)
+                view = await server_view(spec, name, service, tokenizer, checked, warn, stop)
+            else:
+                view = await loaded_view(spec, name, service, tokenizer, checked, who)
+            teachers[name] = view
+            if view.mode != "cross":  # a cross-tokenizer teacher's event gives the probe's
+                mode_event(sink, who, view)  # alignment
+    except BaseException:
+        await close_teachers(teachers)
+        raise
+    params = SamplingParams(
+        max_tokens=spec.sampling.max_tokens,
+        seed=spec.student.seed,
+        temperature=spec.sampling.temperature,
+        top_p=spec.sampling.top_p,
+        top_k=spec.sampling.top_k,
+        stop=stop_sequences(tokenizer),
+    )
+    mixture = None
+    if spec.teacher_mixture == "mixture":
+        weights = spec.teacher_weights()
+        mixture = TeacherMixture([weights[name] for name in teachers])
+    adam = AdamParams(**spec.optim.model_dump())
+    return Run(
+        spec, training, teachers, tokenizer, params, adam, sink, Renderer(tokenizer), mixture
+    )
+
+
+async def loaded_view(
+    spec: JobSpec,
+    name: str,
+    service: ServiceClient,
+    tokenizer: Any,
+    checked: list[tuple[str, PromptOptions]],
+    who: str,
+) -> TeacherView:
+    """Teacher `name` as the backend loads it, in the mode the preflight finds it in."""
+    teacher_spec = spec.teacher_specs()[name]
+    if teacher_spec.init_from is not None:
+        service_filled(teacher_spec.init_from, f"{spec.teacher_field(name)}.init_from")
+    teacher = await service.create_sampling_client_async(
+        base_model=teacher_spec.base_model, model_path=teacher_spec.weights()
+    )
+    teacher_tokenizer = await asyncio.to_thread(teacher.get_tokenizer)
+    mode = teacher_mode(tokenizer, teacher_tokenizer, checked)
+    check_objective(spec, who, mode)
+    return TeacherView(
+        name,
+        teacher,
+        None if mode == "same" else Renderer(teacher_tokenizer),
+        Tokenizers.of(tokenizer, teacher_tokenizer, stop_sequences(tokenizer), top_k_of(teacher))
+        if mode == "cross"
+        else None,
+    )
+
+
+def warning_to(sink: Sink) -> Callable[[str, dict[str, Any]], None]:
+    """A warning event of the run, for what retries a call."""
+    return lambda message, data: sink.event("warning", message, data)
+
+
+async def close_teachers(teachers: Mapping[str, TeacherView]) -> None:
+    for view in teachers.values():
+        await view.aclose()
+
+
+def teacher_named(spec: JobSpec, name: str, teacher: TeacherSpec) -> str:
+    """How messages name a teacher: its model, and its name when there are several."""
+    if spec.teachers is None:
+        return f"teacher {teacher.base_model!r}"
+    return f"teacher {name!r} ({teacher.base_model!r})"
+
+
+def mode_event(sink: Sink, who: str, view: TeacherView, aligned: float | None = None) -> None:
+    """The preflight's event naming a teacher's mode and, with another tokenizer, the
+    fraction of the probe batch's completion bytes its tokens aligned."""
+    data: dict[str, Any] = {
+        "teacher": view.name,
+        "mode": view.mode,
+        "chat_template": "same" if view.mode == "same" else "own",
+    } | ({} if view.server is None else {"server": view.server})
+    message = f"{who[0].upper()}{who[1:]}: {view.template}"
+    if view.mode == "cross" and aligned is not None:
+        data["aligned_bytes_fraction"] = aligned
+        message += f"; {aligned:.1%} of the probe batch's completion bytes aligned"
+    sink.event("info", message, data)
+
+
+async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> None:
+    """Load the saved state a continued job starts from (weights, and the optimizer if
+    asked); the job still counts its own steps from 0."""
+    path = service_filled(init, "student.init_from")
+    load = (
+        training.load_state_with_optimizer_async
+        if init.with_optimizer
+        else training.load_state_async
+    )
+    await (await load(path))
+    what = "weights and optimizer" if init.with_optimizer else "weights"
+    sink.event("info", f"Started from the {what} of {path}", {"path": path})
+
+
+def service_filled(ref: SavedWeights, field: str) -> str:
+    """The path of saved weights a spec names: filled by the service, or given to `opd run`."""
+    if ref.path is None:
+        raise OPDError(
+            f"{field} names job {ref.job} but no path: a job's weights are found by the "
+            f"service (submit the spec to it), or give {field}.path",
+            code="bad_init_from",
+        )
+    return ref.path
+
+
+def eval_pools(spec: JobSpec, prompts: Prompts | Mapping[str, Prompts]) -> list[Pool]:
+    """The eval's prompts by dataset: each dataset's held-out prompts, or eval.dataset's."""
+    assert spec.eval is not None
+    if spec.eval.dataset is None:
+        return pools_of(spec, spec.dataset_shares(), prompts)
+    return pools_of(spec, [named(spec.eval.dataset, EVAL_DATASET)], prompts)
+
+
+def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluation:
+    spec = run.spec.eval
+    assert spec is not None
+    items = [
+        Item(q, a, pool)
+        for pool in pools
+        for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
+    ]
+    prompts = [run.render(item.question, item.pool.options) for item in items]
+    return Evaluation(
+        spec=spec,
+        prompts=prompts,
+        answers=[item.answer for item in items],
+        params=run.params.model_copy(
+            update={
+                "max_tokens": spec.max_tokens or run.spec.sampling.max_tokens,
+                "temperature": spec.temperature,
+                "seed": spec.seed,
+            }
+        ),
+        teachers=[run.scorer(item, prompt) for item, prompt in zip(items, prompts, strict=True)],
+        answerers=[run.answerer(item, p) for item, p in zip(items, prompts, strict=True)],
+        decode=run.decode,
+        grade=grade,
+        sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
+    )

@@ -1,0 +1,231 @@
+"""The OPD training loop (docs/algorithm.md), one readable loop over the backend contract.
+
+Per step: refresh the sampler, sample `group_size` completions for each of the step's
+prompts concurrently, let the teacher score every completion, build the datums, then
+`forward_backward` and `optim_step`. With `loop.max_steps_off_policy` = k >= 1 the
+rollouts of the next k steps are sampled while this one trains (`pipeline.py`), from
+weights a fixed schedule names (`schedule.py`). The prompt order is a function of the step
+and the backend's training state carries its RNG, so a run resumed from the state saved
+after n steps (and the sampler weights the schedule still needs) reproduces steps n..N of
+an uninterrupted run. Held-out evals (`eval/`) run at their boundaries from a sampler of
+their own, so they never change the training.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from pytrio.types import Datum
+
+from kernel.errors import OPDError
+from kernel.samples import keeps_samples
+from kernel.spec import JobSpec
+from worker.engine.backends.contract import ServiceClient
+from worker.engine.data.datasets import Prompts
+from worker.engine.data.mixing import Item, Mix, Pool, training_pools
+from worker.engine.eval.evaluation import Evaluation, Grade, due
+from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
+from worker.engine.loop.metrics import PhaseTimer, step_metrics
+from worker.engine.loop.pipeline import Rollouts
+from worker.engine.loop.probe import probe
+from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
+from worker.engine.loop.state import RunResult, SavedState, Stop, checkpoint_due, first_step
+from worker.engine.rollouts.sampling import Batch, logit_datums, opd_datums, with_teacher_logprobs
+from worker.engine.tracking.sinks import RunInfo, Sink
+
+
+@dataclass
+class Steps:
+    """A run from its first step boundary to its last: its clients, the rollouts in
+    flight, the held-out eval, and the state it saved last."""
+
+    run: Run
+    rollouts: Rollouts
+    evaluation: Evaluation | None
+    grade: Grade | None
+    latest: SavedState | None
+    """The state of the latest boundary saved (or resumed from): a stop right there reuses
+    it, since a state name may be saved only once in a run."""
+    timer: PhaseTimer = field(default_factory=PhaseTimer)
+
+    @classmethod
+    async def open(
+        cls,
+        run: Run,
+        pools: list[Pool],
+        start: int,
+        resume: SavedState | None,
+        eval_prompts: Prompts | Mapping[str, Prompts] | None,
+        grade: Grade | None,
+    ) -> Steps:
+        """The steps of an opened run from `start`: its held-out eval, the probe before
+        step 0, and the rollouts (with the sampler weights a resumed run kept)."""
+        spec = run.spec
+        evaluation = None
+        if eval_prompts is not None:
+            evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
+        await probe(run, pools, start)
+        mix = Mix(pools, spec.loop.batch_size)
+        run.sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
+        rollouts = Rollouts(
+            spec,
+            run.training,
+            run.scorer,
+            run.params,
+            lambda item: run.render(item.question, item.pool.options),
+            mix,
+            run.sink,
+            start=start,
+            kept=resume.samplers if resume else {},
+        )
+        return cls(run, rollouts, evaluation, grade, latest=resume)
+
+    async def take(self, step: int) -> None:
+        """One step: the eval due at its boundary, the step's rollouts (sampled, scored by
+        the teachers), its datums, one forward_backward and optim_step, its metrics and
+        kept samples, then the checkpoint due after it."""
+        run, timer = self.run, self.timer
+        evaluated = await self.evaluate_if_due(step)
+
+        step_start = time.time()
+        with timer("sampler_refresh"):
+            await self.rollouts.refresh(step)
+        with timer("rollout_wait"):
+            batch = await self.rollouts.batch(step)
+        timer.record("sample", batch.sample_seconds)
+        timer.record("teacher", batch.teacher_seconds)
+        items = self.rollouts.items_of(step)
+        datums, rewarded = await self.datums(batch, items)
+        teachers = [run.teacher_shares(items[c.group].pool) for c in batch.completions]
+        with timer("train"):
+            trained = await run.train(datums, teachers)
+        if run.spec.trainer_scores():
+            batch = with_teacher_logprobs(batch, trained.loss_fn_outputs)
+        trainer_metrics = dict(trained.metrics)
+        phases = timer.lap()
+        elapsed = time.time() - step_start
+        learning_rate = run.spec.optim.learning_rate
+        metrics = step_metrics(batch, items, trainer_metrics, learning_rate, step, elapsed, phases)
+        run.sink.step(step, metrics | rewarded | evaluated)
+        self.record_samples(step, batch, items)
+
+        if checkpoint_due(run.spec.loop, step + 1):
+            with timer("save"):
+                await self.save_checkpoint(step + 1)
+
+    async def stop_if_asked(self, step: int, stop: Stop | None) -> RunResult | None:
+        """Stop at this boundary if asked and able to (`Stop`); a stop to resume that
+        cannot take effect yet keeps every new set of weights until it can."""
+        if stop is Stop.cancel:
+            return await self.stop_at(step, "Cancelled", {})
+        if stop is Stop.resume:
+            if self.rollouts.resumable_at(step):
+                return await self.stop_at(step, "Stopped", self.rollouts.resume_weights(step))
+            self.rollouts.keep_new_weights()
+        return None
+
+    async def stop_at(self, step: int, why: str, samplers: Mapping[int, str]) -> RunResult:
+        """Stop at this boundary with its state, the rollouts in flight dropped."""
+        await self.rollouts.close()
+        latest = self.latest
+        saved = latest if latest and latest.step == step else await self.run.save_state(step)
+        self.run.sink.event(
+            "info", f"{why} at step {step}; state saved", {"step": step, "path": saved.path}
+        )
+        state = SavedState(saved.path, step, samplers)
+        return RunResult(steps_done=step, stopped=True, state=state)
+
+    async def evaluate_if_due(self, step: int) -> dict[str, float]:
+        """The held-out eval's metrics at this boundary, when one is due."""
+        evaluation = self.evaluation
+        if evaluation is None or not due(evaluation.spec, step, self.run.spec.loop.steps):
+            return {}
+        # The eval's scoring must not share the teacher's batches with a step's.
+        async with self.rollouts.scoring:
+            return await self.run.evaluate(evaluation, step)
+
+    async def datums(self, batch: Batch, items: list[Item]) -> tuple[list[Datum], dict[str, float]]:
+        """The step's datums, each token's advantage its negative reverse KL (plus the
+        reward's bonus with `loop.reward`), and the reward's metrics."""
+        loop = self.run.spec.loop
+        bonus, rewarded = None, {}
+        if loop.reward.coef:
+            assert self.grade is not None
+            rewards = await group_rewards(batch.completions, items, self.run.decode, self.grade)
+            bonus = reward_bonus(batch.completions, rewards, loop.reward.coef)
+            rewarded = reward_metrics(batch.completions, items, rewards)
+        if loop.objective.logit_level:
+            datums = logit_datums(batch.completions, bonus)
+        else:
+            datums = opd_datums(
+                batch.completions, loop.kl_penalty_coef, loop.kl_discount_factor, bonus
+            )
+        if not datums:
+            raise OPDError("No OPD datums were built: every completion was empty", code="no_datums")
+        return datums, rewarded
+
+    def record_samples(self, step: int, batch: Batch, items: list[Item]) -> None:
+        """Keep a few of the step's rollouts for people to read, on the steps that keep them."""
+        loop = self.run.spec.loop
+        if keeps_samples(step, loop.steps, loop.keep_samples):
+            kept = batch.completions[: loop.keep_samples]
+            self.run.sink.samples(step, self.run.kept(kept, items))
+
+    async def save_checkpoint(self, done: int) -> None:
+        """The scheduled checkpoint after `done` steps; its sampler weights serve the
+        rollouts too."""
+        self.latest, sampler_path = await self.run.save_checkpoint(done)
+        self.rollouts.saved_sampler(done, sampler_path)
+
+    async def finish(self, stop: Stop | None) -> RunResult:
+        """After the last step: the final eval, state and sampler weights (a cancel asked
+        for during the last step keeps its state alone)."""
+        run, loop = self.run, self.run.spec.loop
+        if stop is Stop.cancel:
+            return await self.stop_at(loop.steps, "Cancelled", {})
+        if self.evaluation is not None:
+            run.sink.eval(loop.steps, await run.evaluate(self.evaluation, loop.steps))
+        if not (self.latest and self.latest.step == loop.steps):
+            # A final state too, so that another job can continue this one (`init_from`).
+            await run.save_state(loop.steps)
+        final = await (await run.training.save_weights_for_sampler_async(run.spec.weights_name))
+        run.sink.checkpoint(loop.steps, "final", final.path)
+        run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
+        return RunResult(steps_done=loop.steps, final_weights_path=final.path)
+
+
+async def run_loop(
+    spec: JobSpec,
+    service: ServiceClient,
+    prompts: Prompts | Mapping[str, Prompts],
+    sink: Sink,
+    *,
+    resume: SavedState | None = None,
+    should_stop: Callable[[], Stop | None] = lambda: None,
+    eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
+    grade: Grade | None = None,
+) -> RunResult:
+    """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
+    cancel at the next one, a stop to resume as soon as the run can resume from there
+    exactly (`Rollouts.resumable_at`). `prompts` (and `eval_prompts`) are by dataset name;
+    a one-dataset spec may give its `Prompts` alone."""
+    loop = spec.loop
+    start = first_step(loop, resume)
+    pools = training_pools(spec, prompts)
+    if loop.reward.coef:
+        require_answers(pools, grade)
+    run = await open_run(spec, service, sink, resume, pools)
+    try:
+        steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
+        try:
+            for step in range(start, loop.steps):
+                if stopped := await steps.stop_if_asked(step, should_stop()):
+                    return stopped
+                await steps.take(step)
+        finally:
+            await steps.rollouts.close()
+        return await steps.finish(should_stop())
+    finally:  # a server teacher's connections
+        await close_teachers(run.teachers)

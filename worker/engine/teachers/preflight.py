@@ -1,0 +1,111 @@
+"""Before step 0: how does each teacher read the student's completions (`Mode`)?
+
+A teacher that agrees with the student on what each id is (the whole token -> id map, not
+only its size; a model's padding rows beyond its tokenizer never occur) and on the
+end-of-sequence and special tokens reads the student's completion tokens themselves:
+after the student's prompt when their chat templates agree, else after its own rendering
+of the question (`teachers.TeacherView`). Any other teacher has another tokenizer: it reads
+the completion's text as its own tokens, its logprobs aligned to the student's by byte
+offsets (`cross_tokenizer`). The logit-level objectives need a shared vocabulary, and on
+the local backend the student's positions too (`check_objective`). The playground scores
+with a teacher in each mode as training does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from kernel.errors import IncompatibleModels
+from kernel.spec import JobSpec, PromptOptions
+from worker.engine.rollouts.datums import build_prompt
+
+PROMPTS_CHECKED = 2
+"""Prompts of each dataset rendered by both tokenizers."""
+
+
+Mode = Literal["same", "own", "cross"]
+"""How a teacher reads the student's completions: after the student's prompt (`same`: same
+tokenizer and chat template), after its own rendering (`own`: same tokenizer, its own
+template), or as text re-tokenized by its own tokenizer (`cross`: another tokenizer)."""
+MODE_WORDS: dict[Mode, str] = {
+    "same": "same tokenizer, same chat template",
+    "own": "same tokenizer, its own chat template",
+    "cross": "another tokenizer (cross-tokenizer: its logprobs aligned by byte offsets)",
+}
+
+
+def tokenizer_difference(
+    student: Any, teacher: Any, student_model: str = "", who: str = "the teacher"
+) -> str | None:
+    """How `teacher`'s tokenizer (`who` names it and its model) differs from the student's
+    in a way that changes what the same ids mean, in words; None if it does not: the whole
+    token -> id map, the end of sequence and the special tokens."""
+    first = first_vocab_difference(student.get_vocab(), teacher.get_vocab())
+    if first is not None:
+        return f"student {student_model!r} and {who} map tokens differently: {first}"
+    for name in ("eos_token", "eos_token_id"):
+        if getattr(student, name) != getattr(teacher, name):
+            return (
+                f"{who} has another {name}: {getattr(teacher, name)!r}, the student's is "
+                f"{getattr(student, name)!r}"
+            )
+    ours, theirs = sorted(student.all_special_tokens), sorted(teacher.all_special_tokens)
+    if ours != theirs:
+        differing = sorted(set(ours) ^ set(theirs))[0]
+        owner = "the teacher" if differing in theirs else "the student"
+        return f"{who} has other special tokens: {differing!r} is only {owner}'s"
+    return None
+
+
+def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, PromptOptions]]) -> Mode:
+    """Which mode a teacher scores in (`Mode`): `cross` if its tokenizer differs in any
+    way (`tokenizer_difference`), else `same` if its chat template is the student's and
+    renders `prompts` to the same tokens, else `own`. Both render every prompt checked, so
+    a template that cannot render fails here."""
+    if tokenizer_difference(student, teacher) is not None:
+        for question, options in prompts:
+            build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
+        return "cross"
+    alike = [
+        build_prompt(student, question, options.question_suffix, options.enable_thinking)
+        == build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
+        for question, options in prompts
+    ]
+    return "same" if all(alike) and student.chat_template == teacher.chat_template else "own"
+
+
+def check_objective(spec: JobSpec, who: str, mode: Mode) -> None:
+    """Refuse a teacher that cannot serve the job's objective: a logit-level objective
+    compares the two distributions token by token, which needs a shared vocabulary (so no
+    teacher with another tokenizer, on any backend); on the local backend it also reads the
+    teacher at the positions of the student's datum, which a teacher with its own chat
+    template shifts."""
+    kind = spec.loop.objective.kind
+    if mode == "cross" and spec.loop.objective.logit_level:
+        raise IncompatibleModels(
+            f"{who} has another tokenizer, and objective {kind} compares the student's and "
+            "the teacher's distributions token by token, which needs a shared vocabulary: "
+            "use objective sampled_reverse_kl (the sampled tokens' logprobs, aligned by byte "
+            "offsets), or a teacher with the student's tokenizer"
+        )
+    if mode == "own" and spec.trainer_scores():
+        raise IncompatibleModels(
+            f"{who} renders the prompts with its own chat template, and objective "
+            f"{kind} on the local backend reads the teacher at the "
+            "positions of the student's prompt and completion: use objective "
+            "sampled_reverse_kl, or a teacher with the student's chat template"
+        )
+
+
+def first_vocab_difference(student: dict[str, int], teacher: dict[str, int]) -> str | None:
+    """The first id (lowest) that the two maps disagree about, in words; None if equal."""
+    if student == teacher:
+        return None
+    by_id = {index: token for token, index in student.items()}
+    their_by_id = {index: token for token, index in teacher.items()}
+    index = min(i for i in by_id.keys() | their_by_id.keys() if by_id.get(i) != their_by_id.get(i))
+    return (
+        f"id {index} is {by_id.get(index)!r} for the student and {their_by_id.get(index)!r} "
+        f"for the teacher ({len(student)} vs {len(teacher)} tokens)"
+    )
