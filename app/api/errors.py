@@ -17,10 +17,10 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.documents import TooLargeToStore
+from app.core.idempotency import IdempotencyMismatch
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.files.errors import FileInUse, FileNotFound, FileRefused
 from app.jobs.errors import (
-    IdempotencyMismatch,
     IllegalTransition,
     JobNotFound,
     SpecNotFound,

@@ -14,12 +14,12 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
 from app.core.documents import TooLargeToStore
+from app.core.idempotency import Idempotency
 from app.jobs.continuation import editable
 from app.jobs.errors import SpecRefused
 from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD, submit_spec
-from app.jobs.store import Idempotency
 from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text
