@@ -173,6 +173,8 @@ class Relay:
 
     def stop(self) -> None:
         if self.listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accept blocked on it
+                self.listener.shutdown(socket.SHUT_RDWR)
             self.listener.close()
             self.listener = None
 
@@ -190,7 +192,11 @@ class Relay:
                 client, _ = listener.accept()
             except OSError:  # closed
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is down: so is this connection
+                client.close()
+                continue
             self.connections += [client, server]
             answer = bytearray()
             lost = self.withhold_first and not self.answers

@@ -56,7 +56,7 @@ class OPDWorker(Worker):
 async def requeue_forever(ctx: WorkerContext) -> None:
     while True:
         try:
-            await requeue_lost(ctx.sessions, ctx.queue, ctx.settings)
+            await requeue_lost(ctx.sessions, ctx.queue, ctx.settings, ctx.sight)
         except Exception as error:  # Redis or the database may be away; try next time
             log.warning("requeue pass failed: %s", error)
         await asyncio.sleep(ctx.settings.sweep_interval)
