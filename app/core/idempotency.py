@@ -1,7 +1,7 @@
-"""Requests made once per Idempotency-Key: a row that a request makes (a job, a sweep)
-keeps the key and a digest of the request, unique per team, so a retry after a lost
-answer finds the row first made instead of making a second, and the same key with
-another request is refused (IdempotencyMismatch, a 422 naming the header)."""
+"""An Idempotency-Key and the request it came with: a request sent again with the same key
+(a retry after a lost answer) is answered with what the first made, and the same key with
+another request is refused. Jobs, sweeps, playground samples and file uploads keep one per
+team; a row a request makes (a job, a sweep) is stored once by `insert_once`."""
 
 from __future__ import annotations
 
@@ -17,10 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.db import detach
 
 Row = TypeVar("Row")
-
-
-class IdempotencyMismatch(ValueError):
-    """An Idempotency-Key was reused with a different request body."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +40,10 @@ class Idempotency:
             default=str,  # a YAML form's dates
         )
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class IdempotencyMismatch(ValueError):
+    """An Idempotency-Key was reused with a different request body."""
 
 
 async def insert_once(
