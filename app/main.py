@@ -50,7 +50,7 @@ from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.core.storage import storage_of
 from app.core.waits import Limit, Places, Waits
-from app.files.service import remove_stale_spools, spool_folder
+from app.files.service import remove_stale_spools, spool_folder, spool_places
 from app.web.site import install_dashboard
 
 api_router = APIRouter(dependencies=[Depends(one_value_each)])
@@ -111,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.secret_box = secret_box(settings)
     app.state.storage = storage_of(settings)
     app.state.waits = Waits(settings.team_max_waiting)
+    app.state.spools = spool_places(settings)
     app.state.streams = Places(
         "metric streams open",
         Limit(settings.team_max_streams, "OPD_TEAM_MAX_STREAMS"),

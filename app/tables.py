@@ -5,20 +5,22 @@ database commands, the migrations)."""
 
 from app.audit.tables import AuditEntry
 from app.auth.tables import ApiKey, Team
+from app.budgets.tables import TeamBudget
 from app.core.tables import SQLModel
 from app.curves.tables import MetricSummary, StepMetric
-from app.files.tables import UploadedFile
+from app.files.tables import FileClaim, UploadedFile
 from app.jobs.tables import Checkpoint, Event, Job, MlflowEnding
 from app.playground.tables import Replay
 from app.samples.tables import Sample
 from app.sweeps.tables import Sweep, SweepRung
-from app.usage.tables import UsageDay
+from app.usage.tables import TeamSpendDay, UsageDay
 from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
-    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "Job", "MetricSummary",
+    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "FileClaim", "Job", "MetricSummary",
     "MlflowEnding", "Replay", "Sample", "StepMetric", "Sweep", "SweepRung", "Team",
-    "UploadedFile", "UsageDay", "Webhook", "WebhookAttempt", "WebhookDelivery",
+    "TeamBudget", "TeamSpendDay", "UploadedFile", "UsageDay", "Webhook", "WebhookAttempt",
+    "WebhookDelivery",
 ]  # fmt: skip
 
 METADATA = SQLModel.metadata

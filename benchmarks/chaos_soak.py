@@ -9,9 +9,9 @@ frequent saves) spread over the first 80% of the window, and pause-then-resume o
 some of them; two of the teams create --sweeps sweeps (4 trials of learning rate x loss,
 2 at a time, ASHA early stopping; a grid or random) over the first 60%, and cancel every
 other one once a trial is halfway; --served jobs learn from a teacher on a server: the
-service's own `/v1`, serving a job of their team that finished first. A fourth team
+service's own `/v1`, serving a job of their team that finished first. A team of its own
 uploads files over the window, well-formed ones and malicious ones (JSON nested 100,000
-deep, a Parquet bomb, a truncated Parquet file, odd encodings, a huge field), and a fifth
+deep, a Parquet bomb, a truncated Parquet file, odd encodings, a huge field), and another
 sends a burst of 5 at once that together pass its quota. For --minutes, at seeded random
 moments, one fault at a time: kill -9 a worker (restarted 0-10 s later), kill -9 the
 worker whose controller holds a running sweep's lease, SIGTERM a worker, kill -9 an API,
@@ -1493,6 +1493,82 @@ def check_all(
     return Findings(checks, ends, figures)
 
 
+# --- a team with a budget that runs out mid-soak (issue 41) -----------------------------------
+
+BUDGET_TEAM = "gold"
+BUDGET_JOBS = 3
+BUDGET_SHARE = 0.5
+"""The budget buys this share of the steps of the team's jobs, which all start at once."""
+BUDGET_SETTLE_SECONDS = 300.0
+
+
+@dataclass
+class BudgetTeam:
+    """A fourth team, with a token budget that runs out mid-soak: its jobs must pause at a
+    step boundary (state saved there), the team must spend at most its limit plus one step
+    per running job, and no other team's job may be touched. Self-contained: `start` after
+    the other teams exist, `checks` on the snapshot once the soak is over."""
+
+    limit: int
+    step_tokens: int
+    """The most tokens one step of its jobs uses (from a clean run)."""
+    job_ids: list[int]
+
+    @classmethod
+    def start(cls, service: Deployment, steps: int, folder: Path) -> BudgetTeam:
+        admin = service.admin_key
+        key = setup_call(service, admin, "POST", "/v1/keys", {"team": BUDGET_TEAM})["key"]
+        specs = [job_spec("on-policy", 900 + n, steps) for n in range(BUDGET_JOBS)]
+        rows = next(iter(clean_runs({clean_key(specs[0]): specs[0]}, folder).values()))
+        per_step = [
+            sum(int(row.get(f"usage/{name}", 0)) for name in USAGE) for row in rows.values()
+        ]
+        limit = int(sum(per_step) * BUDGET_JOBS * BUDGET_SHARE)
+        setup_call(service, admin, "PUT", f"/v1/teams/{BUDGET_TEAM}/budget", {"tokens": limit})
+        job_ids = [setup_call(service, key, "POST", "/v1/jobs", spec)["id"] for spec in specs]
+        return cls(limit, max(per_step), job_ids)
+
+    def settle(self, service: Deployment) -> None:
+        """Wait until none of the team's jobs runs or waits any more (paused or ended)."""
+        deadline = time.monotonic() + BUDGET_SETTLE_SECONDS
+        with postgres_connection(service) as conn:
+            while time.monotonic() < deadline:
+                active = conn.execute(
+                    "SELECT count(*) AS n FROM jobs WHERE id = ANY(%s) AND status IN "
+                    "('queued', 'running', 'pausing', 'cancelling')",
+                    (self.job_ids,),
+                ).fetchone()
+                if not active["n"]:
+                    return
+                time.sleep(1)
+
+    def checks(self, db: Snapshot) -> list[Check]:
+        jobs = [db.jobs[job_id] for job_id in self.job_ids]
+        spent = sum(job[name] for job in jobs for name in USAGE)
+        overshoot = Check("budget overshoot past one step per running job (tokens)", out_of=1)
+        if spent - self.limit > BUDGET_JOBS * self.step_tokens:
+            overshoot.broken(
+                f"{BUDGET_TEAM} spent {spent} of {self.limit}: {spent - self.limit} over, more "
+                f"than {BUDGET_JOBS} steps of {self.step_tokens}"
+            )
+        paused = Check("budget jobs not paused at a step boundary", out_of=len(jobs))
+        for job in jobs:
+            at_boundary = job["last_state_step"] == job["steps_done"]
+            if not (job["status"] == "paused" and job["stop_reason"] == "budget" and at_boundary):
+                where = f"state {job['last_state_step']}, {job['stop_reason']}"
+                paused.broken(f"job {job['id']}: {job['status']} at {job['steps_done']} ({where})")
+        others = [job for job in db.jobs.values() if job["id"] not in self.job_ids]
+        touched = Check("other teams' jobs touched by the budget", out_of=len(others))
+        for job in others:
+            if job["stop_reason"] == "budget" or "budget" in db.timeline(job["id"]):
+                touched.broken(f"job {job['id']}: {db.timeline(job['id'])}")
+        over = (spent - self.limit) / self.step_tokens
+        progress(
+            f"budget team {BUDGET_TEAM}: limit {self.limit}, spent {spent} ({over:+.2f} steps)"
+        )
+        return [overshoot, paused, touched]
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -1612,6 +1688,7 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
             f"a server), {len(sweep_orders)} sweeps over {window * SWEEP_SHARE:.0f} s, "
             f"{len(uploads)} uploads, {options.faults} faults over {window:.0f} s"
         )
+        budgeted = BudgetTeam.start(service, options.steps, home / "clean")
         began = time.monotonic()
         with running_peaks(service) as peaks:
             chaos, traffic = asyncio.run(
@@ -1619,6 +1696,7 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
             )
         soak_seconds = time.monotonic() - began
         wait_for_webhooks(orders, sweep_orders, receivers)
+        budgeted.settle(service)
         db = Snapshot.read(service)
         unrun = {key: spec for key, spec in trial_specs(db).items() if key not in curves}
         progress(f"clean runs of the trials' {len(unrun)} other distinct specs")
@@ -1628,6 +1706,7 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
         findings = check_all(
             service, db, orders, sweep_orders, uploads, curves, receivers, dict(peaks)
         )
+        findings.checks += budgeted.checks(db)
         findings.figures |= {
             "clean seconds": clean_seconds,
             "soak seconds": soak_seconds,

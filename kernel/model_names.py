@@ -36,6 +36,16 @@ TRAINED_PRESETS = (
 PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
 OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe"}
 """Presets over a tokenizer of their own; every other preset shares the byte-level one."""
+ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
+"""What the arithmetic presets read after each question: the suffix they were trained with,
+and the `arithmetic` source's."""
+PRESET_QUESTION_SUFFIXES = dict.fromkeys(TRAINED_PRESETS, ARITHMETIC_SUFFIX)
+PRESET_LEARNING_RATES = {
+    **dict.fromkeys(TINY_PRESETS, 1e-3),
+    **dict.fromkeys(TRAINED_PRESETS, 3e-3),
+}
+"""A student preset's learning rate when a spec gives none: the rate its examples learn
+with (the reference's 4e-5 is for a 4B model's LoRA, and moves these next to nothing)."""
 REMOTE_EXAMPLE = "Qwen/Qwen3.5-4B"
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")

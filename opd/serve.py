@@ -30,8 +30,8 @@ from app.core.db import migrate, standalone_session
 from app.jobs.schemas import JobPublic
 from kernel.spec import load_spec
 from opd.sdk import Client
-from opd.sdk.client import local_key_path
-from opd.sdk.resources import REVERSE_KL
+from opd.sdk.client import DEFAULT_URL, local_key_path
+from opd.sdk.resources.jobs import REVERSE_KL
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
 ACCURACY = "eval/accuracy"
@@ -219,6 +219,8 @@ def serve(
         print(f"Dashboard: {url}/ui/  (sign in with the key below)")
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
+        if url != DEFAULT_URL:
+            print(f"The opd commands of another shell reach it with: export OPD_URL={url}")
         status = 0
         if demo:
             status = run_demo(Client(url, key), demo_spec or DEMO_SPEC)

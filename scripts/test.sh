@@ -2,7 +2,7 @@
 # Installs what the tests need, makes sure PostgreSQL and Redis are up, runs the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh local,dev,tinker,bench,eval
+scripts/setup.sh local,dev,tinker,bench,eval,docs
 # The dashboard's browser tests drive Debian's chromium (Playwright's own download cannot run).
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
@@ -25,5 +25,7 @@ for _ in $(seq 30); do
 done
 .venv/bin/ruff check .
 .venv/bin/lint-imports
+# The documentation site, its internal links and anchors checked (mkdocs.yml: validation).
+DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d "$(mktemp -d)"
 # Two workers; an idle one takes queued tests from the other (long tests are uneven).
 exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"

@@ -76,6 +76,11 @@ def get_streams(request: Request) -> Places:
     return request.app.state.streams
 
 
+def get_spools(request: Request) -> Places:
+    """The bytes of uploads arriving in this process, per team (app/files/service.py)."""
+    return request.app.state.spools
+
+
 def get_storage(request: Request) -> Storage:
     return request.app.state.storage
 
@@ -88,6 +93,7 @@ PricesDep = Annotated[PriceTable, Depends(get_prices)]
 SecretBoxDep = Annotated[SecretBox, Depends(get_secret_box)]
 WaitsDep = Annotated[Waits, Depends(get_waits)]
 StreamsDep = Annotated[Places, Depends(get_streams)]
+SpoolsDep = Annotated[Places, Depends(get_spools)]
 StorageDep = Annotated[Storage, Depends(get_storage)]
 
 

@@ -16,8 +16,10 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.budgets.errors import BudgetExceeded, BudgetRefused
 from app.core.documents import TooLargeToStore
 from app.core.idempotency import IdempotencyMismatch
+from app.core.tables import utcnow
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.files.errors import FileInUse, FileNotFound, FileRefused
 from app.jobs.errors import (
@@ -58,7 +60,9 @@ DESCRIPTIONS = {
     "larger than OPD_MAX_SPEC_BYTES.",
     415: "The body is not JSON: send `Content-Type: application/json` (the CLI and the SDK "
     "send a YAML spec or sweep file as JSON).",
-    429: "The team has as many queued jobs as it may; retry after `Retry-After` seconds.",
+    429: "The team has as many queued jobs as it may (`too_many_requests`), or spent its "
+    "budget this period (`budget_exceeded`: the body's `budget` says what was spent, the "
+    "budget and when the period ends); retry after `Retry-After` seconds.",
     422: "Invalid request; `param` names the offending field (e.g. `loop.steps`).",
     503: "A dependency (database or Redis) is unavailable.",
 }
@@ -181,7 +185,8 @@ async def on_spec_not_found(_request: Request, exc: Exception) -> JSONResponse:
 
 async def on_file_refused(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, FileRefused)
-    return error_response(exc.status, exc.code, exc.message, exc.param)
+    headers = None if exc.retry_after is None else {"Retry-After": str(exc.retry_after)}
+    return error_response(exc.status, exc.code, exc.message, exc.param, headers)
 
 
 async def on_storage_down(_request: Request, exc: Exception) -> JSONResponse:
@@ -202,6 +207,28 @@ async def on_idempotency_mismatch(_request: Request, exc: Exception) -> JSONResp
 async def on_too_many_waiting(_request: Request, exc: Exception) -> JSONResponse:
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     return error_response(429, "too_many_requests", str(exc), headers=headers)
+
+
+async def on_budget_exceeded(_request: Request, exc: Exception) -> JSONResponse:
+    """The team's budget is spent: a 429 that says what was spent, the budget and when
+    the period ends (in words, and as figures beside the error)."""
+    assert isinstance(exc, BudgetExceeded)
+    wait = exc.retry_after(utcnow())
+    body = ErrorResponse(error=ErrorDetail(code="budget_exceeded", message=str(exc))).model_dump()
+    body["budget"] = {
+        "team": exc.team,
+        "unit": exc.limit.unit,
+        "budget": exc.limit.amount,
+        "spent": exc.spend.tokens if exc.limit.tokens is not None else exc.spend.cost,
+        "period": exc.limit.period.value,
+        "period_end": exc.ends.isoformat(),
+    }
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(wait)})
+
+
+async def on_budget_refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BudgetRefused)
+    return error_response(422, "invalid_request", str(exc), exc.param)
 
 
 async def on_database_down(_request: Request, exc: Exception) -> JSONResponse:
@@ -232,6 +259,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StorageUnavailable, on_storage_down)
     app.add_exception_handler(TooLargeToStore, on_too_large_to_store)
     app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
+    app.add_exception_handler(BudgetExceeded, on_budget_exceeded)
+    app.add_exception_handler(BudgetRefused, on_budget_refused)
     app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(InterfaceError, on_database_down)
     app.add_exception_handler(Exception, on_unexpected)

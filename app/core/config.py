@@ -49,6 +49,24 @@ class Settings(BaseSettings):
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
     )
+    team_max_spool_bytes: int = Field(
+        2 * GIB,
+        ge=1024,
+        description="Bytes of uploads one team may have arriving at once in one API process "
+        "(spooled to <home>/uploads); past it a 429.",
+    )
+    max_spool_bytes: int = Field(
+        8 * GIB,
+        ge=1024,
+        description="Bytes of uploads all teams together may have arriving at once in one API "
+        "process; past it a 429.",
+    )
+    presigned_downloads: bool = Field(
+        False,
+        description="With a bucket: GET /v1/files/{id}/content?redirect=true answers 307 to a "
+        "presigned URL, which shows teams the bucket's endpoint, the store's prefix and the "
+        "access key id; off, the bytes always come through the API.",
+    )
     file_cache_bytes: int = Field(
         10 * GIB,
         ge=MIB,
@@ -144,11 +162,13 @@ class Settings(BaseSettings):
         description="Seconds a checkpoint download waits for a worker to fetch a remote archive.",
     )
     team_max_waiting: int = Field(
-        8,
+        64,
         ge=1,
-        le=1024,
-        description="Requests of one team that may wait at once in each API process (playground"
-        " samples, checkpoint downloads); one more is a 429 with Retry-After.",
+        le=4096,
+        description="Completions of one team that may wait for a worker at once in each API "
+        "process (a request counts its prompts x n x models; a checkpoint download counts "
+        "one); past it a 429 with Retry-After, and a request asking for more alone is a 422. "
+        "The default fits one /v1/completions request of 64 choices.",
     )
     session_secret: SecretStr | None = Field(
         None,

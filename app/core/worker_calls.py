@@ -4,8 +4,10 @@ checkpoint's archive), answered while the request waits.
 They travel through Redis on a queue of their own (`<OPD_QUEUE_NAME>:quick`), which every
 worker process serves beside its training jobs with slots of its own, so a long training
 job never holds one up. Each task has a deadline: it expires in Redis if no worker takes
-it by then, and past it the caller stops waiting. As with jobs, the API imports no worker
-code: tasks go by name, with JSON payloads and answers (`kernel/playground.py`).
+it by then, and past it the caller stops waiting. Workers take the tasks of all teams in
+turns (app/core/fair_queue.py), not first come first served. As with jobs, the API
+imports no worker code: tasks go by name, with JSON payloads and answers
+(`kernel/playground.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import timedelta
 from arq.jobs import Job
 from redis.exceptions import RedisError
 
+from app.core.fair_queue import place
 from app.core.queue import JobQueue, QueueUnavailable, redis_address
 from kernel.playground import TaskFailure
 
@@ -37,18 +40,21 @@ class TaskUnanswered(Exception):
 
 
 async def call_worker(
-    queue: JobQueue, task: str, payload: str, timeout: float, task_id: str | None = None
+    queue: JobQueue,
+    task: str,
+    payload: str,
+    timeout: float,
+    team_id: int,
+    task_id: str | None = None,
 ) -> str:
-    """Send `task` and wait at most `timeout` seconds for its answer. A `task_id` makes
-    the call join a task of that id already sent (one fetch per archive, however many
-    ask); without one, a task nobody answered in time is withdrawn."""
+    """Send `task`, in the team's turn, and wait at most `timeout` seconds for its
+    answer. A `task_id` makes the call join a task of that id already sent (one fetch per
+    archive, however many ask); without one, a task nobody answered in time is withdrawn."""
     pool = await queue.connection()
     name = quick_queue(queue.queue_name)
     arq_id = f"{name}:{task_id or f'{task}-{uuid.uuid4().hex}'}"
     try:
-        sent = await pool.enqueue_job(
-            task, payload, _job_id=arq_id, _queue_name=name, _expires=timedelta(seconds=timeout)
-        )
+        sent = await place(pool, name, team_id, arq_id, task, payload, timedelta(seconds=timeout))
         job = sent or Job(arq_id, pool, _queue_name=name)
         return await job.result(timeout=timeout, poll_delay=RESULT_POLL_SECONDS)
     except TimeoutError as error:

@@ -65,6 +65,17 @@ async def same_upload(
     return detach(session, row) if row is not None else None
 
 
+async def keyed_file(session: AsyncSession, team_id: int, key: str | None) -> UploadedFile | None:
+    """The team's file that an upload with this Idempotency-Key made (None: no key, or none)."""
+    if key is None:
+        return None
+    query = select(UploadedFile).where(
+        UploadedFile.team_id == team_id, UploadedFile.idempotency_key == key
+    )
+    row = (await session.execute(query)).scalar_one_or_none()
+    return detach(session, row) if row is not None else None
+
+
 async def content_used(session: AsyncSession, sha256: str) -> bool:
     """Whether any file (of any team) still has these bytes."""
     query = select(UploadedFile.id).where(UploadedFile.sha256 == sha256).limit(1)

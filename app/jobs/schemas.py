@@ -98,7 +98,10 @@ class JobPublic(BaseModel):
     sweep_id: int | None = Field(None, description="The sweep this job is a trial of.")
     sweep_trial: int | None = Field(None, description="Its trial number in that sweep.")
     stop_reason: str | None = Field(
-        None, description="`early_stopped`: its sweep cancelled it (its state is kept)."
+        None,
+        description="`early_stopped`: its sweep cancelled it (its state is kept); "
+        "`budget`: its team's budget paused it, and it resumes by itself when the budget "
+        "is raised or the period turns.",
     )
     summary: JobSummary = Field(
         description="Reverse KL first and last; held-out eval accuracy and KL before and "

@@ -40,13 +40,13 @@ def plan_cancel(status: JobStatus) -> Plan | None:
         return Plan(
             JobStatus.cancelled,
             f"Cancelled while {status}",
-            {"requested_action": None, "queue_reason": None},
+            {"requested_action": None, "queue_reason": None, "stop_reason": None},
         )
     if status in (JobStatus.running, JobStatus.pausing):
         return Plan(
             JobStatus.cancelling,
             "Cancel requested; the worker stops at the next step boundary",
-            {"requested_action": JobAction.cancel},
+            {"requested_action": JobAction.cancel, "stop_reason": None},
         )
     if status in (JobStatus.cancelling, JobStatus.cancelled):
         return None
@@ -80,11 +80,13 @@ def plan_resume(status: JobStatus, job_id: int | None = None) -> Plan | None:
         return Plan(
             JobStatus.queued,
             "Resumed; waiting for a worker",
-            {"requested_action": None, "queue_reason": None},
+            {"requested_action": None, "queue_reason": None, "stop_reason": None},
         )
     if status is JobStatus.pausing:
         return Plan(
-            JobStatus.running, "Resumed before the pause took effect", {"requested_action": None}
+            JobStatus.running,
+            "Resumed before the pause took effect",
+            {"requested_action": None, "stop_reason": None},
         )
     if status in (JobStatus.queued, JobStatus.running):
         return None

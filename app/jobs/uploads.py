@@ -18,6 +18,7 @@ from app.files.errors import FileInUse, FileNotFound
 from app.files.schemas import public_id, row_id
 from app.files.service import delete_file
 from app.files.store import get_file
+from app.files.tables import UploadedFile
 from app.jobs.errors import SpecNotFound, SpecRefused
 from app.jobs.schemas import TERMINAL_STATUSES
 from app.jobs.tables import Job
@@ -26,26 +27,51 @@ from kernel.storage.blobs import Storage
 
 
 async def fill_files(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
-    """`spec` with each uploaded file it names resolved in team `team_id`'s files."""
+    """`spec` with each uploaded file it names resolved in team `team_id`'s files, and an
+    eval that asks a file for more held-out rows than it has refused (its rows are known)."""
     for at, dataset in spec.file_datasets():
         if dataset.file is None:
             continue
-        spec = spec.with_file_dataset(at, await resolved(session, team_id, at, dataset))
+        if dataset.blob is not None:
+            raise SpecRefused(f"{at}.blob", "is filled by the service from file")
+        try:
+            row = await get_file(session, row_id(dataset.file), team_id)
+        except FileNotFound:
+            raise SpecNotFound(
+                f"{at}.file", f"{dataset.file} is not one of your team's files"
+            ) from None
+        filled = resolved(at, dataset, row)
+        if at != "eval.dataset" and spec.eval is not None and spec.eval.holdout:
+            check_holdout(spec.eval.holdout, filled, row)
+        spec = spec.with_file_dataset(at, filled)
     return spec
 
 
-async def resolved(
-    session: AsyncSession, team_id: int, at: str, dataset: FileDataset
-) -> FileDataset:
-    if dataset.blob is not None:
-        raise SpecRefused(f"{at}.blob", "is filled by the service from file")
-    assert dataset.file is not None
-    try:
-        row = await get_file(session, row_id(dataset.file), team_id)
-    except FileNotFound:
-        raise SpecNotFound(
-            f"{at}.file", f"{dataset.file} is not one of your team's files"
-        ) from None
+def check_holdout(holdout: int, dataset: FileDataset, row: UploadedFile) -> None:
+    """The worker draws `eval.holdout` prompts from the rows outside the training pool
+    (`sample_size` of them, else every row): refused now where the file's rows cannot give
+    them, instead of failing the job in the worker (`bad_eval`)."""
+    usable = row.rows - (
+        row.report.get("empty_questions", 0) if dataset.field == row.question_field else 0
+    )
+    pool = min(dataset.sample_size or usable, usable)
+    if usable - pool >= holdout:
+        return
+    hint = (
+        f"set dataset.sample_size to at most {usable - holdout}"
+        if usable > holdout
+        else "give eval a dataset of its own"
+    )
+    raise SpecRefused(
+        "eval.holdout",
+        f"asks for {holdout} prompts but {dataset.file} has {usable - pool} rows outside the "
+        f"training pool ({usable} usable rows, {pool} of them in the pool): {hint}",
+    )
+
+
+def resolved(at: str, dataset: FileDataset, row: UploadedFile) -> FileDataset:
+    """The dataset with its file's stored object, and the columns its upload found where it
+    names none."""
     given = dataset.model_fields_set
     field = dataset.field if "field" in given else row.question_field
     answers = dataset.answer_field if "answer_field" in given else row.answer_field

@@ -4,6 +4,10 @@ saved weights, handed to a worker as a short task with a deadline, and its answe
 back, with the database session closed while it waits (app/core/waits.py); then its tokens
 added to the job's usage, once. The API process never loads a model.
 
+A request waits in as many of its team's places (app/core/waits.py) as it asks for
+completions (prompts x n x models), so that a list of 64 prompts counts as 64 requests do;
+one asking for more than a team may hold is refused at once, saying how to split it.
+
 A request with an Idempotency-Key is answered once (app/playground/replays.py): a repeat joins
 the first sending's task while it waits, or gets the answer it kept, and is billed nothing.
 """
@@ -20,8 +24,10 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.budgets.service import refuse_if_exhausted
 from app.core.config import Settings
 from app.core.idempotency import Idempotency, IdempotencyMismatch
+from app.core.pricing import PriceTable
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.tables import utcnow
 from app.core.waits import Waits
@@ -99,6 +105,28 @@ def answer_usage(answer: SampleAnswer) -> dict[str, int]:
     return {column: tokens for column, tokens in counts.items() if tokens}
 
 
+def completions_asked(requests: Sequence[SampleRequest]) -> int:
+    """The completions the requests (a door's prompts) ask for: each prompt's n per model."""
+    return sum(request.n * (1 + len(request.compare)) for request in requests)
+
+
+def too_many_completions(requests: Sequence[SampleRequest], most: int) -> PlaygroundError:
+    """The refusal of requests that ask for more completions than a team may hold places."""
+    request = requests[0]
+    if len(requests) > 1:
+        asked, param = f"{len(requests)} prompts x n {request.n}", "prompt"
+    else:
+        asked, param = f"n {request.n} x {1 + len(request.compare)} model(s)", "n"
+    return PlaygroundError(
+        422,
+        "too_many_completions",
+        f"this request asks for {completions_asked(requests)} completions ({asked}); a team "
+        f"may have at most {most} waiting for a worker at once (OPD_TEAM_MAX_WAITING): send "
+        f"them in requests of at most {most} completions each",
+        param,
+    )
+
+
 def itself(answer: PlaygroundAnswer) -> PlaygroundAnswer:
     """The playground's own response: the answer as it came."""
     return answer
@@ -149,11 +177,15 @@ class Sampling:
         """The door's response (`respond` makes it of the answers, in the requests'
         order; `kind` reads a kept one) to the completions the requests ask for (prompts
         of one door's request: the same job, weights and teacher), from workers, one task
-        each, all waited for in one of the caller's team's places (TooManyWaiting when it
-        has none left); PlaygroundError otherwise, the first failure's. The answers' tokens
-        are added to the job's usage, in the transaction that keeps the response for a
-        repeat."""
+        each, all waited for in the caller's team's places, one per completion asked for
+        (TooManyWaiting when it has not that many left; more than it may ever hold: a
+        PlaygroundError at once); BudgetExceeded when the team's budget is spent (a repeat
+        of an answered request still gets its answer); PlaygroundError otherwise, the first
+        failure's. The answers' tokens are added to the job's usage, in the transaction
+        that keeps the response for a repeat."""
         session = self.session
+        if completions_asked(requests) > self.waits.per_team:
+            raise too_many_completions(requests, self.waits.per_team)
         held: Claim | None = None
         if idempotency is not None:
             try:
@@ -165,6 +197,8 @@ class Sampling:
             if held.answer is not None:
                 return Served(kind.model_validate_json(held.answer), replayed=True)
         try:
+            prices = PriceTable(self.settings.prices)
+            await refuse_if_exhausted(session, self.team_id, prices, utcnow())
             answers = await self.ask_workers(job, requests, held)
         except Exception:  # nothing to keep: a repeat tries anew
             if held is not None and held.first:
@@ -179,7 +213,7 @@ class Sampling:
         usage: Counter[str] = Counter()
         for answer in answers:
             usage.update(answer_usage(answer))
-        await add_usage(session, job.id, job.team_id, dict(usage), utcnow())
+        await add_usage(session, job, dict(usage), utcnow())
         return Served(response)
 
     async def ask_workers(
@@ -219,7 +253,7 @@ class Sampling:
             )
             for one in requests
         ]
-        async with self.waits.released(session, self.team_id):
+        async with self.waits.released(session, self.team_id, completions_asked(requests)):
             raws = await asyncio.gather(
                 *(
                     call_worker(
@@ -227,6 +261,7 @@ class Sampling:
                         SAMPLE_TASK,
                         task.model_dump_json(),
                         timeout,
+                        self.team_id,
                         task_id=None if held is None else task_id_of(held, index),
                     )
                     for index, task in enumerate(tasks)

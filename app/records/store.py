@@ -24,7 +24,14 @@ from app.jobs.tables import Checkpoint, Event, Job
 from app.jobs.webhook_events import add_eval_deliveries
 from app.samples.tables import Sample
 from app.sweeps.tables import Sweep
-from app.usage.store import add_usage_day, counter_increments, usage_change
+from app.usage.store import (
+    PricedModels,
+    add_usage_day,
+    counter_increments,
+    job_models,
+    models_from,
+    usage_change,
+)
 from kernel.samples import KeptSample
 from kernel.summary import advance_ends
 
@@ -88,6 +95,15 @@ class Found(NamedTuple):
     ends: dict[str, list[float | None]] | None  # the job's summary points
     team_id: int
     sweep_metric: str | None  # a trial's sweep's metric, kept in `ends` too
+    backend: str
+    student: str
+    teacher: str
+    teachers: Any
+
+    @property
+    def models(self) -> PricedModels:
+        """What the step's tokens are priced at."""
+        return models_from(self.backend, self.student, self.teacher, self.teachers)
 
 
 def found_before(job_id: int, step: int) -> tuple[Any, ...]:
@@ -97,7 +113,7 @@ def found_before(job_id: int, step: int) -> tuple[Any, ...]:
         .where(Sweep.id == Job.sweep_id)
         .scalar_subquery()
     )
-    return (*step_probe(job_id, step), Job.metric_ends, Job.team_id, sweep_metric)
+    return (*step_probe(job_id, step), Job.metric_ends, Job.team_id, sweep_metric, *job_models())
 
 
 async def record_step(
@@ -174,7 +190,7 @@ async def store_metrics(
     if values:
         await session.execute(update(Job).where(Job.id == job_id).values(values))
     if change:
-        await add_usage_day(session, dialect, job_id, found.team_id, change, now)
+        await add_usage_day(session, dialect, job_id, found.team_id, change, now, found.models)
 
 
 def printable(text: str) -> str:

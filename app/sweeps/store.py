@@ -67,6 +67,14 @@ async def create_sweep(
     return detach(session, sweep), True
 
 
+async def sweep_keyed(session: AsyncSession, team_id: int, idempotency: Idempotency) -> bool:
+    """Whether the team made a sweep with this Idempotency-Key (a retry starts nothing new)."""
+    query = select(Sweep.id).where(
+        Sweep.team_id == team_id, Sweep.idempotency_key == idempotency.key
+    )
+    return (await session.execute(query)).first() is not None
+
+
 async def get_sweep(session: AsyncSession, sweep_id: int, team_id: int | None = None) -> Sweep:
     """The sweep, read fresh; `team_id` None means any team (admin)."""
     query = select(Sweep).where(Sweep.id == sweep_id).execution_options(populate_existing=True)

@@ -1,5 +1,6 @@
 """Token usage kept as steps are recorded: totals on the job row (its body shows them) and
-per UTC day in `usage_days` (what `GET /v1/usage` adds up).
+per UTC day in `usage_days` (what `GET /v1/usage` adds up), and per team, day and priced
+models in `team_spend_days` (what a budget adds up).
 
 A step's usage comes from its `usage/*` metrics. A replayed step overwrites its metric
 row, so its usage counts once: the change from the row it replaces is what is added.
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.tables import Team
 from app.core.db import insert_for
 from app.jobs.tables import Job
-from app.usage.tables import UsageDay
+from app.usage.tables import TeamSpendDay, UsageDay
 from kernel.spec.teachers import priced_teacher
 
 USAGE_METRICS = {
@@ -51,6 +52,39 @@ def counter_increments(change: Mapping[str, int]) -> dict[str, Any]:
     return {column: getattr(Job, column) + delta for column, delta in change.items()}
 
 
+class PricedModels(NamedTuple):
+    """What a job's tokens are priced at: its backend, student and teacher models."""
+
+    backend: str
+    student: str
+    teacher: str
+
+
+def models_of(spec: Mapping[str, Any]) -> PricedModels:
+    """The priced models of a stored (or dumped) spec."""
+    return PricedModels(
+        spec["backend"],
+        spec["student"]["base_model"],
+        priced_teacher(spec["teacher"]["base_model"], spec.get("teachers")),
+    )
+
+
+def job_models() -> tuple[Any, ...]:
+    """The columns `models_of` reads, as SQL over the jobs table (a RETURNING can carry
+    them): backend, student, teacher, teachers."""
+    return (
+        Job.spec["backend"].as_string(),
+        Job.spec["student"]["base_model"].as_string(),
+        Job.spec["teacher"]["base_model"].as_string(),
+        Job.spec["teachers"],
+    )
+
+
+def models_from(backend: str, student: str, teacher: str, teachers: Any) -> PricedModels:
+    """`models_of` from the columns `job_models` reads."""
+    return PricedModels(backend, student, priced_teacher(teacher, teachers))
+
+
 async def add_usage_day(
     session: AsyncSession,
     dialect: str,
@@ -58,17 +92,23 @@ async def add_usage_day(
     team_id: int,
     change: Mapping[str, int],
     now: datetime,
+    models: PricedModels,
 ) -> None:
-    """Add a recorded step's usage to the job's row for today, in the caller's transaction."""
-    statement = insert_for(dialect)(UsageDay).values(
-        job_id=job_id, day=now.date(), team_id=team_id, **change
+    """Add a recorded step's usage to the job's row for today and to its team's for the
+    job's models, in the caller's transaction."""
+    insert = insert_for(dialect)
+    rows = (
+        (UsageDay, {"job_id": job_id}, ["job_id", "day"]),
+        (TeamSpendDay, models._asdict(), ["team_id", "day", *PricedModels._fields]),
     )
-    await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=["job_id", "day"],
-            set_={column: getattr(UsageDay, column) + delta for column, delta in change.items()},
+    for table, keys, index in rows:
+        statement = insert(table).values(day=now.date(), team_id=team_id, **keys, **change)
+        await session.execute(
+            statement.on_conflict_do_update(
+                index_elements=index,
+                set_={column: getattr(table, column) + delta for column, delta in change.items()},
+            )
         )
-    )
 
 
 @dataclass(frozen=True)
@@ -96,10 +136,7 @@ async def usage_rows(
             Job.id,
             Job.name,
             UsageDay.day,
-            Job.spec["backend"].as_string(),
-            Job.spec["student"]["base_model"].as_string(),
-            Job.spec["teacher"]["base_model"].as_string(),
-            Job.spec["teachers"],
+            *job_models(),
             *(getattr(UsageDay, column) for column in COUNTERS),
         )
         .join(Job, Job.id == UsageDay.job_id)
@@ -121,14 +158,16 @@ async def usage_rows(
 
 
 async def add_usage(
-    session: AsyncSession, job_id: int, team_id: int, change: Mapping[str, int], now: datetime
+    session: AsyncSession, job: Job, change: Mapping[str, int], now: datetime
 ) -> None:
     """Add usage that no step recorded (a completion the service served from the job's
-    weights) to the job's totals and today's row; commits (what the caller wrote too)."""
+    weights) to the job's totals and today's rows; commits (what the caller wrote too)."""
     if change:
         dialect = (await session.connection()).dialect.name
+        assert job.id is not None
         await session.execute(
-            update(Job).where(Job.id == job_id).values(counter_increments(change))
+            update(Job).where(Job.id == job.id).values(counter_increments(change))
         )
-        await add_usage_day(session, dialect, job_id, team_id, change, now)
+        models = models_of(job.spec)
+        await add_usage_day(session, dialect, job.id, job.team_id, change, now, models)
     await session.commit()

@@ -34,6 +34,12 @@ class Chart:
     references: list[str] = field(default_factory=list)
     """Metrics measured once (the teacher's eval baseline, at step 0), drawn as a level
     line across the chart."""
+    points: bool = False
+    """Measured at a few steps only (evals): drawn as points, not a line that suggests a
+    trend between them."""
+    fraction: bool = False
+    """A fraction: drawn on a 0..1 axis (an always-zero fraction on uPlot's own range
+    was drawn on 0..100)."""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,9 +62,12 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
     if OBJECTIVE in present:
         charts.append(Chart("objective", "Objective (per completion position)", [OBJECTIVE]))
     if TEACHER_MASS in present:
-        charts.append(Chart("teacher-mass", "Teacher mass in the top-k", [TEACHER_MASS]))
+        charts.append(
+            Chart("teacher-mass", "Teacher mass in the top-k", [TEACHER_MASS], fraction=True)
+        )
     if aligned := sorted(name for name in present if name.split("/")[:2] == ALIGNED.split("/")):
-        charts.append(Chart("aligned", "Completion bytes aligned (cross-tokenizer)", aligned))
+        title = "Completion bytes aligned (cross-tokenizer)"
+        charts.append(Chart("aligned", title, aligned, fraction=True))
     if rewards := sorted(name for name in present if name.split("/")[:2] == REWARD.split("/")):
         charts.append(Chart("reward", "Reward (mean; by dataset)", rewards))
     loss = next((name for name in LOSSES if name in present), None)
@@ -79,11 +88,27 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
             figures.setdefault("/".join(name.split("/")[:2]), []).append(name)
     for figure, series in figures.items():
         slug = figure.removeprefix(EVAL_PREFIX)
-        charts.append(Chart(f"eval-{slug}", figure, series, references=baselines.pop(figure, [])))
+        references = baselines.pop(figure, [])
+        charts.append(
+            Chart(f"eval-{slug}", figure, series, None, references, True, is_fraction(figure))
+        )
     for figure, references in baselines.items():  # a baseline without its student's curve
         slug = figure.removeprefix(EVAL_PREFIX)
-        charts.append(Chart(f"eval-teacher-{slug}", f"{figure} (teacher)", references))
+        title = f"{figure} (teacher)"
+        charts.append(
+            Chart(f"eval-teacher-{slug}", title, references, None, [], True, is_fraction(figure))
+        )
     return charts
+
+
+FRACTIONS = ("_fraction", "accuracy", "pass@")
+
+
+def is_fraction(name: str) -> bool:
+    """Whether a metric is a share of 0..1 (accuracies, pass@k, truncated and aligned
+    fractions)."""
+    last = name.split("/")[1] if name.count("/") else name
+    return any(part in last for part in FRACTIONS)
 
 
 def chart_keys(charts: Sequence[Chart]) -> list[str]:

@@ -82,6 +82,22 @@ async def job_events(session: AsyncSession, job_id: int, limit: int) -> list[Eve
     return list(reversed(list((await session.execute(query)).scalars())))
 
 
+async def job_notes(session: AsyncSession, job_id: int) -> list[Event]:
+    """The job's notes, oldest first: warnings whose data names a `note` (a teacher that
+    answers far below what it measured, ...), which the job page shows at its top."""
+    query = (
+        select(Event)
+        .where(Event.job_id == job_id, Event.level == "warning")
+        .order_by(Event.id.desc())
+        .limit(NOTES_READ)
+    )
+    warnings = reversed(list((await session.execute(query)).scalars()))
+    return [event for event in warnings if isinstance(event.data, dict) and "note" in event.data]
+
+
+NOTES_READ = 50
+
+
 async def job_checkpoints(session: AsyncSession, job_id: int, limit: int) -> list[Checkpoint]:
     """The job's latest `limit` checkpoints, newest first."""
     query = (

@@ -19,6 +19,7 @@ class WebhookEvent(StrEnum):
     paused = "job.paused"
     eval_completed = "job.eval_completed"
     sweep_completed = "sweep.completed"
+    budget_threshold = "budget.threshold"
 
 
 class DeliveryStatus(StrEnum):

@@ -13,14 +13,8 @@ from kernel.json_types import JsonModel
 from kernel.wording import shown
 
 MAX_STEPS = 100_000
-
-
 MAX_RETRY_DELAY_SECONDS = 30.0
-
-
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-
-
 ModelName = Annotated[str, Field(min_length=1, max_length=500)]
 
 

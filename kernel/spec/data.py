@@ -8,22 +8,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
+from kernel.model_names import ARITHMETIC_SUFFIX
 from kernel.spec.base import Name, SpecModel, field_error
 
 DEFAULT_QUESTION_SUFFIX = (
     "Please solve the problem step by step and put the final answer in \\boxed{}."
 )
-
-
 DEEPMATH_SHARDS = 10
-
-
 MAX_SAMPLE_SIZE = 10_000_000
-
-
 MAX_INLINE_PROMPTS = 10_000
-
-
 MAX_PROMPT_CHARS = 100_000
 
 
@@ -38,7 +31,13 @@ class PromptOptions(SpecModel):
 
     model_config = ConfigDict(json_schema_extra=require_source)
 
-    question_suffix: str = Field(DEFAULT_QUESTION_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    question_suffix: str = Field(
+        DEFAULT_QUESTION_SUFFIX,
+        max_length=MAX_PROMPT_CHARS,
+        description="Text after each question. Not given: the one the student's model was "
+        "trained to read (the arithmetic presets and the arithmetic source: `Answer in "
+        "\\boxed{}.`), else the reference's DeepMath line.",
+    )
     enable_thinking: bool = False
 
 
@@ -56,8 +55,6 @@ class DeepMathDataset(PromptOptions):
 
 
 FILE_ID = r"^file-[1-9][0-9]{0,9}$"
-
-
 BLOB = r"^[0-9a-f]{64}\.(jsonl|parquet|csv)$"
 
 
@@ -122,11 +119,6 @@ class InlineDataset(PromptOptions):
 
 
 ArithmeticOp = Literal["add", "sub", "mul"]
-
-
-ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
-
-
 MAX_OPERAND_DIGITS = 3
 
 
@@ -218,8 +210,6 @@ SharedDataset = Annotated[
 
 
 MAX_DATASETS = 16
-
-
 SINGLE_DATASET = "dataset"
 
 

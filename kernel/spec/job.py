@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from kernel.model_names import preset_tokenizer
+from kernel.model_names import PRESET_LEARNING_RATES, PRESET_QUESTION_SUFFIXES, preset_tokenizer
 from kernel.spec.backends import LocalBackendSpec, TinkerBackendSpec, TrioBackendSpec
 from kernel.spec.base import Name, SpecModel, field_error
 from kernel.spec.data import (
@@ -18,6 +18,7 @@ from kernel.spec.data import (
     DatasetSpec,
     DeepMathDataset,
     FileDataset,
+    PromptOptions,
     SharedDataset,
     named,
 )
@@ -30,14 +31,8 @@ from kernel.spec.teachers import MAX_TEACHERS, SINGLE_TEACHER, MixedTeacher, Tea
 from kernel.spec.trackers import SwanLabSpec, TrackersSpec
 
 MAX_METADATA_KEYS = 32
-
-
 MAX_METADATA_KEY_CHARS = 64
-
-
 MAX_METADATA_VALUE_CHARS = 1024
-
-
 Metadata = Annotated[
     dict[
         Annotated[str, Field(min_length=1, max_length=MAX_METADATA_KEY_CHARS)],
@@ -48,8 +43,6 @@ Metadata = Annotated[
 
 
 ABSENT_TEACHER = TeacherSpec(base_model="Qwen/Qwen3.6-27B")
-
-
 ABSENT_DATASET = DeepMathDataset()
 """What `teacher` and `dataset` hold when `teachers` and `datasets` are given instead: the
 reference's, as the specs stored before they were required record them (a spec is stored
@@ -133,6 +126,21 @@ class JobSpec(SpecModel):
         """What the job's weights and states are saved as: `loop.save_weights_name`, else
         the job's name (left unset, a clone that renames the job renames its weights)."""
         return self.loop.save_weights_name or self.name
+
+    @model_validator(mode="after")
+    def _defaults_follow_the_student(self) -> JobSpec:
+        """What a spec leaves out follows its student where the student is a preset: the
+        question suffix its model was trained to read, and a learning rate it learns with
+        on the local backend. A stored spec holds every field, so it keeps what it got."""
+        student = self.student.base_model
+        suffix = PRESET_QUESTION_SUFFIXES.get(student)
+        for options in self.prompt_options():
+            if suffix is not None and "question_suffix" not in options.model_fields_set:
+                options.question_suffix = suffix
+        rate = PRESET_LEARNING_RATES.get(student)
+        if self.backend == "local" and rate and "learning_rate" not in self.optim.model_fields_set:
+            self.optim.learning_rate = rate
+        return self
 
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:
@@ -363,6 +371,14 @@ class JobSpec(SpecModel):
         datasets = list(self.datasets)
         datasets[index] = dataset  # type: ignore[assignment]
         return self.model_copy(update={"datasets": datasets})
+
+    def prompt_options(self) -> list[PromptOptions]:
+        """Every dataset the spec renders prompts from, as written: `dataset` (or each of
+        `datasets`) and `eval.dataset`."""
+        written: list[Any] = list(self.datasets) if self.datasets is not None else [self.dataset]
+        if self.eval is not None and self.eval.dataset is not None:
+            written.append(self.eval.dataset)
+        return written
 
     def several_datasets(self) -> bool:
         """Whether per-dataset metrics (ending in `/<dataset>`) are recorded."""

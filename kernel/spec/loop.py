@@ -12,14 +12,8 @@ from pydantic import Field, model_validator
 from kernel.spec.base import MAX_STEPS, Name, SpecModel, field_error
 
 MAX_BATCH_SIZE = 1024
-
-
 MAX_GROUP_SIZE = 256
-
-
 MAX_STEPS_OFF_POLICY = 8
-
-
 LossName = Literal["importance_sampling", "ppo", "cispo", "dro"]
 # Each loss's options and their defaults: Tinker's documented ones (PyTRIO follows Tinker's
 # loss definitions); DRO's beta has no documented default, so ours is the documented example.
@@ -60,11 +54,7 @@ class RewardSpec(SpecModel):
 
 
 ObjectiveName = Literal["sampled_reverse_kl", "reverse_kl", "forward_kl", "jsd"]
-
-
 LOGIT_OBJECTIVES = ("reverse_kl", "forward_kl", "jsd")
-
-
 MAX_OBJECTIVE_TOP_K = 1024
 
 

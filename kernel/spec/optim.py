@@ -10,7 +10,14 @@ from kernel.spec.base import SpecModel
 class OptimSpec(SpecModel):
     """AdamW parameters, passed to the backend as PyTRIO's AdamParams."""
 
-    learning_rate: float = Field(4e-5, gt=0.0, le=1.0)
+    learning_rate: float = Field(
+        4e-5,
+        gt=0.0,
+        le=1.0,
+        description="The reference's 4e-5 (a 4B model's LoRA). Not given, on the local "
+        "backend, a built-in preset student takes one it learns with (tiny presets 1e-3, "
+        "arithmetic presets 3e-3).",
+    )
     beta1: float = Field(0.9, ge=0.0, lt=1.0)
     beta2: float = Field(0.95, ge=0.0, lt=1.0)
     eps: float = Field(1e-12, gt=0.0, le=1.0)

@@ -13,11 +13,7 @@ from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, fiel
 from kernel.spec.student import SavedWeights
 
 MAX_SERVER_BATCH = 256
-
-
 MAX_SERVER_CONCURRENCY = 64
-
-
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -152,8 +148,6 @@ class MixedTeacher(TeacherSpec):
 
 
 MAX_TEACHERS = 8
-
-
 SINGLE_TEACHER = "teacher"
 """The name `teacher:` goes by where teachers are named (usage, the playground)."""
 

@@ -9,6 +9,9 @@ object is either whole or absent.
 `open_storage(url)` takes a folder path (or `file://`) or `s3://bucket/prefix`; an S3
 store reads its endpoint, region and credentials from the usual AWS_* variables
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ALLOW_HTTP).
+`Storage.under(prefix)` is the same store below a prefix (a store of its own for each
+team's files), and a store's `fallback` is read where it lacks an object (objects written
+before that prefix existed).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import os
 import re
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -74,6 +77,23 @@ class Storage:
 
     store: Any
     url: str
+    retry_seconds: float = DEFAULT_RETRY_SECONDS
+    fallback: Storage | None = None
+    """Read where this store lacks an object; never written or deleted through this one."""
+    below: dict[str, Storage] = field(default_factory=dict, compare=False, repr=False)
+    """The stores under a prefix opened so far (one client each, not one per call)."""
+
+    def under(self, prefix: str) -> Storage:
+        """This store below `prefix` (`a/b`: objects at `<url>/a/b/blobs/...`)."""
+        if prefix not in self.below:
+            self.below[prefix] = open_storage(
+                f"{self.url.rstrip('/')}/{prefix}", self.retry_seconds
+            )
+        return self.below[prefix]
+
+    def reading_also(self, fallback: Storage) -> Storage:
+        """This store, reading `fallback` where it lacks an object."""
+        return replace(self, fallback=fallback, below={})
 
     @property
     def remote(self) -> bool:
@@ -110,25 +130,20 @@ class Storage:
         except (BaseError, OSError) as error:
             raise unavailable(error, "a delete") from error
 
-    async def stream(self, sha256: str) -> AsyncIterator[bytes]:
-        """The object's bytes in chunks; BlobCorrupt after the last chunk if they do not
-        hash to `sha256` (a reader that keeps them must discard what it read)."""
+    async def open(self, sha256: str) -> AsyncIterator[bytes]:
+        """The object's bytes in chunks, once the store has answered that it has them
+        (BlobMissing, StorageUnavailable before any byte); BlobCorrupt after the last chunk
+        if they do not hash to `sha256` (a reader that keeps them must discard what it read)."""
         key = blob_key(sha256)
         try:
             result = await obstore.get_async(self.store, key)
         except (FileNotFoundError, NotFoundError) as error:
+            if self.fallback is not None:
+                return await self.fallback.open(sha256)
             raise BlobMissing(f"object {sha256} is not in the store") from error
         except (BaseError, OSError) as error:
             raise unavailable(error, f"reading {key}") from error
-        digest = hashlib.sha256()
-        try:
-            async for chunk in result.stream(min_chunk_size=CHUNK):
-                digest.update(chunk)
-                yield bytes(chunk)
-        except (BaseError, OSError) as error:
-            raise unavailable(error, f"reading {key}") from error
-        if digest.hexdigest() != sha256:
-            raise BlobCorrupt(f"object {sha256} in the store does not hash to its name")
+        return checked_chunks(result, sha256, key)
 
     def fetch(self, sha256: str, target: Path) -> None:
         """Download the object to `target` (blocking; for a worker's thread): written to a
@@ -148,17 +163,38 @@ class Storage:
                 raise BlobCorrupt(f"object {sha256} in the store does not hash to its name")
             tmp.replace(target)
         except (FileNotFoundError, NotFoundError) as error:
+            if self.fallback is not None:
+                return self.fallback.fetch(sha256, target)
             raise BlobMissing(f"object {sha256} is not in the store") from error
         except BaseError as error:
             raise unavailable(error, f"reading {key}") from error
         finally:
             tmp.unlink(missing_ok=True)
 
-    def presigned_url(self, sha256: str, seconds: int) -> str | None:
-        """A URL that reads the object without credentials for `seconds`; None for a folder."""
+    async def presigned_url(self, sha256: str, seconds: int) -> str | None:
+        """A URL that reads the object without credentials for `seconds`, once the store has
+        answered that it has it (BlobMissing otherwise); None for a folder."""
         if not self.remote:
             return None
+        if not await self.has(sha256):
+            if self.fallback is not None:
+                return await self.fallback.presigned_url(sha256, seconds)
+            raise BlobMissing(f"object {sha256} is not in the store")
         return obstore.sign(self.store, "GET", blob_key(sha256), timedelta(seconds=seconds))
+
+
+async def checked_chunks(result: Any, sha256: str, key: str) -> AsyncIterator[bytes]:
+    """A got object's bytes, hashed as they go: BlobCorrupt at the end when they are not
+    the ones `sha256` names."""
+    digest = hashlib.sha256()
+    try:
+        async for chunk in result.stream(min_chunk_size=CHUNK):
+            digest.update(chunk)
+            yield bytes(chunk)
+    except (BaseError, OSError) as error:
+        raise unavailable(error, f"reading {key}") from error
+    if digest.hexdigest() != sha256:
+        raise BlobCorrupt(f"object {sha256} in the store does not hash to its name")
 
 
 def open_storage(url: str, retry_seconds: float = DEFAULT_RETRY_SECONDS) -> Storage:
@@ -175,12 +211,12 @@ def open_storage(url: str, retry_seconds: float = DEFAULT_RETRY_SECONDS) -> Stor
             )
         except BaseError as error:
             raise ValueError(f"cannot open {url}: {error}") from error
-        return Storage(store, url)
+        return Storage(store, url, retry_seconds)
     if parts.scheme not in ("", "file"):
         raise ValueError(f"{url!r}: give a folder or s3://bucket/prefix")
     folder = Path(parts.path if parts.scheme == "file" else url).expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    return Storage(LocalStore(folder, mkdir=True), str(folder))
+    return Storage(LocalStore(folder, mkdir=True), str(folder), retry_seconds)
 
 
 def retries(seconds: float) -> dict[str, Any]:

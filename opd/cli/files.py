@@ -46,11 +46,12 @@ def files_command(args: argparse.Namespace) -> int:
             answer_field=args.answer_field,
             format=args.format,
             progress=not args.quiet,
+            idempotency_key=args.idempotency_key,
         )
         print(file.id if args.quiet else "\n".join(report_lines(file)))
     elif args.files_action == "list":
-        for listed in islice(api.files.list(page_size=page_size(args.limit, 100)), args.limit):
-            print(file_line(listed))
+        listed = list(islice(api.files.list(page_size=page_size(args.limit, 100)), args.limit))
+        print("\n".join(map(file_line, listed)) if listed else "no files (opd files upload PATH)")
     elif args.files_action == "show":
         print("\n".join(report_lines(api.files.get(args.file))))
     elif args.files_action == "download":
@@ -76,6 +77,9 @@ def add_parsers(commands: Commands) -> None:
         "--format", choices=["jsonl", "parquet", "csv"], help="default: from the name"
     )
     upload.add_argument("--quiet", action="store_true", help="no progress bar; print the id only")
+    upload.add_argument(
+        "--idempotency-key", help="uploading again with the same key and file is safe"
+    )
     listing = actions.add_parser("list", parents=[http], help="the team's files, newest first")
     listing.add_argument("--limit", type=count, default=20)
     for name, text in (

@@ -6,14 +6,17 @@ submit` is the old name of `opd jobs create`), `opd samples` (the rollouts a job
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import load_spec
-from kernel.summary import summary_lines
+from kernel.spec.documents import flatten
+from kernel.summary import Change, summary_lines
 from opd.cli.common import (
+    CommandError,
     api_options,
     client,
     count,
@@ -25,10 +28,13 @@ from opd.cli.common import (
 from opd.cli.shading import sample_text, wants_color
 
 if TYPE_CHECKING:
+    from app.budgets.schemas import Estimate
     from app.jobs.schemas import JobPublic
     from opd.cli.common import Commands
 
-JOB_HEADER = f"{'id':>6}  {'status':<10} {'steps':>13} name"
+JOB_HEADER = (
+    f"{'id':>6}  {'status':<10} {'steps':>13} {'created (UTC)':<16}  {'last eval':<15} name"
+)
 
 
 def job_line(job: JobPublic, teams: dict[int, str] | None = None) -> str:
@@ -39,16 +45,67 @@ def job_line(job: JobPublic, teams: dict[int, str] | None = None) -> str:
     team = "" if teams is None else f"{teams.get(job.team_id, str(job.team_id)):<16} "
     return (
         f"{team}{job.id:>6}  {job.status:<10} {job.steps_done:>6}/{job.total_steps:<6} "
-        f"{job.name}{stopped}{trial}{error}"
+        f"{job.created_at:%Y-%m-%d %H:%M}  {last_eval(job):<15} {job.name}{stopped}{trial}{error}"
     )
+
+
+def last_eval(job: JobPublic) -> str:
+    """The held-out figure a job's last eval recorded: its accuracy, else its reverse KL."""
+    summary = job.summary
+    accuracy = summary.eval_accuracy.last if summary and summary.eval_accuracy else None
+    if accuracy is not None:
+        return f"accuracy {accuracy:.0%}"
+    kl = summary.eval_reverse_kl.last if summary and summary.eval_reverse_kl else None
+    return "-" if kl is None else f"reverse KL {kl:.3f}"
 
 
 def job_header(teams: dict[int, str] | None = None) -> str:
     return ("" if teams is None else f"{'team':<16} ") + JOB_HEADER
 
 
+def estimate_lines(estimate: Estimate) -> list[str]:
+    """The estimate as a table, its basis and how it fits the team's budget."""
+    lines = [f"{'tokens':<10} {'low':>14} {'point':>14} {'high':>14}"]
+    for name in ("sampled", "teacher", "trained", "eval", "total"):
+        span = getattr(estimate, f"{name}_tokens")
+        lines.append(f"{name:<10} {span.low:>14,} {span.point:>14,} {span.high:>14,}")
+    cost = estimate.cost
+    lines.append(
+        f"{'cost':<10} {cost.low:>14,.4f} {cost.point:>14,.4f} {cost.high:>14,.4f}"
+        if cost
+        else f"{'cost':<10} {'unknown (a price is missing)':>44}"
+    )
+    lines += [f"  - {line}" for line in estimate.basis]
+    if fit := estimate.budget:
+        left = f"{fit.left:,.0f} tokens" if fit.unit == "tokens" else f"{fit.left:,.2f}"
+        lines.append(f"The team has {left} left of its budget this period.")
+    return lines
+
+
+def confirmed(estimate: Estimate, yes: bool) -> bool:
+    """Whether to submit a job whose estimate passes what is left of the team's budget:
+    `--yes`, or a person answering yes (without a terminal to ask: no)."""
+    fit = estimate.budget
+    if fit is None or not fit.point_exceeds or yes:
+        return True
+    question = "The estimate passes what is left of the team's budget: the job would pause "
+    question += "when it runs out. Create it anyway? [y/N] "
+    if not sys.stdin.isatty():
+        print(question + "no (not a terminal: pass --yes to create it)", file=sys.stderr)
+        return False
+    return input(question).strip().lower() in ("y", "yes")
+
+
 def create_command(args: argparse.Namespace) -> int:
-    job = client(args).jobs.create(load_spec(args.spec), idempotency_key=args.idempotency_key)
+    spec = load_spec(args.spec)
+    api = client(args)
+    if args.estimate:
+        estimate = api.jobs.estimate(spec)
+        print("\n".join(estimate_lines(estimate)))
+        if not confirmed(estimate, args.yes):
+            print("Not created.", file=sys.stderr)
+            return 1
+    job = api.jobs.create(spec, idempotency_key=args.idempotency_key)
     if args.quiet:
         print(job.id)
     elif job.existed:
@@ -173,6 +230,63 @@ def watch_command(args: argparse.Namespace) -> int:
     return 0 if job.status == "succeeded" else 1
 
 
+MAX_COMPARED = 8
+COMPARED = (
+    ("reverse KL", "reverse_kl"),
+    ("held-out accuracy", "eval_accuracy"),
+    ("held-out reverse KL", "eval_reverse_kl"),
+)
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """Jobs side by side: their figures first and last, then every spec field they differ
+    in (the dashboard's Compare page, in a terminal)."""
+    if not 2 <= len(args.jobs) <= MAX_COMPARED:
+        raise CommandError(f"give 2 to {MAX_COMPARED} jobs to compare, not {len(args.jobs)}")
+    api = client(args)
+    print("\n".join(compare_lines([api.jobs.get(job_id) for job_id in args.jobs])))
+    return 0
+
+
+def compare_lines(jobs: list[JobPublic]) -> list[str]:
+    rows: list[tuple[str, list[str]]] = [
+        ("job", [f"{job.id} {job.name}" for job in jobs]),
+        ("status", [f"{job.status} {job.steps_done}/{job.total_steps}" for job in jobs]),
+    ]
+    for name, field in COMPARED:
+        rows.append((name, [changed(getattr(job.summary, field, None)) for job in jobs]))
+    teacher = [job.summary.teacher_accuracy if job.summary else None for job in jobs]
+    rows.append(("teacher accuracy", ["-" if t is None else f"{t:.3g}" for t in teacher]))
+    specs = [flatten(job.spec) for job in jobs]
+    differing = sorted(
+        key
+        for key in set().union(*specs)
+        if len({json.dumps(spec.get(key), sort_keys=True) for spec in specs}) > 1
+    )
+    rows += [(key, [shown_value(spec.get(key)) for spec in specs]) for key in differing]
+    if not differing:
+        rows.append(("spec", ["the same"] * len(jobs)))
+    first = max(len(name) for name, _ in rows)
+    width = max(len(value) for _, values in rows for value in values) + 2
+    return [
+        f"{name:<{first}}  " + "".join(v.ljust(width) for v in vs).rstrip() for name, vs in rows
+    ]
+
+
+def changed(change: Change | None) -> str:
+    if change is None:
+        return "-"
+    first = "-" if change.first is None else f"{change.first:.3g}"
+    last = "-" if change.last is None else f"{change.last:.3g}"
+    return f"{first} -> {last}"
+
+
+def shown_value(value: object) -> str:
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def action_command(args: argparse.Namespace) -> int:
     print(job_line(getattr(client(args).jobs, args.action)(args.job)))
     return 0
@@ -208,6 +322,15 @@ def create_parser(
     create.add_argument("spec", help="a job spec file (YAML or JSON)")
     create.add_argument("--idempotency-key", help="creating again with the same key is safe")
     create.add_argument("--quiet", action="store_true", help="print the job id only")
+    create.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print what the job would use first (POST /v1/jobs/estimate), and ask before "
+        "creating it when that passes what is left of the team's budget",
+    )
+    create.add_argument(
+        "--yes", action="store_true", help="with --estimate: create it without asking"
+    )
     create.set_defaults(handler=create_command)
     return create
 
@@ -259,6 +382,11 @@ def add_parsers(commands: Commands) -> None:
 def add_action_parsers(commands: Commands) -> None:
     """The commands on one job, which `opd --help` lists last."""
     http = api_options()
+    compare = commands.add_parser(
+        "compare", parents=[http], help="2-8 jobs side by side: figures and spec differences"
+    )
+    compare.add_argument("jobs", type=int, nargs="+", metavar="JOB")
+    compare.set_defaults(handler=compare_command)
     for name, handler, text in (
         ("status", status_command, "a job's status and reverse KL"),
         ("watch", watch_command, "a live progress bar with the reverse KL until the job ends"),

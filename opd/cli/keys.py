@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from opd.cli.common import CommandError, duration, settings
@@ -43,13 +44,17 @@ def keys_command(args: argparse.Namespace) -> int:
                 print(new.key)
                 until = f", expires {expires:%Y-%m-%d %H:%M} UTC" if expires else ""
                 print(
-                    f"Key for team {args.team!r} (scope {scope.value}{until}); "
-                    "it is shown only this once.",
+                    f"Key for team {args.team!r} (scope {scope.value}{until}) in the database "
+                    f"{shown_url(url)}; it is shown only this once. A service reading another "
+                    "database (OPD_HOME, OPD_DATABASE_URL) refuses it.",
                     file=sys.stderr,
                 )
             elif args.keys_action == "list":
                 now = utcnow()
-                for key, team in await list_keys(session):
+                keys = await list_keys(session)
+                if not keys:
+                    print("no keys (opd keys create --team NAME)")
+                for key, team in keys:
                     state = "revoked" if key.revoked_at else "active"
                     if key.expires_at is not None and not key.revoked_at:
                         state = "expired" if key.expires_at <= now else "active"
@@ -62,6 +67,17 @@ def keys_command(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(act())
+
+
+def shown_url(url: str) -> str:
+    """A database URL as a person reads it: a SQLite file as its absolute path, a server
+    without its password."""
+    from sqlalchemy.engine import make_url  # start-up time: the database layer
+
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite") and parsed.database:
+        return str(Path(parsed.database).resolve())
+    return parsed.render_as_string(hide_password=True)
 
 
 def add_parsers(commands: Commands) -> None:

@@ -24,6 +24,7 @@ from app.jobs.schemas import TERMINAL_STATUSES
 from kernel.errors import OPDError
 from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
+from kernel.spec import JobSpec
 from opd.cli.common import CommandError, api_options, client, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
@@ -212,7 +213,8 @@ def export_command(args: argparse.Namespace) -> int:
             shutil.move(folder, out)
             print(f"Wrote {what} to {out} (archive SHA-256 {sha256})")
             return 0
-        merged = merge(folder, out, args.base_model, args.dtype)
+        thinking = JobSpec.model_validate(api.jobs.get(args.job).spec).dataset_shares()[0]
+        merged = merge(folder, out, args.base_model, args.dtype, thinking.enable_thinking)
     print(
         f"Wrote a Hugging Face model to {out}: {merged.base_model} with the LoRA of {what} "
         f"merged in. Its logprobs match the adapter model's on a probe prompt (relative "
@@ -221,8 +223,11 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
-    """The merge, with the local backend's model code (torch, transformers, peft)."""
+def merge(
+    folder: Path, out: Path, base_model: str | None, dtype: str, enable_thinking: bool
+) -> Any:
+    """The merge, with the local backend's model code (torch, transformers, peft); the
+    exported chat template renders as the job's training did (`enable_thinking`)."""
     # start-up time: torch and transformers
     import torch
     from transformers.utils import logging as hf_logging
@@ -234,7 +239,7 @@ def merge(folder: Path, out: Path, base_model: str | None, dtype: str) -> Any:
     with warnings.catch_warnings():  # the libraries' notes to their developers, not to you
         warnings.simplefilter("ignore")
         try:
-            return merge_adapter(folder, out, base_model, getattr(torch, dtype))
+            return merge_adapter(folder, out, base_model, getattr(torch, dtype), enable_thinking)
         except OPDError as error:
             raise CommandError(f"[{error.code}] {error}") from error
 

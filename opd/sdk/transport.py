@@ -230,7 +230,10 @@ def attempts(call: Call, retries: Retries, url: object) -> Generator[Call | Paus
         if delay is None and isinstance(outcome, Reply):
             raise api_error(outcome.status, outcome.content, outcome.headers.get("Retry-After"))
         if delay is None:
-            raise APIConnectionError(f"cannot reach the OPD API at {url}: {outcome!r}")
+            raise APIConnectionError(
+                f"cannot reach the OPD API at {url}: {outcome!r}; is the service running "
+                "there? Give its address with --url or OPD_URL"
+            )
         yield Pause(delay)
         attempt += 1
 

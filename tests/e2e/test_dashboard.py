@@ -156,6 +156,10 @@ def test_the_teachers_baseline_is_a_line_on_the_students_eval_chart(page, servic
     expect(chart).to_have_attribute("data-points", "3", timeout=WAIT_MS)
     expect(chart.locator(".u-legend")).to_contain_text("eval/teacher_accuracy")
     assert page.locator("[id^='chart-eval-teacher']").count() == 0
+    assert chart.get_attribute("data-style") == "points"  # evals at 3 steps: no trend line
+    assert page.locator("#chart-reverse-kl").get_attribute("data-style") == "lines"
+    values = chart.locator(".u-legend .u-value").all_inner_texts()  # the latest, unhovered
+    assert values and all(v.strip() not in ("", "--") for v in values[1:]), values
     shot(page, shots, "baseline")
 
 

@@ -1,25 +1,37 @@
-"""Fair dispatch with real processes: two workers of two slots each on Postgres. Team A fills
-the queue with 40 jobs, then team B (at most one running job) submits 2: B's first job
-starts at the next free slot, its second at the next free slot after the first ends, B
-never runs two at once, and no job starts twice or is lost (once B is done, A's jobs still
-queued are cancelled, to keep the test short: each of them never started).
+"""Fair dispatch with real processes.
 
-`pytest tests/e2e/test_fairness.py -s` prints the timeline (slots waited by B's jobs)."""
+Jobs: two workers of two slots each on Postgres. Team A fills the queue with 40 jobs, then
+team B (at most one running job) submits 2: B's first job starts at the next free slot, its
+second at the next free slot after the first ends, B never runs two at once, and no job
+starts twice or is lost (once B is done, A's jobs still queued are cancelled, to keep the
+test short: each of them never started).
+
+Sampling: team beta queues 48 prompts in three `/v1/completions` requests, then team alpha
+one prompt; a worker with one sampling slot starts alpha's task after at most one of beta's
+(the order read from the worker's log of the tasks it starts).
+
+`pytest tests/e2e/test_fairness.py -s` prints the timelines (slots waited by B's jobs, the
+sampling tasks of beta started before alpha's)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
+from redis import Redis
 from sqlalchemy import create_engine, text
 
 from app.core.db import sync_url
-from tests.e2e.conftest import Service, tiny_spec
+from app.core.worker_calls import quick_queue
+from tests.e2e.conftest import E2E_REDIS_URL, Service, deployment, tiny_spec
 
 SLOTS = 4
 A_JOBS = 40
@@ -134,3 +146,73 @@ def test_a_small_team_gets_the_next_free_slot_and_limits_hold(service: Service):
     assert "No price table" in usage.stderr
     audit = service.opd("audit", *client_args).stdout
     assert audit.count("job.create") == 2 and f"job {b_first['id']}" in audit
+
+
+BETA_REQUESTS = 3
+BETA_PROMPTS = 16
+STARTED = re.compile(r'→ \S+:sample\(\'\{"request":\{"prompt":null,"messages":null,"text":"(\w+)')
+"""arq's line for a sample task it starts: the prompt's first word names the team."""
+
+
+def complete(service: Service, key: str, model: str, prompts: list[str]) -> httpx.Response:
+    body = {"model": model, "prompt": prompts, "max_tokens": 2, "timeout_seconds": 300}
+    return httpx.post(
+        f"{service.url}/v1/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=320,
+    )
+
+
+def queued_until(redis: Redis, queue: str, count: int, requests: list) -> None:
+    deadline = time.monotonic() + 60
+    while redis.zcard(queue) < count:
+        assert not any(request.done() for request in requests), requests[0].result().text
+        assert time.monotonic() < deadline, f"{redis.zcard(queue)} of {count} tasks queued"
+        time.sleep(0.05)
+
+
+def started_teams(log: Path) -> list[str]:
+    return [match.group(1) for match in STARTED.finditer(log.read_text())]
+
+
+def test_one_prompt_of_a_team_waits_behind_at_most_one_sampling_task_of_another(tmp_path):
+    with deployment(tmp_path, f"sqlite:///{tmp_path / 'opd.db'}") as service:
+        admin = service.opd("keys", "create", "--team", "ops", "--scope", "admin")
+        service.key = admin.stdout.strip()
+        keys = {
+            team: service.opd("keys", "create", "--team", team).stdout.strip()
+            for team in ("alpha", "beta")
+        }
+        trainer = service.start_worker()
+        jobs = {team: post(service, key, SPEC | {"name": team}) for team, key in keys.items()}
+        models = {team: f"job-{service.wait(job['id'])['id']}" for team, job in jobs.items()}
+        trainer.terminate()
+        trainer.wait(60)
+        redis = Redis.from_url(E2E_REDIS_URL)
+        queue = quick_queue(service.env["OPD_QUEUE_NAME"])
+        with ThreadPoolExecutor(BETA_REQUESTS + 1) as pool:
+            beta = [
+                pool.submit(
+                    complete,
+                    service,
+                    keys["beta"],
+                    models["beta"],
+                    [f"beta {r}.{i}" for i in range(BETA_PROMPTS)],
+                )
+                for r in range(BETA_REQUESTS)
+            ]
+            queued_until(redis, queue, BETA_REQUESTS * BETA_PROMPTS, beta)
+            alpha = pool.submit(complete, service, keys["alpha"], models["alpha"], ["alpha"])
+            queued_until(redis, queue, BETA_REQUESTS * BETA_PROMPTS + 1, [alpha])
+            sampler = service.start_worker(OPD_SAMPLE_CONCURRENCY="1")
+            answers = [request.result() for request in [alpha, *beta]]
+        redis.close()
+
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+    assert [len(answer.json()["choices"]) for answer in answers] == [1] + [BETA_PROMPTS] * 3
+    order = started_teams(tmp_path / f"worker-{service.processes.index(sampler)}.log")
+    assert sorted(order) == sorted(["alpha"] + ["beta"] * BETA_REQUESTS * BETA_PROMPTS), order
+    before = order.index("alpha")
+    print(f"\nbeta's sampling tasks started before alpha's one: {before} of {len(order) - 1}")
+    assert before <= 1, order

@@ -1,5 +1,5 @@
-"""The README's first screen and its quick-start examples, run as written (taken from the
-README itself, so a changed example is the example tested):
+"""The README's first screen and the documentation's quick-start examples, run as written
+(taken from the pages themselves, so a changed example is the example tested):
 
 - the first screen's `scripts/demo.sh`, with the demo's spec cut to two steps (the demo
   passes its arguments to `opd serve --demo`; the learning itself is measured by
@@ -7,10 +7,10 @@ README itself, so a changed example is the example tested):
   `.venv` is this interpreter, with a pip that installs nothing: installing for real is
   what `scripts/test.sh` does before it runs this test (`tests/test_setup_script.py`
   checks what setup.sh prints). `scripts/test.sh` itself is the command running this;
-- `opd run examples/tiny.yaml --metrics-out metrics.jsonl`;
-- the HTTP API's curl session and the Python SDK's example, against `opd serve` started in
-  the folder they run in (they read its key from `.opd/api-key`), on a free port where the
-  README says 8000.
+- `opd run examples/tiny.yaml --metrics-out metrics.jsonl` (docs/get-started/demo.md);
+- the HTTP API's curl session (docs/how-to/http-api.md) and the Python SDK's example
+  (docs/how-to/sdk.md), against `opd serve` started in the folder they run in (they read its
+  key from `.opd/api-key`), on a free port where the pages say 8000.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -34,12 +35,20 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 DEFAULT_API = "127.0.0.1:8000"
 
 
-def block(heading: str | None, language: str) -> str:
-    """The first `language` code block after the line `heading` (None: the README's first)."""
-    start = 0 if heading is None else README.index(f"\n{heading}\n")
-    found = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).search(README, start)
-    assert found, f"no {language} block after {heading}"
+def block(heading: str | None, language: str, page: str = "README.md") -> str:
+    """The first `language` code block after the line `heading` of `page` (a path from the
+    checkout's root; None: the page's first block)."""
+    text = "\n" + (ROOT / page).read_text(encoding="utf-8")
+    start = 0 if heading is None else text.index(f"\n{heading}\n")
+    found = re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).search(text, start)
+    assert found, f"no {language} block after {heading} in {page}"
     return found.group(1)
+
+
+def blocks(page: str, language: str) -> list[str]:
+    """Every `language` code block of `page`, in order."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return re.compile(rf"^```{language}\n(.*?)^```", re.M | re.S).findall(text)
 
 
 def commands(text: str) -> list[str]:
@@ -107,7 +116,7 @@ def test_the_first_screens_demo_runs_as_written(tmp_path):
 
 def test_opd_run_as_written(tmp_path):
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    (command,) = commands(block("## Run one job in the foreground: `opd run`", "bash"))
+    (command,) = commands(block("# The demo and `opd run`", "bash", "docs/get-started/demo.md"))
 
     done = subprocess.run(
         ["bash", "-c", command],
@@ -127,9 +136,14 @@ def test_opd_run_as_written(tmp_path):
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
-    """`opd serve` started in a folder of its own, as the README starts it: (the folder,
+    """`opd serve` started in a folder of its own, as the docs start it: (the folder,
     the environment its examples run in, with the service's port where they say 8000)."""
-    folder = tmp_path_factory.mktemp("readme")
+    with serving(tmp_path_factory.mktemp("readme")) as running:
+        yield running
+
+
+@contextmanager
+def serving(folder: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     (folder / "examples").symlink_to(ROOT / "examples")
     env = shims(folder / "shims")
     port = free_port()
@@ -154,9 +168,11 @@ def ready(port: int) -> bool:
 
 def test_the_http_apis_curl_session_as_written(served):
     folder, env = served
-    session = block("### HTTP API (v1)", "bash").replace(DEFAULT_API, f"127.0.0.1:{env['PORT']}")
+    session = block("# The HTTP API", "bash", "docs/how-to/http-api.md").replace(
+        DEFAULT_API, f"127.0.0.1:{env['PORT']}"
+    )
     # Each answer's status on stderr, and every curl's exit status: the session as written
-    # on stdout, which the README's comments describe.
+    # on stdout, which the page's comments describe.
     watch = 'curl() { command curl -w "%{stderr}HTTP %{http_code}\\n" "$@"; echo "exit $?" >&2; }\n'
 
     done = subprocess.run(
@@ -179,7 +195,7 @@ def test_the_http_apis_curl_session_as_written(served):
 
 def test_the_sdks_example_as_written(served):
     folder, env = served
-    example = block("## Python SDK: `opd.Client`", "python")
+    example = block("# The Python SDK", "python", "docs/how-to/sdk.md")
     key = (folder / ".opd" / "api-key").read_text().strip()
     url = f"http://127.0.0.1:{env['PORT']}"
 
@@ -195,3 +211,40 @@ def test_the_sdks_example_as_written(served):
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "404 not_found job 1000000 not found"
     assert (folder / "final.tar.gz").is_file()
+
+
+def test_the_first_job_tutorial_as_written(tmp_path):
+    """docs/get-started/first-job.md's commands, one after another in one shell, against
+    `opd serve` started as the page starts it: each command succeeds, and what the page
+    says each one makes is there."""
+    script = "set -euo pipefail\n" + "\n".join(blocks("docs/get-started/first-job.md", "bash"))
+    with serving(tmp_path) as (folder, env):
+        url = f"http://127.0.0.1:{env['PORT']}"
+        done = subprocess.run(
+            ["bash", "-c", script],
+            cwd=folder,
+            env=env | {"OPD_URL": url},
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert re.search(r"^export OPD_API_KEY", script, re.M), "the page makes a team key first"
+        admin = (folder / ".opd" / "api-key").read_text().strip()
+        jobs: dict[str, list[dict]] = {}
+
+        def trials_made() -> bool:  # the sweep's controller makes its trials as it goes
+            listed = httpx.get(
+                f"{url}/v1/jobs", headers={"Authorization": f"Bearer {admin}"}, timeout=10
+            ).json()["data"]
+            jobs.clear()
+            for job in listed:
+                jobs.setdefault(job["name"], []).append(job)
+            return sum(name.startswith("sums-lr-") for name in jobs) == 2  # sweep-name-N
+
+        wait_until(trials_made, "the sweep's two trials")
+    assert [job["status"] for job in jobs["sums"]] == ["succeeded", "succeeded"]  # and its clone
+    assert (folder / "sums-model" / "config.json").is_file()
+    assert "--- checkpoint (" in done.stdout and "--- teacher (" in done.stdout  # the playground
+    served = (folder / "serve.log").read_text()  # on another port than the default, it says
+    assert f"export OPD_URL=http://127.0.0.1:{env['PORT']}" in served

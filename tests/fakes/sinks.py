@@ -1,9 +1,12 @@
-"""A real Sink that keeps everything the loop reports, and the metric names it must report."""
+"""A real Sink that keeps everything the loop reports, and the metric names it must report.
+Every metric it is given must be one the metric reference lists (kernel/metric_names.py): the
+tests that run loops through it keep that list complete."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kernel.metric_names import documented
 from kernel.samples import KeptSample
 from worker.engine.tracking.sinks import RunInfo, Sink
 
@@ -35,9 +38,11 @@ class RecordingSink(Sink):
         self.info = info
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
+        assert_documented(metrics)
         self.steps[step] = metrics
 
     def eval(self, step: int, metrics: dict[str, float]) -> None:
+        assert_documented(metrics)
         self.evals[step] = metrics
 
     def samples(self, step: int, samples: list[KeptSample]) -> None:
@@ -51,3 +56,8 @@ class RecordingSink(Sink):
 
     def close(self) -> None:
         self.closed = True
+
+
+def assert_documented(metrics: dict[str, float]) -> None:
+    missing = sorted(name for name in metrics if not documented(name))
+    assert not missing, f"metrics kernel/metric_names.py does not list: {missing}"

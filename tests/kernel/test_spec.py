@@ -307,3 +307,55 @@ def test_the_default_objective_and_every_local_objective_are_accepted():
         parse_spec(named({"backend": "tinker", "loop": {"objective": tinker}})).loop.objective.top_k
         == 20
     )
+
+
+def preset_spec(**fields: object) -> dict[str, object]:
+    return {
+        "backend": "local",
+        "student": {"base_model": "arith-student"},
+        "teacher": {"base_model": "arith-teacher"},
+        "dataset": {"source": "file", "file": "file-1"},
+        **fields,
+    }
+
+
+def test_a_file_for_an_arithmetic_student_gets_the_suffix_its_models_read() -> None:
+    spec = JobSpec.model_validate(
+        preset_spec(eval={"dataset": {"source": "inline", "prompts": ["q"]}})
+    )
+    assert spec.dataset.question_suffix == "Answer in \\boxed{}."
+    assert spec.eval is not None and spec.eval.dataset is not None
+    assert spec.eval.dataset.question_suffix == "Answer in \\boxed{}."
+
+
+def test_a_written_suffix_and_other_students_keep_theirs() -> None:
+    written = preset_spec(dataset={"source": "file", "file": "file-1", "question_suffix": ""})
+    assert JobSpec.model_validate(written).dataset.question_suffix == ""
+    other = preset_spec(student={"base_model": "Qwen/Qwen3-0.6B"})
+    assert JobSpec.model_validate(other).dataset.question_suffix == DEFAULT_QUESTION_SUFFIX
+
+
+def test_a_preset_student_learns_at_its_own_rate_unless_one_is_given() -> None:
+    assert JobSpec.model_validate(preset_spec()).optim.learning_rate == 3e-3
+    tiny = preset_spec(
+        student={"base_model": "tiny-student"}, teacher={"base_model": "tiny-teacher"}
+    )
+    assert JobSpec.model_validate(tiny).optim.learning_rate == 1e-3
+    given = preset_spec(optim={"learning_rate": 4e-5})
+    assert JobSpec.model_validate(given).optim.learning_rate == 4e-5
+    remote = preset_spec(student={"base_model": "Qwen/Qwen3-0.6B"})
+    assert JobSpec.model_validate(remote).optim.learning_rate == 4e-5  # the reference's
+
+
+def test_a_stored_spec_keeps_the_defaults_it_was_given() -> None:
+    spec = JobSpec.model_validate(preset_spec())
+    again = JobSpec.model_validate(spec.model_dump(mode="json"))
+    assert again == spec
+    moved = again.model_copy(
+        update={"student": again.student.model_copy(update={"base_model": "tiny-student"})}
+    )
+    stored = JobSpec.model_validate(moved.model_dump(mode="json"))
+    assert (
+        stored.optim.learning_rate == 3e-3
+        and stored.dataset.question_suffix == "Answer in \\boxed{}."
+    )

@@ -40,7 +40,7 @@ def written(folder: Path, data: bytes, name: str = "data.bin") -> tuple[Path, st
 
 
 async def read_all(storage: Storage, sha256: str) -> bytes:
-    return b"".join([chunk async for chunk in storage.stream(sha256)])
+    return b"".join([chunk async for chunk in await storage.open(sha256)])
 
 
 async def test_an_object_is_stored_once_and_read_back_whole(storage, tmp_path):
@@ -106,11 +106,38 @@ def test_open_storage_refuses_a_scheme_it_does_not_know():
         open_storage("s3:///x")
 
 
-def test_presigned_urls_are_for_buckets_only(storage, tmp_path):
-    url = storage.presigned_url("a" * 64, 60)
-    assert (url is not None) == storage.remote
-    if url is not None:
-        assert "X-Amz-Signature" in url and blob_key("a" * 64) in url
+async def test_presigned_urls_are_for_buckets_only_and_objects_there(storage, tmp_path):
+    path, sha = written(tmp_path, b"signed")
+    if not storage.remote:
+        assert await storage.presigned_url(sha, 60) is None
+        return
+    with pytest.raises(BlobMissing):
+        await storage.presigned_url(sha, 60)
+    await storage.put_file(path, sha)
+    url = await storage.presigned_url(sha, 60)
+    assert url is not None and "X-Amz-Signature" in url and blob_key(sha) in url
+
+
+async def test_a_store_under_a_prefix_writes_its_own_and_reads_its_fallback_too(storage, tmp_path):
+    """A team's part of the store: what it writes and deletes is its own; what it lacks is
+    read from the store it falls back on (objects written before the prefix existed)."""
+    own = storage.under("files/team-1").reading_also(storage)
+    assert storage.under("files/team-1").store is own.store  # one client per prefix
+    old_path, old = written(tmp_path, b"written before", "old")
+    new_path, new = written(tmp_path, b"written under the prefix", "new")
+    await storage.put_file(old_path, old)
+    assert await own.put_file(new_path, new) is True
+    assert not await storage.has(new) and not await own.has(old)  # each holds its own
+    assert await read_all(own, old) == b"written before"
+    await asyncio.to_thread(own.fetch, old, tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == b"written before"
+    if storage.remote:
+        assert blob_key(old) in (await own.presigned_url(old, 60) or "")
+    await own.delete(old)  # its own only: the fallback's object stays
+    assert await storage.has(old)
+    await own.delete(new)
+    with pytest.raises(BlobMissing):
+        await own.open(new)
 
 
 async def test_the_cache_keeps_its_copies_under_its_budget(storage, tmp_path):

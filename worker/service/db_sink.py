@@ -3,7 +3,10 @@
 The loop calls sinks synchronously; this one queues each write and a background task
 applies them in order, one transaction each (a step's metrics and progress together),
 retrying with backoff while the database is away. Training keeps going during an
-outage and every queued write lands once the database is back.
+outage and every queued write lands once the database is back, except for a job whose
+team has a budget: after each step its spending is checked (app/budgets/service.py), and
+the loop waits for that check before the next step (`settled`), so that the team overshoots
+its limit by one step at most.
 """
 
 from __future__ import annotations
@@ -11,11 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.budgets.service import Verdict, check_spending
+from app.core.pricing import PriceTable
+from app.core.tables import utcnow
 from app.jobs.errors import JobNotHeld
 from app.jobs.schemas import JobAction
 from app.records.store import (
@@ -58,9 +65,20 @@ async def persist(
     )
 
 
+@dataclass(frozen=True)
+class Spending:
+    """Whose spending a job's steps count against, and the prices that cost it."""
+
+    team_id: int
+    prices: PriceTable
+    budgeted: bool = True
+    """Whether the team had a budget when the attempt started (checked again each step)."""
+
+
 class DatabaseSink(Sink):
     """Writes through the job store as `worker_id`; reports API requests to `on_action`, a
-    takeover to `on_lost`, and a write the database refuses for good to `on_failed`."""
+    takeover to `on_lost`, and a write the database refuses for good to `on_failed`. With
+    `spending`, checks the team's budget after each step (a pause is an action too)."""
 
     def __init__(
         self,
@@ -71,6 +89,7 @@ class DatabaseSink(Sink):
         on_lost: Callable[[], None],
         on_failed: Callable[[BaseException], None],
         backoff: Backoff | None = None,
+        spending: Spending | None = None,
     ) -> None:
         self.sessions = sessions
         self.job_id = job_id
@@ -79,6 +98,8 @@ class DatabaseSink(Sink):
         self.on_lost = on_lost
         self.on_failed = on_failed
         self.backoff = backoff or Backoff()
+        self.spending = spending
+        self.budgeted = spending is not None and spending.budgeted
         self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
 
@@ -101,6 +122,25 @@ class DatabaseSink(Sink):
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
         self.writes.put_nowait(lambda s: record_step(s, self.job_id, self.worker_id, step, metrics))
+        if self.spending is not None:
+            self.writes.put_nowait(self.check_spending)
+
+    async def check_spending(self, session: AsyncSession) -> JobAction | None:
+        assert self.spending is not None
+        verdict: Verdict = await check_spending(
+            session, self.spending.team_id, self.spending.prices, utcnow()
+        )
+        self.budgeted = verdict.budgeted
+        return verdict.action
+
+    async def settled(self) -> None:
+        """While the team has a budget: wait until every write queued so far (the last
+        step's record and its spending check) has landed."""
+        if not self.budgeted:
+            return
+        landed = asyncio.get_running_loop().create_future()
+        self.then(lambda: landed.done() or landed.set_result(None))
+        await landed
 
     def samples(self, step: int, samples: list[KeptSample]) -> None:
         self.writes.put_nowait(

@@ -24,9 +24,12 @@ from arq.worker import Worker, func
 from redis.exceptions import RedisError
 
 import app.tables  # noqa: F401  (every table in the metadata before a flush)
+from app.budgets.service import resume_spending
 from app.core.config import Settings
 from app.core.db import create_db_engine, session_factory
+from app.core.pricing import PriceTable
 from app.core.queue import TASK_NAME, JobQueue
+from app.core.tables import utcnow
 from worker.service.quick import quick_worker
 from worker.service.requeuer import requeue_lost
 from worker.service.sweep_controller import ControllerThread
@@ -54,8 +57,15 @@ class OPDWorker(Worker):
 
 
 async def requeue_forever(ctx: WorkerContext) -> None:
+    """Every sweep interval: resume what a team's budget paused wherever the team may spend
+    again (the period turned, or its budget was raised while no API process could send
+    them), then re-enqueue what the database says should run but no worker holds."""
     while True:
         try:
+            async with ctx.sessions() as session:
+                prices = PriceTable(ctx.settings.prices)
+                for job_id in await resume_spending(session, ctx.queue, prices, utcnow()):
+                    log.info("resumed job %s: its team's budget allows it again", job_id)
             await requeue_lost(ctx.sessions, ctx.queue, ctx.settings, ctx.sight)
         except Exception as error:  # Redis or the database may be away; try next time
             log.warning("requeue pass failed: %s", error)

@@ -1,7 +1,9 @@
 """The worker's short tasks, answered while an API request waits (`app/core/worker_calls.py`):
 `sample` (the playground) and `fetch_archive` (a PyTRIO checkpoint's archive). They run on
 a queue and an arq worker of their own, beside the training jobs, with OPD_SAMPLE_CONCURRENCY
-slots; each answers with an `Outcome` in JSON, its failures as codes and messages.
+slots; each answers with an `Outcome` in JSON, its failures as codes and messages. As it
+starts a task, it records the task's round (its score), so that a team's next task does not
+go before the round being served (app/core/fair_queue.py).
 
 A sample request stops at its deadline (the API has stopped waiting); the samplers it
 loaded stay in the process's cache for the next one. An archive fetch runs to its end even
@@ -23,6 +25,7 @@ from arq.worker import Function, Worker, func
 from pydantic import BaseModel
 
 from app.core.config import Settings
+from app.core.fair_queue import round_recorder
 from app.core.storage import checkpoint_store
 from app.core.worker_calls import FETCH_ARCHIVE_TASK, SAMPLE_TASK, quick_queue
 from app.jobs.archives import fetched, keep_fetched
@@ -150,7 +153,8 @@ def quick_functions() -> list[Function]:
 
 
 def quick_worker(settings: Settings, worker_class: type[Worker]) -> Worker:
-    """The arq worker of the quick tasks: its own queue and slots, polled often."""
+    """The arq worker of the quick tasks: its own queue and slots, polled often, taking
+    tasks in their rounds' order."""
     assert settings.redis_url is not None
     return worker_class(
         functions=quick_functions(),
@@ -159,5 +163,6 @@ def quick_worker(settings: Settings, worker_class: type[Worker]) -> Worker:
         max_jobs=settings.sample_concurrency,
         poll_delay=POLL_SECONDS,
         handle_signals=False,
+        on_job_start=round_recorder(quick_queue(settings.queue_name)),
         ctx={CONTEXT: quick_context(settings)},
     )

@@ -23,9 +23,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.budgets.rules import BUDGET_STOP
+from app.budgets.service import check_spending
 from app.core.config import Settings
+from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.core.storage import checkpoint_store, file_cache
+from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotHeld, SpecRefused
 from app.jobs.limits import Limits, note_limits
@@ -43,7 +47,7 @@ from worker.engine.loop.schedule import resume_versions
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.tracking.mlflow_mirror import MlflowSink
 from worker.engine.tracking.sinks import FanOut, Sink, SwanLabSink
-from worker.service.db_sink import DatabaseSink, persist
+from worker.service.db_sink import DatabaseSink, Spending, persist
 from worker.service.sight import DatabaseSight, blind_after
 from worker.service.trackers import mlflow_mirror
 
@@ -209,6 +213,14 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
             lambda s: fail_job(s, job_id, worker, "teacher_server_not_allowed", refusal),
         )
         return "failed"
+    prices = PriceTable(ctx.settings.prices)
+    verdict = await write(
+        ctx,
+        f"check the budget of job {job_id}'s team",
+        lambda s: check_spending(s, job.team_id, prices, utcnow()),
+    )
+    if verdict.action is not None:  # the team's budget is spent: pause before step one
+        return await stop(ctx, job_id, BUDGET_STOP, None)
     db = DatabaseSink(
         ctx.sessions,
         job_id,
@@ -216,6 +228,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         on_action=control.ask,
         on_lost=control.take_away,
         on_failed=control.fail,
+        spending=Spending(job.team_id, prices, verdict.budgeted),
     )
     mirror = mlflow_mirror(ctx.settings, ctx.sessions, job, spec, db)
     if mirror is None:
@@ -246,7 +259,7 @@ async def attempt(
             artifact_dir=artifact_dir,
             data_root=ctx.settings.data_root,
             confine_data=True,
-            blobs=file_cache(ctx.settings),
+            blobs=file_cache(ctx.settings, job.team_id),
             checkpoints=checkpoint_store(ctx.settings),
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,

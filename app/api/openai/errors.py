@@ -18,6 +18,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.errors import STATUS_CODES, ApiError, body_type, describe_status, explain
+from app.budgets.errors import BudgetExceeded
+from app.core.tables import utcnow
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,9 @@ class OpenAIRoute(APIRoute):
                     code=detail.code,
                     headers=error.headers,
                 )
+            except BudgetExceeded as error:
+                retry = {"Retry-After": str(error.retry_after(utcnow()))}
+                return openai_error(429, str(error), code="budget_exceeded", headers=retry)
             except TooManyWaiting as error:
                 retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
                 return openai_error(429, str(error), code="too_many_requests", headers=retry)

@@ -109,6 +109,7 @@ async def trio_archive(
             FETCH_ARCHIVE_TASK,
             task.model_dump_json(),
             settings.download_timeout,
+            job.team_id,
             task_id=f"archive-{checkpoint.id}",
         )
     except QueueUnavailable as error:
@@ -150,8 +151,8 @@ async def download_checkpoint(
     """Local checkpoints: the folder (LoRA adapter, tokenizer or optimizer state, manifest).
     PyTRIO checkpoints: PyTRIO's archive, fetched by a worker the first time (a 504 past
     OPD_DOWNLOAD_TIMEOUT means it is still coming: ask again). Tinker's stay on Tinker.
-    Archiving and fetching hold no database connection; past OPD_TEAM_MAX_WAITING of the
-    team's requests waiting at once, a 429 with Retry-After."""
+    Archiving and fetching hold no database connection, and one of the team's
+    OPD_TEAM_MAX_WAITING places; past them, a 429 with Retry-After."""
     try:
         checkpoint = await job_checkpoint(session, job.id, checkpoint_id)
     except CheckpointUnavailable as error:

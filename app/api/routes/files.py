@@ -5,15 +5,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
-from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, StorageDep
-from app.api.errors import error_responses
-from app.files.schemas import FILE_ID_PATTERN, FileDetail, FileFormat, FilesPage, row_id
-from app.files.service import MEDIA_TYPES, Upload, detail, public, upload_file
+from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, SpoolsDep, StorageDep
+from app.api.errors import ApiError, error_responses
+from app.files.names import content_disposition
+from app.files.schemas import FILE_ID_PATTERN, FileDetail, FileFormat, FilesPage, public_id, row_id
+from app.files.service import (
+    MEDIA_TYPES,
+    Upload,
+    content,
+    detail,
+    download_url,
+    public,
+    upload_file,
+)
 from app.files.store import get_file, list_files
+from app.files.tables import UploadedFile
 from app.jobs.uploads import remove_file
+from kernel.storage.blobs import BlobMissing
 
 router = APIRouter(prefix="/v1/files", tags=["files"], responses=error_responses(401, 422, 503))
 
@@ -21,6 +32,16 @@ MAX_PAGE = 100
 PRESIGNED_SECONDS = 300
 FileId = Annotated[str, Path(pattern=FILE_ID_PATTERN, description="The file's id, file-N.")]
 Column = Annotated[str | None, Query(min_length=1, max_length=200)]
+UploadKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Same key + same file and parameters = the same file (200); "
+        "anything else sent with it = 422.",
+    ),
+]
 
 
 def declared_length(request: Request) -> int | None:
@@ -33,7 +54,7 @@ def declared_length(request: Request) -> int | None:
     status_code=201,
     response_model=FileDetail,
     responses={200: {"model": FileDetail, "description": "The team had these bytes already."}}
-    | error_responses(403, 413),
+    | error_responses(403, 413, 429),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -50,10 +71,19 @@ async def upload(
     principal: PrincipalDep,
     settings: SettingsDep,
     storage: StorageDep,
-    filename: Annotated[str, Query(min_length=1, max_length=255, description="e.g. train.jsonl")],
+    spools: SpoolsDep,
+    filename: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=255,
+            description="e.g. train.jsonl; any characters but control characters.",
+        ),
+    ],
     format: Annotated[FileFormat | None, Query(description="Default: from the name.")] = None,
     field: Column = None,
     answer_field: Column = None,
+    idempotency_key: UploadKey = None,
 ) -> FileDetail:
     """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), up to
     OPD_MAX_UPLOAD_BYTES and within the team's OPD_TEAM_MAX_FILE_BYTES. It must parse and
@@ -61,16 +91,19 @@ async def upload(
     with at least one non-empty question; `answer_field` (else guessed: answer,
     final_answer, solution, ...) names the reference answers. A file refused (422, 413)
     leaves nothing behind. The same bytes again, with the same fields, answer 200 with the
-    file they made."""
+    file they made; so does a retry with the same `Idempotency-Key`. Past the bytes of
+    uploads one team (OPD_TEAM_MAX_SPOOL_BYTES) or all (OPD_MAX_SPOOL_BYTES) may have
+    arriving at once in an API process: 429 with Retry-After."""
     upload_ = Upload(
         filename=filename,
         format=format,
         field=field,
         answer_field=answer_field,
         declared_bytes=declared_length(request),
+        idempotency_key=idempotency_key,
     )
     row, created = await upload_file(
-        session, principal, storage, settings, upload_, request.stream()
+        session, principal, storage, settings, upload_, request.stream(), spools
     )
     if not created:
         response.status_code = 200
@@ -103,36 +136,57 @@ async def get_file_detail(
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/octet-stream": {}}},
-        307: {"description": "`redirect=true` on an S3 store: the presigned URL."},
+        307: {
+            "description": "`redirect=true` on an S3 store where the operator allows it "
+            "(OPD_PRESIGNED_DOWNLOADS): the presigned URL."
+        },
     }
-    | error_responses(404),
+    | error_responses(404, 410),
 )
 async def get_file_content(
     file_id: FileId,
     session: SessionDep,
     principal: PrincipalDep,
     storage: StorageDep,
+    settings: SettingsDep,
     redirect: Annotated[
         bool,
-        Query(description="On a bucket: answer 307 to a presigned URL of the object instead."),
+        Query(
+            description="On a bucket whose operator allows it: answer 307 to a presigned URL "
+            "of the object instead (elsewhere the bytes, as without it)."
+        ),
     ] = False,
 ) -> Response:
     """The file's bytes as uploaded, streamed from the store and checked against their
-    sha256 as they go (a damaged object ends the response early rather than pass); with
-    `redirect=true` and an S3 store, a 307 to a presigned URL valid for 5 minutes (check
-    the bytes against the `ETag`'s sha256 yourself)."""
+    sha256 as they go (a damaged object ends the response early rather than pass); a 410
+    when the store no longer has them, said before any byte. With `redirect=true`, on an
+    S3 store with OPD_PRESIGNED_DOWNLOADS on, a 307 to a presigned URL valid for 5 minutes
+    (check the bytes against the `ETag`'s sha256 yourself)."""
     row = await get_file(session, row_id(file_id), principal.scope)
     await session.commit()  # no connection held while the bytes stream
-    signed = storage.presigned_url(row.sha256, PRESIGNED_SECONDS) if redirect else None
-    if signed is not None:
-        return RedirectResponse(signed, status_code=307, headers={"ETag": f'"{row.sha256}"'})
+    try:
+        if redirect and settings.presigned_downloads:
+            signed = await download_url(storage, row, PRESIGNED_SECONDS)
+            if signed is not None:
+                return RedirectResponse(
+                    signed, status_code=307, headers={"ETag": f'"{row.sha256}"'}
+                )
+        body = await content(storage, row)
+    except BlobMissing:
+        raise content_missing(row) from None
     headers = {
         "Content-Length": str(row.bytes),
-        "Content-Disposition": f'attachment; filename="{row.filename.replace(chr(34), "")}"',
+        "Content-Disposition": content_disposition(row.filename),
         "ETag": f'"{row.sha256}"',
     }
-    return StreamingResponse(
-        storage.stream(row.sha256), media_type=MEDIA_TYPES[FileFormat(row.format)], headers=headers
+    return StreamingResponse(body, media_type=MEDIA_TYPES[FileFormat(row.format)], headers=headers)
+
+
+def content_missing(row: UploadedFile) -> ApiError:
+    return ApiError(
+        410,
+        "content_missing",
+        f"{public_id(row.id or 0)}'s bytes are no longer in the store; upload the file again",
     )
 
 

@@ -24,10 +24,14 @@ from app.api.errors import ApiError, error_responses
 from app.api.pagination import paginate
 from app.audit.store import record_audit
 from app.auth.keys import Principal
+from app.budgets.estimates import estimate_spec
+from app.budgets.schemas import Estimate
+from app.budgets.service import admit_spending
 from app.core.config import Settings
 from app.core.idempotency import Idempotency
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
+from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import JobNotFound
 from app.jobs.filters import JobFilter
@@ -100,6 +104,9 @@ class Submitter:
     ) -> JobPublic:
         """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
+        await admit_spending(
+            self.session, self.principal.team_id, spec, self.prices, utcnow(), idempotency_key
+        )
         try:
             result = await submit_spec(
                 self.session,
@@ -150,9 +157,31 @@ async def submit_job(
     root; a `student.init_from` / `teacher.init_from` must name weights one of the team's
     jobs saved (their path is filled in); a `teacher.model_path` must not name another
     team's (app/jobs/weight_paths.py). Over the team's queued limit: 429 with Retry-After; at its
-    running limit the job waits, its `queue_reason` says so."""
+    running limit the job waits, its `queue_reason` says so. With the team's budget spent
+    this period: 429 `budget_exceeded` (PUT /v1/teams/{team}/budget); a repeat of a request
+    already answered (same Idempotency-Key) still returns its job."""
     body = await request.json() if idempotency_key is not None else None
     return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)
+
+
+@router.post("/estimate", response_model=Estimate, responses=error_responses(403, 413, 415))
+async def estimate_job(
+    spec: JobSpec,
+    session: SessionDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    prices: PricesDep,
+) -> Estimate:
+    """What the job would use, without submitting it: the spec passes the same admission as
+    `POST /v1/jobs` (the same 422s) and nothing is stored. Each of `sampled_tokens`,
+    `teacher_tokens`, `trained_tokens` and `eval_tokens` (and their `total_tokens`) has a
+    `low` bound (every completion stops at its first token), a `high` one (every
+    completion runs to max_tokens) and a `point` estimate: from the lengths the team's
+    earlier jobs with the same student, teachers and dataset measured (`history` lists
+    them), else from the spec alone. `cost` prices each from the price table (null where
+    a price is missing, never 0); `basis` says where each figure comes from; `budget`
+    compares them with what is left of the team's budget (null: none)."""
+    return await estimate_spec(session, principal.team_id, spec, settings, prices, utcnow())
 
 
 @router.get("", response_model=JobsPage)

@@ -151,8 +151,9 @@ async def create_completion(
     are the playground's: the sampler's for sampled tokens, the prefill that scores a text
     (as the teacher scores) for the prompt's; `top_logprobs` holds the `logprobs` k
     likeliest tokens at each position and the chosen one. A worker answers each prompt,
-    as for the playground, within `timeout_seconds`; the usage counts in the job's; an
-    `Idempotency-Key` makes a retry safe, as for chat completions."""
+    as for the playground, within `timeout_seconds`, each in its team's turn; the request
+    holds one of the team's OPD_TEAM_MAX_WAITING places per choice (prompts x n); the usage
+    counts in the job's; an `Idempotency-Key` makes a retry safe, as for chat completions."""
     name, job = await model_job(session, principal, body.model)
     requests = body.playground_requests(name)
     idempotency = await idempotency_of(idempotency_key, "POST /v1/completions", raw)

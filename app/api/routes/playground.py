@@ -53,8 +53,9 @@ async def sample_job(
     with its logprob; with the teacher compared, every other model's tokens also get the
     teacher's logprob and their reverse KL. A worker answers; past `timeout_seconds`
     (default OPD_SAMPLE_TIMEOUT) the answer is a 504 and the request is withdrawn. The wait
-    holds no database connection; past OPD_TEAM_MAX_WAITING of the team's requests waiting
-    at once, a 429 with Retry-After. The tokens sampled are added to the job's usage. With
+    holds no database connection and one of the team's places per completion (n x models);
+    past OPD_TEAM_MAX_WAITING of them waiting at once, a 429 with Retry-After (a request
+    asking for more alone: a 422). The tokens sampled are added to the job's usage. With
     an `Idempotency-Key`, a repeat of the request (the same key and body) gets the first
     answer again (`Idempotent-Replayed: true`), sampled and billed once, joining the first
     while it waits; the key with another request is a 422."""

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from app.api.deps import SessionDep, SettingsDep, StorageDep
+from app.api.deps import SessionDep, SettingsDep, SpoolsDep, StorageDep
 from app.api.routes.files import declared_length
 from app.auth.sessions import NONCE_COOKIE
 from app.files.errors import FileRefused
@@ -55,6 +55,7 @@ async def upload(
     session: SessionDep,
     settings: SettingsDep,
     storage: StorageDep,
+    spools: SpoolsDep,
     viewer: ActingViewerDep,
     filename: Annotated[str, Query(min_length=1, max_length=255)],
     field: Column = None,
@@ -70,7 +71,9 @@ async def upload(
         )
     fields = Upload(filename, None, field, answer_field, declared_length(request))
     try:
-        row, _ = await upload_file(session, viewer, storage, settings, fields, request.stream())
+        row, _ = await upload_file(
+            session, viewer, storage, settings, fields, request.stream(), spools
+        )
     except FileRefused as refused:
         return JSONResponse({"error": refused.message}, status_code=refused.status)
     file = detail(row)

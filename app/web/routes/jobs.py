@@ -8,9 +8,10 @@ import yaml
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from app.api.deps import JobId, QueueDep, SessionDep, SnapshotsDep
+from app.api.deps import JobId, PricesDep, QueueDep, SessionDep, SnapshotsDep
 from app.audit.store import record_audit
 from app.auth.schemas import Scope
+from app.budgets.estimates import estimate_of_job, used_by
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import IllegalTransition
@@ -22,6 +23,7 @@ from app.jobs.transitions import plan_action
 from app.web import charts, present, reads
 from app.web.deps import CSRF_CHECKED, ActingViewerDep, ViewerDep
 from app.web.errors import WebError
+from app.web.routes.usage import budget_banner
 from app.web.templating import render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -65,11 +67,13 @@ async def jobs_page(
     request: Request,
     session: SessionDep,
     viewer: ViewerDep,
+    prices: PricesDep,
     status: Annotated[str, Query(max_length=20)] = "",
     q: Annotated[str, Query(max_length=200)] = "",
     page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
 ) -> Response:
     """The team's jobs (every team's for an admin), newest first, filtered and searched."""
+    banner = await budget_banner(session, viewer, prices)
     chosen = parse_status(status)
     jobs, total = await reads.list_jobs(
         session, viewer.scope, chosen, q.strip(), (page - 1) * PAGE_SIZE, PAGE_SIZE
@@ -84,6 +88,7 @@ async def jobs_page(
         "page": page,
         "pages": pages,
         "total": total,
+        "budget_banner": banner,
     }
     return render(request, "jobs.html", context)
 
@@ -115,9 +120,10 @@ def allowed_actions(status: str) -> list[JobAction]:
 
 @router.get("/jobs/{job_id}")
 async def job_page(
-    request: Request, job_id: JobId, session: SessionDep, viewer: ViewerDep
+    request: Request, job_id: JobId, session: SessionDep, viewer: ViewerDep, prices: PricesDep
 ) -> Response:
-    """Status, progress and ETA, live charts, events, checkpoints, spec and actions."""
+    """Status, progress and ETA, live charts, events, checkpoints, its estimate beside
+    what it used, spec and actions."""
     job = await get_job(session, job_id, viewer.scope)
     recent = await reads.recent_steps(session, job.id, RECENT_STEPS)
     names = await reads.first_metric_names(session, job.id)
@@ -144,6 +150,7 @@ async def job_page(
         },
         "finished": present.is_finished(job.status),
         "events": await reads.job_events(session, job.id, EVENTS_SHOWN),
+        "notes": await reads.job_notes(session, job.id),
         "checkpoints": await reads.job_checkpoints(session, job.id, CHECKPOINTS_SHOWN),
         "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
         "rollouts": [
@@ -151,6 +158,8 @@ async def job_page(
             for sample in await reads.kept_rollouts(session, job.id, ROLLOUTS_SHOWN)
         ],
         "actions": allowed_actions(job.status) if viewer.allows(Scope.submit) else [],
+        "estimate": await estimate_of_job(session, job, prices),
+        "used": used_by(job, prices),
     }
     return render(request, "job.html", context)
 

@@ -12,9 +12,15 @@ import yaml
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from app.api.deps import MAX_ID, QueueDep, SessionDep, SettingsDep
+from app.api.deps import MAX_ID, PricesDep, QueueDep, SessionDep, SettingsDep
+from app.budgets.errors import BudgetExceeded, BudgetRefused
+from app.budgets.estimates import estimate_spec
+from app.budgets.schemas import Estimate
+from app.budgets.service import admit_spending
 from app.core.documents import TooLargeToStore
 from app.core.idempotency import Idempotency
+from app.core.pricing import PriceTable
+from app.core.tables import utcnow
 from app.jobs.continuation import editable
 from app.jobs.errors import SpecRefused
 from app.jobs.limits import QueueFull
@@ -44,6 +50,11 @@ def errors_by_line(errors: list[FieldError]) -> dict[int, list[FieldError]]:
     return placed
 
 
+def at_field(text: str, param: str, message: str) -> list[FieldError]:
+    """A refusal shown at the line of the field it names."""
+    return [FieldError(param, line_of(yaml.compose(text), param), message)]
+
+
 def form_page(
     request: Request,
     viewer: object,
@@ -51,9 +62,11 @@ def form_page(
     idempotency_key: str,
     errors: list[FieldError],
     status_code: int = 200,
+    estimate: Estimate | None = None,
 ) -> Response:
     context = {
         "viewer": viewer,
+        "estimate": estimate,
         "text": text,
         "lines": text.splitlines(),
         "idempotency_key": idempotency_key,
@@ -70,13 +83,40 @@ async def new_job_page(
     viewer: ViewerDep,
     clone: Annotated[int | None, Query(alias="from", ge=1, le=MAX_ID)] = None,
 ) -> Response:
-    """The form, prefilled with the tiny example or with the spec of job `from`."""
+    """The form, prefilled with the tiny example or with the spec of job `from`; "Estimate"
+    shows what the job would use before "Create job" submits it."""
     if clone is None:
         text = example_spec()
     else:
         job = await get_job(session, clone, viewer.scope)
         text = yaml.safe_dump(editable(job.spec), sort_keys=False, allow_unicode=True)
     return form_page(request, viewer, text, str(uuid.uuid4()), [])
+
+
+@router.post("/new/estimate")
+async def estimate_job(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    prices: PricesDep,
+    viewer: ActingViewerDep,
+    form: FormDep,
+) -> Response:
+    """The form again, with what the job would use beside it (nothing is created): the
+    spec admitted as Create admits it, each refusal at its field."""
+    text = form.get("spec", "")
+    key = form.get("idempotency_key", "")[:MAX_KEY_CHARS] or str(uuid.uuid4())
+    check = check_spec_text(text)
+    if check.spec is None:
+        return form_page(request, viewer, text, key, check.errors, status_code=422)
+    try:
+        estimate = await estimate_spec(
+            session, viewer.team_id, check.spec, settings, prices, utcnow()
+        )
+    except SpecRefused as error:
+        errors = at_field(text, error.param, error.message)
+        return form_page(request, viewer, text, key, errors, status_code=422)
+    return form_page(request, viewer, text, key, [], estimate=estimate)
 
 
 @router.post("/new")
@@ -98,14 +138,19 @@ async def submit_job(
         return form_page(request, viewer, text, key, check.errors, status_code=422)
     idempotency = Idempotency(key, "POST /ui/new", check.data)
     try:
+        prices = PriceTable(settings.prices)
+        await admit_spending(session, viewer.team_id, check.spec, prices, utcnow(), key)
         result = await submit_spec(
             session, viewer, queue, settings, check.spec, idempotency, DASHBOARD
         )
     except SpecRefused as error:
-        errors = [FieldError(error.param, line_of(yaml.compose(text), error.param), error.message)]
+        errors = at_field(text, error.param, error.message)
         return form_page(request, viewer, text, key, errors, status_code=422)
-    except QueueFull as full:
+    except (QueueFull, BudgetExceeded) as full:
         raise WebError(429, f"Not submitted: {full}.") from None
+    except BudgetRefused as refused:
+        errors = at_field(text, refused.param, str(refused))
+        return form_page(request, viewer, text, key, errors, status_code=422)
     except TooLargeToStore as error:
         errors = [FieldError("spec", None, str(error))]
         return form_page(request, viewer, text, key, errors, status_code=422)

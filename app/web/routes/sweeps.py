@@ -3,7 +3,7 @@ the best trials' curves, the best trial's spec), a new sweep from a job, and can
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import yaml
 from fastapi import APIRouter, Query, Request, Response
@@ -17,6 +17,7 @@ from app.core.documents import TooLargeToStore
 from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD
+from app.sweeps.proposal import starting_definition
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepStatus, TrialPublic
 from app.sweeps.service import cancel_sweep, list_sweeps, read_sweep, submit_definition
 from app.web.charts import MAX_POINTS
@@ -46,35 +47,6 @@ def ranked(detail: SweepDetail) -> list[TrialPublic]:
     return scored
 
 
-def starting_definition(job_id: int, spec: dict[str, Any]) -> str:
-    """A sweep around job `job_id`: its learning rate / 3 .. * 3 and two losses, ASHA from a
-    ninth of its steps."""
-    rate = spec.get("optim", {}).get("learning_rate", 1e-4)
-    steps = spec.get("loop", {}).get("steps", 9)
-    has_eval = spec.get("eval") is not None
-    definition = {
-        "name": f"{spec.get('name', 'job')}-sweep"[:100],
-        "base_job": job_id,
-        "parameters": {
-            "optim.learning_rate": {
-                "min": float(f"{rate / 3:.3g}"),
-                "max": float(f"{rate * 3:.3g}"),
-                "distribution": "log_uniform",
-            },
-            "loop.loss_fn": {"values": ["importance_sampling", "ppo"]},
-        },
-        "method": "tpe",
-        "metric": {"name": "eval/accuracy", "goal": "maximize"}
-        if has_eval
-        else {"name": "opd/reverse_kl_mean", "goal": "minimize"},
-        "max_trials": 8,
-        "parallel": 2,
-        "seed": 0,
-        "early_stop": {"type": "asha", "min_steps": max(1, steps // 9), "eta": 3},
-    }
-    return yaml.safe_dump(definition, sort_keys=False)
-
-
 def form_page(request: Request, viewer: object, text: str, error: str | None) -> Response:
     context = {"viewer": viewer, "text": text, "error": error}
     return render(request, "new_sweep.html", context, 422 if error else 200)
@@ -89,7 +61,8 @@ async def new_sweep_page(
 ) -> Response:
     """The form, prefilled with a sweep around job `base_job`."""
     job = await get_job(session, base_job, viewer.scope)
-    return form_page(request, viewer, starting_definition(base_job, job.spec), None)
+    proposal = yaml.safe_dump(starting_definition(base_job, job.spec), sort_keys=False)
+    return form_page(request, viewer, proposal, None)
 
 
 @router.post("/sweeps/new")

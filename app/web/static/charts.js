@@ -19,17 +19,23 @@ function chartWidth(figure) {
   return Math.max(280, Math.floor(figure.getBoundingClientRect().width) - 8);
 }
 
-// A uPlot chart in `figure` whose series are `labels` (one colour each, gaps bridged).
-function makeChart(figure, labels, bands) {
+// A uPlot chart in `figure` whose series are `labels` (one colour each): lines with gaps
+// bridged, or, for `style.points` (evals measured at a few steps), points alone; a
+// `style.fraction` on a 0..1 axis. The legend shows the latest values until the cursor
+// points at a step (`showLatest`).
+function makeChart(figure, labels, bands, style) {
+  const shape = style || {};
   const series = [{ label: "step" }];
   labels.forEach((label, i) => {
     const hidden = label.startsWith("±");
+    const colour = hidden ? "transparent" : PALETTE[i % PALETTE.length];
     series.push({
       label: label,
-      stroke: hidden ? "transparent" : PALETTE[i % PALETTE.length],
+      stroke: colour,
       width: hidden ? 0 : 1.5,
-      spanGaps: true,
-      points: { show: false },
+      spanGaps: !shape.points,
+      points: shape.points && !hidden ? { show: true, size: 7, fill: colour } : { show: false },
+      paths: shape.points && !hidden ? () => null : undefined,
       show: true,
     });
   });
@@ -38,14 +44,21 @@ function makeChart(figure, labels, bands) {
     height: 220,
     series: series,
     bands: bands || [],
-    scales: { x: { time: false } },
+    scales: { x: { time: false }, ...(shape.fraction ? { y: { range: [0, 1] } } : {}) },
     axes: [{ label: "step" }, {}],
     legend: { live: true },
   };
   const data = [[], ...labels.map(() => [])];
   const plot = new uPlot(options, data, figure);
+  figure.dataset.style = shape.points ? "points" : "lines";
   window.addEventListener("resize", () => plot.setSize({ width: chartWidth(figure), height: 220 }));
   return plot;
+}
+
+// The legend at the last step, where people read a chart's latest figures.
+function showLatest(plot) {
+  const steps = plot.data[0];
+  if (steps.length && plot.cursor.idx == null) plot.setLegend({ idx: steps.length - 1 });
 }
 
 function smoothingControl(onChange) {

@@ -16,6 +16,7 @@ async function drawComparison() {
   const draw = () => {
     const weight = smoothing();
     plot.setData([aligned[0], ...aligned.slice(1).map((ys) => smooth(ys, weight))]);
+    showLatest(plot);
     figure.dataset.points = String(aligned[0].length);
   };
   const smoothing = smoothingControl(draw);

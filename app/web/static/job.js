@@ -18,7 +18,7 @@ class LiveChart {
     const labels = [...curves, ...this.references];
     const bands = def.band ? [{ series: [2, 3], fill: BAND_FILL }] : [];
     this.figure = document.getElementById(`chart-${def.id}`);
-    this.plot = makeChart(this.figure, labels, bands);
+    this.plot = makeChart(this.figure, labels, bands, { points: def.points, fraction: def.fraction });
   }
 
   add(step, metrics) {
@@ -47,7 +47,26 @@ class LiveChart {
       data.push(this.steps.map(() => level));
     }
     this.plot.setData(data);
+    showLatest(this.plot);
     this.figure.dataset.points = String(this.steps.length);
+  }
+
+  // What the chart draws, to tell two charts that draw the same apart.
+  signature() {
+    return JSON.stringify([this.steps, ...this.keys.map((k) => this.values[k])]);
+  }
+}
+
+// Charts whose curves are the same (a logit-level objective's value is its loss) are
+// drawn once: the first keeps both titles, the others are hidden.
+function drawSameOnce() {
+  const first = new Map();
+  for (const chart of charts) {
+    const seen = first.get(chart.signature());
+    if (seen === undefined) { first.set(chart.signature(), chart); continue; }
+    chart.figure.hidden = true;
+    const caption = seen.figure.querySelector("figcaption");
+    if (!caption.textContent.includes(chart.def.title)) caption.textContent += ` = ${chart.def.title}`;
   }
 }
 
@@ -129,6 +148,7 @@ async function start() {
     const rows = rowsFromCurves(await fetchCurves(config.job_id, keys, config.max_points));
     rows.forEach(([step, metrics]) => addStep(step, metrics));
     if (rows.length) next = Math.max(next, rows[rows.length - 1][0] + 1);
+    if (rows.length) drawSameOnce();
     redraw();
   }
   if (!config.finished) follow(next);

@@ -74,6 +74,7 @@ async function bestCurves() {
   });
   const aligned = uPlot.join(tables);
   plot.setData(aligned);
+  showLatest(plot);
   figure.dataset.series = String(labels.length);
 }
 

@@ -36,6 +36,9 @@ BEYOND_THE_METHOD = {
     ("POST", "/v1/keys"): Scope.admin,
     ("DELETE", "/v1/keys/{prefix}"): Scope.admin,
     ("GET", "/metrics"): Scope.admin,
+    ("GET", "/v1/teams/{team}/budget"): Scope.admin,
+    ("PUT", "/v1/teams/{team}/budget"): Scope.admin,
+    ("DELETE", "/v1/teams/{team}/budget"): Scope.admin,
 }
 EVENTS = ["job.succeeded", "job.failed", "job.cancelled", "job.paused", "job.eval_completed"]
 

@@ -6,11 +6,10 @@ service fills in its object; a file an unfinished job reads cannot be deleted.""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,72 +17,30 @@ import obstore
 import pyarrow
 import pyarrow.parquet
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from app.audit.tables import AuditEntry
 from app.core.config import Settings
-from app.core.storage import storage_of
+from app.core.storage import file_cache, storage_of
+from app.files.schemas import row_id
+from app.files.tables import UploadedFile
 from app.jobs.limits import Limits
 from app.jobs.tables import Job
+from app.main import create_app
 from app.sweeps.control import advance, claim_sweeps
+from kernel.storage.blobs import blob_key
+from opd.sdk import AsyncClient, ValidationError
 from tests.app.conftest import auth, serve, small_spec
-from tests.support import temporary_bucket
-
-ROWS = [
-    {"question": "What is 1 + 1?", "answer": "2", "level": 1},
-    {"question": "What is 2 + 2?", "answer": "4", "level": 1},
-    {"question": "What is 1 + 1?", "answer": "2", "level": 2},
-    {"question": "  ", "answer": "none", "level": 3},
-]
-JSONL = "".join(json.dumps(row) + "\n" for row in ROWS).encode()
-
-
-def unique_jsonl() -> bytes:
-    """JSONL no other test uploads (the database is shared by the session's tests, and
-    bytes stay in the store while any file has them)."""
-    return JSONL + json.dumps({"question": uuid.uuid4().hex, "answer": "x"}).encode() + b"\n"
-
-
-@pytest.fixture(params=["folder", "s3"])
-def settings(request, tmp_path, database_url, queue_name, redis) -> Iterator[Settings]:
-    """The API's settings over each kind of store, with a small quota (4 KiB)."""
-    fields: dict[str, Any] = {
-        "home": tmp_path,
-        "database_url": database_url,
-        "redis_url": "redis://127.0.0.1:6379/15",
-        "queue_name": queue_name,
-        "migrate_on_start": False,
-        "auth_cache_seconds": 0,
-        "job_cache_seconds": 0,
-        "team_max_file_bytes": 4096,
-    }
-    if request.param == "folder":
-        yield Settings(**fields)
-        return
-    with temporary_bucket() as url:
-        yield Settings(**fields, storage_url=url, storage_retry_seconds=2)
-
-
-@pytest.fixture
-async def client(settings):
-    async with serve(settings) as http:
-        yield http
-
-
-def objects(settings: Settings) -> list[str]:
-    """Every object under the store's blobs/."""
-    store = storage_of(settings).store
-    return sorted(item["path"] for batch in obstore.list(store, "blobs") for item in batch)
-
-
-def spooled(settings: Settings) -> list[str]:
-    folder = settings.home / "uploads"
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
-
-
-async def upload(client, key, data: bytes, filename: str = "train.jsonl", **params: Any):
-    query = {"filename": filename, **params}
-    return await client.post("/v1/files", params=query, content=data, headers=auth(key))
+from tests.app.files.conftest import (
+    JSONL,
+    QUOTA,
+    ROWS,
+    objects,
+    sized_jsonl,
+    spooled,
+    unique_jsonl,
+    upload,
+)
 
 
 def parquet_bytes(table: dict[str, list[Any]]) -> bytes:
@@ -283,16 +240,50 @@ async def test_a_file_an_unfinished_job_reads_is_kept_until_the_job_ends(
     assert objects(settings) == []
 
 
-async def test_bytes_two_teams_share_stay_until_the_last_file_goes(client, key, make_key, settings):
+async def test_each_team_stores_its_own_copy_so_none_learns_what_another_holds(
+    client, key, make_key, settings
+):
     beta, data = await make_key(), unique_jsonl()
     ours = (await upload(client, key, data)).json()["id"]
-    theirs = (await upload(client, beta, data)).json()["id"]
-    assert ours != theirs and len(objects(settings)) == 1
+    theirs = (await upload(client, beta, data)).json()["id"]  # written, not found stored
+    stored = objects(settings)
+    assert ours != theirs and len(stored) == 2
+    assert sorted(path.split("/")[1] for path in stored) == sorted(
+        f"team-{team}" for team in (key.team.id, beta.team.id)
+    )
     assert (await client.delete(f"/v1/files/{ours}", headers=auth(key))).status_code == 204
-    assert len(objects(settings)) == 1
+    assert [path.split("/")[1] for path in objects(settings)] == [f"team-{beta.team.id}"]
     content = await client.get(f"/v1/files/{theirs}/content", headers=auth(beta))
     assert content.content == data
     assert (await client.delete(f"/v1/files/{theirs}", headers=auth(beta))).status_code == 204
+    assert objects(settings) == []
+
+
+async def test_files_stored_before_per_team_names_are_still_read_and_then_removed(
+    client, key, make_key, settings, sessions
+):
+    """An object of the shared layout (`blobs/sha256/..`), which two teams' files name: each
+    team reads it (the API and a worker's cache), and it goes with the last of them."""
+    beta, data = await make_key(), unique_jsonl()
+    files = [(await upload(client, k, data)).json() for k in (key, beta)]
+    storage = storage_of(settings)
+    sha = files[0]["sha256"]
+    for path in objects(settings):
+        await obstore.delete_async(storage.store, path)
+    await obstore.put_async(storage.store, blob_key(sha), data)
+    for k, file in zip((key, beta), files, strict=True):
+        content = await client.get(f"/v1/files/{file['id']}/content", headers=auth(k))
+        assert (content.status_code, content.content) == (200, data)
+        copy = await asyncio.to_thread(file_cache(settings, k.team.id).path, sha, ".jsonl")
+        assert copy.read_bytes() == data
+        copy.unlink()
+    assert (
+        await client.delete(f"/v1/files/{files[0]['id']}", headers=auth(key))
+    ).status_code == 204
+    assert objects(settings) == [blob_key(sha)]
+    assert (
+        await client.delete(f"/v1/files/{files[1]['id']}", headers=auth(beta))
+    ).status_code == 204
     assert objects(settings) == []
 
 
@@ -367,17 +358,153 @@ async def test_a_sweep_over_another_teams_file_is_a_404_naming_the_parameter(cli
     assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
 
 
-async def test_content_may_redirect_to_a_presigned_url_on_a_bucket(client, key, settings):
+async def test_content_redirects_to_a_presigned_url_only_when_the_operator_allows(
+    client, key, settings
+):
     data = unique_jsonl()
     file = (await upload(client, key, data)).json()
     path = f"/v1/files/{file['id']}/content"
     answer = await client.get(path, params={"redirect": "true"}, headers=auth(key))
+    assert (answer.status_code, answer.content) == (200, data)  # off: the bytes, no URL
+    assert "location" not in answer.headers
+    allowed = settings.model_copy(update={"presigned_downloads": True})
+    async with serve(allowed) as http:
+        answer = await http.get(path, params={"redirect": "true"}, headers=auth(key))
     if not storage_of(settings).remote:  # a folder has no URL of its own: the bytes come
         assert (answer.status_code, answer.content) == (200, data)
         return
     assert answer.status_code == 307 and answer.headers["etag"] == f'"{file["sha256"]}"'
-    fetched = httpx.get(answer.headers["location"], timeout=10)  # no key: the URL is signed
+    location = answer.headers.pop("location")
+    assert "X-Amz-Credential=" in location and f"team-{key.team.id}" in location
+    shown = json.dumps(dict(answer.headers)) + answer.text
+    assert os.environ["AWS_ACCESS_KEY_ID"] not in shown and "127.0.0.1" not in shown
+    fetched = httpx.get(location, timeout=10)  # no key: the URL is signed
     assert (fetched.status_code, fetched.content) == (200, data)
+
+
+NAMES = [
+    ("数据.jsonl", "attachment; filename=\"__.jsonl\"; filename*=UTF-8''%E6%95%B0%E6%8D%AE.jsonl"),
+    (
+        'say "hi" \\ bye.jsonl',
+        'attachment; filename="say _hi_ _ bye.jsonl"; '
+        "filename*=UTF-8''say%20%22hi%22%20%5C%20bye.jsonl",
+    ),
+    (
+        "plain-name_1.jsonl",
+        "attachment; filename=\"plain-name_1.jsonl\"; filename*=UTF-8''plain-name_1.jsonl",
+    ),
+]
+
+
+@pytest.mark.parametrize(("filename", "disposition"), NAMES, ids=["utf-8", "quotes", "ascii"])
+async def test_any_name_a_file_was_given_downloads(client, key, filename, disposition):
+    data = unique_jsonl()
+    file = (await upload(client, key, data, filename)).json()
+    assert file["filename"] == filename
+    answer = await client.get(f"/v1/files/{file['id']}/content", headers=auth(key))
+    assert (answer.status_code, answer.content) == (200, data)
+    assert answer.headers["content-disposition"] == disposition
+
+
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "a\r\nb.jsonl",
+        "a\nb.jsonl",
+        "nul\x00.jsonl",
+        "tab\t.jsonl",
+        "del\x7f.jsonl",
+        "c1\x85.jsonl",
+        "c1\x9b.jsonl",
+    ],
+    ids=["crlf", "lf", "nul", "tab", "del", "nel", "csi"],
+)
+async def test_a_name_with_a_control_character_is_refused(client, key, settings, filename):
+    answer = await upload(client, key, unique_jsonl(), filename)
+    assert answer.status_code == 422, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_filename", "filename")
+    assert objects(settings) == [] and spooled(settings) == []
+
+
+async def test_a_name_stored_before_the_check_still_downloads(client, key, sessions):
+    data = unique_jsonl()
+    file = (await upload(client, key, data)).json()
+    async with sessions() as session:
+        await session.execute(
+            update(UploadedFile)
+            .where(UploadedFile.id == row_id(file["id"]))
+            .values(filename="bad\r\nSet-Cookie: x=1.jsonl")
+        )
+        await session.commit()
+    answer = await client.get(f"/v1/files/{file['id']}/content", headers=auth(key))
+    assert (answer.status_code, answer.content) == (200, data)
+    assert "set-cookie" not in answer.headers
+    assert answer.headers["content-disposition"].startswith('attachment; filename="bad__Set-Cookie')
+
+
+async def test_an_idempotency_key_makes_one_file_and_refuses_another_body(client, key):
+    data, again = unique_jsonl(), {"Idempotency-Key": "upload-1"}
+    first = await upload(client, key, data, headers=again)
+    assert first.status_code == 201, first.text
+    retry = await upload(client, key, data, headers=again)
+    assert (retry.status_code, retry.json()["id"]) == (200, first.json()["id"])
+    for body, filename in ((unique_jsonl(), "train.jsonl"), (data, "other.jsonl")):
+        refused = await upload(client, key, body, filename, headers=again)
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("idempotency_key_reused", "Idempotency-Key")
+        assert first.json()["id"] in error["message"]
+    listed = (await client.get("/v1/files", headers=auth(key))).json()["data"]
+    assert [f["id"] for f in listed] == [first.json()["id"]]
+
+
+async def test_a_retry_while_the_first_is_under_way_makes_nothing_twice(client, key):
+    data, go, reached = unique_jsonl(), asyncio.Event(), []
+
+    async def body():
+        yield data[:10]
+        reached.append(True)
+        if len(reached) == 2:
+            go.set()
+        await go.wait()
+        yield data[10:]
+
+    again = {"Idempotency-Key": "in-flight"}
+    answers = await asyncio.gather(*(upload(client, key, body(), headers=again) for _ in "ab"))
+    assert sorted(a.status_code for a in answers) == [200, 201], [a.text for a in answers]
+    assert answers[0].json()["id"] == answers[1].json()["id"]
+    listed = (await client.get("/v1/files", headers=auth(key))).json()["data"]
+    assert len(listed) == 1
+
+
+async def test_the_sdk_sends_an_upload_again_with_one_key(settings, key, tmp_path):
+    mine, other = tmp_path / "mine.jsonl", tmp_path / "other.jsonl"
+    mine.write_bytes(unique_jsonl())
+    other.write_bytes(unique_jsonl())
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app)
+    async with (
+        app.router.lifespan_context(app),
+        AsyncClient("http://opd", key.key, transport=transport) as sdk,
+    ):
+        first = await sdk.files.upload(mine, progress=False, idempotency_key="sdk-1")
+        again = await sdk.files.upload(mine, progress=False, idempotency_key="sdk-1")
+        with pytest.raises(ValidationError) as refused:
+            await sdk.files.upload(other, progress=False, idempotency_key="sdk-1")
+    assert again.id == first.id
+    assert (refused.value.code, refused.value.param) == (
+        "idempotency_key_reused",
+        "Idempotency-Key",
+    )
+
+
+async def test_a_retry_of_a_file_that_filled_the_quota_answers_it(client, key):
+    data, again = sized_jsonl(QUOTA - 100), {"Idempotency-Key": "the-big-one"}
+    first = await upload(client, key, data, headers=again)
+    assert first.status_code == 201, first.text
+    retry = await upload(client, key, data, headers=again)
+    assert (retry.status_code, retry.json()["id"]) == (200, first.json()["id"])
 
 
 async def test_the_api_removes_the_spool_files_a_killed_process_left(settings):

@@ -5,6 +5,7 @@ takes says so. (With a worker: tests/e2e/test_playground.py and test_dashboard.p
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -81,3 +82,16 @@ async def test_past_the_teams_waiting_bound_the_panel_says_so_with_a_429(
         await asyncio.gather(waiting, return_exceptions=True)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
     assert "waiting for a worker as it may (1, OPD_TEAM_MAX_WAITING)" in refused.text
+
+
+async def test_the_panel_offers_the_latest_weights_first(browser, session, submit, key) -> None:
+    job, _ = await signed_in_job_page(browser, session, submit, key)
+    await record_checkpoint(session, job["id"], "w", 4, "sampler", "/w/4")
+    await record_checkpoint(session, job["id"], "w", 4, "final", "/w/final")
+    page = await browser.get(f"/ui/jobs/{job['id']}")
+    options = re.findall(
+        r'<option value="([^"]+)"( selected)?>',
+        page.text.split('name="checkpoint"')[1].split("</select>")[0],
+    )
+    assert options[0] == ("final", " selected")  # it used to offer the oldest, step 2
+    assert [value for value, _ in options] == ["final", "4", "2"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from opd.serve import free_port
 from tests.opd.cli.test_keys import run_opd
 from tests.opd.sdk.test_transport import Scripted
 
@@ -68,3 +69,11 @@ def test_a_sweep_file_that_is_no_yaml_names_its_line(tmp_path: Path):
     assert empty.stderr == (
         f"error: {sweep}: a sweep is empty: it must be a mapping of fields (`name: value` lines)\n"
     )
+
+
+def test_an_api_that_does_not_answer_says_where_it_was_looked_for(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    down = run_opd("jobs", "--url", url, home=tmp_path, OPD_API_KEY="k")
+    assert down.returncode == 1
+    assert f"cannot reach the OPD API at {url}" in down.stderr
+    assert "--url or OPD_URL" in down.stderr

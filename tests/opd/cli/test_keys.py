@@ -50,6 +50,7 @@ async def test_a_key_is_shown_once_stored_hashed_listed_by_prefix_and_revocable(
     key = created.stdout.strip()
     assert created.stdout == f"{key}\n", "stdout holds the key and nothing else"
     assert "shown only this once" in created.stderr
+    assert f"in the database {tmp_path / 'keys.db'};" in created.stderr  # the one it wrote
     _, prefix, secret = key.split("_", 2)
     with closing(sqlite3.connect(tmp_path / "keys.db")) as db:
         rows = db.execute(

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from app.jobs.schemas import JobError, JobPublic
 from kernel.playground import Completion
-from opd.cli.jobs import job_header, job_line
+from kernel.summary import Change, JobSummary
+from opd.cli.jobs import compare_lines, job_header, job_line
 from opd.cli.outputs import completion_text
 from opd.cli.shading import printable, shaded_tokens, worst_tokens
 from tests.app.conftest import small_spec
@@ -50,7 +51,8 @@ def job(**fields: object) -> JobPublic:
         sweep_trial=None,
         stop_reason=None,
         spec=small_spec(),
-        created_at=datetime.now(UTC),
+        created_at=datetime(2026, 12, 2, 9, 30, tzinfo=UTC),
+        summary=JobSummary(),
     )
     return base.model_copy(update=fields)
 
@@ -61,6 +63,41 @@ def test_a_failed_jobs_row_shows_its_error_on_one_line_and_admins_get_a_team_col
     row = job_line(failed)
     assert "\n" not in row
     assert row.endswith("tiny  [backend_error] Traceback (most recent call last): …")
-    assert job_header().split() == ["id", "status", "steps", "name"]
+    assert job_header().split() == [
+        "id",
+        "status",
+        "steps",
+        "created",
+        "(UTC)",
+        "last",
+        "eval",
+        "name",
+    ]
+    assert "2026-12-02 09:30  -" in row
     assert job_header({3: "research"}).split()[:2] == ["team", "id"]
     assert job_line(failed, {3: "research"}).split()[:2] == ["research", "14"]
+
+
+def test_a_jobs_row_shows_its_last_eval() -> None:
+    graded = job(summary=JobSummary(eval_accuracy=Change(first=0.01, last=0.56)))
+    assert "accuracy 56%" in job_line(graded)
+    scored = job(summary=JobSummary(eval_reverse_kl=Change(first=1.2, last=0.734)))
+    assert "reverse KL 0.734" in job_line(scored)
+
+
+def test_compare_shows_figures_and_only_the_spec_fields_that_differ() -> None:
+    slow = job(id=1, name="slow", status="succeeded", steps_done=10)
+    fast = job(
+        id=2,
+        name="fast",
+        status="succeeded",
+        steps_done=10,
+        spec=small_spec(optim={"learning_rate": 1e-3}),
+        summary=JobSummary(eval_accuracy=Change(first=0.01, last=0.56)),
+    )
+    lines = compare_lines([slow, fast])
+    rows = {line.split("  ")[0]: line for line in lines}
+    assert rows["job"].split()[1:] == ["1", "slow", "2", "fast"]
+    assert "0.01 -> 0.56" in rows["held-out accuracy"]
+    assert [key for key in rows if "." in key] == ["optim.learning_rate"]
+    assert rows["optim.learning_rate"].split()[-1] == "0.001"

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from kernel.metric_names import STEP_PHASES
 from worker.engine.data.mixing import Item
 from worker.engine.rollouts.sampling import Batch
 
@@ -115,10 +116,6 @@ def aligned_fraction(aligned: Sequence[tuple[int, int]]) -> float:
     return sum(a for a, _ in aligned) / total if total else 1.0
 
 
-PHASES = ("sampler_refresh", "sample", "teacher", "rollout_wait", "train", "save")
-"""Where a step's time goes: its `time/<phase>` metrics, in the order they are listed."""
-
-
 class PhaseTimer:
     """Times a step's phases: `with timer("train"):` records the block's seconds, `record`
     a time measured elsewhere, and `lap()` hands over one step's phases and starts the
@@ -138,6 +135,6 @@ class PhaseTimer:
         self.seconds[phase] = seconds
 
     def lap(self) -> dict[str, float]:
-        phases = {phase: self.seconds.get(phase, 0.0) for phase in PHASES}
+        phases = {phase: self.seconds.get(phase, 0.0) for phase in STEP_PHASES}
         self.seconds = {}
         return phases

@@ -141,7 +141,27 @@ class Run:
         metrics = await evaluation.student(self.training)
         if step == 0 and evaluation.spec.teacher_baseline:
             metrics = with_baseline(metrics, await evaluation.teacher_baseline())
+            self.note_a_weak_teacher(metrics.get(TEACHER_ACCURACY))
         return metrics
+
+    def note_a_weak_teacher(self, accuracy: float | None) -> None:
+        """A note (a warning event the job page shows at its top) when the teacher answers
+        far fewer held-out prompts right than its preset measured: its prompts are likely
+        not rendered as it learned them (another question_suffix, enable_thinking), and the
+        student cannot learn more than the teacher shows it."""
+        expected = expected_teacher_accuracy(self.spec)
+        if accuracy is None or expected is None or accuracy >= expected * WEAK_TEACHER:
+            return
+        name = self.spec.teacher.base_model
+        suffixes = sorted({share.question_suffix or "" for share in self.spec.dataset_shares()})
+        self.sink.event(
+            "warning",
+            f"The teacher answers {accuracy:.0%} of the held-out prompts right where preset "
+            f"{name} measured {expected:.0%} on arithmetic: check that the prompts are "
+            f"rendered as it learned them (question_suffix {', '.join(map(repr, suffixes))}, "
+            "enable_thinking); the student can learn no more than its teacher shows it",
+            {"note": "weak_teacher", "teacher_accuracy": accuracy, "expected": expected},
+        )
 
 
 async def open_run(
@@ -325,3 +345,19 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
         grade=grade,
         sources=[item.pool.name for item in items] if run.spec.several_datasets() else (),
     )
+
+
+WEAK_TEACHER = 0.5
+"""A teacher's baseline below this share of its preset's measured accuracy gets a note."""
+TEACHER_ACCURACY = "eval/teacher_accuracy"
+
+
+def expected_teacher_accuracy(spec: JobSpec) -> float | None:
+    """What the one teacher's preset measured on the arithmetic task (local backend, no
+    weights on top), or None where nothing is known to expect."""
+    teacher = spec.teacher
+    if spec.backend != "local" or spec.teachers is not None or teacher.weights() is not None:
+        return None
+    from worker.engine.backends.local.trained import measured_accuracy  # the backend's own
+
+    return measured_accuracy(teacher.base_model)

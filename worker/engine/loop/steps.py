@@ -209,8 +209,9 @@ async def run_loop(
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
-    exactly (`Rollouts.resumable_at`). `prompts` (and `eval_prompts`) are by dataset name;
-    a one-dataset spec may give its `Prompts` alone."""
+    exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
+    `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
+    `Prompts` alone."""
     loop = spec.loop
     start = first_step(loop, resume)
     pools = training_pools(spec, prompts)
@@ -221,11 +222,13 @@ async def run_loop(
         steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:
             for step in range(start, loop.steps):
+                await run.sink.settled()
                 if stopped := await steps.stop_if_asked(step, should_stop()):
                     return stopped
                 await steps.take(step)
         finally:
             await steps.rollouts.close()
+        await run.sink.settled()
         return await steps.finish(should_stop())
     finally:  # a server teacher's connections
         await close_teachers(run.teachers)

@@ -28,7 +28,8 @@ CROSS_TOP_K = 100
 can): the prefix masses of the chain rule on bytes. A wrong first digit's mass lies in
 tokens a top 20 leaves out (`4` and `40`..`49` when the answer is 3), which then put the
 whole number's blame on the digit and none on the `}` after it; with the top 100 the
-demo's student learned faster early (27% against 16% held out at step 50, README)."""
+demo's student learned faster early (27% against 16% held out at step 50;
+docs/concepts/teachers.md)."""
 
 
 def top_k_of(client: Any) -> int:

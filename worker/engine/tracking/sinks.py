@@ -52,6 +52,11 @@ class Sink:
     def close(self) -> None:
         """The run ended (success, stop or failure); flush and release resources."""
 
+    async def settled(self) -> None:
+        """Return once what decides the next step boundary has landed: the loop waits for
+        it before it asks whether to stop (the service's sink, while the job's team has
+        a budget, for the step just recorded and its spending checked)."""
+
 
 class FanOut(Sink):
     """Sends every call to each sink in order."""
@@ -86,6 +91,10 @@ class FanOut(Sink):
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+    async def settled(self) -> None:
+        for sink in self.sinks:
+            await sink.settled()
 
 
 def step_line(step: int, steps: int, metrics: dict[str, float]) -> str:

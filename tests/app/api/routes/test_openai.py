@@ -5,6 +5,7 @@ tests/e2e/test_openai.py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -21,7 +22,8 @@ from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job
 from app.jobs.tables import Checkpoint
 from app.records.store import record_checkpoint
-from tests.app.conftest import auth
+from tests.app.api.routes.test_playground import all_waiting, withdrawn
+from tests.app.conftest import auth, serve
 
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -335,6 +337,59 @@ async def test_a_request_no_worker_takes_is_a_504_server_error_and_is_withdrawn(
 
     message = assert_openai_error(response, 504, "server_error", "worker_timeout")
     assert "no worker answered within 0.3 s" in message
+    assert await redis.zcard(quick_queue(queue_name)) == 0
+
+
+async def test_a_list_of_prompts_waits_in_a_place_per_completion_of_its_teams(
+    settings, key, make_key, saved_job, redis, queue_name
+):
+    """4 prompts x n 2 hold all 8 of the team's places (OPD_TEAM_MAX_WAITING): one more
+    completion of the team is a 429 at once; another team's waits in places of its own."""
+    ours = await saved_job()
+    other = await make_key()
+    theirs = await saved_job(as_key=other)
+    batch = {"prompt": ["a", "b", "c", "d"], "n": 2, "max_tokens": 1, "timeout_seconds": 30}
+    async with serve(settings.model_copy(update={"team_max_waiting": 8})) as http:
+        model = f"job-{ours['id']}@step-2"
+        body = batch | {"model": model}
+        requests = [asyncio.create_task(http.post("/v1/completions", json=body, headers=auth(key)))]
+        await all_waiting(redis, queue_name, requests, tasks=4)
+        refused = await http.post("/v1/chat/completions", json=chat(model), headers=auth(key))
+        their_chat = chat(f"job-{theirs['id']}@step-2", timeout_seconds=30)
+        post = http.post("/v1/chat/completions", json=their_chat, headers=auth(other))
+        requests.append(asyncio.create_task(post))
+        await all_waiting(redis, queue_name, requests, tasks=5)
+        ended = [request for request in requests if request.done()]
+        await withdrawn(requests)
+
+    message = assert_openai_error(refused, 429, "rate_limit_error", "too_many_requests")
+    assert "as it may (8, OPD_TEAM_MAX_WAITING)" in message
+    assert refused.headers["retry-after"] == "5"
+    assert not ended, "the other team's request waits in places of its own"
+
+
+async def test_a_list_of_more_completions_than_a_team_may_have_waiting_is_a_400_saying_how_to_split(
+    settings, key, saved_job, redis, queue_name
+):
+    job = await saved_job()
+    body = {
+        "model": f"job-{job['id']}@step-2",
+        "prompt": ["a", "b", "c", "d", "e"],
+        "n": 2,
+        "max_tokens": 1,
+        "timeout_seconds": 0.3,
+    }
+    async with serve(settings.model_copy(update={"team_max_waiting": 8})) as http:
+        response = await http.post("/v1/completions", json=body, headers=auth(key))
+
+    message = assert_openai_error(
+        response, 400, "invalid_request_error", "too_many_completions", "prompt"
+    )
+    assert message == (
+        "this request asks for 10 completions (5 prompts x n 2); a team may have at most 8 "
+        "waiting for a worker at once (OPD_TEAM_MAX_WAITING): send them in requests of at "
+        "most 8 completions each"
+    )
     assert await redis.zcard(quick_queue(queue_name)) == 0
 
 

@@ -31,9 +31,12 @@ def sampled(session, submit):
     return make
 
 
-async def all_waiting(redis, queue_name: str, requests: list[asyncio.Task]) -> None:
-    """Until every request has sent its task to the (absent) workers, or one has ended."""
-    while await redis.zcard(quick_queue(queue_name)) < len(requests):
+async def all_waiting(
+    redis, queue_name: str, requests: list[asyncio.Task], tasks: int | None = None
+) -> None:
+    """Until every request has sent its task (`tasks` in all, default one each) to the
+    (absent) workers, or one has ended."""
+    while await redis.zcard(quick_queue(queue_name)) < (tasks or len(requests)):
         if any(request.done() for request in requests):
             return
         await asyncio.sleep(0.02)
@@ -195,3 +198,40 @@ async def test_the_old_route_name_sample_still_answers_as_the_playground(client,
     assert old.status_code == new.status_code == 422 and old.json() == new.json()
     document = (await client.get("/openapi.json")).json()["paths"]
     assert document["/v1/jobs/{job_id}/sample"]["post"]["deprecated"] is True
+
+
+async def test_a_request_waits_in_a_place_per_completion_it_asks_for(
+    settings, key, sampled, redis, queue_name
+):
+    """n 2 of the checkpoint and the teacher: 4 completions, all 4 of the team's places."""
+    job = await sampled()
+    url = f"/v1/jobs/{job['id']}/playground"
+    body = {"prompt": "a", "checkpoint": 2, "timeout_seconds": 30}
+    async with serve(settings.model_copy(update={"team_max_waiting": 4})) as http:
+        compared = body | {"n": 2, "compare": ["teacher"]}
+        requests = [asyncio.create_task(http.post(url, json=compared, headers=auth(key)))]
+        await all_waiting(redis, queue_name, requests)
+        refused = await http.post(url, json=body, headers=auth(key))
+        ended = [request for request in requests if request.done()]
+        await withdrawn(requests)
+    assert not ended
+    assert refused.status_code == 429, refused.text
+    assert "as it may (4, OPD_TEAM_MAX_WAITING)" in refused.json()["error"]["message"]
+
+
+async def test_a_request_for_more_completions_than_a_team_may_have_waiting_is_a_422(
+    settings, key, sampled, redis, queue_name
+):
+    job = await sampled()
+    body = {"prompt": "a", "checkpoint": 2, "n": 3, "compare": ["teacher"], "timeout_seconds": 0.3}
+    async with serve(settings.model_copy(update={"team_max_waiting": 4})) as http:
+        response = await http.post(f"/v1/jobs/{job['id']}/playground", json=body, headers=auth(key))
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("too_many_completions", "n")
+    assert error["message"] == (
+        "this request asks for 6 completions (n 3 x 2 model(s)); a team may have at most 4 "
+        "waiting for a worker at once (OPD_TEAM_MAX_WAITING): send them in requests of at "
+        "most 4 completions each"
+    )
+    assert await redis.zcard(quick_queue(queue_name)) == 0

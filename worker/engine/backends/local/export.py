@@ -1,6 +1,7 @@
 """A saved LoRA as a plain Hugging Face model: the adapter merged into its base model's
 weights (peft's `merge_and_unload`), saved as safetensors with the tokenizer, so that
-`transformers` loads it without peft. Before the folder takes its name, the merged model
+`transformers` loads it without peft, its chat template rendering as the job's training did.
+Before the folder takes its name, the merged model
 is loaded back from disk and its logprobs on a probe prompt must match the adapter
 model's, judged on the whole tensor (`||merged - adapter|| <= rtol * ||adapter||`).
 """
@@ -74,15 +75,32 @@ def same_mode_as(sibling: Path, folder: Path) -> None:
             path.chmod(mode)
 
 
+def rendering_as_trained(chat_template: str | None, enable_thinking: bool) -> str | None:
+    """The chat template with the job's `enable_thinking` as its default, so that a plain
+    `apply_chat_template(messages)` renders prompts as training did (Qwen's templates think
+    unless told not to; the job told them); a caller may still pass its own."""
+    if not chat_template or "enable_thinking" not in chat_template:
+        return chat_template
+    default = "true" if enable_thinking else "false"
+    return (
+        f"{{%- if enable_thinking is not defined %}}{{%- set enable_thinking = {default} %}}"
+        f"{{%- endif %}}{chat_template}"
+    )
+
+
 def merge_adapter(
     adapter: Path,
     out: Path,
     base_model: str | None = None,
     dtype: torch.dtype = torch.float32,
+    enable_thinking: bool | None = None,
 ) -> Merged:
-    """Write the merged model of `adapter` to `out` (a new folder), once it checks out."""
+    """Write the merged model of `adapter` to `out` (a new folder), once it checks out; with
+    `enable_thinking` (the job's), its chat template renders as training rendered."""
     base_model = base_model or adapter_base_model(adapter)
     tokenizer = tokenizer_of(adapter, base_model)
+    if enable_thinking is not None:
+        tokenizer.chat_template = rendering_as_trained(tokenizer.chat_template, enable_thinking)
     model = PeftModel.from_pretrained(load_model(base_model, dtype), adapter).eval()
     ids = torch.tensor([tokenizer.encode(PROBE, add_special_tokens=False)])
     expected = probe_logprobs(model, ids)

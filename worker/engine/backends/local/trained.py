@@ -36,6 +36,13 @@ def read_manifest(folder: Path = WEIGHTS_DIR) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def measured_accuracy(name: str, folder: Path = WEIGHTS_DIR) -> float | None:
+    """The held-out accuracy the manifest records for preset `name` on the arithmetic task
+    (all its operations), or None for a model that is no trained preset."""
+    measured = read_manifest(folder).get(name, {}).get("measured", {})
+    return measured.get("accuracy")
+
+
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

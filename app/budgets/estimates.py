@@ -1,0 +1,379 @@
+"""A spec's estimate (`POST /v1/jobs/estimate`): admitted like a job, nothing stored, its
+counts from the spec and its lengths from what the service has seen.
+
+The point estimate takes its lengths from the team's earlier jobs that succeeded with the
+same student, teachers and dataset (their recorded tokens divided by their counts, which
+their specs fix); without one, from the spec alone, and says so. The bounds are those of
+completions that stop at their first token and completions that run to max_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.budgets.counts import Lengths, Shape, Span, Tokens, eval_boundaries, tokens
+from app.budgets.rules import left
+from app.budgets.schemas import BudgetFit, CostSpan, Estimate, TokenSpan
+from app.budgets.service import standing
+from app.core.config import Settings
+from app.core.pricing import PriceTable
+from app.jobs.admission import admit
+from app.jobs.schemas import JobStatus
+from app.jobs.tables import Job
+from app.usage.store import models_of
+from kernel.spec import JobSpec
+from kernel.spec.data import ArithmeticDataset, InlineDataset
+
+HISTORY_SCAN = 200
+"""The team's latest jobs looked through for earlier runs like the one estimated."""
+HISTORY_JOBS = 5
+"""Of those, the most recent alike that the point estimate averages."""
+TEMPLATE_TOKENS = Span(0, 16, 64)
+"""What a chat template adds to a prompt, without a job that measured it."""
+BYTES_PER_TOKEN = 4
+"""A prompt's bytes per token for the point estimate without history (tokens are at most
+one a byte, the high bound's assumption)."""
+UNKNOWN_PROMPT = Span(1, 128, 4096)
+"""A prompt nobody measured whose text the spec does not hold (a file, DeepMath)."""
+PROMPT_SPREAD = 0.1
+"""How far the mean prompt of a new sample of the same dataset may lie from the one
+earlier jobs measured, for the bounds."""
+UNKNOWN_EVAL_PROMPTS = 100
+"""Eval prompts of an eval dataset whose size the spec does not fix."""
+
+
+def readers(spec: JobSpec) -> int:
+    """Teachers that score each completion: every one of a mixture, else one."""
+    return len(spec.teacher_specs()) if spec.teacher_mixture == "mixture" else 1
+
+
+def prompt_count(dataset: Any) -> int | None:
+    """How many prompts a dataset holds, where its spec says."""
+    for field in ("prompts", "sample_size", "count"):
+        value = getattr(dataset, field, None)
+        if value is not None:
+            return len(value) if isinstance(value, list) else int(value)
+    return None
+
+
+def eval_prompts(spec: JobSpec) -> tuple[int, bool]:
+    """An eval's prompts, and whether the spec fixes how many."""
+    if spec.eval is None:
+        return 0, True
+    if spec.eval.holdout:
+        return spec.eval.holdout * len(spec.dataset_shares()), True
+    count = prompt_count(spec.eval.dataset)
+    return (UNKNOWN_EVAL_PROMPTS, False) if count is None else (count, True)
+
+
+def shape_of(spec: JobSpec) -> Shape:
+    """The counts the spec fixes."""
+    loop = spec.loop
+    prompts, _ = eval_prompts(spec)
+    samples = spec.eval.samples_per_prompt if spec.eval else 0
+    return Shape(
+        steps=loop.steps,
+        completions_per_step=loop.batch_size * loop.group_size,
+        readers=readers(spec),
+        evals=eval_boundaries(loop.steps, spec.eval.every) if spec.eval else 0,
+        eval_completions=prompts * samples,
+        baseline=bool(spec.eval and spec.eval.teacher_baseline),
+    )
+
+
+def max_eval_tokens(spec: JobSpec) -> int:
+    return (spec.eval and spec.eval.max_tokens) or spec.sampling.max_tokens
+
+
+def alike(spec: JobSpec) -> str:
+    """What two jobs share when their lengths carry over: student, teachers, datasets."""
+    data = spec.model_dump(mode="json", include={"student", "teacher", "teachers", "dataset"})
+    data["datasets"] = spec.model_dump(mode="json", include={"datasets"}).get("datasets")
+    data["student"] = data["student"]["base_model"]
+    data["enable_thinking"] = spec.dataset_shares()[0].enable_thinking
+    return json.dumps(data, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Lengths one earlier job measured, per completion, and how many completions."""
+
+    job_id: int
+    completions: int
+    completion: float
+    prompt: float
+    teacher_prompt: float
+    eval_completion: float | None
+
+
+def measured(job: Job, spec: JobSpec) -> Measured | None:
+    """The lengths job `job` (of spec `spec`, succeeded) used, from its token totals."""
+    shape = shape_of(spec)
+    done = shape.steps * shape.completions_per_step
+    if not done or not job.sampled_tokens:
+        return None
+    completion = job.sampled_tokens / done
+    prompt = job.trained_tokens / done - completion + 1
+    teacher_prompt = max(job.teacher_tokens / (done * shape.readers) - completion, 0.0)
+    eval_completion = None
+    if shape.eval_completions and job.eval_tokens:
+        # eval / E = c_e (n (1 + R) + 2 b) + teacher_prompt (n R + b): counts.tokens solved
+        # for the eval completion's length c_e (the baseline's taken alike).
+        n, r, b = shape.evals, shape.readers, int(shape.baseline)
+        per_completion = job.eval_tokens / shape.eval_completions
+        eval_completion = (per_completion - teacher_prompt * (n * r + b)) / (n * (1 + r) + 2 * b)
+    assert job.id is not None
+    return Measured(job.id, done, completion, prompt, teacher_prompt, eval_completion)
+
+
+async def history(
+    session: AsyncSession, team_id: int, spec: JobSpec, before: int | None = None
+) -> list[Measured]:
+    """The most recent of the team's succeeded jobs alike `spec` (created before job
+    `before`, if given), measured."""
+    query = select(Job).where(Job.team_id == team_id, Job.status == JobStatus.succeeded)
+    if before is not None:
+        query = query.where(Job.id < before)
+    rows = await session.execute(query.order_by(Job.id.desc()).limit(HISTORY_SCAN))
+    wanted, found = alike(spec), []
+    for job in rows.scalars():
+        try:
+            earlier = JobSpec.model_validate(job.spec)
+        except ValueError:  # a spec an older service stored, that no longer parses
+            continue
+        if alike(earlier) == wanted and (lengths := measured(job, earlier)) is not None:
+            found.append(lengths)
+        if len(found) == HISTORY_JOBS:
+            break
+    return found
+
+
+def question_bytes(spec: JobSpec) -> Span | None:
+    """The bytes of a training question with its suffix, where the spec holds the text."""
+    sizes: list[int] = []
+    for share in spec.dataset_shares():
+        suffix = len(share.question_suffix.encode()) + 2 if share.question_suffix else 0
+        if isinstance(share, InlineDataset):
+            sizes += [len(p.strip().encode()) + suffix for p in share.prompts]
+        elif isinstance(share, ArithmeticDataset):
+            digits = max(share.digits, share.multiplier_digits)
+            question = len("What is  + ?")  # and the operands' digits
+            sizes += [question + 2 + suffix, question + 2 * digits + suffix]
+        else:
+            return None
+    return Span(min(sizes), sum(sizes) / len(sizes), max(sizes))
+
+
+def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
+    """A prompt's length without history: from its text where the spec holds it."""
+    text = question_bytes(spec)
+    if text is None:
+        return UNKNOWN_PROMPT, (
+            "prompt length: not measured yet and not in the spec: assumed "
+            f"{UNKNOWN_PROMPT.point:g} tokens ({UNKNOWN_PROMPT.low:g} to {UNKNOWN_PROMPT.high:g})"
+        )
+    prompt = Span(
+        max(text.low / BYTES_PER_TOKEN, 1) + TEMPLATE_TOKENS.low,
+        text.point / BYTES_PER_TOKEN + TEMPLATE_TOKENS.point,
+        text.high + TEMPLATE_TOKENS.high,
+    )
+    return prompt, (
+        f"prompt length: not measured yet: from the questions' {text.point:.0f} bytes, about "
+        f"{BYTES_PER_TOKEN} a token plus {TEMPLATE_TOKENS.point:g} for the chat template "
+        f"(at most a token a byte plus {TEMPLATE_TOKENS.high:g})"
+    )
+
+
+def spread(measured_length: float) -> Span:
+    """A length earlier jobs measured, its bounds PROMPT_SPREAD either side."""
+    return Span(
+        measured_length * (1 - PROMPT_SPREAD),
+        measured_length,
+        measured_length * (1 + PROMPT_SPREAD),
+    )
+
+
+def mean(values: list[float], weights: list[int]) -> float:
+    return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
+
+
+def lengths_of(spec: JobSpec, seen: list[Measured]) -> tuple[Lengths, list[str]]:
+    """Each length's span, and the basis of each in words."""
+    most, most_eval = spec.sampling.max_tokens, max_eval_tokens(spec)
+    stops = f"completions of 1 to max_tokens {most} tokens"
+    if not seen:
+        prompt, prompt_basis = cold_prompt(spec)
+        lengths = Lengths(
+            completion=Span(1, most, most),
+            prompt=prompt,
+            teacher_prompt=prompt,
+            eval_completion=Span(1, most_eval, most_eval),
+            baseline_completion=Span(1, most_eval, most_eval),
+        )
+        return lengths, [
+            f"{stops}; no earlier job of this team succeeded with this student, teachers and "
+            "dataset: the point assumes every completion runs to max_tokens",
+            prompt_basis,
+            "teacher prompts: as long as the student's",
+        ]
+    weights = [m.completions for m in seen]
+    completion = min(max(mean([m.completion for m in seen], weights), 1), most)
+    prompt = mean([m.prompt for m in seen], weights)
+    teacher_prompt = mean([m.teacher_prompt for m in seen], weights)
+    evals = [m.eval_completion for m in seen if m.eval_completion is not None]
+    eval_completion = min(max(sum(evals) / len(evals), 1), most_eval) if evals else most_eval
+    jobs = ", ".join(str(m.job_id) for m in seen)
+    lengths = Lengths(
+        completion=Span(1, completion, most),
+        prompt=spread(prompt),
+        teacher_prompt=spread(teacher_prompt),
+        eval_completion=Span(1, eval_completion, most_eval),
+        baseline_completion=Span(1, eval_completion, most_eval),
+    )
+    return lengths, [
+        f"{stops}; the point uses the mean length of earlier jobs {jobs} (same student, "
+        f"teachers and dataset): {completion:.1f} tokens a completion"
+        + (f", {eval_completion:.1f} an eval completion" if evals else ""),
+        f"prompt length: as those jobs rendered them, {prompt:.1f} tokens (the teacher's "
+        f"{teacher_prompt:.1f}), the bounds {PROMPT_SPREAD:.0%} either side",
+    ]
+
+
+def counts_basis(spec: JobSpec, shape: Shape) -> list[str]:
+    loop = spec.loop
+    lines = [
+        f"{shape.steps} steps x {loop.batch_size} prompts x {loop.group_size} completions = "
+        f"{shape.steps * shape.completions_per_step} completions, each scored by "
+        f"{shape.readers} teacher{'s' if shape.readers > 1 else ''} and trained on",
+    ]
+    if spec.eval is not None:
+        prompts, fixed = eval_prompts(spec)
+        size = "" if fixed else f" (the eval dataset's size is not in the spec: assumed {prompts})"
+        lines.append(
+            f"{shape.evals} evals x {prompts} prompts x {spec.eval.samples_per_prompt} samples"
+            + (", and the teacher baseline once" if shape.baseline else "")
+            + size
+        )
+    return lines
+
+
+def priced(prices: PriceTable, spec: JobSpec, figures: Tokens) -> CostSpan | None:
+    """The cost of each bound from the price table; None where a price is missing."""
+    models = models_of(spec.model_dump(mode="json"))
+    costs = [
+        prices.cost(
+            *models,
+            sampled=round(getattr(figures.sampled, bound)),
+            teacher_tokens=round(getattr(figures.teacher, bound)),
+            trained=round(getattr(figures.trained, bound)),
+            eval_tokens=round(getattr(figures.eval, bound)),
+        )
+        for bound in ("low", "point", "high")
+    ]
+    if any(cost is None for cost in costs):
+        return None
+    low, point, high = costs
+    assert low is not None and point is not None and high is not None
+    return CostSpan(low=low, point=point, high=high)
+
+
+def span_public(span: Span) -> TokenSpan:
+    return TokenSpan(low=int(span.low), point=int(span.point), high=int(span.high))
+
+
+def estimate_of(spec: JobSpec, seen: list[Measured], prices: PriceTable) -> tuple[Tokens, Estimate]:
+    """The estimate of an admitted spec, given what was measured before (no budget yet)."""
+    shape = shape_of(spec)
+    lengths, basis = lengths_of(spec, seen)
+    figures = tokens(shape, lengths)
+    cost = priced(prices, spec, figures)
+    models = models_of(spec.model_dump(mode="json"))
+    cost_basis = (
+        "cost: the price table's prices for "
+        f"{models.backend} {models.student} (student) and {models.teacher} (teacher)"
+        if cost is not None
+        else "cost: unknown: "
+        + ("the service has no price table" if not prices else "a price it needs is missing")
+    )
+    total = figures.sampled + figures.teacher + figures.trained + figures.eval
+    estimate = Estimate(
+        sampled_tokens=span_public(figures.sampled),
+        teacher_tokens=span_public(figures.teacher),
+        trained_tokens=span_public(figures.trained),
+        eval_tokens=span_public(figures.eval),
+        total_tokens=span_public(total),
+        cost=cost,
+        basis=[*counts_basis(spec, shape), *basis, cost_basis],
+        history=[m.job_id for m in seen],
+        budget=None,
+    )
+    return figures, estimate
+
+
+async def estimate_spec(
+    session: AsyncSession,
+    team_id: int,
+    spec: JobSpec,
+    settings: Settings,
+    prices: PriceTable,
+    now: datetime,
+) -> Estimate:
+    """Admit `spec` as a job of the team would be (SpecRefused as for a job), then
+    estimate it against what the team has left; nothing is stored."""
+    spec = await admit(session, team_id, spec, settings)
+    _, estimate = estimate_of(spec, await history(session, team_id, spec), prices)
+    await with_budget(session, team_id, estimate, prices, now)
+    return estimate
+
+
+async def with_budget(
+    session: AsyncSession, team_id: int, estimate: Estimate, prices: PriceTable, now: datetime
+) -> None:
+    """Say how the estimate compares with what is left of the team's budget."""
+    found = await standing(session, team_id, prices, now)
+    await session.rollback()
+    if found is None:
+        return
+    remaining = left(found.limit, found.spend)
+    if found.limit.tokens is not None:
+        point, high = estimate.total_tokens.point, estimate.total_tokens.high
+    else:
+        cost = estimate.cost
+        point, high = (cost.point, cost.high) if cost else (float("inf"), float("inf"))
+    estimate.budget = BudgetFit(
+        unit="tokens" if found.limit.tokens is not None else "cost",
+        left=remaining,
+        point_exceeds=point > remaining,
+        high_exceeds=high > remaining,
+    )
+
+
+async def estimate_of_job(session: AsyncSession, job: Job, prices: PriceTable) -> Estimate | None:
+    """What a job's estimate was when it was submitted (from the jobs before it), to show
+    beside what it used; None for a spec this service no longer parses."""
+    try:
+        spec = JobSpec.model_validate(job.spec)
+    except ValueError:
+        return None
+    assert job.id is not None
+    seen = await history(session, job.team_id, spec, before=job.id)
+    return estimate_of(spec, seen, prices)[1]
+
+
+def used_by(job: Job, prices: PriceTable) -> dict[str, Any]:
+    """What a job used, by the estimate's figures (and its cost, None without a price)."""
+    used = job.usage.model_dump(exclude={"estimated_cost"})
+    cost = prices.cost(
+        *models_of(job.spec),
+        sampled=job.sampled_tokens,
+        teacher_tokens=job.teacher_tokens,
+        trained=job.trained_tokens,
+        eval_tokens=job.eval_tokens,
+    )
+    return used | {"total_tokens": sum(used.values()), "cost": cost}
