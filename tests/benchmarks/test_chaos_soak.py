@@ -56,7 +56,7 @@ def test_a_short_soak_keeps_every_promise() -> None:
     assert count("sweeps completed", output) + count("sweeps cancelled", output) == SWEEPS
     assert "workers killed while controlling a sweep 1" in output, "the controller was killed"
     checks = re.findall(r"^  .+? +(\d+) +[\d-]+  (PASS|FAIL)$", output, re.M)
-    assert len(checks) == 22 and all(verdict == "PASS" for _, verdict in checks), output
+    assert len(checks) == 25 and all(verdict == "PASS" for _, verdict in checks), output
     assert compared_values("job", output) > 1000, "the jobs' curves were compared"
     assert compared_values("trial", output) > 100, "the trials' curves were compared"
     assert re.search(r"^  server-taught job step rows .+ 0 +1  PASS$", output, re.M), output
