@@ -1,41 +1,52 @@
 """Chaos soak: the whole service under random faults, then every promise checked.
 
-Starts a deployment of its own: a private Postgres cluster and Redis server
-(tests/e2e/servers.py), 2 `opd api` and 3 `opd worker` processes (2 slots each) and one
-webhook receiver per team (tests/e2e/receiver.py). Clients of three teams (two with
-limits) submit --jobs tiny local-backend jobs of mixed kinds (on policy, one step off
-policy, with evals, with frequent saves) spread over the first 80% of the window, and
-pause-then-resume or cancel some of them; two of the teams create --sweeps sweeps (4
-trials of learning rate x loss, 2 at a time, ASHA early stopping; a grid or random) over
-the first 60%, and cancel every other one once a trial is halfway. For --minutes, at
-seeded random moments, one fault at a time: kill -9 a worker (restarted 0-10 s later),
-kill -9 the worker whose controller holds a running sweep's lease, SIGTERM a worker,
-kill -9 an API, restart Redis empty, restart Postgres, SIGSTOP a Postgres backend for
-2-6 s. Then the faults stop, the jobs and sweeps finish, and it checks, reading the
-database:
+Starts a deployment of its own: a private Postgres cluster, Redis server and S3 server
+(moto, which everything reaches through a relay a fault can cut; tests/e2e/servers.py),
+2 `opd api` and 3 `opd worker` processes (2 slots each) and one webhook receiver per team
+(tests/e2e/receiver.py). Clients of three teams (two with limits) submit --jobs tiny
+local-backend jobs of mixed kinds (on policy, one step off policy, with evals, with
+frequent saves) spread over the first 80% of the window, and pause-then-resume or cancel
+some of them; two of the teams create --sweeps sweeps (4 trials of learning rate x loss,
+2 at a time, ASHA early stopping; a grid or random) over the first 60%, and cancel every
+other one once a trial is halfway; --served jobs learn from a teacher on a server: the
+service's own `/v1`, serving a job of their team that finished first. A team of its own
+uploads files over the window, well-formed ones and malicious ones (JSON nested 100,000
+deep, a Parquet bomb, a truncated Parquet file, odd encodings, a huge field), and another
+sends a burst of 5 at once that together pass its quota. For --minutes, at seeded random
+moments, one fault at a time: kill -9 a worker (restarted 0-10 s later), kill -9 the
+worker whose controller holds a running sweep's lease, SIGTERM a worker, kill -9 an API,
+restart Redis empty, restart Postgres, keep Postgres away longer than the heartbeat
+timeout, SIGSTOP a Postgres backend for 2-6 s, cut the object store off for 5-15 s. Then
+the faults stop, the jobs and sweeps finish, and it checks, reading the database:
 
 - every job reached the end its client asked for; none lost, none duplicated (one job
   per Idempotency-Key), none started twice at once (attempt events: numbered 1..n, and a
-  takeover only from a worker that was dead by then);
+  takeover only from a worker that was dead by then: a live worker's job is not taken
+  over, even after Postgres was away longer than the heartbeat timeout);
 - each job's step rows are exactly its steps, and equal, bit for bit, those of a clean
   run of the same spec (the engine alone, in this process, before the deployment
   starts; a cancelled job's rows are a prefix of them); a succeeded job's usage totals
-  equal the clean run's;
-- every sweep reached the end its client asked for (once: a sweep takes no
-  Idempotency-Key, so its client looks for it before a retry), a completed one with all
-  its trials, each trial succeeded, stopped early or cancelled with its sweep; no trial
-  number repeats within a sweep; no trial was created after its sweep ended; each
-  trial's rows equal, bit for bit, a clean run of the spec the controller stored for it
-  (run once the soak is over; an early-stopped trial's rows a prefix), its usage too;
+  equal the clean run's. A job taught by a server has its steps once each (it is not
+  compared with a clean run: the server batches its scoring with other requests, so the
+  last bits of its answers may differ);
+- every sweep reached the end its client asked for (once: its client resends its
+  creation with one Idempotency-Key), a completed one with all its trials, each trial
+  succeeded, stopped early or cancelled with its sweep; no trial number repeats within a
+  sweep; no trial was created after its sweep ended; each trial's rows equal, bit for
+  bit, a clean run of the spec the controller stored for it (run once the soak is over;
+  an early-stopped trial's rows a prefix), its usage too;
 - each job's and trial's terminal webhook event reached its team's receiver, once after
   deduplication by `webhook-id`; every submit, pause, resume and cancel, every sweep's
-  creation and cancel has its audit row; no team ran more jobs at once than its limit.
+  creation and cancel has its audit row; no team ran more jobs at once than its limit;
+- every upload was answered 201 (or 200, bytes the team already stored) or a 4xx, no
+  process died without a fault (an upload that crashes an API shows there), and no team
+  holds more file bytes than its quota.
 
 Prints the faults injected and the checks as a table; exits 1 when a check fails (the
 deployment's logs are kept and their folder printed), 130 on Ctrl-C.
 
     python benchmarks/chaos_soak.py                           # 120 jobs, 6 sweeps, 15 minutes
-    python benchmarks/chaos_soak.py --jobs 20 --sweeps 2 --minutes 1 --faults 3
+    python benchmarks/chaos_soak.py --jobs 20 --sweeps 2 --served 1 --minutes 1 --faults 3
 """
 
 from __future__ import annotations
@@ -75,13 +86,14 @@ from harness import BenchmarkError, Command, Processes, interrupt, progress  # n
 from support import free_port  # noqa: E402
 
 from tests.e2e.receiver import Receiver, Server  # noqa: E402
-from tests.e2e.servers import PostgresServer, RedisServer  # noqa: E402
+from tests.e2e.servers import PostgresServer, RedisServer, Relay, S3Server  # noqa: E402
 
 TINY = ROOT / "examples" / "tiny.yaml"
 TERMINAL = ("succeeded", "failed", "cancelled")
 WORKERS, APIS, SLOTS = 3, 2, 2
 STOP_TIMEOUT = 120.0
 HEARTBEAT_TIMEOUT = 15.0  # longer than a stopped backend or a Postgres restart
+POSTGRES_OUTAGE = HEARTBEAT_TIMEOUT + 5  # the outage fault: longer than the timeout
 REQUEST_PATIENCE = 300.0  # how long a client retries one request before it gives up
 DRAIN_TIMEOUT = 900.0  # how long the jobs may take to end once the faults stop
 WEBHOOK_TIMEOUT = 120.0
@@ -115,7 +127,9 @@ FAULTS = {
     "kill-api": "kill -9 an API (restarted after 0-5 s)",
     "restart-redis": "restart Redis empty",
     "restart-postgres": "restart Postgres (immediate stop)",
+    "outage-postgres": f"Postgres away {POSTGRES_OUTAGE:.0f} s (past the heartbeat timeout)",
     "stop-backend": "SIGSTOP a Postgres backend for 2-6 s",
+    "outage-store": "cut the object store off for 5-15 s",
 }
 TAKEOVER = re.compile(r"Attempt (\d+) took over on \S+: worker \S+:(\d+) stopped sending")
 ATTEMPT = re.compile(r"Attempt (\d+) (?:started|took over) on ")
@@ -174,6 +188,9 @@ class Order(ClientOrder):
     key: str = ""
     job_ids: set[int] = field(default_factory=set)
     expected: str = "succeeded"
+    taught_by: Order | None = None
+    """The job whose weights the service serves as this one's teacher (its spec's teacher
+    is set once that job succeeded); None: a teacher of its own, compared with a clean run."""
 
     @property
     def spec_name(self) -> str:
@@ -258,6 +275,163 @@ def plan_sweeps(options: argparse.Namespace) -> list[SweepOrder]:
     ]
 
 
+# --- server teachers (small and in one place: how a job names a server may change) ------
+
+
+SERVED_KEY_ENV = "OPD_SOAK_TEACHER_KEY"
+"""The workers' variable holding the served jobs' team key."""
+SERVED_TEAM = "red"
+
+
+def served_teacher_settings(service: Deployment, api_urls: list[str]) -> dict[str, str]:
+    """What the deployment's processes need for a job to name its own /v1 as a teacher
+    server: the operator's list of servers, and a key of SERVED_TEAM for the workers."""
+    return {
+        "OPD_TEACHER_SERVERS": json.dumps([f"{url}/v1" for url in api_urls]),
+        SERVED_KEY_ENV: service.opd("keys", "create", "--team", SERVED_TEAM),
+    }
+
+
+def served_teacher(api_url: str, source_job: int) -> dict[str, Any]:
+    """A teacher on this service's own /v1, serving `source_job`'s final weights; retried
+    for as long as a fault may keep the API or the database away."""
+    server = {
+        "url": f"{api_url}/v1",
+        "model": f"job-{source_job}",
+        "api_key_env": SERVED_KEY_ENV,
+        "max_retries": 10,
+        "retry_delay_seconds": 1.0,
+    }
+    return {"server": server}
+
+
+def plan_served(options: argparse.Namespace, run_id: str) -> list[Order]:
+    """A job of SERVED_TEAM, then --served jobs taught by it through the API once it
+    succeeded (none without --served)."""
+    if not options.served:
+        return []
+    steps = options.steps
+    source = Order(
+        team=SERVED_TEAM,
+        spec=job_spec("on-policy", 1, steps) | {"name": "soak-served-source"},
+        plan="run",
+        submit_at=0.0,
+        act_at_step=0,
+        hold_seconds=0.0,
+        key=f"soak-{run_id}-served-source",
+    )
+    taught = [
+        Order(
+            team=SERVED_TEAM,
+            spec=job_spec("on-policy", 2 + index, steps) | {"name": f"soak-served-{index}"},
+            plan="run",
+            submit_at=0.0,
+            act_at_step=0,
+            hold_seconds=0.0,
+            key=f"soak-{run_id}-served-{index}",
+            taught_by=source,
+        )
+        for index in range(options.served)
+    ]
+    return [source, *taught]
+
+
+# --- uploads ------------------------------------------------------------------------------------
+
+MIB = 1 << 20
+UPLOAD_TEAMS = ("files", "quota")  # each kind of file once; the burst (a team of its own,
+# so that the quota it fills refuses none of the other files before they are read)
+FILE_QUOTA = 3 * MIB  # OPD_TEAM_MAX_FILE_BYTES
+MAX_UPLOAD = 4 * MIB  # OPD_MAX_UPLOAD_BYTES
+BURST, BURST_BYTES = 5, 1_400_000  # uploads sent at once: 7 MB against the 3 MiB quota
+UPLOAD_DROPS = 2  # dropped connections an upload is sent through (one that crashes an
+# API would crash one each time); a 5xx (a store or database outage) is resent for as long
+# as a client's REQUEST_PATIENCE
+UPLOADS = (  # once each; then a burst of BURST
+    "jsonl",
+    "parquet",
+    "deep-nesting",
+    "parquet-bomb",
+    "truncated-parquet",
+    "utf-16",
+    "invalid-utf-8",
+    "huge-field",
+)
+
+
+@dataclass(kw_only=True)
+class Upload:
+    """One file a client of one of UPLOAD_TEAMS sends, and every answer it got."""
+
+    team: str
+    kind: str
+    index: int
+    send_at: float
+    answers: list[int | str] = field(default_factory=list)
+    """HTTP status of each try, or the transport error's name."""
+
+    @property
+    def filename(self) -> str:
+        return f"{self.kind}-{self.index}.{'parquet' if 'parquet' in self.kind else 'jsonl'}"
+
+    @property
+    def final(self) -> int | str | None:
+        return self.answers[-1] if self.answers else None
+
+
+def parquet_bytes(columns: dict[str, list[Any]]) -> bytes:
+    import io
+
+    import pyarrow
+    import pyarrow.parquet
+
+    out = io.BytesIO()
+    pyarrow.parquet.write_table(pyarrow.table(columns), out, compression="zstd")
+    return out.getvalue()
+
+
+def upload_bytes(upload: Upload, run_id: str) -> bytes:
+    """The file's bytes, unique to the run and the upload (stored bytes are shared within a
+    team: a repeat would be a 200)."""
+    tag = f"{run_id}-{upload.kind}-{upload.index}"
+    rows = [{"question": f"What is {n} + {n}? ({tag})", "answer": str(2 * n)} for n in range(8)]
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    kind = upload.kind
+    if kind == "jsonl":
+        return text.encode()
+    if kind == "parquet" or kind == "truncated-parquet":
+        data = parquet_bytes({key: [row[key] for row in rows] for key in ("question", "answer")})
+        return data if kind == "parquet" else data[: len(data) // 2]
+    if kind == "deep-nesting":  # about 200 KB that once crashed the reader
+        return f'{{"tag": "{tag}", "question": '.encode() + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    if kind == "parquet-bomb":  # a few KB that inflate to 64 MiB
+        return parquet_bytes({"question": [f"{tag} " + "a" * (8 * MIB)] * 8})
+    if kind == "utf-16":
+        return text.encode("utf-16")
+    if kind == "invalid-utf-8":
+        return text.encode() + b'{"question": "\xff\xfe\xc3\x28"}\n'
+    if kind == "huge-field":
+        return json.dumps({"question": f"{tag} " + "x" * (MAX_UPLOAD // 8)}).encode() + b"\n"
+    assert kind == "burst"
+    filler = "y" * (BURST_BYTES - len(text) - 100)
+    return (text + json.dumps({"question": f"{tag} {filler}"}) + "\n").encode()
+
+
+def plan_uploads(options: argparse.Namespace) -> list[Upload]:
+    """Each kind of upload once at a random moment of the window, and BURST of them at
+    one moment: a function of --seed."""
+    chance = random.Random(options.seed + 3)
+    window = options.minutes * 60 * SUBMIT_SHARE
+    files, quota = UPLOAD_TEAMS
+    uploads = [
+        Upload(team=files, kind=kind, index=0, send_at=chance.uniform(0, window))
+        for kind in UPLOADS
+    ]
+    burst_at = chance.uniform(0, window)
+    burst = [Upload(team=quota, kind="burst", index=n, send_at=burst_at) for n in range(BURST)]
+    return uploads + burst
+
+
 # --- the clean runs ---------------------------------------------------------------------------
 
 
@@ -332,6 +506,8 @@ class Deployment:
     processes: Processes
     postgres: PostgresServer
     redis: RedisServer
+    store: Relay
+    """The way every process reaches the S3 server: cut to take the object store away."""
     roles: list[Role] = field(default_factory=list)
     died_at: dict[int, float] = field(default_factory=dict)
     """Worker pid -> time.time() its process was gone (killed or drained)."""
@@ -424,14 +600,23 @@ def deployment(home: Path) -> Iterator[Deployment]:
         redis = RedisServer()
         stack.callback(redis.remove)
         redis.start()
+        s3 = S3Server()
+        stack.callback(s3.remove)
+        s3.start()
+        store = Relay(s3.port)
+        stack.callback(store.cut)
+        store.start()
         processes = Processes(home)
         stack.callback(processes.close)
+        api_urls = [f"http://127.0.0.1:{free_port()}" for _ in range(APIS)]
         env = os.environ | {
             "PYTHONPATH": str(ROOT),
             "OPD_HOME": str(home / "opd"),
             "OPD_DATABASE_URL": postgres.url,
             "OPD_REDIS_URL": redis.url,
             "OPD_QUEUE_NAME": "opd-soak",
+            "OPD_STORAGE_URL": s3.storage_url,
+            **s3.env(store.url),
             "OPD_WORKER_CONCURRENCY": str(SLOTS),
             "OPD_HEARTBEAT_INTERVAL": "1",
             "OPD_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
@@ -441,18 +626,20 @@ def deployment(home: Path) -> Iterator[Deployment]:
             "OPD_WEBHOOK_BACKOFF_SECONDS": "0.5",
             "OPD_WEBHOOK_BACKOFF_MAX_SECONDS": "5",
             "OPD_WEBHOOK_TIMEOUT": "5",
+            "OPD_TEAM_MAX_FILE_BYTES": str(FILE_QUOTA),
+            "OPD_MAX_UPLOAD_BYTES": str(MAX_UPLOAD),
         }
-        service = Deployment(home, env, processes, postgres, redis)
+        service = Deployment(home, env, processes, postgres, redis, store)
         print(
             f"Deployment: OPD_HOME {home}, Postgres {postgres.folder}, Redis {redis.folder}",
             flush=True,
         )
         service.opd("migrate")
         service.admin_key = service.opd("keys", "create", "--team", "ops", "--scope", "admin")
-        for index in range(APIS):
-            port = str(free_port())
-            args = ["api", "--port", port, "--quiet"]
-            service.roles.append(Role(f"api-{index}", args, f"http://127.0.0.1:{port}"))
+        service.env |= served_teacher_settings(service, api_urls)
+        for index, url in enumerate(api_urls):
+            args = ["api", "--port", url.rsplit(":", 1)[1], "--quiet"]
+            service.roles.append(Role(f"api-{index}", args, url))
         service.roles += [Role(f"worker-{index}", ["worker"]) for index in range(WORKERS)]
         for role in service.roles:  # all at once: each spends seconds importing
             service.start(role, wait=False)
@@ -556,11 +743,18 @@ class Chaos:
             service.redis.stop()
             await asyncio.sleep(chance.uniform(0, 3))
             await asyncio.to_thread(service.redis.start)
-        elif kind == "restart-postgres":
+        elif kind in ("restart-postgres", "outage-postgres"):
             self.note(kind, f"port {service.postgres.port}")
             await asyncio.to_thread(service.postgres.stop)
-            await asyncio.sleep(chance.uniform(0, 3))
+            away = POSTGRES_OUTAGE if kind == "outage-postgres" else chance.uniform(0, 3)
+            await asyncio.sleep(away)
             await asyncio.to_thread(service.postgres.start)
+        elif kind == "outage-store":
+            seconds = chance.uniform(5, 15)
+            self.note(kind, f"relay port {service.store.port} for {seconds:.1f} s")
+            service.store.cut()
+            await asyncio.sleep(seconds)
+            service.store.start()
         else:
             await self.stop_backend()
 
@@ -698,6 +892,8 @@ class Clients:
 
     async def drive(self, order: Order, started: float) -> None:
         await asyncio.sleep(max(0.0, started + order.submit_at - time.monotonic()))
+        if order.taught_by is not None:
+            await self.teach_from_server(order)
         response = await self.call(
             order.team,
             "POST",
@@ -754,23 +950,60 @@ class Clients:
             await asyncio.sleep(POLL_SECONDS)
 
     async def create_sweep(self, order: SweepOrder) -> int:
-        """POST the sweep, once: a sweep takes no Idempotency-Key, so before each try the
-        client looks for the sweep an unanswered try may have made (its name is unique)."""
-        tries = 0
+        """POST the sweep with one Idempotency-Key, resent until answered: a try whose
+        answer was lost made the sweep that a later one is answered with (200)."""
+        key = {"Idempotency-Key": f"soak-{order.name}"}
+        answer = await self.call(
+            order.team, "POST", "/v1/sweeps", json=order.definition, headers=key
+        )
+        if answer.status_code not in (200, 201):
+            raise ClientGaveUp(f"sweep answered {answer.status_code}: {answer.text[:200]}")
+        if answer.status_code == 201:
+            order.answers.append(("sweep.create", 201))
+        return answer.json()["id"]
+
+    async def teach_from_server(self, order: Order) -> None:
+        """Wait for the job whose weights teach this one to succeed, and make the service's
+        own /v1, serving them, its teacher."""
+        source = order.taught_by
+        assert source is not None
+        while not source.job_ids:
+            if source.error or source.final:
+                raise ClientGaveUp(f"its teacher's job was not submitted: {source.error}")
+            await asyncio.sleep(POLL_SECONDS)
+        (source_id,) = source.job_ids
+        done = await self.wait(source, source_id, lambda job: job["status"] in TERMINAL)
+        if done["status"] != "succeeded":
+            raise ClientGaveUp(f"its teacher's job {source_id} ended {done['status']}")
+        order.spec = order.spec | {"teacher": served_teacher(self.service.api_urls[0], source_id)}
+
+    async def upload(self, upload: Upload, run_id: str, started: float) -> None:
+        """POST the file as its team, resent (the same bytes: a lost answer's repeat is a
+        200) after a 5xx, or after a dropped connection up to UPLOAD_DROPS times."""
+        await asyncio.sleep(max(0.0, started + upload.send_at - time.monotonic()))
+        data = await asyncio.to_thread(upload_bytes, upload, run_id)
+        deadline = time.monotonic() + REQUEST_PATIENCE
         while True:
-            listed = await self.call(order.team, "GET", "/v1/sweeps?limit=100")
-            listed.raise_for_status()
-            for sweep in listed.json()["data"]:
-                if sweep["name"] == order.name:
-                    return sweep["id"]
-            answer = await self.attempt(order.team, "POST", "/v1/sweeps", json=order.definition)
-            if answer is not None and answer.status_code == 201:
-                order.answers.append(("sweep.create", 201))
-                return answer.json()["id"]
-            if answer is not None and answer.status_code != 429:
-                raise ClientGaveUp(f"sweep answered {answer.status_code}: {answer.text[:200]}")
-            tries += 1
-            await asyncio.sleep(min(3.0, 0.1 * 2**tries))
+            self.turn += 1
+            url = self.service.api_urls[self.turn % len(self.service.api_urls)]
+            try:
+                response = await self.http.post(
+                    f"{url}/v1/files",
+                    params={"filename": upload.filename},
+                    content=data,
+                    headers={"Authorization": f"Bearer {self.keys[upload.team]}"},
+                    timeout=120,
+                )
+            except httpx.TransportError as error:
+                upload.answers.append(type(error).__name__)
+            else:
+                upload.answers.append(response.status_code)
+                if response.status_code < 500:
+                    return
+            dropped = sum(isinstance(answer, str) for answer in upload.answers)
+            if dropped >= UPLOAD_DROPS or time.monotonic() > deadline:
+                return
+            await asyncio.sleep(2.0)
 
     async def drive_sweep(self, order: SweepOrder, started: float) -> None:
         await asyncio.sleep(max(0.0, started + order.submit_at - time.monotonic()))
@@ -877,6 +1110,8 @@ class Snapshot:
     steps: dict[int, dict[int, dict[str, Any]]]
     audit: list[dict[str, Any]]
     sweeps: dict[int, dict[str, Any]]
+    file_bytes: dict[str, int]
+    """Bytes of uploaded files each team holds."""
 
     @classmethod
     def read(cls, service: Deployment) -> Snapshot:
@@ -890,7 +1125,12 @@ class Snapshot:
                 steps[row["job_id"]][row["step"]] = as_dict(row["metrics"])
             audit = conn.execute("SELECT action, target, status_code, detail FROM audit_log")
             sweeps = {row["id"]: row for row in conn.execute("SELECT * FROM sweeps")}
-            return cls(jobs, events, steps, audit.fetchall(), sweeps)
+            held = conn.execute(
+                "SELECT teams.name, sum(files.bytes) AS bytes FROM files JOIN teams"
+                " ON teams.id = files.team_id GROUP BY teams.name"
+            )
+            file_bytes = {row["name"]: int(row["bytes"]) for row in held}
+            return cls(jobs, events, steps, audit.fetchall(), sweeps, file_bytes)
 
     def job(self, order: Order) -> dict[str, Any] | None:
         return self.jobs.get(next(iter(order.job_ids))) if order.job_ids else None
@@ -914,7 +1154,9 @@ class Snapshot:
         return sum(1 for job in self.events.values() for e in job if matches(e["message"]))
 
 
-def check_ends(orders: list[Order], db: Snapshot) -> list[Check]:
+def check_ends(orders: list[Order], db: Snapshot, setup: set[int]) -> list[Check]:
+    """Of the clients' jobs; `setup` are the jobs the soak submitted itself (the budget
+    team's), which no client sent."""
     wrong = Check("every job reached the end its client asked for", out_of=len(orders))
     lost = Check("lost: not accepted, not in the database, or never ended", out_of=len(orders))
     doubled = Check("duplicated: more than one job for one submission", out_of=len(orders))
@@ -933,7 +1175,7 @@ def check_ends(orders: list[Order], db: Snapshot) -> list[Check]:
             doubled.broken(f"{order.key}: jobs {sorted(order.job_ids)}")
     keys = {order.key for order in orders}
     for job_id, job in db.jobs.items():
-        if job["idempotency_key"] not in keys and job["sweep_id"] is None:
+        if job["idempotency_key"] not in keys and job["sweep_id"] is None and job_id not in setup:
             doubled.broken(f"job {job_id} was submitted by no client")
     return [wrong, lost, doubled]
 
@@ -957,11 +1199,16 @@ def check_attempts(service: Deployment, db: Snapshot) -> Check:
 
 
 def check_steps(
-    noun: str, runs: list[tuple[dict[str, Any], str]], db: Snapshot, curves: dict[str, dict]
+    noun: str,
+    runs: list[tuple[dict[str, Any], str]],
+    db: Snapshot,
+    curves: dict[str, dict],
+    serving: set[int],
 ) -> list[Check]:
     """Of each (job, clean_key of the spec it should have run): a succeeded job's rows are
     the clean run's steps, a stopped one's the first ones; every value equals the clean
-    run's; a succeeded job's usage is the clean run's."""
+    run's; a succeeded job's usage is the clean run's, unless the job is `serving` (its
+    weights a server teacher's: their scoring is counted in its usage too)."""
     rows_wrong = Check(f"{noun} step rows not exactly its steps", out_of=len(runs))
     differing = Check(f"{noun} values differing from a clean run, bit for bit", out_of=0)
     usage_wrong = Check(f"{noun} usage totals differing from a clean run", out_of=0)
@@ -980,7 +1227,7 @@ def check_steps(
                     differing.broken(
                         f"job {job['id']} step {step} {key}: {have.get(key)!r} != {want.get(key)!r}"
                     )
-        if succeeded:
+        if succeeded and job["id"] not in serving:
             usage_wrong.chance()
             have_usage = {name: job[name] for name in USAGE}
             if have_usage != usage_of(clean):
@@ -1141,6 +1388,37 @@ def check_audit(orders: list[Order], sweep_orders: list[SweepOrder], db: Snapsho
     return unaudited
 
 
+def served_jobs(orders: list[Order]) -> set[int]:
+    """The jobs whose weights a server teacher served (their usage counts that scoring)."""
+    return {job_id for order in orders if order.taught_by for job_id in order.taught_by.job_ids}
+
+
+def check_served(orders: list[Order], db: Snapshot) -> Check:
+    """A job taught by a server that succeeded ran each of its steps once."""
+    served = [job for order in orders if order.taught_by and (job := db.job(order))]
+    wrong = Check("server-taught job step rows not exactly its steps", out_of=len(served))
+    for job in served:
+        steps = sorted(db.steps[job["id"]])
+        if job["status"] == "succeeded" and steps != list(range(job["total_steps"])):
+            wrong.broken(f"job {job['id']}: steps {steps}; {db.timeline(job['id'])}")
+    return wrong
+
+
+def check_uploads(uploads: list[Upload], db: Snapshot) -> list[Check]:
+    """Every upload was answered 201 (200: bytes the team stored already) or a 4xx, in
+    the end; no team holds more file bytes than its quota."""
+    answered = Check("uploads answered neither 201 nor a 4xx", out_of=len(uploads))
+    for upload in uploads:
+        final = upload.final
+        if not (isinstance(final, int) and (final in (200, 201) or 400 <= final < 500)):
+            answered.broken(f"{upload.filename}: {upload.answers}")
+    over = Check("teams holding more file bytes than their quota", out_of=len(db.file_bytes))
+    for team, held in sorted(db.file_bytes.items()):
+        if held > FILE_QUOTA:
+            over.broken(f"{team}: {held} bytes, quota {FILE_QUOTA}")
+    return [answered, over]
+
+
 def check_limits(peaks: dict[str, int]) -> Check:
     over = Check("team limits exceeded (most jobs running at once)", out_of=len(TEAMS))
     for team, limits in TEAMS.items():
@@ -1166,27 +1444,34 @@ def check_all(
     db: Snapshot,
     orders: list[Order],
     sweep_orders: list[SweepOrder],
+    uploads: list[Upload],
     curves: dict[str, dict[int, dict]],
     receivers: dict[str, Receiver],
     peaks: dict[str, int],
+    setup: set[int],
 ) -> Findings:
-    jobs = [(job, clean_key(order.spec)) for order in orders if (job := db.job(order))]
+    jobs = [
+        (job, clean_key(order.spec))
+        for order in orders
+        if order.taught_by is None and (job := db.job(order))
+    ]
     trials = db.trials()
+    trial_runs = [(trial, clean_key(as_dict(trial["spec"]))) for trial in trials]
     webhooks, repeats = check_webhooks(teams_jobs(orders, sweep_orders, db), receivers)
     crashed = Check("processes that exited without a fault")
     for exit in service.unplanned_exits:
         crashed.broken(exit)
     checks = [
-        *check_ends(orders, db),
+        *check_ends(orders, db, setup),
         check_attempts(service, db),
-        *check_steps("job", jobs, db, curves),
+        *check_steps("job", jobs, db, curves, served_jobs(orders)),
         *check_sweeps(sweep_orders, db),
-        *check_steps(
-            "trial", [(trial, clean_key(as_dict(trial["spec"]))) for trial in trials], db, curves
-        ),
+        *check_steps("trial", trial_runs, db, curves, set()),
         *webhooks,
+        check_served(orders, db),
         check_audit(orders, sweep_orders, db),
         check_limits(peaks),
+        *check_uploads(uploads, db),
         crashed,
     ]
     stopped = [trial for trial in trials if trial["stop_reason"] == EARLY_STOPPED]
@@ -1199,9 +1484,10 @@ def check_all(
         "peaks": dict(peaks),
         "trials": len(trials),
         "steps saved": sum(trial["total_steps"] - trial["steps_done"] for trial in stopped),
+        "uploads": Counter(f"{upload.kind} {upload.final}" for upload in uploads),
     }
     ends = {
-        "jobs": Counter(job["status"] for job, _ in jobs),
+        "jobs": Counter(job["status"] for order in orders if (job := db.job(order))),
         "sweeps": Counter(sweep["status"] for sweep in db.sweeps.values()),
         "trials": Counter(
             "stopped early" if trial in stopped else trial["status"] for trial in trials
@@ -1315,8 +1601,10 @@ async def soak(
     service: Deployment,
     orders: list[Order],
     sweep_orders: list[SweepOrder],
+    uploads: list[Upload],
     keys: dict[str, str],
     options: argparse.Namespace,
+    run_id: str,
 ) -> tuple[Chaos, Traffic]:
     chance = random.Random(options.seed + 1)
     chaos = Chaos(service, chance)
@@ -1329,6 +1617,7 @@ async def soak(
         driving = asyncio.gather(
             *(clients.run(order, clients.drive(order, started)) for order in orders),
             *(clients.run(order, clients.drive_sweep(order, started)) for order in sweep_orders),
+            *(clients.upload(upload, run_id, started) for upload in uploads),
         )
         await chaos.run(options.kinds, window, options.faults)
         progress(f"{len(chaos.injected)} faults injected; waiting for the jobs and sweeps to end")
@@ -1376,31 +1665,38 @@ def trial_specs(db: Snapshot) -> dict[str, dict[str, Any]]:
 
 def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
     window = options.minutes * 60
-    orders = plan_orders(options, f"{os.getpid()}")
+    run_id = f"{os.getpid()}"
+    orders = plan_orders(options, run_id) + plan_served(options, run_id)
     sweep_orders = plan_sweeps(options)
-    specs = {clean_key(order.spec): order.spec for order in orders}
+    uploads = plan_uploads(options)
+    specs = {clean_key(order.spec): order.spec for order in orders if order.taught_by is None}
     with ExitStack() as stack:
         home = stack.enter_context(scratch_home())
         progress(f"clean runs of the jobs' {len(specs)} distinct specs (the engine alone)")
         began = time.monotonic()
         curves = clean_runs(specs, home / "clean")
         clean_seconds = time.monotonic() - began
-        progress("starting the deployment: Postgres, Redis, 2 APIs, 3 workers")
+        progress("starting the deployment: Postgres, Redis, S3, 2 APIs, 3 workers")
         service = stack.enter_context(deployment(home))
         receivers = {team: Receiver() for team in TEAMS}
         keys = {}
         for team, limits in TEAMS.items():
             server = stack.enter_context(Server(receivers[team]))
             keys[team], receivers[team].secret = create_team(service, team, limits, server.url)
+        for team in UPLOAD_TEAMS:
+            body = {"team": team}
+            keys[team] = setup_call(service, service.admin_key, "POST", "/v1/keys", body)["key"]
         progress(
-            f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s and {len(sweep_orders)} "
-            f"sweeps over {window * SWEEP_SHARE:.0f} s, {options.faults} faults over "
-            f"{window:.0f} s"
+            f"{len(orders)} jobs over {window * SUBMIT_SHARE:.0f} s ({options.served} taught by "
+            f"a server), {len(sweep_orders)} sweeps over {window * SWEEP_SHARE:.0f} s, "
+            f"{len(uploads)} uploads, {options.faults} faults over {window:.0f} s"
         )
         budgeted = BudgetTeam.start(service, options.steps, home / "clean")
         began = time.monotonic()
         with running_peaks(service) as peaks:
-            chaos, traffic = asyncio.run(soak(service, orders, sweep_orders, keys, options))
+            chaos, traffic = asyncio.run(
+                soak(service, orders, sweep_orders, uploads, keys, options, run_id)
+            )
         soak_seconds = time.monotonic() - began
         wait_for_webhooks(orders, sweep_orders, receivers)
         budgeted.settle(service)
@@ -1410,7 +1706,17 @@ def run(options: argparse.Namespace) -> tuple[list[Fault], Findings, Traffic]:
         began = time.monotonic()
         curves |= clean_runs(unrun, home / "clean")
         clean_seconds += time.monotonic() - began
-        findings = check_all(service, db, orders, sweep_orders, curves, receivers, dict(peaks))
+        findings = check_all(
+            service,
+            db,
+            orders,
+            sweep_orders,
+            uploads,
+            curves,
+            receivers,
+            dict(peaks),
+            set(budgeted.job_ids),
+        )
         findings.checks += budgeted.checks(db)
         findings.figures |= {
             "clean seconds": clean_seconds,
@@ -1467,6 +1773,8 @@ def report(
         f"Sweeps' trials {figures['trials']}, steps early stopping saved "
         f"{figures['steps saved']}; workers killed while controlling a sweep "
         f"{figures['controllers killed']}",
+        "Uploads by their last answer: "
+        + ", ".join(f"{what} x{n}" for what, n in sorted(figures["uploads"].items())),
         f"Clean runs {figures['clean seconds']:.0f} s; the soak, from the first submit to "
         f"the last job's end, {figures['soak seconds']:.0f} s",
     ]
@@ -1489,14 +1797,19 @@ def parse_options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--sweeps", type=int, default=6, help="sweeps of 4 trials, half cancelled midway (6)"
     )
+    parser.add_argument(
+        "--served", type=int, default=2, help="jobs taught by the service's own /v1 (2)"
+    )
     parser.add_argument("--steps", type=int, default=30, help="steps of every job (30)")
     parser.add_argument("--seed", type=int, default=0, help="the jobs, their plans and faults")
     options = parser.parse_args(argv)
     options.kinds = options.kinds.split(",")
     if unknown := set(options.kinds) - FAULTS.keys():
         parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
-    if options.jobs < 1 or options.sweeps < 0 or options.minutes <= 0 or options.steps < 10:
-        parser.error("--jobs and --minutes must be positive, --steps at least 10")
+    if options.jobs < 1 or min(options.sweeps, options.served) < 0 or options.minutes <= 0:
+        parser.error("--jobs and --minutes must be positive, --sweeps and --served not negative")
+    if options.steps < 10:
+        parser.error("--steps must be at least 10")
     if options.faults is None:
         options.faults = max(1, round(options.minutes * 3))
     return options

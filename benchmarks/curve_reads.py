@@ -67,6 +67,7 @@ from app.records.store import record_step, upsert_metrics
 from kernel.spec import JobSpec
 from kernel.spec.base import MAX_STEPS
 from worker.service.requeuer import requeue_lost
+from worker.service.sight import DatabaseSight, blind_after
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER_ID = "benchmark-writer"
@@ -393,7 +394,8 @@ async def requeue_time(url: str, redis_url: str, queue_name: str, jobs: int) -> 
         database_url=url, redis_url=redis_url, queue_name=queue_name, heartbeat_timeout=86_400
     )
     began = time.perf_counter()
-    sent = await requeue_lost(sessions, queue, settings)
+    sight = DatabaseSight(blind_after(settings.heartbeat_timeout, settings.sweep_interval))
+    sent = await requeue_lost(sessions, queue, settings, sight)
     seconds = time.perf_counter() - began
     await queue.close()
     await engine.dispose()

@@ -159,7 +159,7 @@ async def seed_sweep(
     """A running sweep with all its planned trials, trial n `progress(n)` = (status, steps
     recorded); running ones held by `worker_id`. The sweep is leased to SEEDER (no
     controller takes it) until `release` is called. Returns the sweep's and trials' ids."""
-    sweep = await create_sweep(session, team_id, definition)
+    sweep, _ = await create_sweep(session, team_id, definition)
     now = utcnow()
     await session.execute(
         update(Sweep)

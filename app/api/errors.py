@@ -18,11 +18,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.budgets.errors import BudgetExceeded, BudgetRefused
 from app.core.documents import TooLargeToStore
+from app.core.idempotency import IdempotencyMismatch
 from app.core.tables import utcnow
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.files.errors import FileInUse, FileNotFound, FileRefused
 from app.jobs.errors import (
-    IdempotencyMismatch,
     IllegalTransition,
     JobNotFound,
     SpecNotFound,

@@ -16,7 +16,7 @@ A refusal is SpecRefused (the field and why); each door words it its own way: th
 422 naming `param`, the dashboard at the field of its form, the controller as a failed
 trial. A sweep is admitted whole by `admit_sweep`: its size bounded, no parameter under an
 `init_from` but its job and checkpoint, then every probe, parsed off the event loop and
-checked against the database once per distinct set of weights it names.
+checked against the database once per distinct set of weights and files it names.
 """
 
 from __future__ import annotations
@@ -82,12 +82,14 @@ def problems_of(error: SpecError, prefix: str) -> SpecRefused:
     return SpecRefused(f"{prefix}.{first}", message + more)
 
 
-def weights_named(spec: JobSpec) -> str:
-    """What of a spec the weights rules read (the backend, and each model's names, paths and
-    init_from, by the field it is written at): specs alike in it pass or fail alike."""
+def database_named(spec: JobSpec) -> str:
+    """What of a spec the rules that ask the database read (the backend; each model's
+    names, paths and init_from; each file dataset), by the field it is written at: specs
+    alike in it pass or fail alike."""
     models = {
         spec.teacher_field(name): teacher.model_dump(mode="json", include=WEIGHTS_FIELDS)
         for name, teacher in spec.teacher_specs().items()
     }
     models["student"] = spec.student.model_dump(mode="json", include=WEIGHTS_FIELDS)
-    return json.dumps([spec.backend, models], sort_keys=True)
+    files = {at: dataset.model_dump(mode="json") for at, dataset in spec.file_datasets()}
+    return json.dumps([spec.backend, models, files], sort_keys=True)

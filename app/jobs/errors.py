@@ -13,10 +13,6 @@ class IllegalTransition(Exception):
     """The job's current status does not allow the change; the message says why."""
 
 
-class IdempotencyMismatch(ValueError):
-    """An Idempotency-Key was reused with a different request body."""
-
-
 class JobNotHeld(Exception):
     """The worker no longer holds this job: another worker took it over, or it ended."""
 

@@ -12,11 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.core.config import Settings
+from app.core.idempotency import Idempotency
 from app.core.queue import JobQueue
 from app.jobs.admission import admit
 from app.jobs.dispatch import enqueue_job
 from app.jobs.limits import Limits, QueueFull
-from app.jobs.store import ActionResult, Idempotency, create_job
+from app.jobs.store import ActionResult, create_job
 from kernel.spec import JobSpec
 
 

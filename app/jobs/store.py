@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import commit_or_flush, detach
 from app.core.documents import stored_json
-from app.core.idempotency import Idempotency
+from app.core.idempotency import Idempotency, insert_once
 from app.core.tables import utcnow
-from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound, JobNotHeld
+from app.jobs.errors import IllegalTransition, JobNotFound, JobNotHeld
 from app.jobs.fairness import fair_pick
 from app.jobs.limits import (
     Limits,
@@ -117,31 +116,12 @@ async def create_job(
         spec=stored,
         total_steps=spec.loop.steps,
         priority=spec.priority,
-        idempotency_key=idempotency.key if idempotency else None,
-        request_hash=idempotency.fingerprint if idempotency else None,
         sweep_id=trial[0] if trial else None,
         sweep_trial=trial[1] if trial else None,
     )
-    session.add(job)
-    try:
-        await session.flush()
-    except IntegrityError:
-        await session.rollback()
-        if idempotency is None:
-            raise  # the sweep's trial exists
-        existing = (
-            await session.execute(
-                select(Job).where(Job.team_id == team_id, Job.idempotency_key == idempotency.key)
-            )
-        ).scalar_one_or_none()
-        if existing is None:
-            raise
-        if existing.request_hash != idempotency.fingerprint:
-            raise IdempotencyMismatch(
-                f"Idempotency-Key {idempotency.key!r} was already used for job {existing.id} "
-                "with a different body; use a new key for a new job"
-            ) from None
-        return ActionResult(detach(session, existing), changed=False)
+    job, made = await insert_once(session, job, idempotency, "job")
+    if not made:
+        return ActionResult(job, changed=False)
     try:
         await check_queued(session, team_id, limits)
     except QueueFull:

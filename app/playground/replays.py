@@ -14,8 +14,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.jobs.errors import IdempotencyMismatch
-from app.jobs.store import Idempotency
+from app.core.idempotency import Idempotency, IdempotencyMismatch
 from app.playground.tables import Replay
 
 REPLAY_FOR = timedelta(hours=1)

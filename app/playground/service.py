@@ -26,15 +26,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.budgets.service import refuse_if_exhausted
 from app.core.config import Settings
+from app.core.idempotency import Idempotency, IdempotencyMismatch
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue, QueueUnavailable
 from app.core.tables import utcnow
 from app.core.waits import Waits
 from app.core.worker_calls import SAMPLE_TASK, TaskUnanswered, call_worker
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights
-from app.jobs.errors import IdempotencyMismatch, SpecRefused
+from app.jobs.errors import SpecRefused
 from app.jobs.schemas import CheckpointPublic
-from app.jobs.store import Idempotency
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.playground.replays import Claim, claim, kept_first, release

@@ -1,21 +1,24 @@
 """A sweep is admitted whole: its size bounded, no parameter under an `init_from` but its
 job and checkpoint, then every probe (each grid point, else each listed value and range
 end) through the one admission of a job (app/jobs/admission.py), parsed off the event
-loop and checked against the database once per distinct set of weights it names."""
+loop and checked against the database once per distinct set of weights and files it
+names."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import anyio.to_thread
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import Principal
 from app.core.config import Settings
-from app.jobs.admission import admit, check_names, problems_of, weights_named, with_weights
+from app.jobs.admission import admit, check_names, database_named, problems_of, with_weights
 from app.jobs.continuation import editable
 from app.jobs.errors import SpecRefused
 from app.jobs.rows import get_job
 from app.sweeps.schemas import SweepCreate, SweepMethod
-from app.sweeps.search import InvalidTrial, Values, extremes, grid, grid_size, trial_spec
+from app.sweeps.search import Values, extremes, grid, grid_size, trial_spec
 from kernel.spec import JobSpec, SpecError, parse_spec
 
 SWEPT_INIT_FROM = ("job", "checkpoint")
@@ -97,18 +100,18 @@ async def check_probes(
 ) -> None:
     """Every grid point (else every listed value and range end) makes a spec the team may
     submit. Parsing them is CPU work, done in a thread so that other requests go on; the
-    database is asked once per distinct set of weights the probes name."""
+    database is asked once per distinct set of weights and files the probes name."""
     probes = grid(definition) if definition.method is SweepMethod.grid else extremes(definition)
     specs = await anyio.to_thread.run_sync(probe_specs, definition, probes, settings)
     checked: set[str] = set()
     for values, spec in specs:
-        if (weights := weights_named(spec)) in checked:
+        if (named := database_named(spec)) in checked:
             continue
         try:
             await with_weights(session, team_id, spec, settings)
         except SpecRefused as refused:
             raise blamed(refused, values) from None
-        checked.add(weights)
+        checked.add(named)
 
 
 def probe_specs(
@@ -128,8 +131,11 @@ def probe_specs(
 
 
 def blamed(refused: SpecRefused, values: Values) -> SpecRefused:
-    """The refusal as one of the parameter whose value it is about, where there is one."""
+    """The refusal as one of the parameter whose value it is about, where there is one (of
+    the same kind: a file of no team of the caller's is a 404 as in a job)."""
     for param, value in values.items():
         if refused.param == param or refused.param.startswith(f"{param}."):
-            return InvalidTrial(param, f"{value!r}: {refused.message}")
+            return replace(
+                refused, param=f"parameters.{param}", message=f"{value!r}: {refused.message}"
+            )
     return refused

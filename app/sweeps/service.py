@@ -13,6 +13,7 @@ from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.db import detach
+from app.core.idempotency import Idempotency
 from app.jobs.schemas import JobStatus
 from app.jobs.service import Door
 from app.jobs.tables import Job
@@ -42,18 +43,26 @@ from app.sweeps.tables import Sweep
 
 
 async def submit_definition(
-    session: AsyncSession, principal: Principal, body: SweepCreate, settings: Settings, door: Door
-) -> Sweep:
-    """Admit a sweep and store it; the workers' controller starts its trials. Raises
-    SpecRefused, or JobNotFound for a `base_job` the caller cannot read."""
+    session: AsyncSession,
+    principal: Principal,
+    body: SweepCreate,
+    settings: Settings,
+    door: Door,
+    idempotency: Idempotency | None = None,
+) -> tuple[Sweep, bool]:
+    """Admit a sweep and store it; the workers' controller starts its trials. (sweep,
+    False) for a repeat of an idempotent request: the sweep first made, nothing stored or
+    audited again. Raises SpecRefused, IdempotencyMismatch, or JobNotFound for a
+    `base_job` the caller cannot read."""
     definition = await admit_sweep(session, principal, body, settings)
-    sweep = await create_sweep(
-        session, principal.team_id, definition, settings.max_spec_bytes, commit=False
+    sweep, made = await create_sweep(
+        session, principal.team_id, definition, settings.max_spec_bytes, idempotency, commit=False
     )
-    await record_audit(
-        session, principal, "sweep.create", f"sweep {sweep.id}", door.status_code, door.detail
-    )
-    return sweep
+    if made:
+        await record_audit(
+            session, principal, "sweep.create", f"sweep {sweep.id}", door.status_code, door.detail
+        )
+    return sweep, made
 
 
 def trial_public(

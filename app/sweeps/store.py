@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import DEFAULT_MAX_SPEC_BYTES
 from app.core.db import commit_or_flush, detach
 from app.core.documents import stored_json
+from app.core.idempotency import Idempotency, insert_once
 from app.core.tables import utcnow
 from app.jobs.errors import IllegalTransition
 from app.jobs.schemas import TERMINAL_STATUSES, JobAction, JobStatus
@@ -40,12 +41,15 @@ async def create_sweep(
     team_id: int,
     definition: SweepCreate,
     max_bytes: int = DEFAULT_MAX_SPEC_BYTES,
+    idempotency: Idempotency | None = None,
     *,
     commit: bool = True,
-) -> Sweep:
+) -> tuple[Sweep, bool]:
     """Store a running sweep (its base already validated: `base_job`'s spec, if it names
     one, is its base); the controller starts its trials (commit=False: the caller
-    commits). A definition larger than `max_bytes` is not stored: TooLargeToStore."""
+    commits). (sweep, True) when made; (the sweep first made, False) for a repeat of the
+    request its Idempotency-Key came with; IdempotencyMismatch for another request. A
+    definition larger than `max_bytes` is not stored: TooLargeToStore."""
     now = utcnow()
     stored = definition.model_dump(mode="json", exclude={"base_job"})
     sweep = Sweep(
@@ -56,9 +60,19 @@ async def create_sweep(
         created_at=now,
         updated_at=now,
     )
-    session.add(sweep)
+    sweep, made = await insert_once(session, sweep, idempotency, "sweep")
+    if not made:
+        return sweep, False
     await commit_or_flush(session, commit)
-    return detach(session, sweep)
+    return detach(session, sweep), True
+
+
+async def sweep_keyed(session: AsyncSession, team_id: int, idempotency: Idempotency) -> bool:
+    """Whether the team made a sweep with this Idempotency-Key (a retry starts nothing new)."""
+    query = select(Sweep.id).where(
+        Sweep.team_id == team_id, Sweep.idempotency_key == idempotency.key
+    )
+    return (await session.execute(query)).first() is not None
 
 
 async def get_sweep(session: AsyncSession, sweep_id: int, team_id: int | None = None) -> Sweep:

@@ -8,6 +8,7 @@ from sqlalchemy import (
     Index,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlmodel import Field, SQLModel
 
@@ -23,6 +24,7 @@ class Sweep(SQLModel, table=True):
     __table_args__ = (
         Index("ix_sweeps_team_id_id", "team_id", "id"),
         Index("ix_sweeps_status", "status"),
+        UniqueConstraint("team_id", "idempotency_key", name="uq_sweeps_team_idempotency_key"),
     )
 
     id: int | None = Field(default=None, primary_key=True)
@@ -40,6 +42,9 @@ class Sweep(SQLModel, table=True):
     error_message: str | None = Field(default=None, sa_type=Text)
     lease_owner: str | None = Field(default=None, sa_type=String(200))
     lease_until: datetime | None = optional_timestamp()
+    idempotency_key: str | None = Field(default=None, sa_type=String(255))
+    request_hash: str | None = Field(default=None, sa_type=String(64))
+    """The Idempotency-Key the sweep was created with, and a digest of that request."""
 
 
 class SweepRung(SQLModel, table=True):

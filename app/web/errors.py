@@ -17,8 +17,9 @@ from fastapi.responses import RedirectResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.core.idempotency import IdempotencyMismatch
 from app.files.errors import FileInUse, FileNotFound
-from app.jobs.errors import IdempotencyMismatch, IllegalTransition, JobNotFound
+from app.jobs.errors import IllegalTransition, JobNotFound
 from app.sweeps.errors import SweepNotFound
 from app.web.templating import render
 from kernel.wording import one_line, problems

@@ -34,7 +34,7 @@ CHUNK = 1 << 20
 class Call:
     """One API request. `resendable`: sending it twice does no more than sending it once
     (reads, job actions, and the POSTs the API answers once per `Idempotency-Key`: job
-    submissions, playground samples). `waits`: seconds the API may hold it before it
+    submissions, sweeps, playground samples). `waits`: seconds the API may hold it before it
     answers (a playground sample waits for a worker), added to the client's read timeout."""
 
     method: str

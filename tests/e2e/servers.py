@@ -1,5 +1,5 @@
-"""Real Redis, Postgres and MLflow servers of a test's own, to stop and start for fault
-tests (the machine's shared servers stay untouched)."""
+"""Real Redis, Postgres, S3 (moto) and MLflow servers of a test's own, to stop and start
+for fault tests (the machine's shared servers stay untouched)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,47 @@ class PostgresServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+class S3Server:
+    """moto's S3 server on a free port, with one bucket (`s3://<bucket>/opd`, reached with
+    `env`); what it holds lives in its memory and goes with it."""
+
+    def __init__(self, bucket: str = "opd") -> None:
+        self.port = free_port()
+        self.bucket = bucket
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def storage_url(self) -> str:
+        return f"s3://{self.bucket}/opd"
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        """The AWS_* variables that reach it (through `endpoint`, a relay, if given)."""
+        return {
+            "AWS_ENDPOINT_URL": endpoint or self.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+        }
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for_port(self.port)
+        httpx.put(f"{self.url}/{self.bucket}", timeout=10).raise_for_status()
+
+    def remove(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(30)
+            self.process = None
+
+
 class MlflowServer:
     """`mlflow server` on a free port, its SQLite store and artifacts in a folder of its own."""
 
@@ -173,6 +214,8 @@ class Relay:
 
     def stop(self) -> None:
         if self.listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accept blocked on it
+                self.listener.shutdown(socket.SHUT_RDWR)
             self.listener.close()
             self.listener = None
 
@@ -190,7 +233,11 @@ class Relay:
                 client, _ = listener.accept()
             except OSError:  # closed
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is down: so is this connection
+                client.close()
+                continue
             self.connections += [client, server]
             answer = bytearray()
             lost = self.withhold_first and not self.answers

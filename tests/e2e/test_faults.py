@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 
 from app.core.db import sync_url
 from tests.e2e.conftest import ROOT, Service, deployment, tiny_spec
-from tests.e2e.servers import PostgresServer, RedisServer
+from tests.e2e.servers import PostgresServer, RedisServer, Relay
 
 SPEC = tiny_spec(steps=20, save_every=5)
 OFF_POLICY_SPEC = tiny_spec(steps=20, save_every=5, max_steps_off_policy=1)
@@ -230,3 +230,51 @@ def test_database_outage_mid_job_loses_no_step(tmp_path, own_postgres, uninterru
         assert worker.poll() is None
         log = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
         assert "database write failed" in log  # the outage was really felt
+
+
+def test_a_database_outage_longer_than_the_heartbeat_timeout_takes_no_job_over(
+    tmp_path, own_postgres
+):
+    """Postgres restarts after an outage longer than the heartbeat timeout, and the worker
+    that runs the job reaches it again 3 s after the other (a slow reconnect, as under
+    load): the idle worker, though it sees stale heartbeats first, must not take the job
+    over: it counts no heartbeat missing until it has seen the database for a whole
+    timeout (worker/service/sight.py). One attempt, every step recorded once."""
+    timeout = 6.0
+    spec = tiny_spec(steps=30, save_every=5)
+    relays = [Relay(own_postgres.port), Relay(own_postgres.port)]
+    with deployment(tmp_path, own_postgres.url, heartbeat_timeout=str(timeout)) as service:
+        workers = {}
+        for relay in relays:
+            relay.start()
+            url = f"postgresql://postgres@127.0.0.1:{relay.port}/postgres"
+            workers[service.start_worker(OPD_DATABASE_URL=url).pid] = relay
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("worker-*.log"))) < 2 or not all(
+            "serving queue" in log.read_text() for log in tmp_path.glob("worker-*.log")
+        ):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        time.sleep(timeout + 1)  # both have seen the database for a heartbeat timeout
+        job = service.submit(spec)
+        running = service.wait(job["id"], at_step(3))
+        runner = workers[int(running["worker_id"].rsplit(":", 1)[1])]
+        (idle,) = (relay for relay in relays if relay is not runner)
+
+        for relay in relays:
+            relay.cut()
+        own_postgres.stop()
+        time.sleep(timeout + 2)
+        own_postgres.start()
+        idle.start()
+        time.sleep(3)
+        runner.start()
+
+        done = service.wait(job["id"])
+        assert done["status"] == "succeeded", done
+        assert done["attempts"] == 1, events(service, job["id"])
+        assert "took over" not in events(service, job["id"])
+        steps = [step for step, _ in metric_rows(service, job["id"])]
+        assert steps == list(range(spec["loop"]["steps"]))
+        log = "".join(p.read_text() for p in tmp_path.glob("worker-*.log"))
+        assert "heartbeat failed" in log  # the outage was really felt

@@ -247,7 +247,9 @@ def store_sweep(service: Service, team: str, definition: dict[str, Any]) -> int:
             async with session_factory(engine)() as session:
                 query = select(Team.id).where(Team.name == team)
                 team_id = (await session.execute(query)).scalar_one()
-                sweep = await create_sweep(session, team_id, SweepCreate.model_validate(definition))
+                sweep, _ = await create_sweep(
+                    session, team_id, SweepCreate.model_validate(definition)
+                )
                 return sweep.id or 0
         finally:
             await engine.dispose()

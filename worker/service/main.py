@@ -66,7 +66,7 @@ async def requeue_forever(ctx: WorkerContext) -> None:
                 prices = PriceTable(ctx.settings.prices)
                 for job_id in await resume_spending(session, ctx.queue, prices, utcnow()):
                     log.info("resumed job %s: its team's budget allows it again", job_id)
-            await requeue_lost(ctx.sessions, ctx.queue, ctx.settings)
+            await requeue_lost(ctx.sessions, ctx.queue, ctx.settings, ctx.sight)
         except Exception as error:  # Redis or the database may be away; try next time
             log.warning("requeue pass failed: %s", error)
         await asyncio.sleep(ctx.settings.sweep_interval)

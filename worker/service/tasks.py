@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,7 @@ from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.tracking.mlflow_mirror import MlflowSink
 from worker.engine.tracking.sinks import FanOut, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, Spending, persist
+from worker.service.sight import DatabaseSight, blind_after
 from worker.service.trackers import mlflow_mirror
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,13 @@ class WorkerContext:
     """Called after this worker ended an attempt (a webhook may be due: send it now)."""
     mirrors: set[MlflowSink] = field(default_factory=set)
     """MLflow mirrors still sending (they outlive their attempt while the tracker is away)."""
+    sight: DatabaseSight = field(init=False)
+    """What the requeuer saw of the database: a job is taken over only once it saw it for
+    a heartbeat timeout (worker/service/sight.py)."""
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.sight = DatabaseSight(blind_after(settings.heartbeat_timeout, settings.sweep_interval))
 
 
 async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState | None:
@@ -325,12 +334,14 @@ async def stop(ctx: WorkerContext, job_id: int, reason: str, state: SavedState |
 
 async def take(ctx: WorkerContext, job_id: int | None) -> Job | None:
     """The job this slot runs next: `job_id` if its worker died (or None when it needs no
-    run), else the queued job fair dispatch picks; None when nothing may start. The queued
+    run; judged only once this process has seen the database for a heartbeat timeout),
+    else the queued job fair dispatch picks; None when nothing may start. The queued
     jobs' reasons are brought up to date: whose team's running limit holds them back."""
     limits = Limits.of(ctx.settings)
     timeout = ctx.settings.heartbeat_timeout
+    judged = ctx.sight.watched_for(timeout, time.monotonic())
     async with ctx.sessions() as session:
-        if job_id is not None and job_id not in ctx.running:
+        if job_id is not None and job_id not in ctx.running and judged:
             job = await take_over(session, job_id, ctx.worker_id, heartbeat_timeout=timeout)
             if job is not None:
                 return job

@@ -28,6 +28,7 @@ from app.budgets.estimates import estimate_spec
 from app.budgets.schemas import Estimate
 from app.budgets.service import admit_spending
 from app.core.config import Settings
+from app.core.idempotency import Idempotency
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.core.tables import utcnow
@@ -38,7 +39,7 @@ from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
 from app.jobs.service import API, submit_spec
-from app.jobs.store import ActionResult, Idempotency, apply_action
+from app.jobs.store import ActionResult, apply_action
 from app.jobs.tables import Job
 from kernel.spec import JobSpec
 from kernel.spec.teachers import priced_teacher
@@ -53,7 +54,9 @@ IdempotencyKey = Annotated[
         alias="Idempotency-Key",
         min_length=1,
         max_length=255,
-        description="Same key + same body = the same job (200); a different body = 422.",
+        description=(
+            "Same key + same body = what the first request made (200); a different body = 422."
+        ),
     ),
 ]
 RETRY_AFTER_SECONDS = 60

@@ -34,10 +34,10 @@ from app.api.routes.jobs import IdempotencyKey
 from app.api.routes.playground import idempotency_of
 from app.auth.keys import Principal
 from app.auth.tables import Team
+from app.core.idempotency import Idempotency
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
-from app.jobs.store import Idempotency
 from app.jobs.tables import Job
 from app.playground.schemas import PlaygroundAnswer
 from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, Served

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import IdempotencyKey
-from app.jobs.store import Idempotency
+from app.core.idempotency import Idempotency
 from app.playground.schemas import PlaygroundAnswer
 from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, itself
 from kernel.playground import SampleRequest

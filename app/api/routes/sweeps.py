@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import Cursor, PricesDep, PrincipalDep, SessionDep, SettingsDep, SweepId
 from app.api.errors import error_responses
+from app.api.routes.jobs import IdempotencyKey
 from app.audit.store import record_audit
 from app.budgets.schemas import SweepEstimate
 from app.budgets.service import refuse_if_exhausted
+from app.core.idempotency import Idempotency
 from app.core.tables import utcnow
 from app.jobs.service import API
 from app.sweeps.estimate import estimate_sweep
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepsPage
 from app.sweeps.service import cancel_sweep, list_sweeps, read_sweep, submit_definition
+from app.sweeps.store import sweep_keyed
 
 router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], responses=error_responses(401, 422, 503))
 
@@ -27,22 +30,36 @@ MAX_PAGE = 100
     "",
     status_code=201,
     response_model=SweepDetail,
-    responses=error_responses(400, 403, 404, 413, 415),
+    responses={
+        200: {"model": SweepDetail, "description": "Idempotent repeat: the sweep first created."},
+        **error_responses(400, 403, 404, 413, 415),
+    },
 )
 async def submit_sweep(
     body: SweepCreate,
+    request: Request,
+    response: Response,
     session: SessionDep,
     principal: PrincipalDep,
     settings: SettingsDep,
     prices: PricesDep,
+    idempotency_key: IdempotencyKey = None,
 ) -> SweepDetail:
     """Store the sweep; the workers' controller starts its trials (ordinary jobs of the
     team, within its limits and `parallel`) and stops the losers. Nothing is stored unless
     the base and every grid point (else every listed value and range end) make a spec the
     team may submit (app/jobs/admission.py; a 422 names the parameter). `base_job` must be one
-    of the team's jobs. With the team's budget spent this period: 429 `budget_exceeded`."""
-    await refuse_if_exhausted(session, principal.team_id, prices, utcnow())
-    sweep = await submit_definition(session, principal, body, settings, API)
+    of the team's jobs. With the team's budget spent this period: 429 `budget_exceeded`. With
+    an `Idempotency-Key`, a retry of the request is the sweep first made (200; so even once
+    the budget is spent); the key with another body is a 422."""
+    idempotency = None
+    if idempotency_key is not None:
+        idempotency = Idempotency(idempotency_key, "POST /v1/sweeps", await request.json())
+    if idempotency is None or not await sweep_keyed(session, principal.team_id, idempotency):
+        await refuse_if_exhausted(session, principal.team_id, prices, utcnow())
+    sweep, made = await submit_definition(session, principal, body, settings, API, idempotency)
+    if not made:
+        response.status_code = 200
     return await read_sweep(session, sweep.id or 0)
 
 

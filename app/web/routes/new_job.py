@@ -18,6 +18,7 @@ from app.budgets.estimates import estimate_spec
 from app.budgets.schemas import Estimate
 from app.budgets.service import admit_spending
 from app.core.documents import TooLargeToStore
+from app.core.idempotency import Idempotency
 from app.core.pricing import PriceTable
 from app.core.tables import utcnow
 from app.jobs.continuation import editable
@@ -25,7 +26,6 @@ from app.jobs.errors import SpecRefused
 from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.service import DASHBOARD, submit_spec
-from app.jobs.store import Idempotency
 from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
 from app.web.spec_form import FieldError, check_spec_text

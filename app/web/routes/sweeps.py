@@ -78,7 +78,7 @@ async def submit_sweep(
     text = form.get("definition", "")
     try:
         body = SweepCreate.model_validate(read_yaml(text, "a sweep"))
-        sweep = await submit_definition(session, viewer, body, settings, DASHBOARD)
+        sweep, _ = await submit_definition(session, viewer, body, settings, DASHBOARD)
     except YamlRefused as refused:
         where = "" if refused.line is None else f" (line {refused.line})"
         return form_page(request, viewer, text, f"{refused}{where}")

@@ -9,7 +9,7 @@ from typing import (
 
 from app.budgets.schemas import SweepEstimate
 from app.sweeps.schemas import SweepCreate, SweepDetail, SweepPublic, SweepsPage
-from opd.sdk.resources.base import Resource, X, listed, operation, written
+from opd.sdk.resources.base import Resource, X, idempotency, listed, operation, written
 from opd.sdk.transport import Call, Listing, Steps, fetch
 
 
@@ -17,11 +17,15 @@ class Sweeps(Resource[X]):
     """`/v1/sweeps`: searches over a job spec, whose trials are the team's jobs."""
 
     @operation
-    def create(self, definition: SweepCreate | Mapping[str, Any]) -> Steps[SweepDetail]:
+    def create(
+        self, definition: SweepCreate | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> Steps[SweepDetail]:
         """Start a sweep (a `SweepCreate`, or its fields as a mapping, e.g. a YAML file's).
-        Not sent twice once it may have reached the API: the API keeps no idempotency
-        record for sweeps, so a resent request could start a second one."""
-        call = Call("POST", "/v1/sweeps", json=written(definition), resendable=False)
+        Retried safely: the request carries an `Idempotency-Key` (one of its own unless you
+        give one), so a resent request is the sweep first made."""
+        call = Call(
+            "POST", "/v1/sweeps", json=written(definition), headers=idempotency(idempotency_key)
+        )
         return (yield from fetch(call, SweepDetail))
 
     @operation

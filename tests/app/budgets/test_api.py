@@ -83,6 +83,32 @@ async def test_a_spent_budget_is_a_429_and_a_replay_still_gets_its_job(
     ).status_code == 201
 
 
+async def test_a_sweeps_replay_still_gets_its_sweep_once_the_budget_is_spent(
+    client, key, make_key, sessions
+):
+    admin = await make_key(admin=True)
+    await client.put(f"/v1/teams/{key.team.name}/budget", json={"tokens": 10}, headers=auth(admin))
+    definition = {
+        "name": "lr",
+        "base": small_spec(),
+        "parameters": {"optim.learning_rate": {"values": [1e-3, 3e-3]}},
+        "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+    }
+    retried = {**auth(key), "Idempotency-Key": "sweep-once"}
+    first = await client.post("/v1/sweeps", json=definition, headers=retried)
+    assert first.status_code == 201, first.text
+    job = (await client.post("/v1/jobs", json=small_spec(), headers=auth(key))).json()["id"]
+    async with sessions() as session:
+        await claim_job(session, job, "w1", heartbeat_timeout=60)
+        await record_step(session, job, "w1", 0, usage(5, 5, 5))
+
+    refused = await client.post("/v1/sweeps", json=definition, headers=auth(key))
+    replay = await client.post("/v1/sweeps", json=definition, headers=retried)
+
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "budget_exceeded"
+    assert replay.status_code == 200 and replay.json()["id"] == first.json()["id"]
+
+
 async def test_an_estimate_is_admitted_like_a_job_and_stores_nothing(client, key, sessions):
     spec = small_spec(loop={"steps": 10, "batch_size": 2, "group_size": 3})
     answer = await client.post("/v1/jobs/estimate", json=spec, headers=auth(key))

@@ -22,11 +22,12 @@ from app.budgets.service import (
     standing,
 )
 from app.budgets.store import put_budget
+from app.core.idempotency import Idempotency
 from app.core.pricing import Price, PriceTable
 from app.core.tables import utcnow
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobStatus
-from app.jobs.store import Idempotency, claim_job, create_job
+from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Event
 from app.records.store import record_step
 from app.webhooks.tables import Webhook, WebhookDelivery

@@ -358,6 +358,28 @@ async def test_a_sweeps_trials_keep_the_file_and_get_its_object_again(client, ke
         assert (dataset["file"], dataset["blob"]) == (file["id"], f"{file['sha256']}.jsonl")
 
 
+async def test_a_sweep_over_another_teams_file_is_a_404_naming_the_parameter(client, key, make_key):
+    """Every probe passes a job's admission: probes alike in their weights but not in their
+    file are each checked (they were de-duplicated by weights only: a 201)."""
+    ours = (await upload(client, key, unique_jsonl())).json()["id"]
+    beta = await make_key()
+    theirs = (await upload(client, beta, unique_jsonl())).json()["id"]
+    for method in ("grid", "random"):
+        definition = {
+            "name": "files",
+            "base": small_spec(dataset={"source": "file", "file": ours}),
+            "parameters": {"dataset.file": {"values": [ours, theirs]}},
+            "method": method,
+            "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            "max_trials": 2,
+        }
+        response = await client.post("/v1/sweeps", json=definition, headers=auth(key))
+        assert response.status_code == 404, response.text
+        error = response.json()["error"]
+        assert error["param"] == "parameters.dataset.file" and theirs in error["message"]
+    assert (await client.get("/v1/sweeps", headers=auth(key))).json()["data"] == []
+
+
 async def test_content_redirects_to_a_presigned_url_only_when_the_operator_allows(
     client, key, settings
 ):

@@ -1,5 +1,5 @@
 """Admission on a real database: a sweep's probes ask the database once per distinct set of
-weights they name, however many probes there are; which parameter paths lie under an
+weights and files they name, however many probes there are; which parameter paths lie under an
 `init_from`."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def test_under_init_from_finds_the_field_below_each_init_from() -> None:
         assert under_init_from(elsewhere) is None, elsewhere
 
 
-async def test_a_sweeps_probes_ask_the_database_once_per_weights_named(session, key, settings):
+async def test_a_sweeps_probes_ask_the_database_once_per_weights_and_files_named(
+    session, key, settings
+):
     spec = JobSpec.model_validate(small_spec(backend="trio"))
     trained = (await create_job(session, key.team.id, spec)).job
     await claim_job(session, trained.id, "w", heartbeat_timeout=60)

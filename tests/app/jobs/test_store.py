@@ -7,11 +7,11 @@ import asyncio
 import pytest
 from sqlalchemy import select
 
-from app.jobs.errors import IdempotencyMismatch, JobNotHeld
+from app.core.idempotency import Idempotency, IdempotencyMismatch
+from app.jobs.errors import JobNotHeld
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobStatus
 from app.jobs.store import (
-    Idempotency,
     apply_action,
     claim_job,
     complete_job,

@@ -80,9 +80,9 @@ async def finish(session, job_ids: list[int]) -> None:
 
 
 async def test_trials_fill_parallel_and_the_same_seed_draws_the_same(session, key):
-    first = await create_sweep(session, key.team.id, random_sweep())
-    same = await create_sweep(session, key.team.id, random_sweep())
-    other = await create_sweep(session, key.team.id, random_sweep(seed=4))
+    first, _ = await create_sweep(session, key.team.id, random_sweep())
+    same, _ = await create_sweep(session, key.team.id, random_sweep())
+    other, _ = await create_sweep(session, key.team.id, random_sweep(seed=4))
 
     created = (await step(session, first.id)).created
     assert len(created) == 3
@@ -101,7 +101,7 @@ async def test_trials_fill_parallel_and_the_same_seed_draws_the_same(session, ke
 
 
 async def test_one_controller_holds_a_sweep_until_its_lease_runs_out(session, key):
-    sweep = await create_sweep(session, key.team.id, random_sweep())
+    sweep, _ = await create_sweep(session, key.team.id, random_sweep())
     assert sweep.id in await claim_sweeps(session, OWNER, 60)
     assert sweep.id not in await claim_sweeps(session, "controller-b", 60)
     assert (await advance(session, sweep.id, "controller-b", Limits())).created == []
@@ -121,7 +121,7 @@ async def test_racing_controllers_double_no_trial(sessions, key):
     """Two controllers that read the sweep at the same moment (a lease that ran out under a
     slow one): the second's inserts find the trial numbers taken and stop."""
     async with sessions() as one, sessions() as two:
-        sweep = await create_sweep(one, key.team.id, random_sweep())
+        sweep, _ = await create_sweep(one, key.team.id, random_sweep())
         stale = await read_state(two, await get_sweep(two, sweep.id))
         first, second = Pass(), Pass()
         await add_trials(
@@ -136,7 +136,7 @@ async def test_racing_controllers_double_no_trial(sessions, key):
 
 
 async def test_trials_wait_for_room_under_the_teams_queued_limit(session, key):
-    sweep = await create_sweep(session, key.team.id, random_sweep())
+    sweep, _ = await create_sweep(session, key.team.id, random_sweep())
     limits = Limits(max_queued=1)
     assert len((await step(session, sweep.id, limits=limits)).created) == 1
     assert (await step(session, sweep.id, limits=limits)).created == []
@@ -146,7 +146,7 @@ async def test_trials_wait_for_room_under_the_teams_queued_limit(session, key):
 
 
 async def test_the_sweep_completes_once_its_last_trial_ended(session, key):
-    sweep = await create_sweep(session, key.team.id, random_sweep(parallel=2, max_trials=2))
+    sweep, _ = await create_sweep(session, key.team.id, random_sweep(parallel=2, max_trials=2))
     created = (await step(session, sweep.id)).created
     assert (await step(session, sweep.id)).ended is None
     await finish(session, created)
@@ -175,7 +175,7 @@ async def test_a_trial_that_lost_at_a_rung_is_asked_to_stop_once(session, key):
     definition = random_sweep(parallel=2, max_trials=2).model_copy(
         update={"early_stop": EarlyStop(type="asha", min_steps=1, eta=2)}
     )
-    sweep = await create_sweep(session, key.team.id, definition)
+    sweep, _ = await create_sweep(session, key.team.id, definition)
     leader, loser = await running_trials(session, sweep.id, [1.0, 2.0])
     assert (await step(session, sweep.id)).stopped == []  # step 1 not recorded yet
     for job_id, value in ((leader, 1.0), (loser, 2.0)):
@@ -237,10 +237,10 @@ async def test_a_trial_admission_refuses_ends_failed_and_the_sweep_goes_on(sessi
     other = await make_key()
     theirs = await trained_weights(session, other.team.id, "trio://fake/theirs")
     ours = f"trio://fake/{key.team.name}/final"  # no other test's team records it
-    loaded = await create_sweep(
+    loaded, _ = await create_sweep(
         session, key.team.id, stored_grid({"teacher.init_from.path": [theirs.final_weights_path]})
     )
-    mixed = await create_sweep(
+    mixed, _ = await create_sweep(
         session,
         key.team.id,
         stored_grid(
@@ -273,7 +273,7 @@ async def test_a_trial_of_init_from_job_gets_its_path_from_the_teams_job(session
     definition = stored_grid({"loop.loss_fn": ["importance_sampling"]})
     assert definition.base is not None
     definition.base["teacher"] = {"base_model": "Qwen/Qwen3.5-4B", "init_from": {"job": ours.id}}
-    sweep = await create_sweep(session, key.team.id, definition)
+    sweep, _ = await create_sweep(session, key.team.id, definition)
     (created,) = (await step(session, sweep.id)).created
     init_from = (await get_job(session, created)).spec["teacher"]["init_from"]
     assert init_from["path"] == "trio://fake/ours/final"
@@ -283,7 +283,7 @@ async def test_a_cancel_between_the_controllers_read_and_its_insert_starts_nothi
     """The controller read the sweep running, then the sweep was cancelled, then it would
     insert: the insert's transaction sees the sweep ended, and no trial exists."""
     async with sessions() as controller, sessions() as api:
-        sweep = await create_sweep(controller, key.team.id, random_sweep())
+        sweep, _ = await create_sweep(controller, key.team.id, random_sweep())
         assert sweep.id in await claim_sweeps(controller, OWNER, 60)
         read = await read_state(controller, await get_sweep(controller, sweep.id))
 
@@ -300,7 +300,7 @@ async def test_a_trial_is_inserted_under_a_lock_of_its_sweeps_row(sessions, key)
     """Postgres: while the insert's transaction is open the sweep row is locked, so a
     cancel's update of it waits until the trial is there for the cancel to see."""
     async with sessions() as controller, sessions() as api:
-        sweep = await create_sweep(controller, key.team.id, random_sweep())
+        sweep, _ = await create_sweep(controller, key.team.id, random_sweep())
         assert await held(controller, await get_sweep(controller, sweep.id))
         locked = select(Sweep.id).where(Sweep.id == sweep.id).with_for_update(nowait=True)
         with pytest.raises(DBAPIError, match="could not obtain lock"):
@@ -311,7 +311,7 @@ async def test_a_trial_is_inserted_under_a_lock_of_its_sweeps_row(sessions, key)
 
 
 async def test_the_controller_cancels_unfinished_trials_of_an_ended_sweep(session, key):
-    sweep = await create_sweep(session, key.team.id, random_sweep(parallel=2))
+    sweep, _ = await create_sweep(session, key.team.id, random_sweep(parallel=2))
     created = (await step(session, sweep.id)).created
     await finish(session, created[:1])
     assert await end_sweep(session, await get_sweep(session, sweep.id), SweepStatus.cancelled)
@@ -342,7 +342,7 @@ async def test_a_trial_is_judged_once_at_its_rung_against_the_trials_there_befor
     """Issue 25's run: trial 3 reached rung 10 as the best so far and continued; trial 4,
     better, reached it when trial 3 was at step 27. Trial 3 is not judged again: it runs
     to its end. Each judgment is stored with the trials it was made against."""
-    sweep = await create_sweep(session, key.team.id, asha_at_10(4))
+    sweep, _ = await create_sweep(session, key.team.id, asha_at_10(4))
     t1, t2, t3, t4 = await accuracy_trials(session, sweep.id)
 
     await accuracy_until(session, t1, 12, 0.3)
@@ -382,7 +382,7 @@ async def test_a_restarted_controller_stops_what_the_stored_judgment_says(sessio
     trial 2 would now be second of six (kept). The successor stops it as judged, and judges
     only the newcomers."""
     async with sessions() as session:
-        sweep = await create_sweep(session, key.team.id, asha_at_10(6))
+        sweep, _ = await create_sweep(session, key.team.id, asha_at_10(6))
         trials = await accuracy_trials(session, sweep.id)
         for job_id, accuracy in zip(trials[:2], (0.3, 0.2), strict=True):
             await accuracy_until(session, job_id, 10, accuracy)
@@ -437,7 +437,7 @@ async def trials_at_step_20(session, sweep_id: int) -> list[int]:
 async def test_a_pass_reads_the_points_at_newly_reached_rungs_only(sessions, session, key):
     """Caught up at rungs 4, 8 and 16 at once, a pass reads one block of step rows per rung
     (not the curves); the next pass, with no trial at a new rung, reads no metric at all."""
-    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    sweep, _ = await create_sweep(session, key.team.id, asha_every_power_of_two())
     await trials_at_step_20(session, sweep.id)
 
     with statements(sessions) as first:
@@ -453,7 +453,7 @@ async def test_a_pass_reads_the_points_at_newly_reached_rungs_only(sessions, ses
 async def test_a_pass_past_its_deadline_takes_up_no_further_rung(session, key):
     """With its time spent after the first rung, each pass judges one rung; the next pass
     carries on from the stored judgments."""
-    sweep = await create_sweep(session, key.team.id, asha_every_power_of_two())
+    sweep, _ = await create_sweep(session, key.team.id, asha_every_power_of_two())
     await trials_at_step_20(session, sweep.id)
     for judged in ([4], [4, 8], [4, 8, 16], [4, 8, 16]):
         assert sweep.id in await claim_sweeps(session, OWNER, 60)

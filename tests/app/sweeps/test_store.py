@@ -88,7 +88,7 @@ async def test_reading_a_sweep_reads_no_metric_point(sessions, session, key):
     """Four trials: two succeeded (the better is the best), one succeeded whose last point
     was not finite (not comparable), one still running. The page and the list show their
     last points from the job rows alone."""
-    sweep = await create_sweep(session, key.team.id, score_sweep())
+    sweep, _ = await create_sweep(session, key.team.id, score_sweep())
     lasts = (0.5, 0.7, float("inf"), 0.9)
     trials = [await running_job(session, key.team.id, (sweep.id, n)) for n in (1, 2, 3, 4)]
     for job_id, last in zip(trials, lasts, strict=True):

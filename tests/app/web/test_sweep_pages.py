@@ -117,7 +117,7 @@ async def test_the_page_shows_each_trials_latest_judgment(client, key, sign_in, 
             "early_stop": {"type": "asha", "min_steps": 10, "eta": 3},
         }
     )
-    sweep = await create_sweep(session, key.team.id, definition)
+    sweep, _ = await create_sweep(session, key.team.id, definition)
     spec = JobSpec.model_validate(small_spec(loop={"steps": 30}))
     trial = (await create_job(session, key.team.id, spec, trial=(sweep.id, 1))).job
     for rung, kept in ((10, True), (30, False)):

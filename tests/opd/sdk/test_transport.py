@@ -150,22 +150,28 @@ def test_a_job_is_submitted_as_written_so_a_retry_survives_an_upgrade(serve):
 
 
 def test_a_post_that_may_not_be_sent_twice_is_not_retried_once_it_may_have_arrived(serve):
-    server = serve(failure(503, "database_unavailable"), None, failure(503, "x"))
+    server = serve(failure(503, "database_unavailable"), None)
+    with Client(server.url, "k", retries=FAST) as client:
+        with pytest.raises(ServerError):
+            client.webhooks.create("https://example.com/hook", ["job.succeeded"])
+        with pytest.raises(APIConnectionError):
+            client.keys.create("team")
+    assert len(server.received) == 2  # one each
+
+
+def test_a_sweep_is_resent_with_its_idempotency_key_as_written(serve):
+    server = serve(failure(503, "database_unavailable"), failure(422, "invalid_request"))
     written = {
         "name": "lr",
         "base_job": 1,
         "parameters": {"optim.learning_rate": {"values": [1e-4, 1e-3]}},
         "metric": {"name": "eval/accuracy", "goal": "maximize"},
     }
-    with Client(server.url, "k", retries=FAST) as client:
-        with pytest.raises(ServerError):
-            client.webhooks.create("https://example.com/hook", ["job.succeeded"])
-        with pytest.raises(APIConnectionError):
-            client.keys.create("team")
-        with pytest.raises(ServerError):  # no idempotency record: a resend could start two
-            client.sweeps.create(SweepCreate.model_validate(written))
-    assert len(server.received) == 3  # one each
-    assert server.bodies[-1] == written  # as written: the defaults are the API's
+    with Client(server.url, "k", retries=FAST) as client, pytest.raises(ValidationError):
+        client.sweeps.create(SweepCreate.model_validate(written))
+    assert server.bodies == [written, written]  # as written: the defaults are the API's
+    (key,) = {headers["Idempotency-Key"] for *_, headers in server.received}
+    assert key.startswith("opd-")
 
 
 def test_asyncio_retries_the_same_way(serve):

@@ -1,13 +1,18 @@
-"""The requeuer sends again what Redis lost, at one query and one round trip per pass."""
+"""The requeuer sends again what Redis lost, at one query and one round trip per pass; a
+dead worker's job only once the process has seen the database for a heartbeat timeout."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text, update
+from sqlalchemy.exc import OperationalError
 
+from app.core.db import create_db_engine, session_factory
 from app.core.queue import JobQueue
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
@@ -19,8 +24,15 @@ from kernel.spec import JobSpec
 from tests.app.conftest import CLOSED_REDIS_URL, small_spec
 from tests.support import REDIS_URL
 from worker.service.requeuer import requeue_lost
+from worker.service.sight import DatabaseSight
 
 AN_HOUR_AGO = utcnow() - timedelta(hours=1)
+
+
+def watching() -> DatabaseSight:
+    """A sight that has seen the database for an hour, up to now."""
+    now = time.monotonic()
+    return DatabaseSight(blind_after=30, seen_since=now - 3600, last_seen=now)
 
 
 class CountingQueue(JobQueue):
@@ -65,7 +77,7 @@ async def test_waiting_jobs_with_their_messages_cost_one_query_and_one_round_tri
     event.listen(engine, "before_cursor_execute", count)
     queue.round_trips.clear()
     try:
-        assert await requeue_lost(sessions, queue, settings) == []
+        assert await requeue_lost(sessions, queue, settings, watching()) == []
     finally:
         event.remove(engine, "before_cursor_execute", count)
         await queue.close()
@@ -85,18 +97,48 @@ async def test_lost_messages_and_dead_workers_are_sent_again(
     await backdate(session, [*lost, kept, paused], updated_at=AN_HOUR_AGO)
     await backdate(session, [dead], heartbeat_at=AN_HOUR_AGO)
 
-    sent = await requeue_lost(sessions, queue, settings)
+    sent = await requeue_lost(sessions, queue, settings, watching())
 
     assert sent == sorted([*lost, dead])
     for job_id in sent:
         job = await get_job(session, job_id)
         assert await queue.is_pending(job_id, job.enqueue_count), "a fresh message waits"
-    assert await requeue_lost(sessions, queue, settings) == [dead], "queued ones have messages now"
+    assert await requeue_lost(sessions, queue, settings, watching()) == [dead], (
+        "queued ones have messages now"
+    )
 
 
 async def test_without_redis_a_sweep_sends_and_counts_nothing(sessions, session, key, settings):
     waiting = await new_jobs(session, key, 2)
     await backdate(session, waiting, updated_at=AN_HOUR_AGO)
     down = JobQueue(CLOSED_REDIS_URL, "q", 1)
-    assert await requeue_lost(sessions, down, settings) == []
+    assert await requeue_lost(sessions, down, settings, watching()) == []
     assert [(await get_job(session, job_id)).enqueue_count for job_id in waiting] == [0, 0]
+
+
+async def test_a_dead_workers_job_waits_until_the_database_was_seen_for_a_timeout(
+    sessions, session, key, queue, settings
+):
+    """After an outage (a contact that failed), a stale heartbeat says nothing: a queued
+    job is sent, an active one is not, until the sight has watched a whole timeout."""
+    queued, active = await new_jobs(session, key, 2)
+    await claim_job(session, active, "w1", heartbeat_timeout=60)
+    await backdate(session, [queued], updated_at=AN_HOUR_AGO)
+    await backdate(session, [active], heartbeat_at=AN_HOUR_AGO)
+    sight = watching()
+    sight.missed()
+
+    assert await requeue_lost(sessions, queue, settings, sight) == [queued]
+    assert sight.last_seen is not None, "the pass saw the database"
+    assert await requeue_lost(sessions, queue, settings, sight) == []
+    sight.seen_since = time.monotonic() - settings.heartbeat_timeout
+    assert await requeue_lost(sessions, queue, settings, sight) == [active]
+
+
+async def test_a_pass_that_cannot_reach_the_database_blinds_the_sight(queue, settings):
+    engine = create_db_engine("postgresql://postgres@127.0.0.1:1/none")
+    sight = watching()
+    with pytest.raises(OperationalError):
+        await requeue_lost(session_factory(engine), queue, settings, sight)
+    await engine.dispose()
+    assert (sight.seen_since, sight.last_seen) == (None, None)

@@ -29,7 +29,7 @@ async def test_a_pass_past_its_budget_leaves_the_next_sweeps_to_the_next_pass(
     sessions, session, key, queue, settings
 ):
     """With no time to spend, each pass advances one sweep, the one after the last."""
-    sweeps = [(await create_sweep(session, key.team.id, random_sweep())).id for _ in range(2)]
+    sweeps = [(await create_sweep(session, key.team.id, random_sweep()))[0].id for _ in range(2)]
 
     first = await control_sweeps(sessions, queue, settings, OWNER, budget=0.0)
     assert (first.last, await trial_counts(session, sweeps)) == (sweeps[0], [3, 0])
@@ -41,7 +41,7 @@ async def test_a_pass_past_its_budget_leaves_the_next_sweeps_to_the_next_pass(
 async def test_the_controller_runs_while_the_workers_event_loop_is_held(session, key, settings):
     """The test holds its event loop (a blocking wait, as a long synchronous computation
     would) while the controller thread creates the sweep's first trials."""
-    sweep = await create_sweep(session, key.team.id, random_sweep())
+    sweep, _ = await create_sweep(session, key.team.id, random_sweep())
     controller = ControllerThread(settings.model_copy(update={"sweeps_interval": 0.05}), OWNER)
     engine = create_sync_engine(settings.database_url)
     controller.start()

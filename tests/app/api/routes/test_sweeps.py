@@ -67,6 +67,30 @@ async def test_a_sweep_is_stored_and_its_trials_are_jobs_of_the_team(client, key
     assert [(s["id"], s["trials_created"]) for s in listed["data"]] == [(sweep["id"], 2)]
 
 
+async def test_an_idempotency_key_makes_one_sweep_of_a_retried_request(client, key, make_key):
+    """A retry after a lost answer (the same key and body, however it is written) is the
+    sweep first made (200); the key with another body is a 422; keys are per team."""
+    headers = auth(key) | {"Idempotency-Key": "sweep-1"}
+    first = await client.post("/v1/sweeps", json=definition(), headers=headers)
+    reordered = dict(reversed(definition().items()))
+    again = await client.post("/v1/sweeps", json=reordered, headers=headers)
+    assert (first.status_code, again.status_code) == (201, 200), again.text
+    assert again.json()["id"] == first.json()["id"]
+    listed = (await client.get("/v1/sweeps", headers=auth(key))).json()["data"]
+    assert [sweep["id"] for sweep in listed] == [first.json()["id"]]
+
+    different = await client.post("/v1/sweeps", json=definition(name="other"), headers=headers)
+    assert different.status_code == 422, different.text
+    error = different.json()["error"]
+    assert (error["code"], error["param"]) == ("idempotency_key_reused", "Idempotency-Key")
+
+    other = await make_key()
+    theirs = await client.post(
+        "/v1/sweeps", json=definition(), headers=auth(other) | {"Idempotency-Key": "sweep-1"}
+    )
+    assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
+
+
 async def test_a_bad_definition_is_a_422_naming_what_to_change(client, key):
     cases = [
         ({"parameters": {"student.lora_rank": {"values": [8, 2]}}}, "parameters.student.lora_rank"),
