@@ -35,11 +35,13 @@ def is_form(content_type: str | None) -> bool:
     return parse_options_header(content_type)[0] == FORM_TYPE
 
 
-def malformed(message: str) -> FileRefused:
+def unreadable(message: str) -> FileRefused:
+    """A body that does not parse as multipart/form-data."""
     return FileRefused(400, "invalid_form", f"the body is not a readable form: {message}")
 
 
-def misplaced(message: str, param: str | None = None) -> FileRefused:
+def unfit(message: str, param: str | None = None) -> FileRefused:
+    """A form that parses but is not an upload's: another field, no file, ..."""
     return FileRefused(422, "invalid_form", message, param)
 
 
@@ -73,7 +75,7 @@ class Parts:
         try:
             self.parser = MultipartParser(boundary, callbacks)
         except FormParserError as error:
-            raise malformed(str(error)) from None
+            raise unreadable(str(error)) from None
         self.events: list[Event] = []
         self.name, self.value, self.disposition = b"", b"", b""
         self.in_file, self.outside = False, 0
@@ -95,7 +97,7 @@ class Parts:
     def headers_finished(self) -> None:
         kind, options = parse_options_header(self.disposition)
         if kind != b"form-data" or b"name" not in options:
-            raise malformed("a part without `Content-Disposition: form-data; name=...`")
+            raise unreadable("a part without `Content-Disposition: form-data; name=...`")
         name = decoded(options[b"name"], "name")
         filename = options.get(b"filename")
         self.in_file = name == FILE
@@ -114,9 +116,9 @@ class Parts:
         try:
             self.parser.write(chunk)
         except FormParserError as error:
-            raise malformed(str(error)) from None
+            raise unreadable(str(error)) from None
         if self.outside > MAX_FORM_BYTES:
-            raise misplaced(
+            raise unfit(
                 f"the form holds more than {MAX_FORM_BYTES} bytes besides the file's; "
                 "send the file and its few fields only"
             )
@@ -129,7 +131,7 @@ def decoded(value: bytes, what: str) -> str:
     try:
         return value.decode()
     except UnicodeDecodeError:
-        raise misplaced(f"a part's {what} is not UTF-8", what) from None
+        raise unfit(f"a part's {what} is not UTF-8", what) from None
 
 
 async def form_events(boundary: bytes, body: AsyncIterator[bytes]) -> AsyncIterator[Event]:
@@ -140,7 +142,7 @@ async def form_events(boundary: bytes, body: AsyncIterator[bytes]) -> AsyncItera
             yield event
             if event == FORM_END:
                 return
-    raise malformed("it ends before the form's closing boundary")
+    raise unreadable("it ends before the form's closing boundary")
 
 
 async def text_of(events: AsyncIterator[Event], name: str) -> str:
@@ -151,15 +153,15 @@ async def text_of(events: AsyncIterator[Event], name: str) -> str:
             try:
                 return b"".join(pieces).decode()
             except UnicodeDecodeError:
-                raise misplaced(f"the form field `{name}` is not UTF-8", name) from None
+                raise unfit(f"the form field `{name}` is not UTF-8", name) from None
         assert isinstance(event, bytes)
         pieces.append(event)
-    raise malformed("it ends inside a field")
+    raise unreadable("it ends inside a field")
 
 
 def unknown(name: str) -> FileRefused:
     known = ", ".join(f"`{known}`" for known in sorted(UploadForm.model_fields))
-    return misplaced(f"the form has a field `{name}`; it takes {known}", name)
+    return unfit(f"the form has a field `{name}`; it takes {known}", name)
 
 
 def checked(fields: dict[str, str]) -> dict[str, str]:
@@ -193,21 +195,22 @@ class Form:
                 return
             assert isinstance(event, PartStart)
             if event.name == FILE:
-                raise misplaced("the form has two `file` parts; send one file an upload", FILE)
-            if event.name not in FIELDS:
-                raise unknown(event.name)
-            if event.name not in AFTER_THE_FILE:
-                raise misplaced(
+                raise unfit("the form has two `file` parts; send one file an upload", FILE)
+            if event.name in FIELDS - AFTER_THE_FILE:
+                raise unfit(
                     f"the form field `{event.name}` comes after the file; send it before the "
                     "`file` part (or as a query parameter)",
                     event.name,
                 )
-            await self.add(event.name, await text_of(self.events, event.name))
+            await self.take_field(event.name)
 
-    async def add(self, name: str, value: str) -> None:
+    async def take_field(self, name: str) -> None:
+        """The field `name`'s value, whose part has begun, read and checked into `fields`."""
+        if name not in FIELDS:
+            raise unknown(name)
         if name in self.fields:
-            raise misplaced(f"the form field `{name}` is given twice; give it once", name)
-        self.fields = checked(self.fields | {name: value})
+            raise unfit(f"the form field `{name}` is given twice; give it once", name)
+        self.fields = checked(self.fields | {name: await text_of(self.events, name)})
 
     def upload(self, asked: Upload) -> Upload:
         """The upload the form and the query (`asked`, whose empty filename means none)
@@ -232,7 +235,7 @@ class Form:
         given = {"format": asked.format, "field": asked.field, "answer_field": asked.answer_field}
         for name, value in given.items():
             if value is not None and name in self.fields:
-                raise misplaced(
+                raise unfit(
                     f"`{name}` is both a form field and a query parameter; give it once", name
                 )
         form_format = self.fields.get("format")
@@ -253,7 +256,7 @@ async def read_form(content_type: str | None, body: AsyncIterator[bytes]) -> For
     """The form in `body` read up to its file's bytes (FileRefused when it is not one)."""
     boundary = parse_options_header(content_type)[1].get(b"boundary")
     if not boundary:
-        raise malformed("its Content-Type names no boundary")
+        raise unreadable("its Content-Type names no boundary")
     form = Form({}, None, form_events(boundary, body))
     async for event in form.events:
         if event == FORM_END:
@@ -262,7 +265,5 @@ async def read_form(content_type: str | None, body: AsyncIterator[bytes]) -> For
         if event.name == FILE:
             form.filename = event.filename
             return form
-        if event.name not in FIELDS:
-            raise unknown(event.name)
-        await form.add(event.name, await text_of(form.events, event.name))
-    raise misplaced("the form has no `file` part: send the file as `file`", FILE)
+        await form.take_field(event.name)
+    raise unfit("the form has no `file` part: send the file as `file`", FILE)

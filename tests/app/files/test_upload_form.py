@@ -94,6 +94,15 @@ async def test_the_openai_package_uploads_a_dataset_that_a_job_then_names(
     assert job.status_code == 201, job.text
     assert job.json()["spec"]["dataset"]["field"] == "question"
 
+    csv = ("sums.csv", b"prompt,ref\nWhat is 3 + 3?,6\n")  # the fields: OpenAI's extra_body
+    fields = {"field": "prompt", "answer_field": "ref"}
+    sums = await openai_client.files.create(file=csv, purpose="fine-tune", extra_body=fields)
+    assert sums.model_extra is not None
+    assert (sums.model_extra["question_field"], sums.model_extra["answer_field"]) == (
+        "prompt",
+        "ref",
+    )
+
 
 async def test_form_fields_and_query_parameters_say_how_to_read_the_file(client, key):
     csv = b"prompt,ref\nWhat is 3 + 3?,6\nWhat is 4 + 4?,8\n"
