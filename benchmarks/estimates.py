@@ -42,7 +42,7 @@ from kernel.spec import JobSpec  # noqa: E402
 from worker.engine.loop.job import run_job  # noqa: E402
 from worker.engine.tracking.sinks import Sink  # noqa: E402
 
-EXAMPLES = ["tiny.yaml", "arith.yaml", "arith-jsd.yaml", "arith-bpe.yaml", "mopd-arith.yaml"]
+EXAMPLES = ["tiny.yaml", "arith.yaml", "arith-bpe.yaml", "mopd-arith.yaml"]
 """The shipped examples that run offline (the others need a remote engine or a server)."""
 PEER_SHAPES = ["8x4", "32x1"]
 FIGURES = ("sampled_tokens", "teacher_tokens", "trained_tokens", "eval_tokens", "total_tokens")

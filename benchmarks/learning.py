@@ -78,6 +78,13 @@ STUDIES: dict[str, tuple[str, list[Any]]] = {
         ],
     ),
 }
+REFERENCE_SHAPE = {
+    "loop.objective": "sampled_reverse_kl",
+    "loop.batch_size": 8,
+    "loop.group_size": 4,
+}
+"""What every study keeps of the reference (the demo now trains jsd on 32 x 1): the studies
+vary the reference's loop, and their published figures were measured so."""
 STUDY_FIXED: dict[str, dict[str, Any]] = {"losses": {"loop.max_steps_off_policy": 2}}
 """Settings a study holds fixed apart from the demo's: on-policy (k = 0) every loss takes
 the same gradient (each ratio is 1, nothing clips), so the losses are compared where their
@@ -201,7 +208,7 @@ def study_base(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """A study's job with the run's steps and evals; the holdout is the demo's only (a
     spec of several datasets keeps its own, taken from each)."""
     base = yaml.safe_load(STUDY_SPECS.get(name, DEMO_SPEC).read_text())
-    for setting, value in STUDY_FIXED.get(name, {}).items():
+    for setting, value in (REFERENCE_SHAPE | STUDY_FIXED.get(name, {})).items():
         set_setting(base, setting, value)
     base["loop"]["steps"] = args.steps
     base["eval"]["every"] = args.every

@@ -154,6 +154,19 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "The upload cannot serve as a dataset (it does not parse, or has no text column for "
         "the questions); the message says why.",
     ),
+    "file_too_complex": (
+        REQUEST,
+        "An upload past a bound its readers keep: a JSONL line nested more than 64 levels, a "
+        "line or text value over 16 MiB, a table that unpacks to more than 4 × "
+        "`OPD_MAX_UPLOAD_BYTES`; the message names the line, row or column. A job on such a "
+        "file fails with it too.",
+    ),
+    "file_unreadable": (
+        REQUEST,
+        "Reading the upload crashed its reader or needed more memory or CPU than the confined "
+        "reader may take (or, in Parquet, its text is not UTF-8): upload a smaller or simpler "
+        "file. A job on such a file fails with it too.",
+    ),
     # Jobs (and the playground's and completions' work on a worker).
     "run_failed": (JOB, "The run failed for a reason its message gives."),
     "record_failed": (
@@ -209,6 +222,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
     "backend_not_installed": (
         JOB,
         "The worker lacks the extra its backend needs; the message names the pip install.",
+    ),
+    "extra_not_installed": (
+        JOB,
+        "The worker lacks the extra a model needs (a packaged preset such as "
+        "smollm2-135m-instruct, or the GGUF reader); the message names the pip install.",
     ),
     "backend_failed": (JOB, "The backend's answer was incomplete (fewer top-k than asked)."),
     "device_unavailable": (JOB, "`local.device` names a device the worker does not have."),

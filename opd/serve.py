@@ -31,7 +31,7 @@ from app.jobs.schemas import JobPublic
 from kernel.spec import load_spec
 from opd.sdk import Client
 from opd.sdk.client import DEFAULT_URL, local_key_path
-from opd.sdk.resources import REVERSE_KL
+from opd.sdk.resources.jobs import REVERSE_KL
 
 DEMO_SPEC = Path(__file__).resolve().parents[1] / "examples" / "arith.yaml"
 ACCURACY = "eval/accuracy"

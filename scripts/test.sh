@@ -2,7 +2,7 @@
 # Installs what the tests need, makes sure PostgreSQL and Redis are up, runs the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh local,dev,tinker,bench,eval,docs
+scripts/setup.sh local,dev,tinker,bench,eval,docs,smollm2
 # The dashboard's browser tests drive Debian's chromium (Playwright's own download cannot run).
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null

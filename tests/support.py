@@ -106,10 +106,10 @@ import json, sys
 sys.modules["peft"] = None  # `import peft` fails, and transformers finds no peft
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-folder, text = sys.argv[1], sys.argv[2]
+folder, asked = sys.argv[1], json.loads(sys.argv[2])
 tokenizer = AutoTokenizer.from_pretrained(folder)
 model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-ids = tokenizer.encode(text, add_special_tokens=False)
+ids = asked.get("ids") or tokenizer.encode(asked["text"], add_special_tokens=False)
 with torch.inference_mode():
     logprobs = model(input_ids=torch.tensor([ids])).logits[0].float().log_softmax(-1)
 scores = [logprobs[i, ids[i + 1]].item() for i in range(len(ids) - 1)]
@@ -117,18 +117,41 @@ print(json.dumps({"ids": ids, "scores": scores}))
 """
 
 
-def score_without_peft(folder: Path, text: str) -> tuple[list[int], list[float]]:
+def score_without_peft(
+    folder: Path, text: str | None = None, ids: list[int] | None = None
+) -> tuple[list[int], list[float]]:
     """Load a Hugging Face model folder in a Python where peft cannot be imported, and
-    score `text` with it: (its token ids, each token's logprob after the first)."""
+    score `text` (or the tokens `ids`) with it: (its token ids, each token's logprob after
+    the first)."""
+    asked = {"ids": ids} if ids is not None else {"text": text}
     loaded = subprocess.run(
-        [sys.executable, "-c", WITHOUT_PEFT, str(folder), text],
+        [sys.executable, "-c", WITHOUT_PEFT, str(folder), json.dumps(asked)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=True,
     )
     answer = json.loads(loaded.stdout.strip().splitlines()[-1])
     return answer["ids"], answer["scores"]
+
+
+def shared_model_cache(tmp_path_factory: Any) -> Path:
+    """One model cache (converted GGUF models) for the whole test run: the xdist workers of
+    a run share it (the cache's lock lets one convert while the others wait), and a run
+    without xdist keeps its own; never the user's."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-cache"
+
+
+def converted_smollm2(tmp_path_factory: Any) -> Path:
+    """The shared model cache, with smollm2-135m-instruct converted in it (once a run)."""
+    from kernel.model_names import SMOLLM2
+    from worker.engine.backends.local.gguf import converted
+    from worker.engine.backends.local.packaged import packaged_file
+
+    cache = shared_model_cache(tmp_path_factory)
+    converted(packaged_file(SMOLLM2), cache)
+    return cache
 
 
 S3_ENDPOINT = os.environ.get("OPD_TEST_S3_URL", "http://127.0.0.1:5055")

@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.pricing import Price
+from kernel.tables.bounds import DEFAULT_MAX_UPLOAD_BYTES
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
@@ -44,7 +45,10 @@ class Settings(BaseSettings):
         60.0, gt=0, le=3600, description="How long a store call is retried with backoff."
     )
     max_upload_bytes: int = Field(
-        GIB, ge=1024, description="Largest file POST /v1/files accepts (streamed to disk)."
+        DEFAULT_MAX_UPLOAD_BYTES,
+        ge=1024,
+        description="Largest file POST /v1/files accepts (streamed to disk); a table may "
+        "unpack to four times as much.",
     )
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
@@ -78,6 +82,11 @@ class Settings(BaseSettings):
         ge=MIB,
         description="With a bucket: bytes of checkpoints a worker or the API keeps copies of "
         "(<home>/cache/checkpoints); the least recently used go first.",
+    )
+    model_cache: Path = Field(
+        description="Where a worker keeps GGUF models (a packaged preset such as "
+        "smollm2-135m-instruct, or an operator's file) converted into Hugging Face folders, "
+        "one per file's sha256; default <home>/cache/models."
     )
     worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
@@ -269,6 +278,7 @@ class Settings(BaseSettings):
             "database_url": f"sqlite:///{home / 'opd.db'}",
             "artifact_root": home / "artifacts",
             "data_root": home / "data",
+            "model_cache": home / "cache" / "models",
             "storage_url": str(home),
         }
         derived = {key: value for key, value in defaults.items() if not data.get(key)}

@@ -13,6 +13,7 @@ from app.core.config import Settings
 from kernel.storage.blobs import Storage, open_storage
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CHECKPOINTS_PREFIX, CheckpointStore
+from kernel.tables.bounds import TableLimits
 
 FILES_PREFIX = "files"
 
@@ -33,6 +34,7 @@ def file_cache(settings: Settings, team_id: int) -> BlobCache:
         team_files(storage_of(settings), team_id),
         settings.home / "cache" / "files",
         settings.file_cache_bytes,
+        TableLimits.for_uploads(settings.max_upload_bytes),
     )
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import Any
 
 
 class FileNotFound(LookupError):
@@ -23,6 +24,10 @@ class FileRefused(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[type[FileRefused], tuple[Any, ...]]:
+        # Raised in the confined child that inspects an upload, and pickled back.
+        return (FileRefused, astuple(self))
 
 
 class FileInUse(Exception):

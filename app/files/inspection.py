@@ -1,22 +1,21 @@
 """Reading an uploaded file once, in batches, to decide whether it can serve as a dataset
-(report.py) and to write its report. Runs in a thread: it reads the whole file.
+(report.py) and to write its report. An upload is inspected in a confined child
+(`inspect_upload`): a file that crashes its reader, or unpacks out of proportion, is a 422
+and never the API's end (kernel/tables). Blocking: it reads the whole file.
 
-Every CSV column is text, as the workers read it. JSONL and CSV must be UTF-8 (the
-workers' reader decodes them so; Arrow's JSON reader would let broken bytes through),
-checked incrementally first. Parquet is read by row
-group, so a truncated file is refused by its missing footer.
+JSONL and CSV must be UTF-8 (the workers' reader decodes them so; Arrow's JSON reader would
+let broken bytes through), checked incrementally first. A truncated Parquet file is
+refused by its missing footer.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pyarrow
-import pyarrow.csv
-import pyarrow.json
-import pyarrow.parquet
 
 from app.files.errors import FileRefused
 from app.files.report import (
@@ -28,44 +27,56 @@ from app.files.report import (
     unusable,
 )
 from app.files.schemas import FileColumn, FileFormat, FileReport
+from kernel.errors import FileTooComplex, FileUnreadable
+from kernel.tables.bounds import TableLimits
+from kernel.tables.reading import Batches, confined_read, parse_failure, read_table_file
 
 CHUNK = 1 << 20
-BLOCK_BYTES = (1 << 20, 64 << 20)
-"""Arrow's text readers take a file a block at a time and hold some dozens of blocks at
-once: small blocks keep a large upload's check within ~100 MB; a row longer than a block
-needs the larger one (tried once the small one fails)."""
+DEFAULT_LIMITS = TableLimits()
+
+
+def inspect_upload(
+    path: Path, kind: FileFormat, field: str | None, answers: str | None, limits: TableLimits
+) -> FileReport:
+    """`inspect_file` in a confined child: what the file does to its reader there, a crash
+    included, is a FileRefused (422)."""
+    try:
+        return confined_read(inspect_file, path, kind, limits, field, answers)
+    except (FileTooComplex, FileUnreadable) as refused:
+        raise FileRefused(422, refused.code, str(refused)) from None
 
 
 def inspect_file(
-    path: Path, kind: FileFormat, field: str | None, answers: str | None
+    path: Path,
+    kind: FileFormat,
+    field: str | None,
+    answers: str | None,
+    limits: TableLimits = DEFAULT_LIMITS,
 ) -> FileReport:
-    """The report of the file at `path`; FileRefused (422) saying why it cannot be a dataset."""
+    """The report of the file at `path`; FileRefused (422) saying why it cannot be a dataset,
+    FileTooComplex past one of `limits`."""
     if kind is not FileFormat.parquet:
         check_utf8(path)
-    small, large = BLOCK_BYTES
     try:
-        return read_report(path, kind, field, answers, small)
-    except FileRefused as refused:
-        if "straddl" not in refused.message:  # Arrow: a row straddles two blocks
-            raise
-    return read_report(path, kind, field, answers, large)
-
-
-def read_report(
-    path: Path, kind: FileFormat, field: str | None, answers: str | None, block: int
-) -> FileReport:
-    try:
-        schema, batches = open_batches(path, kind, block)
-        columns = {name: str(schema.field(name).type) for name in schema.names}
-        question = question_field(columns, field)
-        answer = answer_field(columns, answers, question)
-        tally, first = QuestionTally(), []
-        for batch in batches:
-            if len(first) < PREVIEW_ROWS:
-                first.extend(batch.slice(0, PREVIEW_ROWS - len(first)).to_pylist())
-            tally.add(batch.column(question).to_pylist())
+        return read_table_file(
+            path, kind.value, limits, partial(report_of, field=field, answers=answers)
+        )
+    except MemoryError:  # Arrow's too: the confined child's to answer, not a parse error
+        raise
     except (pyarrow.ArrowException, OSError) as error:
-        raise unusable(f"the file does not parse as {kind.value}: {reason(error)}") from None
+        raise unusable(parse_failure(kind.value, error)) from None
+
+
+def report_of(batches: Batches, field: str | None, answers: str | None) -> FileReport:
+    schema, rows = batches
+    columns = {name: str(schema.field(name).type) for name in schema.names}
+    question = question_field(columns, field)
+    answer = answer_field(columns, answers, question)
+    tally, first = QuestionTally(), []
+    for batch in rows:
+        if len(first) < PREVIEW_ROWS:
+            first.extend(python(batch.slice(0, PREVIEW_ROWS - len(first))))
+        tally.add(python(batch.column(question)))
     tally.check(question)
     return FileReport(
         rows=tally.rows,
@@ -78,8 +89,13 @@ def read_report(
     )
 
 
-def reason(error: Exception) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+def python(values: pyarrow.Array | pyarrow.RecordBatch) -> list[Any]:
+    """The values as Python's; one Python has no form for (a date past the year 9999) is a
+    422."""
+    try:
+        return values.to_pylist()
+    except (ValueError, OverflowError) as error:
+        raise unusable(f"the file holds a value that cannot be read: {error}") from None
 
 
 def check_utf8(path: Path) -> None:
@@ -104,21 +120,3 @@ def check_utf8(path: Path) -> None:
                 return
             offset += len(chunk)
             line += chunk.count(b"\n")
-
-
-def open_batches(
-    path: Path, kind: FileFormat, block: int
-) -> tuple[pyarrow.Schema, Iterator[pyarrow.RecordBatch]]:
-    if kind is FileFormat.parquet:
-        parquet = pyarrow.parquet.ParquetFile(path)
-        return parquet.schema_arrow, parquet.iter_batches()
-    if kind is FileFormat.csv:
-        read = pyarrow.csv.ReadOptions(block_size=block)
-        names = pyarrow.csv.open_csv(path, read_options=read).schema.names
-        text = pyarrow.csv.ConvertOptions(column_types=dict.fromkeys(names, pyarrow.string()))
-        reader = pyarrow.csv.open_csv(path, read_options=read, convert_options=text)
-    else:
-        reader = pyarrow.json.open_json(
-            path, read_options=pyarrow.json.ReadOptions(block_size=block)
-        )
-    return reader.schema, iter(reader)

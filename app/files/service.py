@@ -35,12 +35,13 @@ from app.core.storage import team_files
 from app.core.waits import RETRY_AFTER_SECONDS, Limit, Places, TooManyWaiting
 from app.files import claims
 from app.files.errors import FileRefused, too_large
-from app.files.inspection import inspect_file
+from app.files.inspection import inspect_upload
 from app.files.names import control_character
 from app.files.schemas import FileDetail, FileFormat, FilePublic, FileReport, public_id
 from app.files.store import content_used, keyed_file, same_upload
 from app.files.tables import UploadedFile
 from kernel.storage.blobs import Storage
+from kernel.tables.bounds import TableLimits
 
 STALE_SPOOL_SECONDS = 24 * 3600
 DELETE_LEASE_SECONDS = 60
@@ -281,7 +282,12 @@ async def store(
             return existing, False
         await session.commit()
         report = await asyncio.to_thread(
-            inspect_file, spooled.path, kind, upload.field, upload.answer_field
+            inspect_upload,
+            spooled.path,
+            kind,
+            upload.field,
+            upload.answer_field,
+            TableLimits.for_uploads(receiving.settings.max_upload_bytes),
         )
         await claims.claim_object(session, claim.id, team_id, spooled.sha256)
         await team_files(receiving.storage, team_id).put_file(spooled.path, spooled.sha256)

@@ -6,9 +6,9 @@ the worker (and the playground) right before anything is loaded.
   An `init_from.path` is loaded only if the database records it for a job of the team.
 - A raw `teacher.model_path` that equals or lies under a path the service recorded for
   another team's job (a checkpoint, final weights, a saved state) is refused.
-- A path on the local backend (`teacher.model_path`, a `base_model` folder) must lie under
-  the data root once every `..` and symlink is followed, and not under the artifact root.
-  A `base_model` is a folder when it looks like one (`is_model_path`); else a hub id.
+- A path on the local backend (`teacher.model_path`, a `base_model` folder or GGUF file) must
+  lie under the data root once every `..` and symlink is followed, and not under the artifact
+  root. A `base_model` is a path when it looks like one (`is_model_path`); else a hub id.
 
 A refusal reads the same whatever lies at the path, so it says nothing about other teams'
 files or what the workers' disks hold.
@@ -36,7 +36,7 @@ MODEL_PATH_RULE = (
     "team saved here are named with teacher.init_from: {job, checkpoint}"
 )
 BASE_MODEL_RULE = (
-    "a model folder must be an absolute path under the server's data root; or give a "
+    "a model folder or GGUF file must be an absolute path under the server's data root; or give a "
     "built-in preset or a hub id (name or org/name) in the workers' cache"
 )
 SAVED_WEIGHTS_RULE = (
@@ -123,7 +123,8 @@ async def checked_weights(
 
 
 def local_base_model(param: str, model: str, settings: Settings) -> None:
-    """A base_model the local backend reads as a folder: absolute, under the data root."""
+    """A base_model the local backend reads as a folder or a GGUF file: absolute, under the
+    data root."""
     if not is_model_path(model):
         return
     if not model.startswith("/"):  # relative to the worker's directory, unknowable

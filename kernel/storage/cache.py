@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernel.storage.blobs import Storage, blob_key
+from kernel.tables.bounds import TableLimits
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,8 @@ class BlobCache:
     storage: Storage
     folder: Path
     max_bytes: int
+    table_limits: TableLimits = field(default_factory=TableLimits)
+    """What a copied upload, a table, must keep before a job reads it (kernel/tables)."""
 
     def path(self, sha256: str, suffix: str = "") -> Path:
         """A local copy of the object, fetched when the cache lacks it (blocking)."""

@@ -233,13 +233,18 @@ def merge(
     from transformers.utils import logging as hf_logging
 
     from worker.engine.backends.local.export import merge_adapter
+    from worker.engine.backends.local.gguf import default_model_cache
+    from worker.engine.backends.local.models import ModelCache
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    cache = ModelCache(default_model_cache(), lambda message, data: print(message, file=sys.stderr))
     with warnings.catch_warnings():  # the libraries' notes to their developers, not to you
         warnings.simplefilter("ignore")
         try:
-            return merge_adapter(folder, out, base_model, getattr(torch, dtype), enable_thinking)
+            return merge_adapter(
+                folder, out, base_model, getattr(torch, dtype), enable_thinking, cache
+            )
         except OPDError as error:
             raise CommandError(f"[{error.code}] {error}") from error
 

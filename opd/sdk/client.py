@@ -16,7 +16,12 @@ import httpx
 from pydantic import PrivateAttr
 
 from app.jobs.schemas import JobPublic
-from opd.sdk.resources import Audit, Files, J, Jobs, Keys, Sweeps, Teams, Usage, Webhooks, X
+from opd.sdk.resources.base import X
+from opd.sdk.resources.files import Files
+from opd.sdk.resources.jobs import J, Jobs
+from opd.sdk.resources.sweeps import Sweeps
+from opd.sdk.resources.teams import Audit, Keys, Teams, Usage
+from opd.sdk.resources.webhooks import Webhooks
 from opd.sdk.transport import AsyncTransport, Retries, SyncTransport
 
 DEFAULT_URL = "http://127.0.0.1:8000"

@@ -16,6 +16,8 @@ import yaml
 
 from tests.e2e.conftest import ROOT, TINY, Service, deployment, tiny_spec
 
+DEMO = ROOT / "examples" / "arith.yaml"
+
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
@@ -166,9 +168,9 @@ def test_the_teachers_baseline_is_a_line_on_the_students_eval_chart(page, servic
 def test_an_invalid_spec_shows_the_fields_error_then_a_valid_one_is_submitted(page, service, shots):
     sign_in(page, service, service.key)
     page.goto(f"{service.url}/ui/new")
-    text = TINY.read_text()
-    assert page.locator("#spec").input_value() == text, "prefilled from examples/tiny.yaml"
-    page.fill("#spec", text.replace("steps: 60", "steps: 0"))
+    text = DEMO.read_text()
+    assert page.locator("#spec").input_value() == text, "prefilled from examples/arith.yaml"
+    page.fill("#spec", text.replace("steps: 200", "steps: 0"))
     page.click("#submit-job")
     error = page.locator(".field-error[data-field='loop.steps']")
     expect(error).to_contain_text("greater than or equal to 1")

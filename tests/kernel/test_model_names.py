@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.model_names import PRESETS, model_name_refusal
+from kernel.model_names import PRESETS, model_name_refusal, preset_tokenizer
 from kernel.spec import parse_spec
 from kernel.spec.checks import model_name_refusals
 from tests.support import named
@@ -16,6 +16,14 @@ from tests.support import named
 )
 def test_the_local_backend_takes_presets_hub_ids_and_folders(name):
     assert model_name_refusal("local", name) is None
+
+
+def test_smollm2_is_a_local_preset_over_a_tokenizer_of_its_own():
+    assert model_name_refusal("local", "smollm2-135m-instruct") is None
+    assert preset_tokenizer("smollm2-135m-instruct") == "smollm2"
+    assert "smollm2-135m-instruct" in model_name_refusal("local", "gpt2")  # the presets list
+    assert model_name_refusal("local", "/data/models/smollm2.Q4_1.gguf") is None
+    assert preset_tokenizer("/data/models/smollm2.Q4_1.gguf") is None  # the worker reads it
 
 
 @pytest.mark.parametrize(

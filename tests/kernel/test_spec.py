@@ -278,6 +278,20 @@ def test_a_logit_objective_with_a_preset_over_another_tokenizer_is_refused():
 
 
 @pytest.mark.parametrize(
+    ("student", "teacher"),
+    [("smollm2-135m-instruct", "tiny-teacher"), ("arith-student", "smollm2-135m-instruct")],
+)
+def test_a_logit_objective_between_smollm2_and_a_byte_level_preset_is_refused(student, teacher):
+    """SmolLM2's 49,152-token BPE is its own: no vocabulary shared with the byte-level presets."""
+    models = {"backend": "local", "student": {"base_model": student}}
+    models |= {"teacher": {"base_model": teacher}}
+    with pytest.raises(SpecError, match=r"^loop.objective.kind: .*another tokenizer .*smollm2"):
+        parse_spec(named(models | {"loop": {"objective": "reverse_kl"}}))
+    itself = models | {"teacher": {"base_model": student}, "loop": {"objective": "reverse_kl"}}
+    assert parse_spec(named(itself)).loop.objective.kind == "reverse_kl"
+
+
+@pytest.mark.parametrize(
     ("backend", "objective", "extra", "field"),
     [
         ("trio", "reverse_kl", {}, "loop.objective.kind"),

@@ -24,7 +24,7 @@ from kernel.playground import SampleRequest
 from opd.cli import common, main
 from opd.sdk import Client
 from opd.sdk.client import Resources
-from opd.sdk.resources import Jobs
+from opd.sdk.resources.jobs import Jobs
 from opd.sdk.transport import Call, Listing
 
 Route = tuple[str, str]
@@ -130,6 +130,25 @@ DOORS: dict[Route, Door] = {
         lambda o: o.teams.update("a", max_running=1),
         ["teams", "set", "a", "--max-running", "1"],
         operator=True,
+    ),
+    ("POST", "/v1/jobs/estimate"): Door(
+        lambda o: o.jobs.estimate(SPEC), ["jobs", "create", "SPEC", "--estimate"]
+    ),
+    ("POST", "/v1/sweeps/estimate"): Door(
+        lambda o: o.sweeps.estimate({"base": SPEC, "parameters": {}}),
+        None,
+        "a sweep's estimate is for a program that plans many; the dashboard's form shows it",
+    ),
+    ("GET", "/v1/teams/{team}/budget"): Door(
+        lambda o: o.teams.budget("a"), ["teams", "budget", "a"], operator=True
+    ),
+    ("PUT", "/v1/teams/{team}/budget"): Door(
+        lambda o: o.teams.set_budget("a", tokens=1000),
+        ["teams", "budget", "a", "--tokens", "1000"],
+        operator=True,
+    ),
+    ("DELETE", "/v1/teams/{team}/budget"): Door(
+        lambda o: o.teams.delete_budget("a"), ["teams", "budget", "a", "--remove"], operator=True
     ),
     ("GET", "/v1/keys"): Door(lambda o: o.keys.list(), ["keys", "list"], operator=True),
     ("POST", "/v1/keys"): Door(

@@ -70,7 +70,14 @@ def quick_context(settings: Settings) -> QuickContext:
     store = checkpoint_store(settings)
 
     def open_backend(spec: JobSpec) -> Any:
-        return connect(spec, playground, lambda message, data: log.warning("%s", message), store)
+        return connect(
+            spec,
+            playground,
+            lambda message, data: log.warning("%s", message),
+            store,
+            settings.model_cache,
+            lambda message, data: log.info("%s", message),
+        )
 
     samplers = SamplerCache(
         open_backend, settings.sampler_cache_entries, int(settings.sampler_cache_mb * MIB)

@@ -254,6 +254,7 @@ async def attempt(
             checkpoints=checkpoint_store(ctx.settings),
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
+            model_cache=ctx.settings.model_cache,
         )
     )
     error: BaseException | None = None

@@ -34,12 +34,14 @@ from kernel.spec.documents import line_of
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
-TINY_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
+DEMO_EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "arith.yaml"
+"""What the form starts from: the demo's job, whose objective learns most (a job a new
+user submits as it is shows the student getting better)."""
 MAX_KEY_CHARS = 255
 
 
 def example_spec() -> str:
-    return TINY_EXAMPLE.read_text() if TINY_EXAMPLE.is_file() else "name: my-job\n"
+    return DEMO_EXAMPLE.read_text() if DEMO_EXAMPLE.is_file() else "name: my-job\n"
 
 
 def errors_by_line(errors: list[FieldError]) -> dict[int, list[FieldError]]:

@@ -1,4 +1,5 @@
-"""Settings: everything under OPD_HOME unless set on its own."""
+"""Settings: everything under OPD_HOME unless set on its own; a worker's file cache keeps the
+table bounds OPD_MAX_UPLOAD_BYTES sets."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.core.config import Settings
+from app.core.storage import file_cache
+from kernel.tables.bounds import TableLimits
 
 
 def test_defaults_live_under_home(monkeypatch, tmp_path):
@@ -51,3 +54,9 @@ def test_bad_values_name_the_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("OPD_WORKER_CONCURRENCY", "0")
     with pytest.raises(ValidationError, match="worker_concurrency"):
         Settings()
+
+
+def test_a_workers_file_cache_bounds_tables_by_the_upload_limit(tmp_path):
+    cache = file_cache(Settings(home=tmp_path, max_upload_bytes=4096), team_id=1)
+    assert cache.table_limits == TableLimits.for_uploads(4096)
+    assert cache.table_limits.unpacked_bytes == 4 * 4096

@@ -41,6 +41,7 @@ from tests.app.files.conftest import (
     unique_jsonl,
     upload,
 )
+from tests.hostile_uploads import deep_jsonl
 
 
 def parquet_bytes(table: dict[str, list[Any]]) -> bytes:
@@ -130,6 +131,15 @@ BAD_UPLOADS = [
     ("not JSON", b'{"question": "a"}\n{"question": \n', "t.jsonl", {}, 422, "unusable_file", ""),
     ("only empty questions", b'{"question": ""}\n', "t.jsonl", {}, 422, "unusable_file", "empty"),
     ("no known format", JSONL, "train.txt", {}, 422, "unsupported_format", "format="),
+    (
+        "nested too deep",
+        deep_jsonl(1000),
+        "deep.jsonl",
+        {},
+        422,
+        "file_too_complex",
+        "line 1 nests objects or lists more than 64 levels deep",
+    ),
     ("over the quota", JSONL * 20, "big.jsonl", {}, 413, "file_quota_exceeded", "quota of 4096"),
 ]
 
@@ -153,6 +163,18 @@ async def test_a_bad_upload_is_a_clear_4xx_that_leaves_nothing_behind(
             AuditEntry.team_id == key.team.id, AuditEntry.action == "file.upload"
         )
         assert list((await session.execute(query)).scalars()) == [status]
+
+
+async def test_a_table_that_unpacks_past_four_times_the_upload_limit_is_refused(settings, key):
+    data = parquet_bytes({"question": ["q" * 5000]})  # a few hundred bytes, 5 KB unpacked
+    assert len(data) < 1024
+    async with serve(settings.model_copy(update={"max_upload_bytes": 1024})) as client:
+        response = await upload(client, key, data, "small.parquet")
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "file_too_complex"
+    assert "more than the 4096 bytes this service reads of one table" in error["message"]
+    assert objects(settings) == [] and spooled(settings) == []
 
 
 async def test_a_streamed_body_past_the_quota_is_cut_off_without_a_length(client, key, settings):

@@ -37,7 +37,7 @@ def trials(definition: dict, spec: dict) -> list[JobSpec]:
 
 
 def test_a_jsd_jobs_proposal_searches_rate_and_objective_at_its_eval_steps() -> None:
-    spec = demo(objective="jsd")
+    spec = demo()  # the demo trains jsd
     definition = starting_definition(7, spec)
     assert set(definition["parameters"]) == {"optim.learning_rate", "loop.objective"}
     assert definition["parameters"]["loop.objective"]["values"] == ["sampled_reverse_kl", "jsd"]
@@ -46,7 +46,7 @@ def test_a_jsd_jobs_proposal_searches_rate_and_objective_at_its_eval_steps() -> 
 
 
 def test_a_job_whose_loss_rules_out_jsd_searches_its_rate_alone() -> None:
-    spec = demo(loss_fn="ppo", reward={"coef": 0.0}, kl_discount_factor=0.5)
+    spec = demo(objective="sampled_reverse_kl", loss_fn="ppo", kl_discount_factor=0.5)
     definition = starting_definition(7, spec)
     assert set(definition["parameters"]) == {"optim.learning_rate"}
     assert len(trials(definition, spec)) == 2

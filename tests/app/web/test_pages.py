@@ -267,7 +267,8 @@ async def test_an_illegal_action_is_a_409_page(client, key, sign_in, submit):
 async def test_new_job_shows_each_error_at_its_field(client, key, sign_in):
     await sign_in(key)
     page = await client.get("/ui/new")
-    assert "name: tiny-opd" in page.text, "prefilled from examples/tiny.yaml"
+    assert "name: arith-opd" in page.text, "prefilled from examples/arith.yaml, the demo"
+    assert "objective: jsd" in page.text
     text = "name: bad\nbackend: local\nloop:\n  steps: 0\n  stepz: 3\n"
     response = await post_form(client, "/ui/new", page, spec=text, idempotency_key=idem(page.text))
     assert response.status_code == 422

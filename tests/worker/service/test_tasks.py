@@ -326,7 +326,9 @@ async def test_the_worker_treats_a_relative_base_model_folder_as_a_path(context)
         assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
         code, message, event = await failure(context, job_id)
         assert code == "bad_model_path" and message is not None
-        assert message.startswith("student.base_model: a model folder must be an absolute path")
+        assert message.startswith(
+            "student.base_model: a model folder or GGUF file must be an absolute"
+        )
         answers.add((message, event))
     assert len(answers) == 1
 

@@ -40,12 +40,19 @@ def extra_installed(backend: str) -> Iterator[None]:
 
 
 def connect(
-    spec: JobSpec, artifact_dir: Path, warn: Warn, store: CheckpointStore | None = None
+    spec: JobSpec,
+    artifact_dir: Path,
+    warn: Warn,
+    store: CheckpointStore | None = None,
+    model_cache: Path | None = None,
+    note: Warn | None = None,
 ) -> ServiceClient:
     """The service client for the spec's backend; heavy imports happen only here. Remote
     calls are retried as `resilient.py` says (`warn` hears of each retry); every backend's
     errors become the service's codes the same way. With a bucket (`store`), the local
-    backend's checkpoints go through it (`stored.py`); remote backends keep their own."""
+    backend's checkpoints go through it (`stored.py`); remote backends keep their own. The
+    local backend converts GGUF files into `model_cache` (default: the user's cache folder),
+    and `note` hears of each conversion."""
     from worker.engine.backends.trio import ERRORS as PYTRIO_ERRORS
 
     if spec.backend == "trio":
@@ -62,9 +69,10 @@ def connect(
         return resilient(service, TINKER_ERRORS, warn, backoff, contract=LogitServiceClient)
     with extra_installed("local"):
         from worker.engine.backends.local import LocalServiceClient
+        from worker.engine.backends.local.gguf import quiet
 
     # The local backend raises PyTRIO's error types, and has nothing worth retrying.
-    local = LocalServiceClient(spec.local, artifact_dir)
+    local = LocalServiceClient(spec.local, artifact_dir, model_cache, note or quiet)
     service = resilient(local, PYTRIO_ERRORS, warn, contract=LogitServiceClient)
     if store is None:
         return service

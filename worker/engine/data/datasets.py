@@ -40,6 +40,7 @@ from kernel.spec import (
 from kernel.spec.data import DEEPMATH_SHARDS
 from kernel.storage.blobs import BlobMissing
 from kernel.storage.cache import BlobCache
+from kernel.tables.reading import check_table
 from worker.engine.data.arithmetic import Problem, held_out_problems, training_problems
 
 logger = logging.getLogger(__name__)
@@ -171,9 +172,11 @@ def uploaded(dataset: FileDataset, blobs: BlobCache | None) -> Path:
         )
     sha256, suffix = dataset.blob.split(".")
     try:
-        return blobs.path(sha256, f".{suffix}")
+        path = blobs.path(sha256, f".{suffix}")
     except BlobMissing as error:
         raise DatasetUnavailable(f"{dataset.file} is no longer in the store: {error}") from error
+    check_table(path, suffix, blobs.table_limits)  # a file no reader survives fails the job
+    return path
 
 
 def nonblank(values: list[str | None], where: str) -> list[int]:

@@ -11,7 +11,7 @@ from kernel.spec import JobSpec
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.data.datasets import Prompts
-from worker.engine.loop.run import warning_to
+from worker.engine.loop.run import info_to, warning_to
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.loop.steps import run_loop
 from worker.engine.tracking.sinks import Sink
@@ -28,9 +28,11 @@ async def run_job(
     checkpoints: CheckpointStore | None = None,
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
+    model_cache: Path | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
-    given) and run the loop; the sink is always closed."""
+    given; GGUF models converted into `model_cache`) and run the loop; the sink is always
+    closed."""
     from worker.engine.backends import connect
     from worker.engine.data.datasets import load_datasets
     from worker.engine.eval.prompts import graded_prompts, load_eval_prompts, open_grader
@@ -51,7 +53,7 @@ async def run_job(
                 load_eval_prompts, spec, data_root, confine_data, blobs
             )
         service = await asyncio.to_thread(
-            connect, spec, artifact_dir, warning_to(sink), checkpoints
+            connect, spec, artifact_dir, warning_to(sink), checkpoints, model_cache, info_to(sink)
         )
         async with AsyncExitStack() as stack:
             graded = graded_prompts(spec, prompts, eval_prompts)

@@ -259,6 +259,11 @@ def warning_to(sink: Sink) -> Callable[[str, dict[str, Any]], None]:
     return lambda message, data: sink.event("warning", message, data)
 
 
+def info_to(sink: Sink) -> Callable[[str, dict[str, Any]], None]:
+    """An info event of the run, for what a person waiting on it may want to know."""
+    return lambda message, data: sink.event("info", message, data)
+
+
 async def close_teachers(teachers: Mapping[str, TeacherView]) -> None:
     for view in teachers.values():
         await view.aclose()

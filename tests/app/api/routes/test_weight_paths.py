@@ -180,6 +180,22 @@ async def test_a_local_base_model_folder_must_lie_under_the_data_root(
         assert response.status_code == 201, (model, response.text)
 
 
+async def test_an_operators_gguf_file_is_confined_like_a_model_folder(client, key, roots, tmp_path):
+    data_root, _ = roots
+    outside = tmp_path / "outside.Q4_1.gguf"
+    outside.write_bytes(b"GGUF")
+    (data_root / "models").mkdir(exist_ok=True)
+    (data_root / "models" / "link.gguf").symlink_to(outside)
+    for model in (str(outside), str(data_root / "models" / "link.gguf"), "../models/m.gguf"):
+        message = await refusal(
+            client, key, small_spec(student={"base_model": model}), "student.base_model"
+        )
+        assert "model folder or GGUF file must be an absolute path under" in message
+    inside = small_spec(student={"base_model": str(data_root / "models" / "smollm2.Q4_1.gguf")})
+    response = await post(client, key, inside)
+    assert response.status_code == 201, response.text
+
+
 async def test_an_eval_dataset_file_is_confined_like_the_training_one(client, key, roots):
     spec = small_spec(eval={"dataset": {"source": "file", "path": "../secret.jsonl"}})
     message = await refusal(client, key, spec, "eval.dataset.path")

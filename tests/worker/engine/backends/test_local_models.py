@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import huggingface_hub
 import pytest
 import torch
@@ -99,3 +102,22 @@ async def test_bf16_base_keeps_lora_and_optimizer_in_fp32(tmp_path):
     ]
     assert moments and {t.dtype for t in moments} == {torch.float32}
     assert {p.dtype for p in trainer.trainable.values()} == {torch.float32}
+
+
+async def test_a_conversions_notes_reach_the_event_loops_thread_from_the_runners(tmp_path):
+    """A model loads on the runner's thread; what it notes (a GGUF being converted) becomes
+    an event of the run, and sinks are not thread-safe: the note is called on the loop."""
+    heard: list[tuple[str, threading.Thread]] = []
+    service = LocalServiceClient(
+        LocalBackendSpec(device="cpu"),
+        tmp_path / "artifacts",
+        model_cache=tmp_path / "cache",
+        note=lambda message, data: heard.append((message, threading.current_thread())),
+    )
+    models = service.models()
+
+    await service.runner.submit(models.note, "Converting model.gguf", {})
+    await asyncio.sleep(0)
+
+    assert models.folder == tmp_path / "cache"
+    assert heard == [("Converting model.gguf", threading.current_thread())]

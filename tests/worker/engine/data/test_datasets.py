@@ -22,6 +22,7 @@ from kernel.spec import DeepMathDataset, FileDataset, InlineDataset
 from kernel.storage.blobs import Storage
 from kernel.storage.cache import BlobCache
 from kernel.storage.hashing import file_sha256
+from tests.hostile_uploads import deep_jsonl
 from tests.support import temporary_storage
 from worker.engine.data.datasets import Prompts, load_holdout, load_prompts
 
@@ -422,6 +423,19 @@ async def test_an_uploaded_file_gone_from_the_store_is_unavailable(
     cache = BlobCache(storage, tmp_path / "cache", 1 << 20)
     with pytest.raises(DatasetUnavailable, match="file-7 is no longer in the store"):
         await asyncio.to_thread(load_prompts, dataset, root, True, cache)
+
+
+async def test_an_uploaded_file_no_reader_survives_fails_the_job_with_a_code(
+    root: Path, tmp_path: Path, storage: Storage
+) -> None:
+    source = tmp_path / "deep.jsonl"
+    source.write_bytes(deep_jsonl())  # Arrow's JSON reader, datasets' too, crashed on it
+    sha = await stored(storage, source)
+    cache = BlobCache(storage, tmp_path / "cache", 1 << 20)
+    dataset = FileDataset(file="file-7", blob=f"{sha}.jsonl")
+    with pytest.raises(OPDError, match="line 1 nests objects or lists") as raised:
+        await asyncio.to_thread(load_prompts, dataset, root, True, cache)
+    assert raised.value.code == "file_too_complex"
 
 
 def test_an_uploaded_file_outside_the_service_says_how_to_read_a_file(root: Path) -> None:

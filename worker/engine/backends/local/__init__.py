@@ -6,8 +6,10 @@ one worker thread (see `runner.py`) so the event loop stays free for heartbeats.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import PeftModel
@@ -16,7 +18,13 @@ from safetensors import SafetensorError
 
 from kernel.spec import LocalBackendSpec
 from worker.engine.backends.local.checkpoints import SAMPLER, CheckpointError, read_manifest
-from worker.engine.backends.local.models import load_model, load_tokenizer, resolve_placement
+from worker.engine.backends.local.gguf import Note, default_model_cache, quiet
+from worker.engine.backends.local.models import (
+    ModelCache,
+    load_model,
+    load_tokenizer,
+    resolve_placement,
+)
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.local.trainer import LocalTrainingClient, attach_lora
@@ -27,13 +35,32 @@ MIN_RANK, MAX_RANK = 4, 64
 
 
 class LocalServiceClient:
-    """PyTRIO's ServiceClient for the local backend; checkpoints go under `artifact_dir`."""
+    """PyTRIO's ServiceClient for the local backend; checkpoints go under `artifact_dir`,
+    GGUF files converted to folders under `model_cache` (`note` hears of a conversion)."""
 
-    def __init__(self, spec: LocalBackendSpec, artifact_dir: Path) -> None:
+    def __init__(
+        self,
+        spec: LocalBackendSpec,
+        artifact_dir: Path,
+        model_cache: Path | None = None,
+        note: Note = quiet,
+    ) -> None:
         self.placement = resolve_placement(spec)
         self.artifact_dir = Path(artifact_dir).resolve()
+        self.model_cache = model_cache or default_model_cache()
+        self.note = note
         self.cpu_threads = spec.cpu_threads
         self.runner = SerialRunner(self.pin_threads)
+
+    def models(self) -> ModelCache:
+        """The model cache for a load on the runner's thread: its notes reach `note` on the
+        calling event loop (sinks are not thread-safe)."""
+        loop, note = asyncio.get_running_loop(), self.note
+
+        def on_loop(message: str, data: dict[str, Any]) -> None:
+            loop.call_soon_threadsafe(note, message, data)
+
+        return ModelCache(self.model_cache, on_loop)
 
     def pin_threads(self) -> None:
         """On the CPU, torch's thread count decides how sums are split, so it is fixed."""
@@ -49,17 +76,21 @@ class LocalServiceClient:
                 code="validation.invalid_lora_rank",
             )
         lora_seed = secrets.randbits(31) if seed is None else seed
-        return await self.runner.submit(self.training_client, base_model, rank, lora_seed)
+        return await self.runner.submit(
+            self.training_client, base_model, rank, lora_seed, self.models()
+        )
 
     async def create_sampling_client_async(
         self, base_model: str, model_path: str | None = None
     ) -> LocalSamplingClient:
         """A frozen model: the base, plus a LoRA saved by save_weights_for_sampler if given."""
-        return await self.runner.submit(self.sampling_client, base_model, model_path)
+        return await self.runner.submit(self.sampling_client, base_model, model_path, self.models())
 
-    def training_client(self, base_model: str, rank: int, seed: int) -> LocalTrainingClient:
-        tokenizer = load_tokenizer(base_model)
-        model = attach_lora(load_model(base_model, self.placement.dtype), rank, seed)
+    def training_client(
+        self, base_model: str, rank: int, seed: int, models: ModelCache
+    ) -> LocalTrainingClient:
+        tokenizer = load_tokenizer(base_model, models)
+        model = attach_lora(load_model(base_model, self.placement.dtype, models), rank, seed)
         return LocalTrainingClient(
             self.runner,
             model.to(self.placement.device),
@@ -70,9 +101,11 @@ class LocalServiceClient:
             self.artifact_dir,
         )
 
-    def sampling_client(self, base_model: str, model_path: str | None) -> LocalSamplingClient:
-        tokenizer = load_tokenizer(base_model)
-        model = load_model(base_model, self.placement.dtype)
+    def sampling_client(
+        self, base_model: str, model_path: str | None, models: ModelCache
+    ) -> LocalSamplingClient:
+        tokenizer = load_tokenizer(base_model, models)
+        model = load_model(base_model, self.placement.dtype, models)
         if model_path is not None:
             folder = Path(model_path)
             saved_base = read_manifest(folder, SAMPLER).get("base_model")

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from kernel.errors import OPDError
 from worker.engine.backends.local.checkpoints import MANIFEST
-from worker.engine.backends.local.models import load_model, load_tokenizer
+from worker.engine.backends.local.models import ModelCache, load_model, load_tokenizer
 
 ADAPTER_CONFIG = "adapter_config.json"
 PROBE = "Merging check: what is 12 + 30? Think step by step, then answer."
@@ -59,11 +59,11 @@ def probe_logprobs(model: Any, ids: torch.Tensor) -> torch.Tensor:
         return model(input_ids=ids).logits.double().log_softmax(-1)
 
 
-def tokenizer_of(adapter: Path, base_model: str) -> Any:
+def tokenizer_of(adapter: Path, base_model: str, cache: ModelCache | None = None) -> Any:
     """The tokenizer saved beside the adapter (sampler weights keep one), else the base's."""
     if (adapter / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(adapter)
-    return load_tokenizer(base_model)
+    return load_tokenizer(base_model, cache)
 
 
 def same_mode_as(sibling: Path, folder: Path) -> None:
@@ -94,14 +94,16 @@ def merge_adapter(
     base_model: str | None = None,
     dtype: torch.dtype = torch.float32,
     enable_thinking: bool | None = None,
+    cache: ModelCache | None = None,
 ) -> Merged:
     """Write the merged model of `adapter` to `out` (a new folder), once it checks out; with
-    `enable_thinking` (the job's), its chat template renders as training rendered."""
+    `enable_thinking` (the job's), its chat template renders as training rendered; a GGUF
+    base model is read from its converted folder in `cache`."""
     base_model = base_model or adapter_base_model(adapter)
-    tokenizer = tokenizer_of(adapter, base_model)
+    tokenizer = tokenizer_of(adapter, base_model, cache)
     if enable_thinking is not None:
         tokenizer.chat_template = rendering_as_trained(tokenizer.chat_template, enable_thinking)
-    model = PeftModel.from_pretrained(load_model(base_model, dtype), adapter).eval()
+    model = PeftModel.from_pretrained(load_model(base_model, dtype, cache), adapter).eval()
     ids = torch.tensor([tokenizer.encode(PROBE, add_special_tokens=False)])
     expected = probe_logprobs(model, ids)
     merged = model.merge_and_unload()
