@@ -131,6 +131,13 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         REQUEST,
         "An upload's file name holds a control character (C0, DEL, C1): rename the file.",
     ),
+    "invalid_form": (
+        REQUEST,
+        "An upload sent as a form (`multipart/form-data`) that does not parse (a 400), or "
+        "that holds a field other than `file`, `purpose`, `format`, `field`, `answer_field`, "
+        "no `file` part or two, a field twice, or one after the file that must come before "
+        "it (a 422); the message says which, `param` names the field.",
+    ),
     "content_missing": (
         REQUEST,
         "The file's bytes are gone from the store (a 410, before any byte is sent): upload "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+MAX_FILENAME_CHARS = 255
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 """C0 controls, DEL and C1 controls."""
 NOT_PLAIN = re.compile(r'[^\x20-\x7e]|["\\]')

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.pages import Page
 
@@ -54,8 +54,53 @@ class FileDetail(FilePublic):
     report: FileReport
 
 
+class FormFileDetail(FileDetail):
+    """The answer to OpenAI's upload form: the file, with what OpenAI's File object has
+    that this body lacks, so that OpenAI's clients read it (`created_at` stays ISO 8601)."""
+
+    object: Literal["file"] = "file"
+    purpose: str | None = Field(description="The form's `purpose`, as sent; not kept.")
+    status: Literal["processed"] = Field(
+        "processed", description="Always `processed`: the file was checked and stored."
+    )
+
+
 class FilesPage(Page[FilePublic]):
     pass
+
+
+class UploadForm(BaseModel):
+    """POST /v1/files as OpenAI's upload form (`multipart/form-data`): the file and its
+    fields, each field before the `file` part (but `purpose`, which may follow it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    purpose: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="What OpenAI's clients send (`fine-tune`, `assistants`, `batch`, ...): "
+        "accepted and answered back, not kept.",
+    )
+    format: FileFormat | None = Field(None, description="Default: from the file name.")
+    field: str | None = Field(None, min_length=1, max_length=200)
+    answer_field: str | None = Field(None, min_length=1, max_length=200)
+    file: bytes = Field(
+        description="The file; its name is the part's `filename` (else the `filename` query "
+        "parameter's)."
+    )
+
+
+def form_schema() -> dict[str, Any]:
+    """UploadForm as an OpenAPI form body: each field a string (none null), the file binary."""
+    schema = UploadForm.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    for name, described in schema["properties"].items():
+        kinds = [kind for kind in described.pop("anyOf", []) if kind.get("type") != "null"]
+        described.pop("default", None)
+        schema["properties"][name] = (kinds[0] if kinds else {}) | described
+    schema["properties"]["file"] |= {"format": "binary"}
+    return schema
 
 
 def public_id(file_id: int) -> str:

@@ -1,7 +1,8 @@
 """Uploaded datasets over the network, with real processes: the API and a worker that
 share no folder (each its own OPD_HOME) and one bucket of moto's S3 server. A team
 uploads a JSONL through the SDK (and looks at it with the CLI), trains on it by id, and
-another team reaches neither the file nor its use in a spec."""
+another team reaches neither the file nor its use in a spec; the official `openai`
+package uploads one too, which a spec then names."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
+import openai
 import pytest
 
 from opd import Client, NotFound
@@ -75,3 +78,25 @@ def test_a_team_trains_on_a_file_it_uploaded_and_no_other_team_reaches_it(
         client.files.delete(file.id)
         with pytest.raises(NotFound):
             client.files.get(file.id)
+
+
+def test_the_openai_package_uploads_a_file_that_a_job_names(service, tmp_path):
+    """`client.files.create` sends OpenAI's upload form over a real connection (uvicorn
+    hands its body over in pieces); the file is stored whole and a job spec is admitted."""
+    data = tmp_path / "train.jsonl"
+    rows = [{"question": q, "answer": str(i)} for i, q in enumerate(QUESTIONS * 400)]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))  # about 200 KB
+    client = openai.OpenAI(base_url=f"{service.url}/v1", api_key=service.key, max_retries=0)
+    with data.open("rb") as file:
+        uploaded = client.files.create(file=file, purpose="fine-tune")
+    assert (uploaded.object, uploaded.filename, uploaded.purpose) == (
+        "file",
+        "train.jsonl",
+        "fine-tune",
+    )
+    assert uploaded.bytes == data.stat().st_size
+    headers = {"Authorization": f"Bearer {service.key}"}
+    content = httpx.get(f"{service.url}/v1/files/{uploaded.id}/content", headers=headers)
+    assert content.content == data.read_bytes()
+    spec = tiny_spec(steps=2) | {"dataset": {"source": "file", "file": uploaded.id}}
+    assert service.submit(spec)["status"] == "queued"

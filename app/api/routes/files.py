@@ -1,8 +1,10 @@
-"""Files: upload a dataset (the body is the file, streamed to disk and checked, then put in
-the store), list them, read one with its report, download its content, delete it."""
+"""Files: upload a dataset (the body is the file, or OpenAI's upload form holding it,
+streamed to disk and checked, then put in the store), list them, read one with its report,
+download its content, delete it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Request, Response
@@ -10,8 +12,18 @@ from fastapi.responses import RedirectResponse, StreamingResponse
 
 from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, SpoolsDep, StorageDep
 from app.api.errors import ApiError, error_responses
-from app.files.names import content_disposition
-from app.files.schemas import FILE_ID_PATTERN, FileDetail, FileFormat, FilesPage, public_id, row_id
+from app.files.form import is_form, read_form
+from app.files.names import MAX_FILENAME_CHARS, content_disposition
+from app.files.schemas import (
+    FILE_ID_PATTERN,
+    FileDetail,
+    FileFormat,
+    FilesPage,
+    FormFileDetail,
+    form_schema,
+    public_id,
+    row_id,
+)
 from app.files.service import (
     MEDIA_TYPES,
     Upload,
@@ -52,14 +64,17 @@ def declared_length(request: Request) -> int | None:
 @router.post(
     "",
     status_code=201,
-    response_model=FileDetail,
-    responses={200: {"model": FileDetail, "description": "The team had these bytes already."}}
-    | error_responses(403, 413, 429),
+    response_model=FileDetail | FormFileDetail,
+    responses={
+        200: {"model": FileDetail | FormFileDetail, "description": "The team had these bytes."}
+    }
+    | error_responses(400, 403, 413, 429),
     openapi_extra={
         "requestBody": {
             "required": True,
             "content": {
-                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                "multipart/form-data": {"schema": form_schema()},
             },
         }
     },
@@ -73,19 +88,23 @@ async def upload(
     storage: StorageDep,
     spools: SpoolsDep,
     filename: Annotated[
-        str,
+        str | None,
         Query(
             min_length=1,
-            max_length=255,
-            description="e.g. train.jsonl; any characters but control characters.",
+            max_length=MAX_FILENAME_CHARS,
+            description="e.g. train.jsonl; any characters but control characters. Needed "
+            "with a raw body; a form's file part names its file (this, if given, instead).",
         ),
-    ],
+    ] = None,
     format: Annotated[FileFormat | None, Query(description="Default: from the name.")] = None,
     field: Column = None,
     answer_field: Column = None,
     idempotency_key: UploadKey = None,
-) -> FileDetail:
-    """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), up to
+) -> FileDetail | FormFileDetail:
+    """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), or as
+    OpenAI's upload form (`multipart/form-data`: `file`, `purpose`, and `format`, `field`,
+    `answer_field` before the file or as query parameters; what `client.files.create`
+    sends, answered with OpenAI's `object`, `purpose` and `status` too), up to
     OPD_MAX_UPLOAD_BYTES and within the team's OPD_TEAM_MAX_FILE_BYTES. It must parse and
     hold a text column of questions (`field`, else guessed: question, prompt, problem, ...)
     with at least one non-empty question; `answer_field` (else guessed: answer,
@@ -93,21 +112,31 @@ async def upload(
     leaves nothing behind. The same bytes again, with the same fields, answer 200 with the
     file they made; so does a retry with the same `Idempotency-Key`. Past the bytes of
     uploads one team (OPD_TEAM_MAX_SPOOL_BYTES) or all (OPD_MAX_SPOOL_BYTES) may have
-    arriving at once in an API process: 429 with Retry-After."""
-    upload_ = Upload(
-        filename=filename,
-        format=format,
-        field=field,
-        answer_field=answer_field,
-        declared_bytes=declared_length(request),
-        idempotency_key=idempotency_key,
-    )
-    row, created = await upload_file(
-        session, principal, storage, settings, upload_, request.stream(), spools
-    )
+    arriving at once in an API process: 429 with Retry-After. A form that does not parse
+    is a 400, one with another field, or without its file, a 422 (`invalid_form`)."""
+    asked = Upload(filename or "", format, field, answer_field, None, idempotency_key)
+    content_type = request.headers.get("content-type")
+    form = await read_form(content_type, request.stream()) if is_form(content_type) else None
+    if form is not None:
+        upload_, chunks = form.upload(asked), form.chunks()
+    else:
+        upload_, chunks = raw_upload(asked, request), request.stream()
+    row, created = await upload_file(session, principal, storage, settings, upload_, chunks, spools)
     if not created:
         response.status_code = 200
-    return detail(row)
+    return detail(row) if form is None else form.answer(detail(row))
+
+
+def raw_upload(asked: Upload, request: Request) -> Upload:
+    """The upload a raw body makes: the query names it, Content-Length may declare it."""
+    if not asked.filename:
+        raise ApiError(
+            422,
+            "invalid_request",
+            "filename: this field is required with a raw body (a form's file part names its file)",
+            "filename",
+        )
+    return replace(asked, declared_bytes=declared_length(request))
 
 
 @router.get("", response_model=FilesPage)
