@@ -164,7 +164,9 @@ async def submit_job(
     return await submitter.submit(spec, idempotency_key, "POST /v1/jobs", body)
 
 
-@router.post("/estimate", response_model=Estimate, responses=error_responses(403, 413, 415))
+@router.post(
+    "/estimate", response_model=Estimate, responses=error_responses(400, 403, 404, 413, 415)
+)
 async def estimate_job(
     spec: JobSpec,
     session: SessionDep,

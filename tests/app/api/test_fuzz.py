@@ -81,6 +81,7 @@ RULES_BEYOND_JSON_SCHEMA = {
     # Idempotency-Key: the descriptions state them, and a 422 names the field.
     "POST /v1/jobs",
     "POST /v1/jobs/{job_id}/clone",
+    "POST /v1/jobs/estimate",  # the same admission, nothing stored
     # An uploaded file must parse as its format (named, or told by the file name) and hold a
     # column of questions: what its bytes hold, not their schema (a 422 says what is wrong).
     "POST /v1/files",
@@ -90,6 +91,9 @@ RULES_BEYOND_JSON_SCHEMA = {
     # A sweep's base or base_job (one of them), each parameter's values or range (min below
     # max), values for every parameter of a grid, and a base that is a valid job spec.
     "POST /v1/sweeps",
+    "POST /v1/sweeps/estimate",
+    # A budget gives tokens or a cost, exactly one of them.
+    "PUT /v1/teams/{team}/budget",
     # An audit action filter the log does not record: a 422 that lists those it does.
     "GET /v1/audit",
     # OpenAI's wire format, checked as the playground's request: a chat's last message the

@@ -23,6 +23,7 @@ from app.api.openai.completions import CompletionRequest
 from app.api.openai.wire import ChatCompletionRequest
 from app.auth.keys import NewKey
 from app.auth.schemas import KeyCreate
+from app.budgets.schemas import BudgetUpdate
 from app.main import create_app
 from app.sweeps.schemas import SweepCreate
 from app.teams.schemas import LimitsUpdate
@@ -131,6 +132,9 @@ BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
     "POST /v1/jobs/{job_id}/playground": (SampleRequest, PLAYGROUND),
     "POST /v1/jobs/{job_id}/sample": (SampleRequest, PLAYGROUND),  # its old name
     "POST /v1/sweeps": (SweepCreate, [SWEEP | {"base_job": 1}]),
+    "POST /v1/jobs/estimate": (JobSpec, [LOCAL_JOB]),
+    "POST /v1/sweeps/estimate": (SweepCreate, [SWEEP | {"base_job": 1}]),
+    "PUT /v1/teams/{team}/budget": (BudgetUpdate, [{"tokens": 1000, "soft": 0.8}]),
     "POST /v1/chat/completions": (
         ChatCompletionRequest,
         [
@@ -360,7 +364,7 @@ async def refusals(
 ) -> list[str]:
     """What is wrong with each case's answer (none: a 4xx naming the field and the value)."""
     method, template = route.split(" ")[:2]
-    url = template.format(job_id=job, name=key.team.name)
+    url = template.format(job_id=job, name=key.team.name, team=key.team.name)
     wrong = []
     for path, value in cases:
         sent = with_value(filled(body, job), path, value)
