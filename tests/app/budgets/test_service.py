@@ -100,14 +100,13 @@ async def test_a_team_without_a_budget_is_not_checked(session, key):
 
 async def test_the_soft_threshold_sends_one_budget_threshold_delivery(session, key):
     team = key.team.id
-    session.add(
-        Webhook(
-            team_id=team,
-            url="https://hooks.example.com/x",
-            events=["budget.threshold"],
-            secret="s" * 32,
-        )
+    hook = Webhook(
+        team_id=team,
+        url="https://hooks.example.com/x",
+        events=["budget.threshold"],
+        secret="s" * 32,
     )
+    session.add(hook)
     await session.commit()
     await put_budget(session, team, Limit(tokens=100, cost=None, soft=0.5), utcnow())
     job = await running_job(session, team)
@@ -116,7 +115,13 @@ async def test_the_soft_threshold_sends_one_budget_threshold_delivery(session, k
         assert (await check_spending(session, team, NO_PRICES, utcnow())).action is None
 
     deliveries = list(
-        (await session.execute(select(WebhookDelivery.event, WebhookDelivery.payload))).all()
+        (
+            await session.execute(  # this test's webhook's: the database is the session's
+                select(WebhookDelivery.event, WebhookDelivery.payload).where(
+                    WebhookDelivery.webhook_id == hook.id
+                )
+            )
+        ).all()
     )
     assert [event for event, _ in deliveries] == ["budget.threshold"]
     data = deliveries[0][1]["data"]
