@@ -1556,10 +1556,17 @@ class BudgetTeam:
             )
         paused = Check("budget jobs not paused at a step boundary", out_of=len(jobs))
         for job in jobs:
-            at_boundary = job["last_state_step"] == job["steps_done"]
+            if job["status"] == "succeeded":  # it ended before the budget ran out
+                continue
+            # A job the budget stopped before its first step is paused at step 0, with
+            # nothing to save.
+            never_ran = job["steps_done"] == 0 and job["last_state_step"] is None
+            at_boundary = never_ran or job["last_state_step"] == job["steps_done"]
             if not (job["status"] == "paused" and job["stop_reason"] == "budget" and at_boundary):
                 where = f"state {job['last_state_step']}, {job['stop_reason']}"
                 paused.broken(f"job {job['id']}: {job['status']} at {job['steps_done']} ({where})")
+        if not any(job["stop_reason"] == "budget" for job in jobs):
+            paused.broken(f"no job of {BUDGET_TEAM} was paused: the budget never ran out")
         others = [job for job in db.jobs.values() if job["id"] not in self.job_ids]
         touched = Check("other teams' jobs touched by the budget", out_of=len(others))
         for job in others:
