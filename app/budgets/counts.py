@@ -37,6 +37,10 @@ class Span:
     def __mul__(self, factor: float) -> Span:
         return Span(self.low * factor, self.point * factor, self.high * factor)
 
+    def scaled(self, by: Span) -> Span:
+        """Each bound by the same bound of `by` (a rate that is itself a span)."""
+        return Span(self.low * by.low, self.point * by.point, self.high * by.high)
+
     def rounded(self) -> Span:
         """Whole tokens, each bound rounded outwards."""
         return Span(int(self.low), round(self.point), -int(-self.high // 1))
@@ -68,6 +72,9 @@ class Lengths:
     """A teacher's rendered prompt (its own template, or the student's)."""
     eval_completion: Span
     baseline_completion: Span
+    teacher_per_token: Span = Span(1, 1, 1)
+    """A teacher's tokens per student token of a completion it reads: 1 with the student's
+    tokenizer; another tokenizer reads the same text in fewer or more."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +93,9 @@ def one_off(value: Span) -> Span:
 def tokens(shape: Shape, lengths: Lengths) -> Tokens:
     """The four figures of a whole run."""
     completions = shape.steps * shape.completions_per_step
-    read = lengths.teacher_prompt + lengths.completion
-    scored = (lengths.teacher_prompt + lengths.eval_completion) * shape.readers
+    ratio = lengths.teacher_per_token
+    read = lengths.teacher_prompt + lengths.completion.scaled(ratio)
+    scored = (lengths.teacher_prompt + lengths.eval_completion.scaled(ratio)) * shape.readers
     evals = (lengths.eval_completion + scored) * (shape.eval_completions * shape.evals)
     if shape.baseline:
         answer = lengths.baseline_completion

@@ -27,7 +27,7 @@ from app.jobs.admission import admit
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
 from app.usage.store import models_of
-from kernel.model_names import text_tokens
+from kernel.model_names import preset_tokenizer, text_tokens
 from kernel.spec import JobSpec
 from kernel.spec.data import ArithmeticDataset, InlineDataset
 
@@ -40,6 +40,9 @@ TEMPLATE_TOKENS = Span(0, 16, 64)
 BYTES_PER_TOKEN = 4
 """A prompt's bytes per token for the point estimate without history (tokens are at most
 one a byte, the high bound's assumption)."""
+CROSS_RATE_BYTES = Span(1 / 8, 1 / 4, 1)
+CROSS_RATE = Span(1 / 8, 1, 8)
+"""Another tokenizer's tokens per student token, unknown but for the byte-level students."""
 UNKNOWN_PROMPT = Span(1, 128, 4096)
 """A prompt nobody measured whose text the spec does not hold (a file, DeepMath)."""
 PROMPT_SPREAD = 0.1
@@ -171,9 +174,9 @@ def question_bytes(spec: JobSpec) -> Span | None:
     return Span(min(sizes), sum(sizes) / len(sizes), max(sizes))
 
 
-def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
+def cold_prompt(spec: JobSpec, model: str) -> tuple[Span, str]:
     """A prompt's length without history: from its text where the spec holds it, in the
-    student's tokens where its tokenizer says how many (the byte-level presets'), else at
+    tokens of `model` where its tokenizer says how many (the byte-level presets'), else at
     about BYTES_PER_TOKEN bytes a token."""
     text = question_bytes(spec)
     if text is None:
@@ -181,13 +184,13 @@ def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
             "prompt length: not measured yet and not in the spec: assumed "
             f"{UNKNOWN_PROMPT.point:g} tokens ({UNKNOWN_PROMPT.low:g} to {UNKNOWN_PROMPT.high:g})"
         )
-    if known := text_tokens(spec.student.base_model):
+    if known := text_tokens(model):
         per_byte, template = known
         exact = Span(text.low * per_byte, text.point * per_byte, text.high * per_byte)
         return exact + Span.exactly(template), (
             f"prompt length: not measured yet: the questions' {text.point:.0f} bytes, "
-            f"{per_byte:g} token a byte in {spec.student.base_model}'s tokenizer, plus "
-            f"{template} for its chat template"
+            f"{per_byte:g} token a byte in {model}'s tokenizer, plus {template} for its chat "
+            "template"
         )
     prompt = Span(
         max(text.low / BYTES_PER_TOKEN, 1) + TEMPLATE_TOKENS.low,
@@ -199,6 +202,25 @@ def cold_prompt(spec: JobSpec) -> tuple[Span, str]:
         f"{BYTES_PER_TOKEN} a token plus {TEMPLATE_TOKENS.point:g} for the chat template "
         f"(at most a token a byte plus {TEMPLATE_TOKENS.high:g})"
     )
+
+
+def another_tokenizer(spec: JobSpec) -> str | None:
+    """A teacher whose tokenizer is visibly not the student's (presets of another), by
+    name, or None: it reads the prompt and the completions in tokens of its own."""
+    student = preset_tokenizer(spec.student.base_model)
+    for teacher in spec.teacher_specs().values():
+        model = teacher.server.tokenizer if teacher.server is not None else teacher.base_model
+        theirs = preset_tokenizer(model or spec.student.base_model)
+        if student is not None and theirs is not None and theirs != student:
+            return model
+    return None
+
+
+def per_student_token(spec: JobSpec) -> Span:
+    """Another tokenizer's tokens for one student token of the same text: a byte-level
+    student's token is a byte, of which another's tokens hold 1 to 8 (about 4)."""
+    byte_level = text_tokens(spec.student.base_model) is not None
+    return CROSS_RATE_BYTES if byte_level else CROSS_RATE
 
 
 def spread(measured_length: float) -> Span:
@@ -219,19 +241,29 @@ def lengths_of(spec: JobSpec, seen: list[Measured]) -> tuple[Lengths, list[str]]
     most, most_eval = spec.sampling.max_tokens, max_eval_tokens(spec)
     stops = f"completions of 1 to max_tokens {most} tokens"
     if not seen:
-        prompt, prompt_basis = cold_prompt(spec)
+        prompt, prompt_basis = cold_prompt(spec, spec.student.base_model)
+        teacher_prompt, ratio = prompt, Span.exactly(1)
+        teachers_basis = "teacher prompts: as long as the student's"
+        if other := another_tokenizer(spec):
+            teacher_prompt, ratio = cold_prompt(spec, other)[0], per_student_token(spec)
+            teachers_basis = (
+                f"teacher {other} reads the text in tokens of its own: its prompt about "
+                f"{teacher_prompt.point:.0f} tokens, {ratio.point:g} of its tokens a student "
+                f"token ({ratio.low:g} to {ratio.high:g})"
+            )
         lengths = Lengths(
             completion=Span(1, most, most),
             prompt=prompt,
-            teacher_prompt=prompt,
+            teacher_prompt=teacher_prompt,
             eval_completion=Span(1, most_eval, most_eval),
             baseline_completion=Span(1, most_eval, most_eval),
+            teacher_per_token=ratio,
         )
         return lengths, [
             f"{stops}; no earlier job of this team succeeded with this student, teachers and "
             "dataset: the point assumes every completion runs to max_tokens",
             prompt_basis,
-            "teacher prompts: as long as the student's",
+            teachers_basis,
         ]
     weights = [m.completions for m in seen]
     completion = min(max(mean([m.completion for m in seen], weights), 1), most)
