@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.config import Settings
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, training_state
 from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
@@ -108,9 +109,11 @@ async def saved_path(session: AsyncSession, team_id: int, use: Use) -> str:
         raise SpecRefused(f"{use.field}.checkpoint", str(error)) from None
 
 
-async def fill_init_from(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
+async def fill_init_from(
+    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings | None = None
+) -> JobSpec:
     """`spec` with the path of each `init_from` filled in from team `team_id`'s jobs
-    (unchanged without one)."""
+    (unchanged without one). An admission rule (app/jobs/admission.py: TEAM_RULES)."""
     for use in uses(spec):
         if use.ref is None:
             continue

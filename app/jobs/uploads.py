@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import Principal
+from app.core.config import Settings
 from app.files.errors import FileInUse, FileNotFound
 from app.files.schemas import public_id, row_id
 from app.files.service import delete_file
@@ -26,9 +27,12 @@ from kernel.spec import FileDataset, JobSpec
 from kernel.storage.blobs import Storage
 
 
-async def fill_files(session: AsyncSession, team_id: int, spec: JobSpec) -> JobSpec:
+async def fill_files(
+    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings | None = None
+) -> JobSpec:
     """`spec` with each uploaded file it names resolved in team `team_id`'s files, and an
-    eval that asks a file for more held-out rows than it has refused (its rows are known)."""
+    eval that asks a file for more held-out rows than it has refused (its rows are known).
+    An admission rule (app/jobs/admission.py: TEAM_RULES)."""
     for at, dataset in spec.file_datasets():
         if dataset.file is None:
             continue

@@ -122,6 +122,15 @@ async def checked_weights(
     return spec
 
 
+async def weights_admitted(
+    session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
+) -> JobSpec:
+    """The admission rule: `spec` as given once `checked_weights` passed. The stored spec
+    keeps the paths the team wrote; the worker and the playground resolve them again."""
+    await checked_weights(session, team_id, spec, settings)
+    return spec
+
+
 def local_base_model(param: str, model: str, settings: Settings) -> None:
     """A base_model the local backend reads as a folder or a GGUF file: absolute, under the
     data root."""

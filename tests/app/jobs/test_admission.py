@@ -1,4 +1,5 @@
-"""Admission on a real database: a sweep's probes ask the database once per distinct set of
+"""Admission on a real database: a spec meets the rules in their listed order and is
+refused at the first it breaks; a sweep's probes ask the database once per distinct set of
 weights and files they name, however many probes there are; which parameter paths lie under an
 `init_from`."""
 
@@ -6,15 +7,47 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
 from app.auth.keys import Principal
+from app.jobs.admission import NAME_RULES, TEAM_RULES, admit
+from app.jobs.errors import SpecRefused
 from app.jobs.store import claim_job, complete_job, create_job
 from app.records.store import record_checkpoint
 from app.sweeps.admission import admit_sweep, under_init_from
 from app.sweeps.schemas import SweepCreate
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
+
+
+def test_the_rules_are_read_top_to_bottom_in_one_place() -> None:
+    assert [rule.__name__ for rule in NAME_RULES] == [
+        "files_under_data_root",
+        "listed_tracker",
+        "listed_teacher_server",
+        "loadable_model_names",
+    ]
+    assert [rule.__name__ for rule in TEAM_RULES] == [
+        "fill_init_from",
+        "weights_admitted",
+        "fill_files",
+    ]
+
+
+async def test_a_spec_is_refused_at_the_first_rule_it_breaks(session, key, settings) -> None:
+    outside = {"source": "file", "path": "/etc/passwd.jsonl"}
+    unknown_job = {"base_model": "tiny-teacher", "init_from": {"job": 999_999}}
+    both = JobSpec.model_validate(small_spec(dataset=outside, teacher=unknown_job))
+    only_team = JobSpec.model_validate(small_spec(teacher=unknown_job))
+
+    with pytest.raises(SpecRefused) as first:
+        await admit(session, key.team.id, both, settings)
+    with pytest.raises(SpecRefused) as second:
+        await admit(session, key.team.id, only_team, settings)
+
+    assert first.value.param == "dataset.path"
+    assert second.value.param.startswith("teacher.init_from")
 
 
 def test_under_init_from_finds_the_field_below_each_init_from() -> None:
