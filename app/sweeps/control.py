@@ -43,6 +43,7 @@ from app.sweeps.schemas import EarlyStop, SweepStatus
 from app.sweeps.search import (
     InvalidTrial,
     Observation,
+    as_swept,
     get_path,
     planned_trials,
     suggest,
@@ -101,7 +102,7 @@ def observation(state: SweepState, job: Job) -> Observation:
     early = pruned; failed or cancelled = failed; the rest still running."""
     point = state.last(job)
     metric = point[1] if point else None
-    values = {path: get_path(job.spec, path) for path in state.definition.parameters}
+    values = {path: as_swept(get_path(job.spec, path)) for path in state.definition.parameters}
     if job.status == JobStatus.succeeded:
         return Observation(values, TrialState.COMPLETE, metric)
     if job.stop_reason == EARLY_STOPPED:

@@ -61,6 +61,12 @@ def get_path(spec: dict[str, Any], path: str) -> Any:
     return node
 
 
+def as_swept(value: Any) -> Any:
+    """A trial's value as the sweep gave it: the spec stores a group named by its kind
+    (`objective: jsd` is `{kind: jsd, ...}`), and a sweep lists the names."""
+    return value["kind"] if isinstance(value, dict) and "kind" in value else value
+
+
 WHOLE_NUMBERS = (
     "; a uniform or log_uniform range draws fractional values, so a field of whole numbers "
     "needs distribution: int_uniform (or values: [...])"

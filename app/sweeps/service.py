@@ -29,7 +29,7 @@ from app.sweeps.schemas import (
     SweepStatus,
     TrialPublic,
 )
-from app.sweeps.search import get_path, planned_trials
+from app.sweeps.search import as_swept, get_path, planned_trials
 from app.sweeps.store import (
     EARLY_STOPPED,
     TRIAL_COLUMNS,
@@ -77,7 +77,7 @@ def trial_public(
         number=trial.sweep_trial or 0,
         job_id=trial.id or 0,
         status=JobStatus(trial.status),
-        values=values,
+        values={path: as_swept(value) for path, value in values.items()},
         metric=value,
         metric_step=step,
         best_so_far=best_so_far,

@@ -466,3 +466,27 @@ async def judgments_by_rung(session, sweep_id: int) -> list[tuple[int, int]]:
         select(SweepRung.rung, SweepRung.job_id).where(SweepRung.sweep_id == sweep_id)
     )
     return [tuple(row) for row in rows]
+
+
+async def test_tpe_over_objectives_learns_from_finished_trials_by_objective_name(session, key):
+    definition = SweepCreate.model_validate(
+        {
+            "name": "objectives",
+            "base": small_spec(),
+            "parameters": {"loop.objective": {"values": ["sampled_reverse_kl", "jsd"]}},
+            "method": "tpe",
+            "metric": {"name": "opd/reverse_kl_mean", "goal": "minimize"},
+            "max_trials": 3,
+            "parallel": 1,
+            "seed": 0,
+        }
+    )
+    sweep, _ = await create_sweep(session, key.team.id, definition)
+    first = (await step(session, sweep.id)).created
+    await finish(session, first)
+
+    second = (await step(session, sweep.id)).created
+
+    assert len(first) == 1 and len(second) == 1
+    kinds = [job.spec["loop"]["objective"]["kind"] for job in await trials_of(session, sweep.id)]
+    assert set(kinds) <= {"sampled_reverse_kl", "jsd"} and len(kinds) == 2

@@ -67,6 +67,22 @@ async def test_a_sweep_is_stored_and_its_trials_are_jobs_of_the_team(client, key
     assert [(s["id"], s["trials_created"]) for s in listed["data"]] == [(sweep["id"], 2)]
 
 
+async def test_a_sweep_over_objectives_shows_each_trials_objective_by_name(
+    client, key, sessions
+):
+    objectives = {"loop.objective": {"values": ["sampled_reverse_kl", "jsd"]}}
+    sweep = (await create(client, key, parameters=objectives)).json()
+    await start_trials(sessions, sweep["id"])
+
+    read = await client.get(f"/v1/sweeps/{sweep['id']}", headers=auth(key))
+
+    assert read.status_code == 200, read.text
+    assert [t["values"] for t in read.json()["trials"]] == [
+        {"loop.objective": "sampled_reverse_kl"},
+        {"loop.objective": "jsd"},
+    ]
+
+
 async def test_an_idempotency_key_makes_one_sweep_of_a_retried_request(client, key, make_key):
     """A retry after a lost answer (the same key and body, however it is written) is the
     sweep first made (200); the key with another body is a 422; keys are per team."""
