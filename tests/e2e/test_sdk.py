@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import hashlib
 import io
+import re
 import signal
 import subprocess
 import tarfile
@@ -183,7 +184,9 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
         err == "note: opd submit is deprecated and goes in the next release; use opd jobs create\n"
     )
     code, out, err = opd("watch", job)
-    assert code == 0 and f"{job:>6}  succeeded       3/3      by-cli" in out
+    assert code == 0 and re.search(rf"^ *{job}  succeeded +3/3 +\S+ \S+ +- +by-cli$", out, re.M), (
+        out
+    )
     assert "reverse_kl=" in err
     code, out, _ = opd("status", job)
     assert code == 0 and "reverse KL" in out
@@ -194,7 +197,7 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     code, _, err = opd("sweep", "create", str(spec))
     assert code == 1 and "this is a job spec, not a sweep: a sweep needs `base:`" in err
     header, row = opd("jobs", "--limit", "1")[1].splitlines()
-    assert header.split() == ["id", "status", "steps", "name"]
+    assert header.split() == ["id", "status", "steps", "created", "(UTC)", "last", "eval", "name"]
     assert row.split()[:2] == [job, "succeeded"]
     assert opd("jobs", "list", "--name", "BY-CLI")[1].splitlines()[1].split()[0] == job
     assert opd("jobs", "list", "--name", "nothing-like-it")[1] == "no jobs match these filters\n"

@@ -293,6 +293,7 @@ class Jobs(Resource[X], Generic[X, J]):
         seed: int | None = None,
         compare: Sequence[Literal["teacher", "base"]] = (),
         teacher: str | None = None,
+        reference: str | None = None,
         timeout_seconds: float | None = None,
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
@@ -300,7 +301,8 @@ class Jobs(Resource[X], Generic[X, J]):
         given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too, `top_logprobs`
         adds the likeliest tokens at each position) with the `model` (the `checkpoint`, the
         `teacher` or the untrained `base`), and with the models in `compare`; `teacher` names
-        which of several is compared.
+        which of several is compared; `reference` is the answer a self teacher with
+        `reference: true` reads after the question.
         A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
         not retried. Retried safely otherwise (a lost answer, a read timeout): the request
         carries an `Idempotency-Key` (one of its own unless you give one), and the API
@@ -323,6 +325,7 @@ class Jobs(Resource[X], Generic[X, J]):
             seed=seed,
             compare=list(compare),
             teacher=teacher,
+            reference=reference,
             timeout_seconds=timeout_seconds,
         )
         call = Call(
