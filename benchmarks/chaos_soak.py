@@ -285,9 +285,10 @@ SERVED_TEAM = "red"
 
 def served_teacher_settings(service: Deployment, api_urls: list[str]) -> dict[str, str]:
     """What the deployment's processes need for a job to name its own /v1 as a teacher
-    server: the operator's list of servers, and a key of SERVED_TEAM for the workers."""
+    server: the operator's servers, each bound to the workers' variable holding a key of
+    SERVED_TEAM, and that key."""
     return {
-        "OPD_TEACHER_SERVERS": json.dumps([f"{url}/v1" for url in api_urls]),
+        "OPD_TEACHER_SERVERS": json.dumps({f"{url}/v1": SERVED_KEY_ENV for url in api_urls}),
         SERVED_KEY_ENV: service.opd("keys", "create", "--team", SERVED_TEAM),
     }
 
@@ -298,7 +299,6 @@ def served_teacher(api_url: str, source_job: int) -> dict[str, Any]:
     server = {
         "url": f"{api_url}/v1",
         "model": f"job-{source_job}",
-        "api_key_env": SERVED_KEY_ENV,
         "max_retries": 10,
         "retry_delay_seconds": 1.0,
     }

@@ -6,6 +6,7 @@ moves a whole installation; any of them can still be set on its own.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.pricing import Price
 from kernel.tables.bounds import DEFAULT_MAX_UPLOAD_BYTES
+
+ENV_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
@@ -218,10 +221,12 @@ class Settings(BaseSettings):
         description="MLflow tracking servers jobs may be mirrored to (trackers.mlflow."
         "tracking_uri, as written here; JSON list); empty = none.",
     )
-    teacher_servers: list[str] = Field(
-        default_factory=list,
-        description="Inference servers jobs' teachers may call (teacher.server.url, the "
-        "OpenAI-compatible base URL as written here; JSON list); empty = none.",
+    teacher_servers: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Inference servers jobs' teachers may call, each bound to its key: a "
+        "JSON map of the OpenAI-compatible base URL (teacher.server.url, as written here) "
+        "to the name of the worker's environment variable holding its key, sent as a bearer "
+        "token (null = none); a JSON list of URLs = servers without a key; empty = none.",
     )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
@@ -246,6 +251,27 @@ class Settings(BaseSettings):
         description="Deliveries of one team a worker process sends at once (so one team's "
         "slow receivers cannot hold every place).",
     )
+
+    @field_validator("teacher_servers", mode="before")
+    @classmethod
+    def _servers_bound_to_keys(cls, value: Any) -> Any:
+        """A plain list of URLs (the old form) is servers without a key; each bound name
+        must be an environment variable's."""
+        if isinstance(value, list):
+            value = dict.fromkeys(value)
+        if isinstance(value, dict):
+            for url, name in value.items():
+                if name is not None and not (isinstance(name, str) and ENV_VARIABLE.match(name)):
+                    raise ValueError(
+                        f"{url}: bind a server to the name of the worker's environment variable "
+                        f"holding its key (or null), not {name!r}"
+                    )
+        return value
+
+    def teacher_server_key_env(self, url: str) -> str | None:
+        """The worker's variable holding the key the operator bound to server `url`."""
+        bound = {listed.rstrip("/"): name for listed, name in self.teacher_servers.items()}
+        return bound.get(url.rstrip("/"))
 
     @field_validator("secret_key")
     @classmethod

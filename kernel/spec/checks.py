@@ -5,7 +5,7 @@ model name its backend cannot load.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from kernel.model_names import model_name_refusal
 from kernel.spec.job import JobSpec
@@ -24,9 +24,10 @@ def unlisted_tracker(spec: JobSpec, allowed: Sequence[str]) -> str | None:
     )
 
 
-def unlisted_teacher_server(spec: JobSpec, allowed: Sequence[str]) -> tuple[str, str] | None:
+def unlisted_teacher_server(spec: JobSpec, allowed: Collection[str]) -> tuple[str, str] | None:
     """(field, why) for the first teacher server of `spec` that the operator did not list
-    (a spec must not make the worker call any address it names), or None."""
+    (a spec must not make the worker call any address it names), or None. `allowed`: the
+    listed URLs (OPD_TEACHER_SERVERS, a map of URL to key variable, iterates over them)."""
     listed = {url.rstrip("/") for url in allowed}
     for name, teacher in spec.teacher_specs().items():
         if teacher.server is None or teacher.server.url in listed:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, field_error
 from kernel.spec.data import MAX_PROMPT_CHARS
@@ -22,7 +23,8 @@ class TeacherServer(SpecModel):
     """A teacher served elsewhere (vLLM, SGLang, this service's `/v1/completions`): it
     scores token-id prompts through the OpenAI-compatible completions protocol, with
     `echo` + `logprobs` and `max_tokens: 0`, or vLLM's `prompt_logprobs`. Only the servers
-    the operator lists (OPD_TEACHER_SERVERS) may be named."""
+    the operator lists (OPD_TEACHER_SERVERS) may be named, and the key sent to one is the
+    one the operator bound to it there: a spec names the server, never a credential."""
 
     url: str = Field(
         max_length=1000,
@@ -30,13 +32,8 @@ class TeacherServer(SpecModel):
         "(requests go to <url>/completions).",
     )
     model: ModelName = Field(description="The model name the server serves, e.g. job-12.")
-    api_key_env: str | None = Field(
-        None,
-        max_length=200,
-        pattern=ENV_NAME,
-        description="The worker's environment variable that holds the server's key (sent "
-        "as a bearer token); the key itself is never stored. null = no key.",
-    )
+    api_key_env: SkipJsonSchema[Any] = Field(None, exclude=True)
+    """Gone: a spec may not name a worker variable (refused by `_no_key_variable`)."""
     tokenizer: ModelName | None = Field(
         None,
         description="A model whose tokenizer is the server model's (loaded by the student's "
@@ -75,6 +72,15 @@ class TeacherServer(SpecModel):
         f"{MAX_RETRY_DELAY_SECONDS:.0f} s), scaled by a random 50-100%.",
     )
 
+    @field_validator("api_key_env", mode="before")
+    @classmethod
+    def _no_key_variable(cls, value: Any) -> None:
+        raise ValueError(
+            "a spec no longer names the variable holding a server's key: the operator binds "
+            "each server to its key in OPD_TEACHER_SERVERS (a JSON map of server URL to the "
+            "worker's variable holding its key); remove api_key_env and name the server's url"
+        )
+
     @field_validator("url")
     @classmethod
     def _http_server(cls, url: str) -> str:
@@ -83,8 +89,8 @@ class TeacherServer(SpecModel):
             raise ValueError("should be an http:// or https:// URL of an inference server")
         if parts.username or parts.password or parts.query or parts.fragment:
             raise ValueError(
-                "must be a base URL without credentials, query or fragment (the key is read "
-                "from the worker's environment: api_key_env)"
+                "must be a base URL without credentials, query or fragment (the operator binds "
+                "its key in OPD_TEACHER_SERVERS)"
             )
         return url.rstrip("/")
 

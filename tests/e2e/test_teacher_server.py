@@ -52,7 +52,8 @@ def service(
 ) -> Iterator[Service]:
     """One deployment whose teacher servers are its own API, directly or through `relay`."""
     home = tmp_path_factory.mktemp("teacher-server")
-    allowed = [f"http://127.0.0.1:{api_port}/v1", f"{relay.url}/v1"]
+    # The operator binds each server to the worker's variable holding its key.
+    allowed = {f"http://127.0.0.1:{api_port}/v1": KEY_ENV, f"{relay.url}/v1": KEY_ENV}
     # One scoring at a time: the server's answers do not depend on what shares a batch.
     with deployment(
         home,
@@ -80,7 +81,7 @@ def spec_with(teacher: dict[str, Any], steps: int = STEPS) -> dict[str, Any]:
 
 
 def server_teacher(url: str, source: int, **options: Any) -> dict[str, Any]:
-    server = {"url": f"{url}/v1", "model": f"job-{source}", "api_key_env": KEY_ENV}
+    server = {"url": f"{url}/v1", "model": f"job-{source}"}
     return {"server": server | options}
 
 

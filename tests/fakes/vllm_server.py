@@ -83,7 +83,9 @@ class FakeVLLM:
             try:
                 await asyncio.sleep(0.02)  # long enough for requests in flight to overlap
                 if isinstance(step, int):
-                    error = {"message": f"scripted {step}", "type": "error", "code": step}
+                    # A hostile server echoes what it was sent: it must reach no error.
+                    echo = f"scripted {step}; echo: auth={request.headers.get('authorization')}"
+                    error = {"message": echo, "type": "error", "code": step}
                     return JSONResponse({"error": error}, status_code=step)
                 if step == "slow":
                     await asyncio.sleep(self.slow_seconds)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,6 +191,20 @@ async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
     return await persist(ctx.sessions, what, operation)
 
 
+def teacher_server_keys(spec: JobSpec, settings: Settings) -> dict[str, str]:
+    """The key the operator bound to each of the spec's teacher servers (OPD_TEACHER_SERVERS
+    names the worker's variable holding it), by URL: only from that binding, never from a
+    variable a spec names; a bound variable that is unset sends no key."""
+    keys: dict[str, str] = {}
+    for teacher in spec.teacher_specs().values():
+        if teacher.server is None:
+            continue
+        name = settings.teacher_server_key_env(teacher.server.url)
+        if name and (key := os.environ.get(name)):
+            keys[teacher.server.url] = key
+    return keys
+
+
 async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
     """Run a claimed job to its end and record that end; returns the outcome's name. Its
     MLflow mirror, if any, learns the outcome and goes on sending in the background."""
@@ -264,6 +279,7 @@ async def attempt(
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
             model_cache=ctx.settings.model_cache,
+            server_keys=teacher_server_keys(spec, ctx.settings),
         )
     )
     error: BaseException | None = None

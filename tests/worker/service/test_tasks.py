@@ -36,7 +36,13 @@ from tests.support import REDIS_URL, temporary_bucket
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.data.datasets import Prompts
 from worker.engine.loop.steps import run_loop
-from worker.service.tasks import Heartbeat, JobControl, WorkerContext, run_job
+from worker.service.tasks import (
+    Heartbeat,
+    JobControl,
+    WorkerContext,
+    run_job,
+    teacher_server_keys,
+)
 
 SPEC = {
     "backend": "trio",
@@ -393,6 +399,25 @@ async def test_the_worker_refuses_a_teacher_server_no_longer_listed(monkeypatch,
     assert code == "teacher_server_not_allowed" and message is not None
     assert message.startswith("teacher.server.url: http://vllm.internal:8000/v1 is not one")
     assert "OPD_TEACHER_SERVERS" in message and fake.calls == []
+
+
+def test_the_worker_sends_only_the_key_the_operator_bound_to_the_server(monkeypatch):
+    """OPD_TEACHER_SERVERS binds each server to the worker's variable holding its key: that
+    key goes to that server, and no other variable of the worker's ever does."""
+    monkeypatch.setenv("VLLM_KEY", "sk-bound")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "bucket-secret")
+    bound, bare = "http://vllm.internal:8000/v1", "http://sglang.internal:30000/v1"
+    settings = Settings(teacher_servers={bound + "/": "VLLM_KEY", bare: None})
+    teachers = {
+        "a": {"server": {"url": bound, "model": "m"}},
+        "b": {"server": {"url": bare, "model": "m"}},
+    }
+    spec = JobSpec.model_validate(
+        SPEC | {"teacher": None, "teachers": teachers, "teacher_mixture": "mixture"}
+    )
+    assert teacher_server_keys(spec, settings) == {bound: "sk-bound"}
+    monkeypatch.delenv("VLLM_KEY")
+    assert teacher_server_keys(spec, settings) == {}
 
 
 LOCAL_SPEC = {

@@ -10,15 +10,16 @@ answer, and retried with backoff on 429, 5xx, timeouts and dropped connections. 
 still fails becomes an error a person can act on (codes `teacher_server_*`); a server that
 answers without prompt logprobs is told so at once, never retried.
 
-The key is read from the worker's environment (`api_key_env`), never from the spec.
+The key is the one the operator bound to the server (OPD_TEACHER_SERVERS), given by the
+worker, never named by the spec; a server's answer text never enters an error or an event
+(it could echo the key, or anything else): its status code and our error code do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,14 +43,13 @@ ANSWER_BASE_BYTES = 1 << 20
 ANSWER_BYTES_PER_ENTRY = 512
 """An answer may hold 1 MiB plus this much per (position, alternative) asked for."""
 TRANSIENT_STATUS = frozenset({408, 429})
-ERROR_TEXT_CHARS = 300
 
 
 class ServerAnswered(Exception):
-    """The server answered with an HTTP error status."""
+    """The server answered with an HTTP error status (its text is not kept)."""
 
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"HTTP {status}: {text[:ERROR_TEXT_CHARS]}")
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
         self.status = status
 
 
@@ -96,7 +96,8 @@ def transient(error: BaseException) -> bool:
 class ServerTeacher:
     """The teacher SamplingClient of one server model (`options`), which speaks the
     student's tokens (`tokenizer`, checked by the preflight's `probe`). `who` names it in
-    messages and `field` is where the spec writes it (`teacher.server`)."""
+    messages and `field` is where the spec writes it (`teacher.server`); `key` is the one
+    the operator bound to the server, sent as a bearer token (None = none)."""
 
     def __init__(
         self,
@@ -106,29 +107,16 @@ class ServerTeacher:
         field: str = "teacher.server",
         warn: Warn = lambda message, data: None,
         transport: httpx.AsyncBaseTransport | None = None,
-        environ: Callable[[str], str | None] = os.environ.get,
+        key: str | None = None,
     ) -> None:
         self.options, self.tokenizer, self.field, self.warn = options, tokenizer, field, warn
-        self.key = self._key(environ)
+        self.key = key
         self.transport = transport
         self.http: httpx.AsyncClient | None = None
         self.waiting: dict[int, list[Waiting]] = {}
         self.flushing: set[int] = set()
         self.sending: set[asyncio.Task[None]] = set()
         self.slots: asyncio.Semaphore | None = None
-
-    def _key(self, environ: Callable[[str], str | None]) -> str | None:
-        name = self.options.api_key_env
-        if name is None:
-            return None
-        key = environ(name)
-        if not key:
-            raise BackendAuth(
-                f"{self.field}.api_key_env names {name}, which is not set in the worker's "
-                f"environment: set it to the key of {self.options.url}",
-                code="teacher_server_auth",
-            )
-        return key
 
     @property
     def who(self) -> str:
@@ -274,13 +262,12 @@ class ServerTeacher:
                             f"{self.who} answered with more than {limit} bytes for "
                             f"{len(body['prompt'])} prompt(s): not a completions answer"
                         )
-        text = content.decode("utf-8", errors="replace")
         if response.status_code >= 400:
-            raise ServerAnswered(response.status_code, error_message(text))
+            raise ServerAnswered(response.status_code)
         try:
-            answer = json.loads(text)
+            answer = json.loads(content.decode("utf-8", errors="replace"))
         except json.JSONDecodeError:
-            raise NoPromptLogprobs(f"{self.who} answered with no JSON: {text[:100]!r}") from None
+            raise NoPromptLogprobs(f"{self.who} answered with no JSON") from None
         if not isinstance(answer, dict):
             raise NoPromptLogprobs(f"{self.who} answered with no completion object")
         return answer
@@ -298,8 +285,8 @@ class ServerTeacher:
             return [self.choice(c, tokens, k) for c, tokens in zip(ordered, prompts, strict=True)]
         except (TypeError, ValueError, KeyError, AttributeError) as error:
             raise NoPromptLogprobs(
-                f"{self.who} answered with malformed prompt logprobs ({type(error).__name__}: "
-                f"{error}); {self.expected}"
+                f"{self.who} answered with malformed prompt logprobs ({type(error).__name__}); "
+                f"{self.expected}"
             ) from error
 
     @property
@@ -360,11 +347,10 @@ class ServerTeacher:
                 code="teacher_server_unavailable",
             )
         if failure.kind is Kind.auth:
-            name = self.options.api_key_env
-            sent = f"the key in {name}" if name else "no key"
+            sent = "the key the operator bound to it" if self.key else "a request without a key"
             return BackendAuth(
-                f"{self.who} refused {sent}: {failure.description}. Set {self.field}."
-                "api_key_env to the variable of the worker's environment that holds its key",
+                f"{self.who} refused {sent} ({failure.description}): the operator binds "
+                "each server to the worker's variable holding its key in OPD_TEACHER_SERVERS",
                 code="teacher_server_auth",
             )
         return BackendRejected(
@@ -398,23 +384,6 @@ class ServerTeacher:
 def describe(error: BaseException) -> str:
     failure = classify(error)
     return failure.description if failure else f"{type(error).__name__}: {error}"
-
-
-def error_message(text: str) -> str:
-    """An error answer's message: OpenAI's `error.message`, FastAPI's `detail`, or its text."""
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError:
-        return text
-    if isinstance(body, dict):
-        error = body.get("error")
-        if isinstance(error, dict) and "message" in error:
-            return str(error["message"])
-        if "detail" in body:
-            return str(body["detail"])
-        if "message" in body:
-            return str(body["message"])
-    return text
 
 
 def answer_limit(prompts: list[list[int]], k: int) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -29,6 +29,7 @@ async def run_job(
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
     model_cache: Path | None = None,
+    server_keys: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
     given; GGUF models converted into `model_cache`) and run the loop; the sink is always
@@ -67,6 +68,7 @@ async def run_job(
                 should_stop=should_stop,
                 eval_prompts=eval_prompts if spec.eval is not None else None,
                 grade=grade,
+                server_keys=server_keys,
             )
     finally:
         sink.close()

@@ -180,9 +180,11 @@ async def open_run(
     sink: Sink,
     resume: SavedState | None,
     pools: list[Pool] | None = None,
+    server_keys: Mapping[str, str] | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
-    the student's tokens (`preflight`), on the first prompts of each of `pools`."""
+    the student's tokens (`preflight`), on the first prompts of each of `pools`;
+    `server_keys`: the key the operator bound to each teacher server, by URL."""
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
@@ -209,7 +211,8 @@ async def open_run(
             who = teacher_named(spec, name, teacher_spec)
             if teacher_spec.server is not None:
                 warn = warning_to(sink)
-                view = await server_view(spec, name, service, tokenizer, checked, warn, stop)
+                key = (server_keys or {}).get(teacher_spec.server.url)
+                view = await server_view(spec, name, service, tokenizer, checked, warn, stop, key)
             elif teacher_spec.self is not None:
                 view = await self_view(spec, name, service, training, tokenizer, pools or [])
             else:

@@ -206,10 +206,12 @@ async def run_loop(
     should_stop: Callable[[], Stop | None] = lambda: None,
     eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
     grade: Grade | None = None,
+    server_keys: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
     exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
+    `server_keys`: the key the operator bound to each teacher server, by URL.
     `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
     `Prompts` alone."""
     loop = spec.loop
@@ -217,7 +219,7 @@ async def run_loop(
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
-    run = await open_run(spec, service, sink, resume, pools)
+    run = await open_run(spec, service, sink, resume, pools, server_keys)
     try:
         steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:

@@ -293,11 +293,13 @@ async def server_view(
     checked: Sequence[tuple[str, PromptOptions]],
     warn: Warn,
     stop: list[str],
+    key: str | None = None,
 ) -> TeacherView:
     """Teacher `name` on its inference server, in the mode the preflight finds its
     tokenizer in (the student's, or the one `server.tokenizer` names), once a probe found
     that the server gives each token id of a prompt that tokenizer's text; `stop`: the
-    student's stop strings (a cross-tokenizer teacher's completions end there)."""
+    student's stop strings (a cross-tokenizer teacher's completions end there); `key`: the
+    one the operator bound to the server (None = none)."""
     teacher = spec.teacher_specs()[name]
     server = teacher.server
     assert server is not None
@@ -309,7 +311,8 @@ async def server_view(
         tokenizer = await asyncio.to_thread(named.get_tokenizer)
         mode = teacher_mode(student, tokenizer, checked)
     check_objective(spec, who, mode)
-    client = ServerTeacher(server, tokenizer, field=f"{spec.teacher_field(name)}.server", warn=warn)
+    field = f"{spec.teacher_field(name)}.server"
+    client = ServerTeacher(server, tokenizer, field=field, warn=warn, key=key)
     view = TeacherView(
         name,
         client,

@@ -1,7 +1,7 @@
 """A teacher on an inference server at submission: only the servers the operator lists
 (OPD_TEACHER_SERVERS) may be named, by every road a spec takes (a job, a clone); an
 objective that needs the teacher's logits, which a server never sends, is refused; the key
-stays in the worker's environment, named, never stored."""
+is the one the operator bound to the server: a spec that names a variable is refused."""
 
 from __future__ import annotations
 
@@ -21,17 +21,17 @@ def served(url: str = LISTED, **server: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def listed(settings):
-    settings.teacher_servers = [LISTED, "http://sglang.internal:30000/v1/"]
+    settings.teacher_servers = {LISTED: "VLLM_KEY", "http://sglang.internal:30000/v1/": None}
     return settings
 
 
-async def test_a_listed_server_is_accepted_and_its_key_only_named(client, key, listed):
-    spec = served(LISTED + "/", api_key_env="VLLM_KEY", batch_size=16)
+async def test_a_listed_server_is_accepted_naming_no_key(client, key, listed):
+    spec = served(LISTED + "/", batch_size=16)
     response = await client.post("/v1/jobs", json=spec, headers=auth(key))
 
     assert response.status_code == 201, response.text
     server = response.json()["spec"]["teacher"]["server"]
-    assert server["url"] == LISTED and server["api_key_env"] == "VLLM_KEY"
+    assert server["url"] == LISTED and "api_key_env" not in server
     assert server["batch_size"] == 16 and server["max_retries"] == 4
     sglang = served("http://sglang.internal:30000/v1", model="m")
     assert (await client.post("/v1/jobs", json=sglang, headers=auth(key))).status_code == 201
@@ -64,6 +64,30 @@ async def test_one_of_several_teachers_on_an_unlisted_server_is_refused(
     spec = small_spec(teachers=teachers, teacher_mixture="mixture")
     error = await refused(client, key, redis, queue_name, spec)
     assert error["param"] == "teachers.far.server.url"
+
+
+async def test_a_key_variable_under_a_named_teacher_is_refused_too(
+    client, key, redis, queue_name, listed
+):
+    teachers = {
+        "near": {"server": {"url": LISTED, "model": "a", "api_key_env": "OPD_TEACHER_KEY"}},
+        "far": {"server": {"url": LISTED, "model": "b"}},
+    }
+    spec = small_spec(teachers=teachers, teacher_mixture="mixture")
+    error = await refused(client, key, redis, queue_name, spec)
+    assert error["param"] == "teachers.near.server.api_key_env"
+    assert "OPD_TEACHER_SERVERS" in error["message"]
+
+
+def test_the_operator_binds_keys_and_the_old_list_still_reads():
+    from app.core.config import Settings
+
+    old = Settings(teacher_servers=[LISTED])
+    assert old.teacher_servers == {LISTED: None} and old.teacher_server_key_env(LISTED) is None
+    bound = Settings(teacher_servers={LISTED + "/": "VLLM_KEY"})
+    assert bound.teacher_server_key_env(LISTED) == "VLLM_KEY"
+    with pytest.raises(ValueError, match="environment variable"):
+        Settings(teacher_servers={LISTED: "not a name!"})
 
 
 async def test_a_clone_onto_an_unlisted_server_is_refused(client, key, listed):
@@ -115,7 +139,21 @@ async def test_a_clone_onto_an_unlisted_server_is_refused(client, key, listed):
         (
             {"teacher": {"server": {"url": LISTED, "model": "m", "api_key_env": "sk-abc!"}}},
             "teacher.server.api_key_env",
-            "pattern",
+            "OPD_TEACHER_SERVERS",
+        ),
+        (
+            {
+                "teacher": {
+                    "server": {"url": LISTED, "model": "m", "api_key_env": "AWS_SECRET_ACCESS_KEY"}
+                }
+            },
+            "teacher.server.api_key_env",
+            "the operator binds each server to its key in OPD_TEACHER_SERVERS",
+        ),
+        (
+            {"teacher": {"server": {"url": LISTED, "model": "m", "api_key_env": None}}},
+            "teacher.server.api_key_env",
+            "OPD_TEACHER_SERVERS",
         ),
         (
             {"teacher": {"server": {"url": LISTED, "model": "m", "batch_size": 0}}},

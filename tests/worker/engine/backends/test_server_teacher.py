@@ -39,15 +39,25 @@ def url(fake: FakeVLLM) -> Iterator[str]:
         yield base
 
 
-def teacher(url: str, warnings: list[str] | None = None, **options: Any) -> ServerTeacher:
+KEY = "sk-test"
+
+
+def teacher(
+    url: str, warnings: list[str] | None = None, key: str | None = KEY, **options: Any
+) -> ServerTeacher:
     settings = {"url": url, "model": "job-7", "retry_delay_seconds": 0.01} | options
     heard = warnings if warnings is not None else []
     return ServerTeacher(
         TeacherServer.model_validate(settings),
         ByteTokenizer(),
-        warn=lambda message, data: heard.append(message),
-        environ={"TEACHER_KEY": "sk-test"}.get,
+        warn=lambda message, data: heard.append(f"{message} {data}"),
+        key=key,
     )
+
+
+def no_answer_text(text: str) -> None:
+    """Nothing of the server's answer (which echoes the key) is in `text`."""
+    assert KEY not in text and "scripted" not in text and "echo:" not in text, text
 
 
 async def scored_all(client: ServerTeacher, prompts: list[list[int]]) -> list[list[float | None]]:
@@ -65,7 +75,7 @@ def test_it_follows_the_sampling_client_contract():
 
 @pytest.mark.parametrize("protocol", ["echo", "prompt_logprobs"])
 async def test_concurrent_scores_share_requests_of_at_most_batch_size(fake, url, protocol):
-    client = teacher(url, batch_size=4, protocol=protocol, api_key_env="TEACHER_KEY")
+    client = teacher(url, batch_size=4, protocol=protocol)
     scores = await scored_all(client, PROMPTS)
 
     for tokens, values in zip(PROMPTS, scores, strict=True):
@@ -102,6 +112,8 @@ async def test_a_429_then_a_503_are_retried_and_the_scores_come_back(fake, url):
     assert len(fake.bodies) == 3
     assert len(warnings) == 2 and "HTTP 429" in warnings[0] and "HTTP 503" in warnings[1]
     assert "try 2 of 3" in warnings[0]
+    for warning in warnings:
+        no_answer_text(warning)
 
 
 async def test_5xx_after_every_retry_fails_with_what_to_do(fake, url):
@@ -112,6 +124,7 @@ async def test_5xx_after_every_retry_fails_with_what_to_do(fake, url):
     message = str(failed.value)
     assert url in message and "3 tries" in message and "HTTP 503" in message
     assert "teacher.server.max_retries" in message
+    no_answer_text(message)
     assert len(fake.bodies) == 3  # one request for the three prompts, tried three times
 
 
@@ -132,16 +145,39 @@ async def test_an_answer_slower_than_the_timeout_is_a_timeout(fake, url):
     assert "Timeout" in str(failed.value) and "1 try" in str(failed.value)
 
 
-async def test_a_refused_key_and_a_missing_one_name_the_variable(fake, url):
+async def test_a_refused_key_is_its_status_and_our_code_never_the_answer(fake, url):
     fake.script = [401]
     with pytest.raises(OPDError) as refused:
-        await scored_all(teacher(url, api_key_env="TEACHER_KEY"), PROMPTS[:1])
-    assert refused.value.code == "teacher_server_auth" and "TEACHER_KEY" in str(refused.value)
+        await scored_all(teacher(url), PROMPTS[:1])
+    assert refused.value.code == "teacher_server_auth"
+    message = str(refused.value)
+    assert "HTTP 401" in message and "OPD_TEACHER_SERVERS" in message
+    no_answer_text(message)
+    assert fake.headers[0]["authorization"] == f"Bearer {KEY}"  # the bound key was sent
     assert len(fake.bodies) == 1
-    with pytest.raises(OPDError) as missing:
-        teacher(url, api_key_env="NOT_SET_ANYWHERE")
-    assert missing.value.code == "teacher_server_auth"
-    assert "NOT_SET_ANYWHERE" in str(missing.value)
+
+
+async def test_a_rejected_request_that_echoes_the_key_keeps_it_out_of_the_error(fake, url):
+    fake.script = [400]
+    with pytest.raises(OPDError) as rejected:
+        await scored_all(teacher(url), PROMPTS[:1])
+    assert rejected.value.code == "teacher_server_rejected"
+    assert "HTTP 400" in str(rejected.value)
+    no_answer_text(str(rejected.value))
+
+
+async def test_without_a_bound_key_no_authorization_is_sent(fake, url):
+    await scored_all(teacher(url, key=None), PROMPTS[:1])
+    assert "authorization" not in fake.headers[0]
+
+
+def test_a_spec_naming_a_key_variable_is_refused_with_the_new_way(url):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as refused:
+        TeacherServer.model_validate({"url": url, "model": "m", "api_key_env": "AWS_SECRET"})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("api_key_env",) and "OPD_TEACHER_SERVERS" in error["msg"]
 
 
 async def test_a_server_that_is_down_is_retried_then_unavailable():
