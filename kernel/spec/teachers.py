@@ -16,7 +16,6 @@ from kernel.spec.student import SavedWeights
 
 MAX_SERVER_BATCH = 256
 MAX_SERVER_CONCURRENCY = 64
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class TeacherServer(SpecModel):
