@@ -361,7 +361,8 @@ class ServerTeacher:
     async def probe(self, tokens: Sequence[int]) -> str | None:
         """Score `tokens` and compare the server's text of each with the tokenizer's: the
         first position where they differ, in words, or None when they agree (a position
-        whose token is not text alone, part of a character, is not compared)."""
+        whose token is not text alone, part of a character, is not compared). The words
+        quote our tokenizer's text only: the server's is its answer, never repeated."""
         scored = await self.score(list(tokens))
         if len(scored.pieces) < len(tokens):
             return None if not scored.pieces else "the server sent fewer token texts"
@@ -370,7 +371,7 @@ class ServerTeacher:
                 continue
             ours = self.tokenizer.decode([token])
             if "\ufffd" not in ours and piece != ours:
-                return f"token {at} (id {token}) is {piece!r} on the server and {ours!r} here"
+                return f"token {at} (id {token}) is {ours!r} here and another text on the server"
         return None
 
     async def aclose(self) -> None:

@@ -102,11 +102,14 @@ async def test_the_loop_trains_on_the_servers_scores_of_the_students_tokens(fake
 
 
 async def test_a_server_that_reads_ids_otherwise_is_refused_before_step_0(fake, url):
-    fake.offset = 1
+    fake.decode = lambda token: f"<echo: auth=sk-secret {token}>"  # its answer text
     sink = RecordingSink()
     with pytest.raises(IncompatibleModels) as refused:
         await run_loop(make_spec(url), FakeServiceClient(), pools(), sink)
-    assert "reads token ids otherwise" in str(refused.value) and "token 0" in str(refused.value)
+    message = str(refused.value)
+    assert "reads token ids otherwise" in message and "token 0 (id " in message, message
+    assert "sk-secret" not in message and "echo" not in message, message
+    assert not any("sk-secret" in str(event) for event in sink.events)
     assert not sink.steps and len(fake.bodies) == 1
 
 
