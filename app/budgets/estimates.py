@@ -28,7 +28,7 @@ from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
 from app.usage.store import models_of
 from kernel.model_names import preset_tokenizer, text_tokens
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, stored_spec
 from kernel.spec.data import ArithmeticDataset, InlineDataset
 
 HISTORY_SCAN = 200
@@ -148,7 +148,7 @@ async def history(
     wanted, found = alike(spec), []
     for job in rows.scalars():
         try:
-            earlier = JobSpec.model_validate(job.spec)
+            earlier = stored_spec(job.spec)
         except ValueError:  # a spec an older service stored, that no longer parses
             continue
         if alike(earlier) == wanted and (lengths := measured(job, earlier)) is not None:
@@ -401,7 +401,7 @@ async def estimate_of_job(session: AsyncSession, job: Job, prices: PriceTable) -
     """What a job's estimate was when it was submitted (from the jobs before it), to show
     beside what it used; None for a spec this service no longer parses."""
     try:
-        spec = JobSpec.model_validate(job.spec)
+        spec = stored_spec(job.spec)
     except ValueError:
         return None
     assert job.id is not None

@@ -23,7 +23,7 @@ from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, trainin
 from app.jobs.errors import JobNotFound, SpecRefused
 from app.jobs.rows import get_job
 from app.jobs.tables import Checkpoint, Job
-from kernel.spec import JobSpec, SavedWeights
+from kernel.spec import JobSpec, SavedWeights, stored_spec
 from kernel.spec.base import CheckpointRef
 
 Find = Callable[[AsyncSession, Job, CheckpointRef], Awaitable[Checkpoint]]
@@ -97,7 +97,7 @@ async def saved_path(session: AsyncSession, team_id: int, use: Use) -> str:
         raise SpecRefused(
             f"{use.field}.job", f"job {ref.job} is not one of your team's jobs"
         ) from None
-    trained = JobSpec.model_validate(source.spec)
+    trained = stored_spec(source.spec)
     for param, ours, theirs_of in use.matches:
         if (theirs := theirs_of(trained)) != ours:
             raise SpecRefused(

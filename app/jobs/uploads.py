@@ -23,7 +23,7 @@ from app.files.tables import UploadedFile
 from app.jobs.errors import SpecNotFound, SpecRefused
 from app.jobs.schemas import TERMINAL_STATUSES
 from app.jobs.tables import Job
-from kernel.spec import FileDataset, JobSpec
+from kernel.spec import FileDataset, JobSpec, stored_spec
 from kernel.storage.blobs import Storage
 
 
@@ -97,9 +97,7 @@ async def jobs_reading(session: AsyncSession, team_id: int, file_id: int) -> lis
     )
     name = public_id(file_id)
     rows = (await session.execute(query.order_by(Job.id))).all()
-    return [
-        job_id for job_id, spec in rows if name in JobSpec.model_validate(spec).uploaded_files()
-    ]
+    return [job_id for job_id, spec in rows if name in stored_spec(spec).uploaded_files()]
 
 
 async def remove_file(

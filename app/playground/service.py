@@ -48,7 +48,7 @@ from kernel.playground import (
     TaskFailure,
     missing_reference,
 )
-from kernel.spec import JobSpec
+from kernel.spec import stored_spec
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -230,7 +230,7 @@ class Sampling:
         teacher (the first's are checked); with a claimed row, from the row's tasks, which
         every sending of the requests asks for (so a repeat joins the first's)."""
         session, settings, request = self.session, self.settings, requests[0]
-        spec = JobSpec.model_validate(job.spec)
+        spec = stored_spec(job.spec)
         teachers = spec.teacher_specs()
         if request.teacher is not None and request.teacher not in teachers:
             message = (

@@ -21,6 +21,7 @@ from kernel.spec.documents import (
     format_validation_error,
     load_spec,
     parse_spec,
+    stored_spec,
     validation_problems,
 )
 from kernel.spec.eval import EvalSpec
@@ -64,5 +65,6 @@ __all__ = [
     "format_validation_error",
     "load_spec",
     "parse_spec",
+    "stored_spec",
     "validation_problems",
 ]

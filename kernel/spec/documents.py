@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from kernel.json_types import load_yaml
 from kernel.spec.job import JobSpec
+from kernel.spec.teachers import STORED
 from kernel.wording import one_line, problems, shown
 
 
@@ -45,6 +46,13 @@ def parse_spec(data: Any) -> JobSpec:
         return JobSpec.model_validate(data)
     except ValidationError as error:
         raise SpecError(format_validation_error(error), validation_problems(error)) from error
+
+
+def stored_spec(data: Any) -> JobSpec:
+    """A spec the service stored, read back: fields since withdrawn from specs (a teacher
+    server's `api_key_env`) are read as absent, so an old job still loads, lists, serves
+    and fails or runs by today's rules; its stored JSON is left as it was."""
+    return JobSpec.model_validate(data, context={STORED: True})
 
 
 def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

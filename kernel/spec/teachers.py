@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, ModelName, SpecModel, field_error
@@ -15,6 +15,8 @@ from kernel.spec.data import MAX_PROMPT_CHARS
 from kernel.spec.student import SavedWeights
 
 MAX_SERVER_BATCH = 256
+STORED = "stored"
+"""The validation context's flag of a spec read back from storage (`stored_spec`)."""
 MAX_SERVER_CONCURRENCY = 64
 
 
@@ -73,7 +75,11 @@ class TeacherServer(SpecModel):
 
     @field_validator("api_key_env", mode="before")
     @classmethod
-    def _no_key_variable(cls, value: Any) -> None:
+    def _no_key_variable(cls, value: Any, info: ValidationInfo) -> None:
+        """A 422 for a new spec; a stored one (`stored_spec`) keeps it in its JSON, read as
+        absent (the operator's binding decides the key)."""
+        if (info.context or {}).get(STORED):
+            return None
         raise ValueError(
             "a spec no longer names the variable holding a server's key: the operator binds "
             "each server to its key in OPD_TEACHER_SERVERS (a JSON map of server URL to the "

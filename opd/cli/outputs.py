@@ -24,7 +24,7 @@ from app.jobs.schemas import TERMINAL_STATUSES
 from kernel.errors import OPDError
 from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
-from kernel.spec import JobSpec
+from kernel.spec import stored_spec
 from opd.cli.common import CommandError, api_options, client, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
@@ -213,7 +213,7 @@ def export_command(args: argparse.Namespace) -> int:
             shutil.move(folder, out)
             print(f"Wrote {what} to {out} (archive SHA-256 {sha256})")
             return 0
-        thinking = JobSpec.model_validate(api.jobs.get(args.job).spec).dataset_shares()[0]
+        thinking = stored_spec(api.jobs.get(args.job).spec).dataset_shares()[0]
         merged = merge(folder, out, args.base_model, args.dtype, thinking.enable_thinking)
     print(
         f"Wrote a Hugging Face model to {out}: {merged.base_model} with the LoRA of {what} "

@@ -40,7 +40,7 @@ from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
 from worker.engine.loop.job import run_job as run_engine
@@ -133,7 +133,7 @@ async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState
 async def loadable(ctx: WorkerContext, job: Job) -> JobSpec:
     """The job's spec, its weights paths checked against its team once more before anything
     is loaded (the files may have changed since it was submitted, or the rules)."""
-    spec = JobSpec.model_validate(job.spec)
+    spec = stored_spec(job.spec)
     return await write(
         ctx,
         f"check the weights of job {job.id}",

@@ -24,7 +24,7 @@ from app.jobs.mlflow_endings import Ending, drop_ending, take_endings
 from app.jobs.tables import Job
 from app.records.store import record_event, record_mlflow_run, recorded_steps
 from kernel.retry import Backoff
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_tracker
 from worker.engine.tracking.mlflow_mirror import MlflowSink, end_run, transient
 from worker.service.db_sink import DatabaseSink, persist
@@ -120,7 +120,7 @@ async def end_one(
 ) -> bool:
     """End one job's run and drop its ending; False (kept) when a later try may succeed."""
     job_id = ending.job_id
-    spec = JobSpec.model_validate(ending.spec)
+    spec = stored_spec(ending.spec)
     tracker = spec.trackers.mlflow
     if tracker is not None and not unlisted_tracker(spec, settings.mlflow_tracking_uris):
         key = run_key(job_id, ending.created_at)

@@ -34,7 +34,7 @@ from app.jobs.archives import SHA256_HEADER, fetched, fetched_path, write_archiv
 from app.jobs.checkpoints import CheckpointUnavailable, job_checkpoint
 from app.jobs.tables import Checkpoint, Job
 from kernel.playground import Archive, ArchiveTask, Outcome
-from kernel.spec import JobSpec
+from kernel.spec import stored_spec
 from kernel.storage.blobs import BlobCorrupt, BlobMissing, StorageUnavailable
 from kernel.storage.checkpoints import is_stored
 
@@ -99,7 +99,7 @@ async def trio_archive(
     if (kept := fetched(destination)) is not None:
         return kept
     task = ArchiveTask(
-        spec=JobSpec.model_validate(job.spec),
+        spec=stored_spec(job.spec),
         path=checkpoint.path,
         destination=str(destination),
     )

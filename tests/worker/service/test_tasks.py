@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pytrio.errors.actor import ActorAPIError
 from pytrio.types import APIFuture
-from sqlalchemy import make_url, select
+from sqlalchemy import make_url, select, update
 
 from app.auth.keys import create_key
 from app.core.config import Settings
@@ -26,7 +26,7 @@ from app.jobs.limits import Limits
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction
 from app.jobs.store import apply_action, claim_next, create_job, heartbeat
-from app.jobs.tables import Checkpoint, Event
+from app.jobs.tables import Checkpoint, Event, Job
 from kernel.spec import JobSpec
 from kernel.storage.blobs import StorageUnavailable
 from kernel.storage.checkpoints import CheckpointStore
@@ -399,6 +399,29 @@ async def test_the_worker_refuses_a_teacher_server_no_longer_listed(monkeypatch,
     assert code == "teacher_server_not_allowed" and message is not None
     assert message.startswith("teacher.server.url: http://vllm.internal:8000/v1 is not one")
     assert "OPD_TEACHER_SERVERS" in message and fake.calls == []
+
+
+async def test_a_stored_spec_naming_a_key_variable_loads_and_fails_by_todays_rules(
+    monkeypatch, context
+):
+    """A job stored before `teacher.server.api_key_env` was withdrawn: the worker reads its
+    spec with the field absent (its stored JSON keeps it) and the job fails with our code
+    and words, here for a server the operator does not list, never a crash at load."""
+    fake = FakeServiceClient()
+    patch_pytrio(monkeypatch, fake)
+    server = {"url": "http://vllm.internal:8000/v1", "model": "m"}
+    job_id = await submit(context, SPEC | {"teacher": {"server": server}})
+    stored = SPEC | {"teacher": {"server": server | {"api_key_env": "AWS_SECRET_ACCESS_KEY"}}}
+    async with context.sessions() as session:
+        await session.execute(update(Job).where(Job.id == job_id).values(spec=stored))
+        await session.commit()
+
+    assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+    code, message, _ = await failure(context, job_id)
+    assert code == "teacher_server_not_allowed" and message is not None, (code, message)
+    assert "AWS_SECRET_ACCESS_KEY" not in message and fake.calls == []
+    async with context.sessions() as session:
+        assert (await get_job(session, job_id)).spec["teacher"]["server"]["api_key_env"]
 
 
 def test_the_worker_sends_only_the_key_the_operator_bound_to_the_server(monkeypatch):
