@@ -41,6 +41,7 @@ from app.api.routes import (
     usage,
     webhooks,
 )
+from app.auth.job_tokens import JobTokens
 from app.auth.keys import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.curve_answers = TTLCache[str, bytes](ANSWER_SECONDS, max_size=ANSWERS)
     app.state.prices = PriceTable(settings.prices)
     app.state.secret_box = secret_box(settings)
+    app.state.job_tokens = JobTokens.of(settings)
     app.state.storage = storage_of(settings)
     app.state.waits = Waits(settings.team_max_waiting)
     app.state.spools = spool_places(settings)

@@ -15,7 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.routing import BaseRoute
 
 from app.api.errors import ApiError
+from app.api.job_tokens import job_principal, unauthorized
 from app.audit.store import record_audit
+from app.auth.job_tokens import is_job_token
 from app.auth.keys import Principal, authenticate
 from app.auth.schemas import Scope
 from app.auth.sessions import session_principal
@@ -136,10 +138,6 @@ def required_scope(request: Request) -> Scope:
     return Scope(declared.get(SCOPE_EXTENSION) or default_scope(request.method))
 
 
-def unauthorized(message: str) -> ApiError:
-    return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
-
-
 async def refuse(
     request: Request, session: AsyncSession, principal: Principal, needed: Scope
 ) -> ApiError:
@@ -183,6 +181,8 @@ async def identify(request: Request, session: AsyncSession, key: str | None) -> 
             return principal
     if not key:
         raise unauthorized("missing API key: send 'Authorization: Bearer KEY' or 'X-API-Key: KEY'")
+    if is_job_token(key):  # a worker scoring for a job through this service's own /v1
+        return await job_principal(request, session, key)
     principal = await authenticate(session, key, request.app.state.principals)
     if principal is None:
         raise unauthorized("unknown or revoked API key")

@@ -19,6 +19,9 @@ from app.core.pricing import Price
 from kernel.tables.bounds import DEFAULT_MAX_UPLOAD_BYTES
 
 ENV_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SELF_SERVER = "self"
+"""OPD_TEACHER_SERVERS's word for a URL that is this service's own /v1 (reserved: never a
+variable's name there)."""
 
 DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
@@ -226,7 +229,9 @@ class Settings(BaseSettings):
         description="Inference servers jobs' teachers may call, each bound to its key: a "
         "JSON map of the OpenAI-compatible base URL (teacher.server.url, as written here) "
         "to the name of the worker's environment variable holding its key, sent as a bearer "
-        "token (null = none); a JSON list of URLs = servers without a key; empty = none.",
+        "token (null = none), or to `self` for this service's own /v1 (the worker calls it "
+        "with a short-lived token of the job's team, no key); a JSON list of URLs = servers "
+        "without a key; empty = none.",
     )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
@@ -256,22 +261,33 @@ class Settings(BaseSettings):
     @classmethod
     def _servers_bound_to_keys(cls, value: Any) -> Any:
         """A plain list of URLs (the old form) is servers without a key; each bound name
-        must be an environment variable's."""
+        must be an environment variable's, or SELF_SERVER."""
         if isinstance(value, list):
             value = dict.fromkeys(value)
         if isinstance(value, dict):
             for url, name in value.items():
-                if name is not None and not (isinstance(name, str) and ENV_VARIABLE.match(name)):
+                if name in (None, SELF_SERVER):
+                    continue
+                if not (isinstance(name, str) and ENV_VARIABLE.match(name)):
                     raise ValueError(
                         f"{url}: bind a server to the name of the worker's environment variable "
-                        f"holding its key (or null), not {name!r}"
+                        f"holding its key, {SELF_SERVER!r} or null, not {name!r}"
                     )
         return value
 
-    def teacher_server_key_env(self, url: str) -> str | None:
-        """The worker's variable holding the key the operator bound to server `url`."""
+    def teacher_server_binding(self, url: str) -> str | None:
+        """What the operator bound server `url` to: a variable's name or SELF_SERVER."""
         bound = {listed.rstrip("/"): name for listed, name in self.teacher_servers.items()}
         return bound.get(url.rstrip("/"))
+
+    def teacher_server_key_env(self, url: str) -> str | None:
+        """The worker's variable holding the key the operator bound to server `url`."""
+        name = self.teacher_server_binding(url)
+        return None if name == SELF_SERVER else name
+
+    def serves_itself(self, url: str) -> bool:
+        """Whether server `url` is this service's own /v1 (bound to SELF_SERVER)."""
+        return self.teacher_server_binding(url) == SELF_SERVER
 
     @field_validator("secret_key")
     @classmethod

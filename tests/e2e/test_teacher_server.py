@@ -26,7 +26,6 @@ from tests.e2e.servers import Relay
 from tests.e2e.test_faults import at_step, events, metric_rows
 from tests.support import assert_close
 
-KEY_ENV = "OPD_E2E_TEACHER_KEY"
 CURVE = "opd/reverse_kl_mean"
 STEPS, SAVE_EVERY = 12, 3
 SAMPLES = 16
@@ -52,8 +51,9 @@ def service(
 ) -> Iterator[Service]:
     """One deployment whose teacher servers are its own API, directly or through `relay`."""
     home = tmp_path_factory.mktemp("teacher-server")
-    # The operator binds each server to the worker's variable holding its key.
-    allowed = {f"http://127.0.0.1:{api_port}/v1": KEY_ENV, f"{relay.url}/v1": KEY_ENV}
+    # The operator binds the service's own /v1 (directly or through the relay) to `self`:
+    # the worker calls it with short-lived tokens of each job's team, holding no key.
+    allowed = {f"http://127.0.0.1:{api_port}/v1": "self", f"{relay.url}/v1": "self"}
     # One scoring at a time: the server's answers do not depend on what shares a batch.
     with deployment(
         home,
@@ -62,7 +62,7 @@ def service(
         teacher_servers=json.dumps(allowed),
         sample_concurrency="1",
     ) as running:
-        running.start_worker(**{KEY_ENV: running.key})
+        running.start_worker()
         yield running
 
 
@@ -166,7 +166,7 @@ def test_kill_9_mid_job_resumes_against_the_server_with_the_same_curve(service, 
     service.wait(job["id"], at_step(SAVE_EVERY * 2), timeout=600)
     first.send_signal(signal.SIGKILL)
     first.wait()
-    service.start_worker(**{KEY_ENV: service.key})
+    service.start_worker()
     done = service.wait(job["id"], timeout=600)
 
     assert done["status"] == "succeeded" and done["attempts"] == 2, done

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.auth.job_tokens import JobTokens
 from app.budgets.rules import BUDGET_STOP
 from app.budgets.service import check_spending
 from app.core.config import Settings
@@ -43,6 +44,7 @@ from kernel.errors import OPDError, ResultLost
 from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
+from worker.engine.backends.server import ServerKey
 from worker.engine.loop.job import run_job as run_engine
 from worker.engine.loop.schedule import resume_versions
 from worker.engine.loop.state import RunResult, SavedState, Stop
@@ -191,18 +193,30 @@ async def write(ctx: WorkerContext, what: str, operation: Any) -> Any:
     return await persist(ctx.sessions, what, operation)
 
 
-def teacher_server_keys(spec: JobSpec, settings: Settings) -> dict[str, str]:
+def teacher_server_keys(spec: JobSpec, settings: Settings, job: Job) -> dict[str, ServerKey]:
     """The key the operator bound to each of the spec's teacher servers (OPD_TEACHER_SERVERS
     names the worker's variable holding it), by URL: only from that binding, never from a
-    variable a spec names; a bound variable that is unset sends no key."""
-    keys: dict[str, str] = {}
+    variable a spec names; a bound variable that is unset sends no key. A server bound to
+    `self` (this service's own /v1) gets a maker of short-lived tokens of `job` and its
+    team, never a key of the worker's."""
+    keys: dict[str, ServerKey] = {}
     for teacher in spec.teacher_specs().values():
         if teacher.server is None:
             continue
-        name = settings.teacher_server_key_env(teacher.server.url)
-        if name and (key := os.environ.get(name)):
-            keys[teacher.server.url] = key
+        url = teacher.server.url
+        name = settings.teacher_server_key_env(url)
+        if settings.serves_itself(url):
+            keys[url] = job_token_maker(settings, job)
+        elif name and (key := os.environ.get(name)):
+            keys[url] = key
     return keys
+
+
+def job_token_maker(settings: Settings, job: Job) -> Callable[[], str]:
+    """What mints a fresh token of `job` for each request to this service's own /v1."""
+    tokens, team_id, job_id = JobTokens.of(settings), job.team_id, job.id
+    assert job_id is not None
+    return lambda: tokens.issue(team_id, job_id, time.time())
 
 
 async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
@@ -279,7 +293,7 @@ async def attempt(
             resume=await saved_state(ctx, job, spec),
             should_stop=control.should_stop,
             model_cache=ctx.settings.model_cache,
-            server_keys=teacher_server_keys(spec, ctx.settings),
+            server_keys=teacher_server_keys(spec, ctx.settings, job),
         )
     )
     error: BaseException | None = None

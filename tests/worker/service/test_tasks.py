@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
+import time
 import uuid
 from concurrent.futures import Future
 from typing import Any
@@ -16,6 +17,7 @@ from pytrio.errors.actor import ActorAPIError
 from pytrio.types import APIFuture
 from sqlalchemy import make_url, select, update
 
+from app.auth.job_tokens import JOB_TOKEN_SECONDS, JobClaims, JobTokens
 from app.auth.keys import create_key
 from app.core.config import Settings
 from app.core.db import create_db_engine, migrate, session_factory
@@ -438,9 +440,27 @@ def test_the_worker_sends_only_the_key_the_operator_bound_to_the_server(monkeypa
     spec = JobSpec.model_validate(
         SPEC | {"teacher": None, "teachers": teachers, "teacher_mixture": "mixture"}
     )
-    assert teacher_server_keys(spec, settings) == {bound: "sk-bound"}
+    job = Job(id=7, team_id=3, spec={})
+    assert teacher_server_keys(spec, settings, job) == {bound: "sk-bound"}
     monkeypatch.delenv("VLLM_KEY")
-    assert teacher_server_keys(spec, settings) == {}
+    assert teacher_server_keys(spec, settings, job) == {}
+
+
+def test_the_services_own_v1_gets_fresh_tokens_of_the_job_never_a_key(monkeypatch, tmp_path):
+    """A server bound to `self`: each request's token names the job and its team, is
+    accepted by the API's keys (the same home) and lasts minutes; no variable is read."""
+    monkeypatch.setenv("OPD_API_KEY", "opd_team_key")
+    own = "http://127.0.0.1:8000/v1"
+    settings = Settings(home=tmp_path, teacher_servers={own: "self"})
+    spec = JobSpec.model_validate(SPEC | {"teacher": {"server": {"url": own, "model": "job-1"}}})
+    keys = teacher_server_keys(spec, settings, Job(id=7, team_id=3, spec={}))
+    mint = keys[own]
+    assert callable(mint) and set(keys) == {own}
+    first, later = mint(), mint()
+    tokens = JobTokens.of(Settings(home=tmp_path))
+    assert tokens.read(first, time.time()) == tokens.read(later, time.time()) == JobClaims(3, 7)
+    assert tokens.read(first, time.time() + JOB_TOKEN_SECONDS + 1) is None
+    assert "opd_team_key" not in first
 
 
 LOCAL_SPEC = {

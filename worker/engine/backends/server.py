@@ -11,15 +11,16 @@ still fails becomes an error a person can act on (codes `teacher_server_*`); a s
 answers without prompt logprobs is told so at once, never retried.
 
 The key is the one the operator bound to the server (OPD_TEACHER_SERVERS), given by the
-worker, never named by the spec; a server's answer text never enters an error or an event
-(it could echo the key, or anything else): its status code and our error code do.
+worker, never named by the spec (for this service's own /v1, a maker of short-lived job
+tokens, asked for a fresh one every request); a server's answer text never enters an error
+or an event (it could echo the key, or anything else): its status code and our code do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ ANSWER_BASE_BYTES = 1 << 20
 ANSWER_BYTES_PER_ENTRY = 512
 """An answer may hold 1 MiB plus this much per (position, alternative) asked for."""
 TRANSIENT_STATUS = frozenset({408, 429})
+ServerKey = str | Callable[[], str]
+"""A server's key, or what makes a fresh one for each request (a job token)."""
 
 
 class ServerAnswered(Exception):
@@ -97,7 +100,7 @@ class ServerTeacher:
     """The teacher SamplingClient of one server model (`options`), which speaks the
     student's tokens (`tokenizer`, checked by the preflight's `probe`). `who` names it in
     messages and `field` is where the spec writes it (`teacher.server`); `key` is the one
-    the operator bound to the server, sent as a bearer token (None = none)."""
+    the operator bound to the server (or its maker), sent as a bearer token (None = none)."""
 
     def __init__(
         self,
@@ -107,7 +110,7 @@ class ServerTeacher:
         field: str = "teacher.server",
         warn: Warn = lambda message, data: None,
         transport: httpx.AsyncBaseTransport | None = None,
-        key: str | None = None,
+        key: ServerKey | None = None,
     ) -> None:
         self.options, self.tokenizer, self.field, self.warn = options, tokenizer, field, warn
         self.key = key
@@ -244,16 +247,14 @@ class ServerTeacher:
 
     async def post(self, body: dict[str, Any], limit: int) -> dict[str, Any]:
         if self.http is None:
-            headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
             self.http = httpx.AsyncClient(
-                headers=headers,
                 timeout=self.options.timeout_seconds,
                 transport=self.transport,
                 limits=httpx.Limits(max_connections=self.options.max_concurrency),
             )
         url = f"{self.options.url}/completions"
         async with asyncio.timeout(self.options.timeout_seconds):
-            async with self.http.stream("POST", url, json=body) as response:
+            async with self.http.stream("POST", url, json=body, headers=self.headers()) as response:
                 content = bytearray()
                 async for chunk in response.aiter_bytes():
                     content += chunk
@@ -271,6 +272,11 @@ class ServerTeacher:
         if not isinstance(answer, dict):
             raise NoPromptLogprobs(f"{self.who} answered with no completion object")
         return answer
+
+    def headers(self) -> dict[str, str]:
+        """The request's bearer token: the bound key, or a fresh one from its maker."""
+        key = self.key() if callable(self.key) else self.key
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def read(self, answer: dict[str, Any], prompts: list[list[int]], k: int) -> list[Scored]:
         """Each prompt's scores from the answer's choices (one per prompt, by index)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from kernel.spec import JobSpec
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CheckpointStore
+from worker.engine.backends.server import ServerKey
 from worker.engine.data.datasets import Prompts
 from worker.engine.loop.run import info_to, warning_to
 from worker.engine.loop.state import RunResult, SavedState, Stop
@@ -29,7 +30,7 @@ async def run_job(
     resume: SavedState | None = None,
     should_stop: Callable[[], Stop | None] = lambda: None,
     model_cache: Path | None = None,
-    server_keys: Mapping[str, str] | None = None,
+    server_keys: Mapping[str, ServerKey] | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
     given; GGUF models converted into `model_cache`) and run the loop; the sink is always

@@ -22,6 +22,7 @@ from worker.engine.backends.contract import (
     TeacherShare,
     TrainingClient,
 )
+from worker.engine.backends.server import ServerKey
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
 from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
@@ -180,7 +181,7 @@ async def open_run(
     sink: Sink,
     resume: SavedState | None,
     pools: list[Pool] | None = None,
-    server_keys: Mapping[str, str] | None = None,
+    server_keys: Mapping[str, ServerKey] | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
     the student's tokens (`preflight`), on the first prompts of each of `pools`;

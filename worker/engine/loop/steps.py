@@ -23,6 +23,7 @@ from kernel.errors import OPDError
 from kernel.samples import keeps_samples
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient
+from worker.engine.backends.server import ServerKey
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Mix, Pool, training_pools
 from worker.engine.eval.evaluation import Evaluation, Grade, due
@@ -206,7 +207,7 @@ async def run_loop(
     should_stop: Callable[[], Stop | None] = lambda: None,
     eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
     grade: Grade | None = None,
-    server_keys: Mapping[str, str] | None = None,
+    server_keys: Mapping[str, ServerKey] | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there

@@ -31,7 +31,7 @@ from worker.engine.backends.contract import (
     TrainingClient,
 )
 from worker.engine.backends.resilient import Warn
-from worker.engine.backends.server import ServerTeacher
+from worker.engine.backends.server import ServerKey, ServerTeacher
 from worker.engine.data.mixing import Pool
 from worker.engine.rollouts.datums import build_chat, build_prompt, question_text
 from worker.engine.rollouts.sampling import Scorer
@@ -293,7 +293,7 @@ async def server_view(
     checked: Sequence[tuple[str, PromptOptions]],
     warn: Warn,
     stop: list[str],
-    key: str | None = None,
+    key: ServerKey | None = None,
 ) -> TeacherView:
     """Teacher `name` on its inference server, in the mode the preflight finds its
     tokenizer in (the student's, or the one `server.tokenizer` names), once a probe found
