@@ -146,6 +146,20 @@ def peer_spec(base: dict[str, Any], peer: Peer, seed: int) -> JobSpec:
     return JobSpec.model_validate(data)
 
 
+def trainer_settings() -> dict[str, Any]:
+    """What a TRL trainer here is told beside its recipe: what the local backend runs (fp32
+    on the CPU; checkpointing only saves memory), and nothing logged or saved."""
+    return {
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "use_cpu": not torch.cuda.is_available(),
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+    }
+
+
 class Evals(TrainerCallback):
     """The opd eval at its boundaries of TRL's steps, run on the event loop (where the
     grader lives) while the training thread waits; the steps' own time is added up."""
@@ -211,14 +225,7 @@ async def run_trl(spec: JobSpec, beta: float, artifacts: Path, grade: Grade) -> 
         temperature=spec.sampling.temperature,
         max_completion_length=spec.sampling.max_tokens,
         seed=spec.student.seed,
-        # What the local backend runs (fp32 on the CPU); checkpointing only saves memory.
-        bf16=False,
-        gradient_checkpointing=False,
-        use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
+        **trainer_settings(),
     )
     teacher = load_model(spec.teacher.base_model, torch.float32)  # type: ignore[union-attr]
     trainer = DistillationTrainer(
