@@ -233,6 +233,12 @@ class Settings(BaseSettings):
         "with a short-lived token of the job's team, no key); a JSON list of URLs = servers "
         "without a key; empty = none.",
     )
+    vllm_servers: dict[str, str] = Field(
+        default_factory=dict,
+        description="vLLM servers (`opd vllm serve` prints the line): a JSON map of a base "
+        "model, as a spec names it, to the OpenAI-compatible base URL of the server that "
+        "serves it with runtime LoRA loading on (http://host:port/v1); empty = none.",
+    )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
     )
@@ -274,6 +280,15 @@ class Settings(BaseSettings):
                         f"holding its key, {SELF_SERVER!r} or null, not {name!r}"
                     )
         return value
+
+    @field_validator("vllm_servers")
+    @classmethod
+    def _vllm_urls(cls, value: dict[str, str]) -> dict[str, str]:
+        """Each server by its http(s) URL, without the trailing slash the paths add."""
+        for model, url in value.items():
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"{model}: give the server's http:// or https:// URL, not {url!r}")
+        return {model: url.rstrip("/") for model, url in value.items()}
 
     def teacher_server_binding(self, url: str) -> str | None:
         """What the operator bound server `url` to: a variable's name or SELF_SERVER."""

@@ -23,6 +23,7 @@ from opd.cli import (
     sweeps,
     teams,
     usage,
+    vllm,
     webhooks,
 )
 from opd.cli.common import CommandError, deprecation_note, key_hint
@@ -40,6 +41,7 @@ COMMAND_GROUPS = (
     usage.add_parsers,
     audit.add_parsers,
     webhooks.add_parsers,
+    vllm.add_parsers,
     jobs.add_action_parsers,
 )
 """In the order `opd --help` lists the commands."""
