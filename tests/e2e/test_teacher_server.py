@@ -3,7 +3,8 @@ the server: real `opd api` and `opd worker` processes, the worker's job scoring 
 through the API (which hands each request to a worker's playground, as any client's).
 
 - equivalence: a job whose teacher is `server: {url: <service>/v1, model: job-N}` gives the
-  reverse-KL curve of the same job with `teacher: {init_from: {job: N}}`;
+  reverse-KL curve of the same job with `teacher: {init_from: {job: N}}`, in each of
+  several pairs run at once;
 - resume: kill -9 of the worker mid-job resumes against the server with the same curve;
 - failures: a server that goes down is retried, then the job fails with a clear error and
   every step it finished kept once; a server the operator did not list is a 422.
@@ -61,6 +62,7 @@ def service(
         port=api_port,
         teacher_servers=json.dumps(allowed),
         sample_concurrency="1",
+        worker_concurrency="2",
     ) as running:
         running.start_worker()
         yield running
@@ -91,20 +93,34 @@ def curve(service: Service, job_id: int) -> list[float]:
     return [float(value) for _, value in points if value is not None]
 
 
+REPEATS = 3
+"""Pairs of jobs (server teacher, the same weights loaded) run at once, two jobs at a time
+on the worker: the worker's playground loads `job-N` while other jobs load their models
+(an adapter read on one thread gave a preset built on another other weights)."""
+
+
 @pytest.fixture(scope="module")
-def loaded_run(service: Service, source: int) -> dict[str, Any]:
+def runs(service: Service, source: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """REPEATS pairs of finished jobs (the teacher loaded by init_from, then served)."""
     local = {"base_model": "tiny-student", "init_from": {"job": source}}
-    done = service.wait(service.submit(spec_with(local))["id"], timeout=600)
-    assert done["status"] == "succeeded", done
-    return done
+    submitted = [
+        (
+            service.submit(spec_with(local)),
+            service.submit(spec_with(server_teacher(service.url, source))),
+        )
+        for _ in range(REPEATS)
+    ]
+    pairs = []
+    for loaded, served in submitted:
+        done = (service.wait(loaded["id"], timeout=600), service.wait(served["id"], timeout=600))
+        assert all(job["status"] == "succeeded" for job in done), (done, service.logs())
+        pairs.append(done)
+    return pairs
 
 
 @pytest.fixture(scope="module")
-def served_run(service: Service, source: int) -> dict[str, Any]:
-    job = service.submit(spec_with(server_teacher(service.url, source)))
-    done = service.wait(job["id"], timeout=600)
-    assert done["status"] == "succeeded", (done, service.logs())
-    return done
+def served_run(runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    return runs[0][1]
 
 
 def kept(service: Service, job_id: int) -> dict[int, list[Any]]:
@@ -121,16 +137,21 @@ def token_kls(by_step: dict[int, list[Any]], steps: list[int]) -> np.ndarray:
     return np.array([v for step in steps for s in by_step[step] for v in s.reverse_kl], float)
 
 
-def test_a_server_teacher_gives_the_curve_of_the_same_weights_loaded(
-    service, loaded_run, served_run
-):
-    """Both jobs sample the same completions from the same student until float rounding
+def test_a_server_teacher_gives_the_curve_of_the_same_weights_loaded(service, runs):
+    """Each pair samples the same completions from the same student until float rounding
     (the two teachers' forward passes are batched differently) flips a sampled token; on
     every step before that, each token's reverse KL and the step's curve agree within
     float tolerance, and so do the teacher tokens counted."""
-    loaded, served = curve(service, loaded_run["id"]), curve(service, served_run["id"])
+    for loaded, served in runs:
+        same_curves(service, loaded["id"], served["id"])
+    timeline = events(service, runs[0][1]["id"])
+    assert f"server {service.url}/v1, same tokenizer, same chat template" in timeline
+
+
+def same_curves(service: Service, loaded_id: int, served_id: int) -> None:
+    loaded, served = curve(service, loaded_id), curve(service, served_id)
     assert len(loaded) == len(served) == STEPS
-    ours, theirs = kept(service, served_run["id"]), kept(service, loaded_run["id"])
+    ours, theirs = kept(service, served_id), kept(service, loaded_id)
     alike = []
     for step in range(STEPS):
         sampled = [(s.prompt, s.tokens) for s in ours[step]]
@@ -140,23 +161,24 @@ def test_a_server_teacher_gives_the_curve_of_the_same_weights_loaded(
         alike.append(step)
     assert alike, "step 0 samples from the same weights with the same seed"
     served_kl, loaded_kl = token_kls(ours, alike), token_kls(theirs, alike)
-    assert_close(served_kl, loaded_kl, rtol=1e-4, what="each token's reverse KL")
-    assert_close(served[: len(alike)], loaded[: len(alike)], rtol=1e-4, what="the reverse-KL curve")
-    ours_rows = dict(metric_rows(service, served_run["id"]))
-    theirs_rows = dict(metric_rows(service, loaded_run["id"]))
+    what = f"jobs {served_id} (served) and {loaded_id} (loaded):"
+    assert_close(served_kl, loaded_kl, rtol=1e-4, what=f"{what} each token's reverse KL")
+    assert_close(served[: len(alike)], loaded[: len(alike)], rtol=1e-4, what=f"{what} the curve")
+    ours_rows, theirs_rows = (
+        dict(metric_rows(service, served_id)),
+        dict(metric_rows(service, loaded_id)),
+    )
     for step in alike:  # each teacher's tokens are counted as the loaded teacher's are
         tokens = "usage/teacher_tokens"
         assert ours_rows[step][tokens] == theirs_rows[step][tokens] > 0
     print(
-        f"server teacher vs init_from teacher: the same samples on steps 0..{alike[-1]} of "
-        f"{STEPS}; there, max abs difference of {CURVE} "
+        f"{what} the same samples on steps 0..{alike[-1]} of {STEPS}; there, max abs "
+        f"difference of {CURVE} "
         f"{np.max(np.abs(np.subtract(served[: len(alike)], loaded[: len(alike)]))):.3g}, of "
         f"each token's reverse KL {np.max(np.abs(served_kl - loaded_kl)):.3g} "
         f"({served_kl.size} tokens); over all {STEPS} steps, of {CURVE} "
         f"{np.max(np.abs(np.subtract(served, loaded))):.3g}"
     )
-    timeline = events(service, served_run["id"])
-    assert f"server {service.url}/v1, same tokenizer, same chat template" in timeline
 
 
 # SQLite, as test_faults' kill -9 test: the killed writer's lock is the next process's.

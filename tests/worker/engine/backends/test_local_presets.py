@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import torch
 from transformers import AutoTokenizer
 
 from kernel.model_names import BYTE_LEVEL_TEMPLATE_TOKENS
-from kernel.spec import PromptOptions
+from kernel.spec import LocalBackendSpec, PromptOptions
+from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
 from worker.engine.rollouts.datums import build_prompt
 from worker.engine.teachers.preflight import teacher_mode, tokenizer_difference
@@ -76,3 +79,35 @@ def test_the_byte_level_presets_template_adds_the_tokens_estimates_count() -> No
         content = f"{question}\n\n{suffix}" if suffix else question
         prompt = build_prompt(tiny_tokenizer(), question, suffix, enable_thinking=False)
         assert len(prompt) == len(content.encode()) + BYTE_LEVEL_TEMPLATE_TOKENS
+
+
+async def test_models_loaded_on_several_threads_at_once_are_the_presets(tmp_path):
+    """A worker's playground loads saved weights (a LoRA read into a fresh adapter, whose
+    init draws from torch's process-wide generator) on its backend's thread while jobs
+    load the presets on theirs: every model loaded is still exactly the preset, or the
+    preset with those weights (a teacher server naming `job-N` once answered as another
+    model: reverse KL 2.2 where the job's weights give 0.002)."""
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path / "a")
+    training = await service.create_lora_training_client_async("tiny-student", rank=8, seed=3)
+    path = (await (await training.save_weights_for_sampler_async("w"))).path
+    reference = {
+        None: parameters((await service.create_sampling_client_async("tiny-student")).model),
+        path: parameters((await service.create_sampling_client_async("tiny-student", path)).model),
+    }
+    services = [
+        LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path / str(i)) for i in range(4)
+    ]
+    loads = [(one, weights) for _ in range(6) for one in services for weights in reference]
+    loaded = await asyncio.gather(
+        *(one.create_sampling_client_async("tiny-student", weights) for one, weights in loads)
+    )
+    differ = [
+        weights
+        for (_, weights), client in zip(loads, loaded, strict=True)
+        if not all(map(torch.equal, parameters(client.model), reference[weights]))
+    ]
+    assert not differ, f"{len(differ)} of {len(loads)} models loaded at once are not the preset"
+
+
+def parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [tensor.detach().clone() for tensor in model.state_dict().values()]

@@ -25,6 +25,7 @@ from worker.engine.backends.local.models import (
     load_tokenizer,
     resolve_placement,
 )
+from worker.engine.backends.local.presets import drawing_alone
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.local.trainer import LocalTrainingClient, attach_lora
@@ -116,7 +117,9 @@ class LocalServiceClient:
                     code="checkpoint_config_mismatch",
                 )
             try:
-                model = PeftModel.from_pretrained(model, folder).merge_and_unload()
+                with drawing_alone():  # the adapter's layers are initialised, then read
+                    adapted = PeftModel.from_pretrained(model, folder)
+                model = adapted.merge_and_unload()
             except (OSError, ValueError, RuntimeError, KeyError, SafetensorError) as error:
                 raise CheckpointError(
                     f"cannot load LoRA weights {model_path!r}: {error}"

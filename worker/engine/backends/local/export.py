@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from kernel.errors import OPDError
 from worker.engine.backends.local.checkpoints import MANIFEST
 from worker.engine.backends.local.models import ModelCache, load_model, load_tokenizer
+from worker.engine.backends.local.presets import drawing_alone
 
 ADAPTER_CONFIG = "adapter_config.json"
 PROBE = "Merging check: what is 12 + 30? Think step by step, then answer."
@@ -103,7 +104,9 @@ def merge_adapter(
     tokenizer = tokenizer_of(adapter, base_model, cache)
     if enable_thinking is not None:
         tokenizer.chat_template = rendering_as_trained(tokenizer.chat_template, enable_thinking)
-    model = PeftModel.from_pretrained(load_model(base_model, dtype, cache), adapter).eval()
+    base = load_model(base_model, dtype, cache)
+    with drawing_alone():  # the adapter's layers are initialised, then read
+        model = PeftModel.from_pretrained(base, adapter).eval()
     ids = torch.tensor([tokenizer.encode(PROBE, add_special_tokens=False)])
     expected = probe_logprobs(model, ids)
     merged = model.merge_and_unload()

@@ -11,6 +11,8 @@ initialised from fixed seeds, sharing a tokenizer in which each UTF-8 byte is on
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -22,6 +24,17 @@ from worker.engine.backends.byte_level import bytes_to_unicode
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
 across threads: a worker's playground loads models while its jobs train."""
+
+
+@contextmanager
+def drawing_alone() -> Iterator[None]:
+    """Draw from torch's process-wide generator with no other thread drawing (SEEDED_INIT),
+    leaving it as found. Every draw a worker's threads make must hold it, seeded or not: an
+    adapter read from saved weights initialises its layers before loading them, and one
+    drawn while another thread builds a preset gave that preset other weights."""
+    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
+        yield
+
 
 # Both models share one random base drawn at a large init scale (so their next-token
 # distributions are far from uniform); the teacher adds a random low-rank change to every
@@ -165,7 +178,7 @@ def tiny_model(name: str) -> Qwen3ForCausalLM:
     """The preset `name` (tiny-student or tiny-teacher), identical on every call."""
     if name not in TINY_PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets are {', '.join(TINY_PRESETS)}")
-    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
+    with drawing_alone():
         torch.manual_seed(BASE_SEED)
         model = Qwen3ForCausalLM(preset_config(tiny_tokenizer()))
         if name == TINY_TEACHER:

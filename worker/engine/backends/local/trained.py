@@ -19,7 +19,7 @@ from safetensors.torch import load_model, save_model
 from transformers import Qwen3ForCausalLM
 
 from kernel.errors import OPDError
-from worker.engine.backends.local.presets import SEEDED_INIT, preset_config, preset_tokenizer
+from worker.engine.backends.local.presets import drawing_alone, preset_config, preset_tokenizer
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 MANIFEST = "manifest.json"
@@ -58,7 +58,7 @@ def trained_model(name: str, folder: Path = WEIGHTS_DIR) -> Qwen3ForCausalLM:
             f"{path} is missing or does not match the sha256 in {folder / MANIFEST}: "
             "restore it from the repository or rerun scripts/train_arith_presets.py"
         )
-    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
+    with drawing_alone():
         model = Qwen3ForCausalLM(preset_config(preset_tokenizer(name), **entry["config"]))
     load_model(model, path)
     model.name_or_path = model.config.name_or_path = name

@@ -60,7 +60,7 @@ from worker.engine.backends.local.distillation import (
 )
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
-from worker.engine.backends.local.presets import SEEDED_INIT
+from worker.engine.backends.local.presets import drawing_alone
 from worker.engine.backends.local.runner import SerialRunner
 from worker.engine.backends.local.sampler import AdapterOffSamplingClient, LocalSamplingClient
 
@@ -74,7 +74,7 @@ def attach_lora(model: torch.nn.Module, rank: int, seed: int) -> PeftModel:
     config = LoraConfig(
         r=rank, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear"
     )
-    with SEEDED_INIT, torch.random.fork_rng(devices=[]):
+    with drawing_alone():
         torch.manual_seed(seed)
         return get_peft_model(model, config, autocast_adapter_dtype=True)
 
