@@ -220,8 +220,10 @@ def open_storage(url: str, retry_seconds: float = DEFAULT_RETRY_SECONDS) -> Stor
 
 
 def retries(seconds: float) -> dict[str, Any]:
+    """Retries for `seconds`, however many that takes: a refused connection fails in
+    milliseconds, so a count of attempts (obstore's default, 10) is over in 2-3 s."""
     return {
-        "max_retries": 10,
+        "max_retries": 1_000_000,
         "retry_timeout": timedelta(seconds=seconds),
         "backoff": {
             "init_backoff": timedelta(milliseconds=100),

@@ -24,7 +24,8 @@ from kernel.storage.blobs import (
 )
 from kernel.storage.cache import BlobCache
 from kernel.storage.hashing import file_sha256
-from tests.support import temporary_storage
+from tests.e2e.servers import Relay
+from tests.support import S3_ENDPOINT, temporary_bucket, temporary_storage
 
 
 @pytest.fixture(params=["folder", "s3"])
@@ -157,3 +158,20 @@ async def test_the_cache_keeps_its_copies_under_its_budget(storage, tmp_path):
     await storage.delete(shas[2])
     again = await asyncio.to_thread(cache.path, shas[2], ".jsonl")  # a hit: no store read
     assert again.read_bytes() == b"\x02" * 1000
+
+
+async def test_a_store_away_for_seconds_is_waited_for_within_its_retry_time(tmp_path, monkeypatch):
+    """Connections refused fail fast: the retries must span `retry_seconds`, not a count
+    of quick attempts (ten of them took 3 s, so a 5-15 s outage failed a job's save)."""
+    with temporary_bucket() as url:
+        relay = Relay(int(S3_ENDPOINT.rsplit(":", 1)[1]))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", relay.url)
+        storage = open_storage(url, retry_seconds=60)
+        path, sha = written(tmp_path, b"saved while the store was away")
+        loop = asyncio.get_running_loop()
+        loop.call_later(8.0, relay.start)
+        try:
+            assert await storage.put_file(path, sha) is True
+        finally:
+            relay.cut()
+    assert relay.answers, "the write went through the relay once it was up"
