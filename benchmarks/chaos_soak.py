@@ -278,19 +278,15 @@ def plan_sweeps(options: argparse.Namespace) -> list[SweepOrder]:
 # --- server teachers (small and in one place: how a job names a server may change) ------
 
 
-SERVED_KEY_ENV = "OPD_SOAK_TEACHER_KEY"
-"""The workers' variable holding the served jobs' team key."""
 SERVED_TEAM = "red"
 
 
-def served_teacher_settings(service: Deployment, api_urls: list[str]) -> dict[str, str]:
+def served_teacher_settings(api_urls: list[str]) -> dict[str, str]:
     """What the deployment's processes need for a job to name its own /v1 as a teacher
-    server: the operator's servers, each bound to the workers' variable holding a key of
-    SERVED_TEAM, and that key."""
-    return {
-        "OPD_TEACHER_SERVERS": json.dumps({f"{url}/v1": SERVED_KEY_ENV for url in api_urls}),
-        SERVED_KEY_ENV: service.opd("keys", "create", "--team", SERVED_TEAM),
-    }
+    server: each API's /v1 bound to "self", so a worker calls it with a short-lived token
+    of the job's own team (signed under the secret key in the shared OPD_HOME), never a
+    key of its environment."""
+    return {"OPD_TEACHER_SERVERS": json.dumps({f"{url}/v1": "self" for url in api_urls})}
 
 
 def served_teacher(api_url: str, source_job: int) -> dict[str, Any]:
@@ -636,7 +632,7 @@ def deployment(home: Path) -> Iterator[Deployment]:
         )
         service.opd("migrate")
         service.admin_key = service.opd("keys", "create", "--team", "ops", "--scope", "admin")
-        service.env |= served_teacher_settings(service, api_urls)
+        service.env |= served_teacher_settings(api_urls)
         for index, url in enumerate(api_urls):
             args = ["api", "--port", url.rsplit(":", 1)[1], "--quiet"]
             service.roles.append(Role(f"api-{index}", args, url))
@@ -1218,15 +1214,22 @@ def check_steps(
         expected = sorted(clean) if succeeded else list(range(len(rows)))
         if sorted(rows) != expected or not rows.keys() <= clean.keys():
             rows_wrong.broken(f"job {job['id']} ({job['status']}): steps {sorted(rows)}")
-        for step in rows.keys() & clean.keys():
+        differences = []
+        for step in sorted(rows.keys() & clean.keys()):
             want = {k: v for k, v in clean[step].items() if compared(k)}
             have = {k: v for k, v in rows[step].items() if compared(k)}
             differing.chance(len(want))
-            for key in sorted(want.keys() | have.keys()):
-                if want.get(key) != have.get(key):
-                    differing.broken(
-                        f"job {job['id']} step {step} {key}: {have.get(key)!r} != {want.get(key)!r}"
-                    )
+            differences += [
+                f"step {step} {key}: {have.get(key)!r} != {want.get(key)!r}"
+                for key in sorted(want.keys() | have.keys())
+                if want.get(key) != have.get(key)
+            ]
+        if differences:  # one example a job, with its story: which run made the rows
+            differing.broken(
+                f"job {job['id']} ({job['name']}, {len(differences)} values, first "
+                f"{differences[0]}): {db.timeline(job['id'])}",
+                times=len(differences),
+            )
         if succeeded and job["id"] not in serving:
             usage_wrong.chance()
             have_usage = {name: job[name] for name in USAGE}

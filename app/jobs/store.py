@@ -7,8 +7,9 @@ Worker writes name the worker's id, so a worker whose job was taken over learns 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, select, update
@@ -291,7 +292,8 @@ async def complete_job(
         plan = plan_complete(job, final_weights_path)
         return Plan(plan.target, plan.message, plan.values | {"steps_done": Job.total_steps})
 
-    return await finish(session, job_id, worker_id, decide)
+    data = {"final_weights_path": final_weights_path}  # a team reads it masked
+    return await finish(session, job_id, worker_id, decide, event_data=data)
 
 
 async def fail_job(
@@ -334,3 +336,36 @@ async def stop_job(
         lambda job: plan_stop(job, reason, state),
         event_data={"state_path": state_path, "state_step": state_step},
     )
+
+
+UNRUN = (
+    "Attempt {attempt}'s claim never reached its worker (the database dropped the answer "
+    "after committing it); queued again"
+)
+
+
+async def release_unrun(
+    session: AsyncSession, worker_id: str, running: Collection[int], older_than: float
+) -> list[int]:
+    """Jobs the database says `worker_id` holds but none of its slots runs, with no
+    heartbeat for `older_than` seconds: a claim whose answer a database restart dropped
+    after its commit. The worker stops each as at a step boundary (queued again, or
+    cancelled or paused as asked) rather than leave it until its heartbeat is stale and
+    another worker takes it over from a live one. Returns the jobs queued again."""
+    before = utcnow() - timedelta(seconds=older_than)
+    rows = await session.execute(
+        select(Job).where(
+            Job.worker_id == worker_id,
+            Job.status.in_(ACTIVE_STATUSES),
+            Job.id.not_in(list(running)),
+            Job.heartbeat_at < before,
+        )
+    )
+    queued = []
+    for job in list(rows.scalars()):
+        plan = plan_stop(job, UNRUN.format(attempt=job.attempts), {})
+        same_holder = (Job.worker_id == worker_id, Job.heartbeat_at == job.heartbeat_at)
+        if await compare_and_set(session, job, plan, *same_holder):
+            queued += [job.id] if plan.target is JobStatus.queued else []
+    await session.rollback()
+    return queued

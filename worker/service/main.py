@@ -30,6 +30,8 @@ from app.core.db import create_db_engine, session_factory
 from app.core.pricing import PriceTable
 from app.core.queue import TASK_NAME, JobQueue
 from app.core.tables import utcnow
+from app.jobs.dispatch import enqueue_job
+from app.jobs.store import release_unrun
 from worker.service.quick import quick_worker
 from worker.service.requeuer import requeue_lost
 from worker.service.sweep_controller import ControllerThread
@@ -66,10 +68,22 @@ async def requeue_forever(ctx: WorkerContext) -> None:
                 prices = PriceTable(ctx.settings.prices)
                 for job_id in await resume_spending(session, ctx.queue, prices, utcnow()):
                     log.info("resumed job %s: its team's budget allows it again", job_id)
+            await release_claims_never_run(ctx)
             await requeue_lost(ctx.sessions, ctx.queue, ctx.settings, ctx.sight)
         except Exception as error:  # Redis or the database may be away; try next time
             log.warning("requeue pass failed: %s", error)
         await asyncio.sleep(ctx.settings.sweep_interval)
+
+
+async def release_claims_never_run(ctx: WorkerContext) -> None:
+    """Send back to the queue what this worker holds in the database but runs in no slot
+    (a claim whose answer a database restart dropped), after half a heartbeat timeout:
+    before any other worker would judge it dead and take it over."""
+    older_than = ctx.settings.heartbeat_timeout / 2
+    async with ctx.sessions() as session:
+        for job_id in await release_unrun(session, ctx.worker_id, set(ctx.running), older_than):
+            log.info("job %s: its claim never reached this worker; queued again", job_id)
+            await enqueue_job(session, ctx.queue, job_id)
 
 
 async def drain(worker: Worker, ctx: WorkerContext) -> None:
