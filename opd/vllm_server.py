@@ -100,8 +100,8 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def ensure_environment(env: Environment, say: Say) -> Environment:
-    """`env` ready to run, building it first if no whole build is there (minutes: the CPU
-    build installs vLLM and its own torch, 8-12 minutes on two cores)."""
+    """`env` ready to run, building it first if no whole build is there (minutes: vLLM and
+    its own torch, 3.5-4.5 minutes on two shared cores with torch in pip's cache)."""
     if env.ready:
         return env
     with locked(env.folder.with_name(f".{env.folder.name}.lock")):
@@ -111,8 +111,8 @@ def ensure_environment(env: Environment, say: Say) -> Environment:
         requirement = f"{env.package}=={VLLM_VERSION}"
         log = env.folder.with_name(f"{env.folder.name}.log")
         say(
-            f"Setting up vLLM ({requirement}) in {env.folder}, once: a few minutes on a GPU "
-            f"machine, 8-12 on two CPU cores (pip's output: {log})"
+            f"Setting up vLLM ({requirement}) in {env.folder}, once: 3-5 minutes with "
+            f"torch in pip's cache, more where it downloads (pip's output: {log})"
         )
         started = time.monotonic()
         with log.open("w") as output:

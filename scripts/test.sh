@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh local,dev,tinker,bench,eval,docs,smollm2
+# vLLM's own environment, for tests/e2e/test_vllm.py: built once (3-5 minutes), then cached.
+.venv/bin/python -m opd.cli vllm setup >/dev/null
 # The dashboard's browser tests drive Debian's chromium (Playwright's own download cannot run).
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null

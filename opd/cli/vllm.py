@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -61,6 +62,7 @@ def serve_command(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}/v1"
     say(f"Starting vLLM on {folder} (its log follows; loading takes a minute or more)")
     process = subprocess.Popen(command, env=server_environ())
+    signal.signal(signal.SIGTERM, stop_on_sigterm)  # so `finally` stops the server too
     try:
         try:
             wait_ready(url.removesuffix("/v1"), process, READY_TIMEOUT)
@@ -74,6 +76,10 @@ def serve_command(args: argparse.Namespace) -> int:
         if process.poll() is None:
             process.terminate()
             process.wait()
+
+
+def stop_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def fraction(text: str) -> float:
