@@ -2,8 +2,9 @@
 self-distillation (examples/smollm2-prompt-bake.yaml) beside supervised fine-tuning on the
 prompted teacher's own samples (TRL's SFTTrainer), at equal wall time, graded alike.
 
-    python benchmarks/real_model.py [--seeds 3] [--steps 10] [--count 150] [--holdout 60]
-                                    [--general 50] [--reference-seeds 1] [--json out.json]
+    python benchmarks/real_model.py [--seeds 3] [--steps 10] [--objective reverse_kl]
+                                    [--count 150] [--holdout 60] [--general 50]
+                                    [--reference-seeds 1] [--json out.json]
     python benchmarks/real_model.py --tables out.json   # the tables again, from the figures
 
 Per seed (student.seed 1, 2, ...): opd's loop trains the example (the engine's `run_loop`
@@ -177,6 +178,7 @@ def example_data(args: argparse.Namespace, seed: int, reference: bool = False) -
     data = yaml.safe_load(EXAMPLE.read_text())
     data["student"]["seed"] = seed
     data["loop"]["steps"] = args.steps
+    data["loop"]["objective"] = yaml.safe_load(args.objective)
     data["dataset"]["count"] = args.count
     data["eval"] |= {"holdout": args.holdout, "every": 0}
     data["teacher"]["self"]["reference"] = reference
@@ -453,8 +455,12 @@ def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
 
     every = [before[k] for k in ("compliance",)] * len(rows)
     teacher = [before["teacher_compliance"]] * len(rows)
+    settings = figures["settings"]
     lines = [
-        f"held-out format compliance (a bare integer), {figures['settings']['holdout']} problems",
+        f"opd: {settings['steps']} steps of {settings['objective']}; SFT: TRL's SFTTrainer for "
+        "as long",
+        "",
+        f"held-out format compliance (a bare integer), {settings['holdout']} problems",
         head,
     ]
     lines.append(line("untrained student", every, ".1%"))
@@ -485,7 +491,7 @@ def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
     lines.append(line("prompted teacher", [before["teacher_tokens"]] * len(rows), ".1f"))
     lines.append(line("OPD", side("opd", "tokens"), ".1f"))
     lines.append(line("SFT", side("sft", "tokens"), ".1f"))
-    general = figures["settings"]["general"]
+    general = settings["general"]
     lines += [
         "",
         f"what it keeps: reverse KL to the untrained base, {general} general questions "
@@ -549,6 +555,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=3, help="student.seed 1..N")
     parser.add_argument("--steps", type=int, default=10, help="opd's steps")
+    parser.add_argument(
+        "--objective",
+        default=str(yaml.safe_load(EXAMPLE.read_text())["loop"]["objective"]),
+        help="opd's loop.objective (YAML); default: the example's",
+    )
     parser.add_argument("--count", type=int, default=150, help="problems in the training pool")
     parser.add_argument("--holdout", type=int, default=60, help="held-out problems")
     parser.add_argument("--general", type=int, default=len(GENERAL_QUESTIONS))
@@ -563,9 +574,9 @@ def main() -> int:
     warnings.filterwarnings("ignore", category=FutureWarning)
     load = os.getloadavg()[0]
     print(
-        f"real_model: {EXAMPLE.name}, {args.steps} steps, seeds 1..{args.seeds}, "
-        f"{args.holdout} held-out problems, {args.general} general questions; {cpu_name()}, "
-        f"{os.cpu_count()} CPUs, load average {load:.2f}",
+        f"real_model: {EXAMPLE.name}, {args.steps} steps of {args.objective}, seeds "
+        f"1..{args.seeds}, {args.holdout} held-out problems, {args.general} general "
+        f"questions; {cpu_name()}, {os.cpu_count()} CPUs, load average {load:.2f}",
         flush=True,
     )
     started = time.perf_counter()
@@ -573,6 +584,7 @@ def main() -> int:
         "settings": {
             "seeds": args.seeds,
             "steps": args.steps,
+            "objective": args.objective,
             "count": args.count,
             "holdout": args.holdout,
             "general": args.general,
