@@ -35,10 +35,13 @@ from kernel.storage.blobs import Storage
 
 @dataclass(frozen=True)
 class JobSnapshot:
-    """A job's public JSON as read at one moment, with the team that owns it."""
+    """A job's public JSON as read at one moment, with the team that owns it: `body` as an
+    admin key sees it, `team_body` as the team's keys do (no worker folder,
+    app/jobs/visibility.py)."""
 
     team_id: int
     body: bytes
+    team_body: bytes
 
 
 bearer_scheme = HTTPBearer(auto_error=False, description="Authorization: Bearer KEY")

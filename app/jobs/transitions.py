@@ -155,12 +155,12 @@ def plan_complete(job: JobRow, final_weights_path: str) -> Plan:
     if job.requested_action == JobAction.cancel and job.stop_reason is None:
         return Plan(
             JobStatus.cancelled,
-            f"Cancelled after its last step; final weights at {final_weights_path}",
+            "Cancelled after its last step; final weights saved",
             values,
         )
     return Plan(
         JobStatus.succeeded,
-        f"Succeeded; final weights at {final_weights_path}",
+        "Succeeded; final weights saved",
         values | {"stop_reason": None},  # a stop asked for too late did not happen
     )
 

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
+from app.jobs.visibility import masked_text, weights_name
 from app.webhooks.outbox import add_deliveries
 from app.webhooks.schemas import WebhookEvent
 
@@ -37,9 +38,12 @@ async def add_transition_deliveries(
         "previous_status": job.status,
         "error": None
         if code is None
-        else {"code": code, "message": values.get("error_message", job.error_message)},
-        "final_weights_path": values.get("final_weights_path", job.final_weights_path),
-        "last_state_path": values.get("last_state_path", job.last_state_path),
+        else {"code": code, "message": masked_text(values.get("error_message", job.error_message))},
+        # A team's webhook gets the names a team's keys see, never a worker's folder.
+        "final_weights_path": weights_name(
+            values.get("final_weights_path", job.final_weights_path)
+        ),
+        "last_state_path": weights_name(values.get("last_state_path", job.last_state_path)),
     }
     await add_deliveries(session, job.team_id, job.id, event, data, now)
 

@@ -36,6 +36,7 @@ from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights
 from app.jobs.errors import SpecRefused
 from app.jobs.schemas import CheckpointPublic
 from app.jobs.tables import Job
+from app.jobs.visibility import team_checkpoint
 from app.jobs.weight_paths import checked_weights
 from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
@@ -281,7 +282,8 @@ class Sampling:
                 ),
                 return_exceptions=True,
             )
-        public = CheckpointPublic.model_validate(checkpoint)
+        # The team's view for every key: an answer is kept for its replays.
+        public = team_checkpoint(CheckpointPublic.model_validate(checkpoint))
         answers = []
         for index, raw in enumerate(raws):
             try:

@@ -41,6 +41,7 @@ from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
 from app.jobs.service import API, submit_spec
 from app.jobs.store import ActionResult, apply_action
 from app.jobs.tables import Job
+from app.jobs.visibility import team_job
 from kernel.spec import JobSpec
 from kernel.spec.teachers import priced_teacher
 
@@ -78,8 +79,14 @@ def priced(body: JobPublic, prices: PriceTable) -> JobPublic:
     return body
 
 
-def job_body(job: Job, prices: PriceTable) -> JobPublic:
-    return priced(JobPublic.model_validate(job), prices)
+def shown(body: JobPublic, principal: Principal) -> JobPublic:
+    """The body as `principal` sees it: an admin key sees the workers' folders, a team's
+    keys their names (app/jobs/visibility.py)."""
+    return body if principal.is_admin else team_job(body)
+
+
+def job_body(job: Job, prices: PriceTable, principal: Principal) -> JobPublic:
+    return shown(priced(JobPublic.model_validate(job), prices), principal)
 
 
 SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -126,8 +133,8 @@ class Submitter:
             ) from None
         if not result.changed:
             self.response.status_code = 200
-            return job_body(result.job, self.prices)
-        return job_body(await get_job(self.session, result.job.id), self.prices)
+            return job_body(result.job, self.prices, self.principal)
+        return job_body(await get_job(self.session, result.job.id), self.prices, self.principal)
 
 
 def get_submitter(
@@ -218,8 +225,7 @@ async def list_jobs(
     if after is not None:
         query = query.where(Job.id < after)
     page = await paginate(session, query, limit, JobsPage)
-    for body in page.data:
-        priced(body, prices)
+    page.data = [shown(priced(body, prices), principal) for body in page.data]
     return page
 
 
@@ -235,13 +241,17 @@ async def read_job(
     OPD_JOB_CACHE_SECONDS in each API process."""
     snapshot = snapshots.get(job_id)
     if snapshot is None:
-        job = await get_job(session, job_id)
-        body = job_body(job, prices).model_dump_json().encode()
-        snapshot = JobSnapshot(team_id=job.team_id, body=body)
+        body = priced(JobPublic.model_validate(await get_job(session, job_id)), prices)
+        snapshot = JobSnapshot(
+            team_id=body.team_id,
+            body=body.model_dump_json().encode(),
+            team_body=team_job(body).model_dump_json().encode(),
+        )
         snapshots.put(job_id, snapshot)
     if principal.scope not in (None, snapshot.team_id):
         raise JobNotFound(f"job {job_id} not found")
-    return Response(snapshot.body, media_type="application/json")
+    body = snapshot.body if principal.is_admin else snapshot.team_body
+    return Response(body, media_type="application/json")
 
 
 ACTION_RESPONSES = error_responses(404, 409)
@@ -272,7 +282,7 @@ async def cancel_job(
     """A queued or paused job is cancelled at once; a running one becomes `cancelling` until
     its worker stops at the next step boundary. Cancelling a cancelled job is a no-op."""
     result = await act(session, principal, snapshots, job_id, JobAction.cancel)
-    return job_body(result.job, prices)
+    return job_body(result.job, prices, principal)
 
 
 @router.post("/{job_id}/pause", response_model=JobPublic, responses=ACTION_RESPONSES)
@@ -286,7 +296,7 @@ async def pause_job(
     """A queued job is paused at once; a running one becomes `pausing` until its worker saves
     its state at the next step boundary (then `paused`, ready to resume from there)."""
     result = await act(session, principal, snapshots, job_id, JobAction.pause)
-    return job_body(result.job, prices)
+    return job_body(result.job, prices, principal)
 
 
 @router.post("/{job_id}/resume", response_model=JobPublic, responses=ACTION_RESPONSES)
@@ -302,7 +312,7 @@ async def resume_job(
     simply keeps running. Resuming a queued or running job is a no-op."""
     result = await act(session, principal, snapshots, job_id, JobAction.resume)
     if not (result.changed and result.job.status == JobStatus.queued):
-        return job_body(result.job, prices)
+        return job_body(result.job, prices, principal)
     await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
-    return job_body(await get_job(session, job_id), prices)
+    return job_body(await get_job(session, job_id), prices, principal)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import MAX_ID, SessionDep
 from app.jobs.rows import get_jobs
+from app.jobs.visibility import masked_spec
 from app.web import present, reads
 from app.web.charts import MAX_POINTS, REVERSE_KL
 from app.web.deps import ViewerDep
@@ -53,6 +54,8 @@ async def compare_page(
         "max_points": MAX_POINTS,
         "metric": metric,
         "metrics": sorted(names) or [REVERSE_KL],
-        "differences": present.differing_fields([job.spec for job in picked]),
+        "differences": present.differing_fields(
+            [job.spec if viewer.is_admin else masked_spec(job.spec) for job in picked]
+        ),
     }
     return render(request, "compare.html", context)

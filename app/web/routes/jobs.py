@@ -10,16 +10,18 @@ from fastapi.responses import RedirectResponse
 
 from app.api.deps import JobId, PricesDep, QueueDep, SessionDep, SnapshotsDep
 from app.audit.store import record_audit
+from app.auth.keys import Principal
 from app.auth.schemas import Scope
 from app.budgets.estimates import estimate_of_job, used_by
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import IllegalTransition
 from app.jobs.rows import get_job
-from app.jobs.schemas import JobAction, JobStatus
+from app.jobs.schemas import EventPublic, JobAction, JobStatus
 from app.jobs.store import apply_action
-from app.jobs.tables import Job
+from app.jobs.tables import Event, Job
 from app.jobs.transitions import plan_action
+from app.jobs.visibility import masked_spec, masked_text, team_event
 from app.web import charts, present, reads
 from app.web.deps import CSRF_CHECKED, ActingViewerDep, ViewerDep
 from app.web.errors import WebError
@@ -118,6 +120,17 @@ def allowed_actions(status: str) -> list[JobAction]:
     return allowed
 
 
+def seen_events(viewer: Principal, events: list[Event]) -> list[Event] | list[EventPublic]:
+    """Events as the viewer's key sees them: a team's, with no worker folder in them."""
+    if viewer.is_admin:
+        return events
+    return [team_event(EventPublic.model_validate(event)) for event in events]
+
+
+def seen_text(viewer: Principal, text: str | None) -> str | None:
+    return text if viewer.is_admin or text is None else masked_text(text)
+
+
 @router.get("/jobs/{job_id}")
 async def job_page(
     request: Request, job_id: JobId, session: SessionDep, viewer: ViewerDep, prices: PricesDep
@@ -149,10 +162,15 @@ async def job_page(
             "status": job.status,
         },
         "finished": present.is_finished(job.status),
-        "events": await reads.job_events(session, job.id, EVENTS_SHOWN),
-        "notes": await reads.job_notes(session, job.id),
+        "events": seen_events(viewer, await reads.job_events(session, job.id, EVENTS_SHOWN)),
+        "notes": seen_events(viewer, await reads.job_notes(session, job.id)),
+        "error_message": seen_text(viewer, job.error_message),
         "checkpoints": await reads.job_checkpoints(session, job.id, CHECKPOINTS_SHOWN),
-        "spec_yaml": yaml.safe_dump(job.spec, sort_keys=False, allow_unicode=True),
+        "spec_yaml": yaml.safe_dump(
+            job.spec if viewer.is_admin else masked_spec(job.spec),
+            sort_keys=False,
+            allow_unicode=True,
+        ),
         "rollouts": [
             present.rollout(sample.step, sample.prompt, sample.tokens, sample.reverse_kl)
             for sample in await reads.kept_rollouts(session, job.id, ROLLOUTS_SHOWN)

@@ -67,13 +67,13 @@ async def test_success_and_the_final_eval_are_announced_once(session, job, box):
     await claim_job(session, job.id, "w1", heartbeat_timeout=60)
     await record_eval(session, job.id, "w1", 3, {"eval/accuracy": 0.5, "time/eval": 1.0})
     await record_eval(session, job.id, "w1", 3, {"eval/accuracy": 0.5})  # replayed
-    await complete_job(session, job.id, "w1", "/weights/final")
+    await complete_job(session, job.id, "w1", f"/weights/job-{job.id}/final")
 
     events = [(d.event, d.payload["data"]) for d in await deliveries(session, job.id)]
 
     assert [event for event, _ in events] == ["job.eval_completed", "job.succeeded"]
     assert events[0][1]["metrics"] == {"eval/accuracy": 0.5}
-    assert events[1][1]["final_weights_path"] == "/weights/final"
+    assert events[1][1]["final_weights_path"] == f"job-{job.id}/final"  # never the folder
 
 
 async def test_racing_senders_never_take_the_same_delivery(sessions, session, job, box):

@@ -194,7 +194,7 @@ async def open_run(
         await (await training.load_state_with_optimizer_async(resume.path))
         sink.event(
             "info",
-            f"Resumed from {resume.path} at step {resume.step}",
+            f"Resumed from the state saved at step {resume.step}",
             {"step": resume.step, "path": resume.path},
         )
     elif spec.student.init_from is not None:
@@ -324,7 +324,9 @@ async def start_from(training: TrainingClient, init: InitFrom, sink: Sink) -> No
     )
     await (await load(path))
     what = "weights and optimizer" if init.with_optimizer else "weights"
-    sink.event("info", f"Started from the {what} of {path}", {"path": path})
+    # A job's weights by name (a team reads the text); `opd run`'s by the path it was given.
+    source = path if init.job is None else f"job {init.job}'s checkpoint {init.checkpoint}"
+    sink.event("info", f"Started from the {what} of {source}", {"path": path})
 
 
 def service_filled(ref: SavedWeights, field: str) -> str:

@@ -193,7 +193,10 @@ class Steps:
             await run.save_state(loop.steps)
         final = await (await run.training.save_weights_for_sampler_async(run.spec.weights_name))
         run.sink.checkpoint(loop.steps, "final", final.path)
-        run.sink.event("info", f"Saved weights: {final.path}", {"path": final.path})
+        # The text names no folder: a team reads it (the path is in the data, for admins).
+        run.sink.event(
+            "info", f"Saved the final weights at step {loop.steps}", {"path": final.path}
+        )
         return RunResult(steps_done=loop.steps, final_weights_path=final.path)
 
 

@@ -7,8 +7,11 @@ from app.records.store import record_checkpoint
 from tests.app.conftest import auth
 
 
-async def test_checkpoints_oldest_first_with_kind_filter_and_pages(client, key, submit, session):
+async def test_checkpoints_oldest_first_with_kind_filter_and_pages(
+    client, make_key, submit, session
+):
     job = await submit(loop={"steps": 4})
+    key = await make_key(admin=True)  # the paths as recorded (a team sees their names)
     await claim_job(session, job["id"], "w", heartbeat_timeout=60)
     saved = [(2, "state", "/s/2"), (2, "sampler", "/w/2"), (4, "final", "/w/final")]
     for step, kind, path in saved:

@@ -12,7 +12,11 @@ from app.jobs.store import claim_job, complete_job
 from app.records.store import record_checkpoint
 from tests.app.conftest import auth, small_spec, upgraded_spec
 
-STATES = [(2, "state", "/a/state-2"), (2, "sampler", "/a/sampler-2"), (4, "state", "/a/state-4")]
+STATES = [
+    (2, "state", "/a/job-7/state-2"),
+    (2, "sampler", "/a/job-7/sampler-2"),
+    (4, "state", "/a/job-7/state-4"),
+]
 
 
 @pytest.fixture
@@ -25,8 +29,8 @@ def trained(session, submit):
         for step, kind, path in STATES:
             await record_checkpoint(session, job["id"], "w", step, kind, path)
         if finish:
-            await record_checkpoint(session, job["id"], "w", 4, "final", "/a/final")
-            await complete_job(session, job["id"], "w", "/a/final")
+            await record_checkpoint(session, job["id"], "w", 4, "final", "/a/job-7/final")
+            await complete_job(session, job["id"], "w", "/a/job-7/final")
         return job
 
     return make
@@ -39,9 +43,9 @@ def continuing(job_id: int, **init: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("init", "path"),
     [
-        ({}, "/a/state-4"),
-        ({"checkpoint": "final", "with_optimizer": True}, "/a/state-4"),
-        ({"checkpoint": 2}, "/a/state-2"),
+        ({}, "job-7/state-4"),  # a team sees the filled path from the job's folder on
+        ({"checkpoint": "final", "with_optimizer": True}, "job-7/state-4"),
+        ({"checkpoint": 2}, "job-7/state-2"),
     ],
 )
 async def test_a_continued_job_gets_the_path_of_the_state_it_names(
@@ -153,7 +157,7 @@ async def test_a_clone_continues_the_job_and_refills_the_state_path(client, key,
     )
     assert continued.status_code == 201, continued.text
     first = continued.json()
-    assert first["spec"]["student"]["init_from"]["path"] == "/a/state-2"
+    assert first["spec"]["student"]["init_from"]["path"] == "job-7/state-2"
 
     again = await client.post(
         f"/v1/jobs/{first['id']}/clone",
@@ -161,7 +165,7 @@ async def test_a_clone_continues_the_job_and_refills_the_state_path(client, key,
         headers=auth(key),
     )
     assert again.status_code == 201, again.text
-    assert again.json()["spec"]["student"]["init_from"]["path"] == "/a/state-4"
+    assert again.json()["spec"]["student"]["init_from"]["path"] == "job-7/state-4"
 
 
 async def test_the_same_idempotency_key_clones_once(client, key, submit):

@@ -232,7 +232,7 @@ async def test_pause_then_resume_requeues_from_the_saved_state(
         job["id"],
         "worker-1",
         reason="pause",
-        state_path="/s/x-state-000002",
+        state_path=f"/s/job-{job['id']}/x-state-000002",
         state_step=2,
     )
     paused = await client.post(f"/v1/jobs/{job['id']}/pause", headers=auth(key))
@@ -243,7 +243,7 @@ async def test_pause_then_resume_requeues_from_the_saved_state(
     assert resumed.status_code == 200
     body = resumed.json()
     assert body["status"] == "queued"
-    assert body["last_state_path"] == "/s/x-state-000002"
+    assert body["last_state_path"] == f"job-{job['id']}/x-state-000002"  # a team's view
     assert await redis.zcard(queue_name) == 2, "submitted once, resumed once"
     again = await client.post(f"/v1/jobs/{job['id']}/resume", headers=auth(key))
     assert again.json()["status"] == "queued"
