@@ -43,9 +43,10 @@ def test_a_job_runs_and_its_curve_checkpoints_and_weights_are_served(service: Se
         (60, "state"),
         (60, "final"),
     ]
-    assert all(Path(c.path).is_dir() for c in checkpoints)
+    artifacts = service.home / "artifacts"  # a team's key names them from the job's folder on
+    assert all(str(artifacts) not in c.path and (artifacts / c.path).is_dir() for c in checkpoints)
     assert done["final_weights_path"] == checkpoints[-1].path
-    assert Path(done["final_weights_path"], "adapter_model.safetensors").is_file()
+    assert Path(artifacts, done["final_weights_path"], "adapter_model.safetensors").is_file()
 
     messages = " | ".join(event.message for event in service.events(job["id"]))
     assert "Loaded 8 prompts" in messages and "Succeeded" in messages
@@ -85,7 +86,7 @@ def test_cancel_a_queued_and_a_running_job(service: Service):
     assert done["status"] == "cancelled"
     assert done["steps_done"] < 2000
     assert done["last_state_step"] == done["steps_done"]  # stopped at a step boundary
-    assert Path(done["last_state_path"]).is_dir()
+    assert Path(service.home, "artifacts", done["last_state_path"]).is_dir()
     assert service.client().jobs.get(queued["id"]).attempts == 0  # never ran
 
 
