@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 from sqlalchemy import select
@@ -176,20 +177,22 @@ async def test_every_transition_leaves_an_event(session, job):
 async def test_a_claim_its_worker_never_received_goes_back_to_the_queue(session, job):
     """A database restart dropped the claim's answer after its commit: the worker runs no
     slot of the job, and sends it back itself before anyone would take it over."""
-    claimed = await claim_job(session, job.id, "w1", heartbeat_timeout=60)
-    assert await release_unrun(session, "w1", {job.id}, older_than=0) == [], "a slot runs it"
-    assert await release_unrun(session, "w2", set(), older_than=0) == [], "not w2's"
-    assert await release_unrun(session, "w1", set(), older_than=60) == [], "claimed just now"
-    assert await release_unrun(session, "w1", set(), older_than=0) == [job.id]
+    ONE, TWO = f"w-{uuid.uuid4().hex}", f"w-{uuid.uuid4().hex}"  # the database is shared
+    claimed = await claim_job(session, job.id, ONE, heartbeat_timeout=60)
+    assert await release_unrun(session, ONE, {job.id}, older_than=0) == [], "a slot runs it"
+    assert await release_unrun(session, TWO, set(), older_than=0) == [], "not w2's"
+    assert await release_unrun(session, ONE, set(), older_than=60) == [], "claimed just now"
+    assert await release_unrun(session, ONE, set(), older_than=0) == [job.id]
     again = await get_job(session, job.id)
     assert (again.status, again.worker_id, again.attempts) == (S.queued, None, claimed.attempts)
     assert "claim never reached its worker" in (await events_of(session, job.id))[-1]
-    started = await claim_job(session, job.id, "w2", heartbeat_timeout=60)
+    started = await claim_job(session, job.id, TWO, heartbeat_timeout=60)
     assert started.attempts == 2 and "Attempt 2 started" in (await events_of(session, job.id))[-1]
 
 
 async def test_an_unreceived_claim_of_a_job_asked_to_pause_is_paused(session, job):
-    await claim_job(session, job.id, "w1", heartbeat_timeout=60)
+    ONE = f"w-{uuid.uuid4().hex}"
+    await claim_job(session, job.id, ONE, heartbeat_timeout=60)
     await apply_action(session, job.id, JobAction.pause)
-    assert await release_unrun(session, "w1", set(), older_than=0) == []
+    assert await release_unrun(session, ONE, set(), older_than=0) == []
     assert (await get_job(session, job.id)).status == S.paused
