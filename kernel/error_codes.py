@@ -273,6 +273,25 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         JOB,
         "The teacher's server refused a request; its status code is given, never its text.",
     ),
+    "vllm_not_configured": (
+        JOB,
+        "sampling.engine is vllm but the worker has no server for the student's base model "
+        "in OPD_VLLM_SERVERS.",
+    ),
+    "vllm_unavailable": (
+        JOB,
+        "The vLLM server the student samples on did not answer, or failed (HTTP 5xx).",
+    ),
+    "vllm_rejected": (
+        JOB,
+        "The vLLM server refused a request (an adapter load, a sampling request): it must "
+        "serve the base model with runtime LoRA loading (opd vllm serve).",
+    ),
+    "sampler_mismatch": (
+        JOB,
+        "The vLLM server scored a probe unlike the trainer beyond the tolerance, before the "
+        "first step; the message gives both figures.",
+    ),
     "teacher_server_protocol": (
         JOB,
         "The teacher's server answers without prompt logprobs (or not in the protocol named).",

@@ -28,7 +28,12 @@ from app.jobs.uploads import fill_files
 from app.jobs.weight_paths import weights_admitted
 from kernel.datapaths import DataPathError, confine_data_path
 from kernel.spec import JobSpec, SpecError
-from kernel.spec.checks import model_name_refusals, unlisted_teacher_server, unlisted_tracker
+from kernel.spec.checks import (
+    model_name_refusals,
+    unlisted_teacher_server,
+    unlisted_tracker,
+    unserved_vllm_student,
+)
 
 __all__ = ["SpecRefused", "admit"]
 
@@ -66,6 +71,12 @@ def listed_teacher_server(spec: JobSpec, settings: Settings) -> None:
         raise SpecRefused(*refusal)
 
 
+def served_vllm_student(spec: JobSpec, settings: Settings) -> None:
+    """`sampling.engine: vllm` has a server for the student (OPD_VLLM_SERVERS)."""
+    if refusal := unserved_vllm_student(spec, settings.vllm_servers):
+        raise SpecRefused("sampling.engine", refusal)
+
+
 def loadable_model_names(spec: JobSpec, settings: Settings) -> None:
     """Each model name is one its backend can load: a preset, a hub id or a path
     (kernel/model_names.py)."""
@@ -80,6 +91,7 @@ NAME_RULES: tuple[NameRule, ...] = (
     files_under_data_root,
     listed_tracker,
     listed_teacher_server,
+    served_vllm_student,
     loadable_model_names,
 )
 """The rules that read the spec and the settings only, in order (a sweep's probes run them

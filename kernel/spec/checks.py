@@ -1,11 +1,12 @@
 """What a shared service refuses of a valid spec: an MLflow server or a teacher server the
-operator did not list (a spec must not make the service call an address it names), and a
+operator did not list (a spec must not make the service call an address it names), a vLLM
+sampling engine no named server serves, and a
 model name its backend cannot load.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from kernel.model_names import model_name_refusal
 from kernel.spec.job import JobSpec
@@ -39,6 +40,19 @@ def unlisted_teacher_server(spec: JobSpec, allowed: Collection[str]) -> tuple[st
             f"({servers}; the operator lists them in OPD_TEACHER_SERVERS)",
         )
     return None
+
+
+def unserved_vllm_student(spec: JobSpec, servers: Mapping[str, str]) -> str | None:
+    """Why `sampling.engine: vllm` cannot run, when no server the operator named
+    (OPD_VLLM_SERVERS, base model -> URL) serves the student's base model; else None."""
+    base = spec.student.base_model
+    if spec.sampling.engine != "vllm" or base in servers:
+        return None
+    named = ", ".join(sorted(servers)) or "none"
+    return (
+        f"no vLLM server serves {base!r} (servers are named for: {named}): the operator "
+        "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line), or use engine: local"
+    )
 
 
 def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:

@@ -230,9 +230,24 @@ class JobSpec(SpecModel):
         self._eval_fits_the_teachers()
         self._self_teachers_fit()
         self._objective_fits_the_backend()
+        self._sampling_engine_fits()
         self._servers_fit_the_objective()
         self._objective_fits_the_tokenizers()
         return self
+
+    def _sampling_engine_fits(self) -> None:
+        """vLLM samples the local backend's student (it loads the adapters that backend
+        saves); a self teacher scores with the sampler, which there is the local one."""
+        if self.sampling.engine == "local":
+            return
+        if self.backend != "local":
+            raise field_error(
+                ("sampling", "engine"), "vllm samples for the local backend only; use local"
+            )
+        if any(teacher.self is not None for teacher in self.teacher_specs().values()):
+            raise field_error(
+                ("sampling", "engine"), "a self teacher samples with the local engine: use local"
+            )
 
     def _self_teachers_fit(self) -> None:
         """A self teacher is the student's own model, and one that reads the reference

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from kernel.spec.base import SpecModel, field_error
@@ -13,6 +15,13 @@ class SamplingSpec(SpecModel):
     max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
     temperature: float = Field(1.0, gt=0.0, le=10.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    engine: Literal["local", "vllm"] = Field(
+        "local",
+        description="What samples the student's rollouts (local backend): local = the "
+        "backend's own decoding loop; vllm = the vLLM server the operator names for the "
+        "student's base model in OPD_VLLM_SERVERS, each new sampler version's adapter "
+        "loaded into it.",
+    )
     top_k: int = Field(
         -1, ge=-1, description="-1 = no top-k truncation.", json_schema_extra={"not": {"const": 0}}
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kernel.errors import OPDError
 from kernel.spec import load_spec
 from kernel.summary import summary_lines
-from opd.cli.common import CommandError
+from opd.cli.common import CommandError, settings
 
 if TYPE_CHECKING:
     from kernel.spec import JobSpec
@@ -87,6 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
                 data_root=Path(args.data_root),
                 resume=resume,
                 should_stop=lambda: Stop.resume if stop_requested else None,
+                vllm_servers=settings().vllm_servers if spec.sampling.engine == "vllm" else None,
             )
             outcome = "stopped" if result.stopped else "succeeded"
             return result

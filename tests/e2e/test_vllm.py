@@ -14,7 +14,9 @@ cache, once per machine; scripts/test.sh runs it first)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,3 +217,73 @@ def test_the_server_teacher_on_vllm_scores_as_the_worker_loaded_teacher(
                 worst = max(worst, max(abs(v - mine[t]) for t, v in shared))
     print(f"server teacher on vLLM ({protocol}) vs the worker's: max |diff| {worst:.2e}")
     assert worst <= TEACHER_TOLERANCE
+
+
+SAMPLER_TOLERANCE = 1e-3
+"""How far vLLM's logprobs of the rollouts it sampled may be from the trainer's."""
+
+
+def test_the_students_rollouts_sample_on_vllm_with_each_versions_adapter(
+    vllm, model_cache, tmp_path
+):
+    """`opd run` of three steps with `sampling.engine: vllm`: each step's rollouts sampled on
+    the server by that step's adapter (loaded as it is saved, the one before unloaded),
+    their logprobs as the trainer reads them, and no adapter left loaded at the end."""
+    spec = SPEC | {"sampling": {"max_tokens": 8, "engine": "vllm"}}
+    spec["loop"] = spec["loop"] | {"steps": 3}
+    metrics = tmp_path / "metrics.jsonl"
+    done = run_on_vllm(spec, vllm, model_cache, tmp_path, "--metrics-out", str(metrics))
+    assert done.returncode == 0, done.stderr
+    assert "a probe's logprobs agree with the trainer's" in done.stderr
+
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1, 2]
+    worst = max(row["opd/sampler_logprob_diff_max"] for row in rows)
+    print(f"vLLM's rollout logprobs vs the trainer's: max |diff| {worst:.2e}")
+    assert worst <= SAMPLER_TOLERANCE
+    assert all(0 < row["data/completion_tokens_total"] <= 2 * 8 for row in rows)
+    saved = {p.name for p in (tmp_path / "art" / "sampler").iterdir()}
+    assert {f"{spec['name']}-vllm-{v:06d}" for v in range(3)} <= saved, "each version's"
+    served = [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
+    assert SMOLLM2 in served and not [name for name in served if name.startswith("opd-")]
+
+
+def run_on_vllm(
+    spec: dict[str, Any], vllm: str, model_cache: Path, tmp_path: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`opd run` of `spec`, its student's base model served by `vllm` (OPD_VLLM_SERVERS)."""
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    env = os.environ | {
+        "OPD_MODEL_CACHE": str(model_cache),
+        "OPD_VLLM_SERVERS": json.dumps({spec["student"]["base_model"]: f"{vllm}/v1"}),
+        "PYTHONPATH": str(ROOT),
+    }
+    command = [sys.executable, "-m", "opd.cli", "run", str(path), *args]
+    command += ["--artifacts", str(tmp_path / "art")]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_a_server_that_reads_other_weights_is_refused_before_the_first_step(
+    vllm, model_cache, tmp_path
+):
+    """The student's base is SmolLM2 with its final norm scaled by 1.05, named to a server
+    that serves SmolLM2 itself: the preflight scores a probe with both and refuses."""
+    from safetensors.torch import load_file, save_file
+
+    (original,) = model_cache.glob("gguf-*")
+    other = tmp_path / "smollm2-other"
+    shutil.copytree(original, other)
+    (weights,) = other.glob("*.safetensors")
+    tensors = load_file(weights)
+    tensors["model.norm.weight"] = tensors["model.norm.weight"] * 1.05
+    save_file(tensors, weights, metadata={"format": "pt"})
+    spec = SPEC | {
+        "student": SPEC["student"] | {"base_model": str(other)},
+        "teacher": {"base_model": str(other)},
+        "sampling": {"max_tokens": 8, "engine": "vllm"},
+    }
+    done = run_on_vllm(spec, vllm, model_cache, tmp_path)
+    assert done.returncode == 1
+    assert "scores a probe prompt unlike the trainer (max |logprob difference|" in done.stderr
+    assert "step 000" not in done.stderr, "refused before its first step"

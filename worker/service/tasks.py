@@ -294,6 +294,7 @@ async def attempt(
             should_stop=control.should_stop,
             model_cache=ctx.settings.model_cache,
             server_keys=teacher_server_keys(spec, ctx.settings, job),
+            vllm_servers=ctx.settings.vllm_servers,
         )
     )
     error: BaseException | None = None

@@ -31,6 +31,7 @@ async def run_job(
     should_stop: Callable[[], Stop | None] = lambda: None,
     model_cache: Path | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
+    vllm_servers: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
     given; GGUF models converted into `model_cache`) and run the loop; the sink is always
@@ -70,6 +71,7 @@ async def run_job(
                 eval_prompts=eval_prompts if spec.eval is not None else None,
                 grade=grade,
                 server_keys=server_keys,
+                vllm_servers=vllm_servers,
             )
     finally:
         sink.close()

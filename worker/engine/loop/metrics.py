@@ -5,10 +5,11 @@ time went.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
+from pytrio.types import TensorData
 
 from kernel.metric_names import STEP_PHASES
 from worker.engine.data.mixing import Item
@@ -138,3 +139,26 @@ class PhaseTimer:
         phases = {phase: self.seconds.get(phase, 0.0) for phase in STEP_PHASES}
         self.seconds = {}
         return phases
+
+
+def sampler_logprob_diff(
+    batch: Batch, outputs: Sequence[Mapping[str, TensorData]]
+) -> dict[str, float]:
+    """How far the sampler's logprobs of the completion tokens are from the trainer's (the
+    forward pass of the step's datums, before its update), which the importance ratio
+    needs to agree: the mean and the largest absolute difference."""
+    differences = [
+        np.abs(
+            np.asarray(c.student_logprobs, dtype=np.float64)
+            - np.asarray(output["logprobs"].data[-len(c.tokens) :], dtype=np.float64)
+        )
+        for c, output in zip(batch.completions, outputs, strict=True)
+        if "logprobs" in output
+    ]
+    if not differences:  # a logit-level objective's outputs carry no logprobs
+        return {}
+    every = np.concatenate(differences)
+    return {
+        "opd/sampler_logprob_diff_mean": float(every.mean()),
+        "opd/sampler_logprob_diff_max": float(every.max()),
+    }

@@ -23,6 +23,7 @@ from pytrio.types import SamplingParams
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
+from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.mixing import Item, Mix
 from worker.engine.loop.schedule import (
     kept_for_a_save,
@@ -55,6 +56,7 @@ class Rollouts:
         *,
         start: int,
         kept: Mapping[int, str],
+        vllm: VLLMServer | None = None,
     ) -> None:
         self.spec, self.loop = spec, spec.loop
         self.training, self.scorer_of = training, scorer_of
@@ -68,6 +70,8 @@ class Rollouts:
         self.batches: dict[int, asyncio.Task[Batch]] = {}
         self.shared: dict[int, SamplingClient] = {}
         """k = 0: one sampler per refresh block, shared by its steps, as the reference does."""
+        self.vllm = vllm
+        """`sampling.engine: vllm`: the server each sampler version's adapter is loaded into."""
 
     def items_of(self, step: int) -> list[Item]:
         return self.mix.items(step)
@@ -87,22 +91,40 @@ class Rollouts:
     async def sampler(self, step: int, version: int, boundary: int) -> SamplingClient:
         if not self.loop.max_steps_off_policy:
             if version not in self.shared:
-                self.shared = {version: await self.current_weights_sampler()}
+                self.shared = {version: await self.current_weights_sampler(version)}
             return self.shared[version]
         if version == boundary and (self.keep_all or kept_for_a_save(version, self.loop)):
             await self.keep(version)
         if version in self.kept:
+            if self.vllm is not None:
+                return await self.on_vllm(version, self.kept[version])
             return await self.training.create_sampling_client_async(self.kept[version])
         if version == boundary:
-            return await self.current_weights_sampler()
+            return await self.current_weights_sampler(version)
         raise OPDError(
             f"cannot resume at step {boundary}: step {step} samples from the weights after "
             f"{version} steps, and no sampler weights saved then were given",
             code="bad_resume_state",
         )
 
-    async def current_weights_sampler(self) -> SamplingClient:
-        return await self.training.save_weights_and_get_sampling_client_async()
+    async def current_weights_sampler(self, version: int) -> SamplingClient:
+        if self.vllm is None:
+            return await self.training.save_weights_and_get_sampling_client_async()
+        name = f"{self.spec.weights_name}-vllm-{version:06d}"
+        saved = await (await self.training.save_weights_for_sampler_async(name))
+        return await self.on_vllm(version, saved.path)
+
+    async def on_vllm(self, version: int, path: str) -> SamplingClient:
+        """The sampler of `version`'s adapter (saved at `path`) on the vLLM server; the
+        versions no rollout in flight samples from any more are unloaded."""
+        assert self.vllm is not None
+        busy = {
+            sampler_version(step, self.loop)
+            for step, task in self.batches.items()
+            if not task.done()
+        }
+        name = await self.vllm.load(version, path, busy)
+        return VLLMSampler(self.vllm, name, self.training.get_tokenizer())
 
     async def keep(self, version: int) -> None:
         """Save the current weights (`version` steps) for a resumed run to sample from."""

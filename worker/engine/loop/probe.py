@@ -1,5 +1,6 @@
 """Before step 0, with several teachers or one of another tokenizer: one completion of each
-dataset's first prompt scored by every teacher, reported as events.
+dataset's first prompt scored by every teacher, reported as events; with the vLLM sampling
+engine, the check that the server reads the student's weights as the trainer does.
 """
 
 from __future__ import annotations
@@ -7,7 +8,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+from pytrio.types import ModelInput
 
+from kernel.errors import OPDError
+from worker.engine.backends.vllm import VLLMSampler
 from worker.engine.data.mixing import Item, Pool
 from worker.engine.loop.metrics import aligned_fraction
 from worker.engine.loop.run import Run, mode_event, teacher_named
@@ -63,3 +67,41 @@ async def probe(run: Run, pools: list[Pool], start: int) -> None:
             f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items()
         )
         run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
+
+
+SAMPLER_TOLERANCE = 1e-3
+"""The largest difference between the vLLM sampler's and the trainer's logprob of a probe
+token a job accepts: the importance ratio needs both to read the weights alike (float32 on
+the CPU differs by about 2e-5)."""
+
+
+async def check_sampler(run: Run, pools: list[Pool]) -> None:
+    """With `sampling.engine: vllm`: the first prompt scored by the current weights on the
+    vLLM server and in the trainer's backend; a job whose two disagree beyond
+    SAMPLER_TOLERANCE fails before its first step (`sampler_mismatch`, with the figures)."""
+    if run.vllm is None or not pools:
+        return
+    prompt = ModelInput.from_ints(run.render(pools[0].prompts.questions[0], pools[0].options))
+    name = f"{run.spec.weights_name}-vllm-probe"
+    saved = await (await run.training.save_weights_for_sampler_async(name))
+    served = VLLMSampler(run.vllm, await run.vllm.load(-1, saved.path, set()), run.tokenizer)
+    local = await run.training.save_weights_and_get_sampling_client_async()
+    theirs, ours = await asyncio.gather(
+        served.compute_logprobs_async(prompt), local.compute_logprobs_async(prompt)
+    )
+    difference = float(np.abs(np.subtract(theirs[1:], ours[1:], dtype=np.float64)).max())
+    figures = {"max_abs_difference": difference, "tolerance": SAMPLER_TOLERANCE}
+    if difference > SAMPLER_TOLERANCE:
+        raise OPDError(
+            f"{run.vllm.who} scores a probe prompt unlike the trainer (max |logprob "
+            f"difference| {difference:.3g} > {SAMPLER_TOLERANCE:g}): it must serve the "
+            "student's base model in float32 with its adapters (opd vllm serve), or use "
+            "sampling.engine: local",
+            code="sampler_mismatch",
+        )
+    run.sink.event(
+        "info",
+        f"Sampling on {run.vllm.who}: a probe's logprobs agree with the trainer's "
+        f"(max |difference| {difference:.2g}, at most {SAMPLER_TOLERANCE:g})",
+        figures,
+    )

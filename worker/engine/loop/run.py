@@ -23,6 +23,7 @@ from worker.engine.backends.contract import (
     TrainingClient,
 )
 from worker.engine.backends.server import ServerKey
+from worker.engine.backends.vllm import VLLMServer
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
 from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
@@ -59,6 +60,8 @@ class Run:
     """The student's chat template."""
     mixture: TeacherMixture | None = None
     """teacher_mixture: mixture: every teacher's weighted mixture."""
+    vllm: VLLMServer | None = None
+    """sampling.engine: vllm: the server the student's rollouts are sampled on."""
 
     def render(self, question: str, options: PromptOptions) -> list[int]:
         """A question as the student's prompt tokens, rendered as its dataset says."""
@@ -182,10 +185,13 @@ async def open_run(
     resume: SavedState | None,
     pools: list[Pool] | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
+    vllm_servers: Mapping[str, str] | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
-    `server_keys`: the key the operator bound to each teacher server, by URL."""
+    `server_keys`: the key the operator bound to each teacher server, by URL;
+    `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS)."""
+    vllm = student_vllm(spec, vllm_servers or {})
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
@@ -238,8 +244,22 @@ async def open_run(
         mixture = TeacherMixture([weights[name] for name in teachers])
     adam = AdamParams(**spec.optim.model_dump())
     return Run(
-        spec, training, teachers, tokenizer, params, adam, sink, Renderer(tokenizer), mixture
+        spec, training, teachers, tokenizer, params, adam, sink, Renderer(tokenizer), mixture, vllm
     )
+
+
+def student_vllm(spec: JobSpec, servers: Mapping[str, str]) -> VLLMServer | None:
+    """The vLLM server the student samples on (`sampling.engine: vllm`), or None."""
+    if spec.sampling.engine != "vllm":
+        return None
+    base = spec.student.base_model
+    if base not in servers:
+        raise OPDError(
+            f"sampling.engine is vllm, but no vLLM server serves {base!r} here: the operator "
+            "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line)",
+            code="vllm_not_configured",
+        )
+    return VLLMServer(servers[base], base)
 
 
 async def loaded_view(

@@ -28,9 +28,9 @@ from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Mix, Pool, training_pools
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
-from worker.engine.loop.metrics import PhaseTimer, step_metrics
+from worker.engine.loop.metrics import PhaseTimer, sampler_logprob_diff, step_metrics
 from worker.engine.loop.pipeline import Rollouts
-from worker.engine.loop.probe import probe
+from worker.engine.loop.probe import check_sampler, probe
 from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
 from worker.engine.loop.state import RunResult, SavedState, Stop, checkpoint_due, first_step
 from worker.engine.rollouts.sampling import Batch, logit_datums, opd_datums, with_teacher_logprobs
@@ -68,6 +68,7 @@ class Steps:
         if eval_prompts is not None:
             evaluation = evaluation_for(run, eval_pools(spec, eval_prompts), grade)
         await probe(run, pools, start)
+        await check_sampler(run, pools)
         mix = Mix(pools, spec.loop.batch_size)
         run.sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
         rollouts = Rollouts(
@@ -80,6 +81,7 @@ class Steps:
             run.sink,
             start=start,
             kept=resume.samplers if resume else {},
+            vllm=run.vllm,
         )
         return cls(run, rollouts, evaluation, grade, latest=resume)
 
@@ -109,6 +111,8 @@ class Steps:
         elapsed = time.time() - step_start
         learning_rate = run.spec.optim.learning_rate
         metrics = step_metrics(batch, items, trainer_metrics, learning_rate, step, elapsed, phases)
+        if run.vllm is not None:
+            metrics |= sampler_logprob_diff(batch, trained.loss_fn_outputs)
         run.sink.step(step, metrics | rewarded | evaluated)
         self.record_samples(step, batch, items)
 
@@ -211,11 +215,13 @@ async def run_loop(
     eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
     grade: Grade | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
+    vllm_servers: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
     exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
-    `server_keys`: the key the operator bound to each teacher server, by URL.
+    `server_keys`: the key the operator bound to each teacher server, by URL;
+    `vllm_servers`: the vLLM server of each base model (`sampling.engine: vllm`).
     `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
     `Prompts` alone."""
     loop = spec.loop
@@ -223,7 +229,7 @@ async def run_loop(
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
-    run = await open_run(spec, service, sink, resume, pools, server_keys)
+    run = await open_run(spec, service, sink, resume, pools, server_keys, vllm_servers)
     try:
         steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:
@@ -236,5 +242,7 @@ async def run_loop(
             await steps.rollouts.close()
         await run.sink.settled()
         return await steps.finish(should_stop())
-    finally:  # a server teacher's connections
+    finally:  # a server teacher's connections, the adapters loaded into vLLM
         await close_teachers(run.teachers)
+        if run.vllm is not None:
+            await run.vllm.aclose()

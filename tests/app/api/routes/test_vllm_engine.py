@@ -1,0 +1,37 @@
+"""`sampling.engine: vllm` at submission: a 422 naming OPD_VLLM_SERVERS while no server the
+operator named serves the student's base model; accepted once one does; refused with a
+backend vLLM cannot sample for, or a self teacher (which samples with the local engine)."""
+
+from __future__ import annotations
+
+from tests.app.api.routes.test_job_input import refused
+from tests.app.conftest import auth, small_spec
+
+
+def on_vllm(**overrides: object) -> dict:
+    spec = small_spec(**overrides)
+    return spec | {"sampling": spec.get("sampling", {}) | {"engine": "vllm"}}
+
+
+async def test_no_server_for_the_student_is_a_422_naming_the_setting(
+    client, key, redis, queue_name, settings
+):
+    settings.vllm_servers = {"other-model": "http://127.0.0.1:8001/v1"}
+    error = await refused(client, key, redis, queue_name, on_vllm())
+    assert error["param"] == "sampling.engine"
+    assert "OPD_VLLM_SERVERS" in error["message"] and "other-model" in error["message"]
+
+
+async def test_a_named_server_for_the_student_admits_the_job(client, key, settings):
+    spec = on_vllm()
+    settings.vllm_servers = {spec["student"]["base_model"]: "http://127.0.0.1:8001/v1"}
+    response = await client.post("/v1/jobs", json=spec, headers=auth(key))
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["sampling"]["engine"] == "vllm"
+    default = await client.post("/v1/jobs", json=small_spec(), headers=auth(key))
+    assert default.json()["spec"]["sampling"]["engine"] == "local"
+
+
+async def test_vllm_samples_for_the_local_backend_only(client, key, redis, queue_name):
+    error = await refused(client, key, redis, queue_name, on_vllm(backend="trio"))
+    assert error["param"] == "sampling.engine" and "local backend only" in error["message"]

@@ -1,0 +1,166 @@
+"""The student's rollouts on a vLLM server (`sampling.engine: vllm`): each sampler version's
+LoRA adapter, as the local backend saves it, loaded into the server at run time under a name
+unique to the run and version, sampled through its OpenAI completions with token ids and
+each token's logprob, and unloaded once no rollout needs it.
+
+vLLM reports the raw log-softmax of each sampled token (before temperature and top-k/p), as
+the local engine does, so the importance ratio reads both alike; a job records how far the
+sampler's logprobs are from the trainer's (`opd/sampler_logprob_diff_*`). Requests fail
+with errors a person can act on (codes `vllm_*`); a server's answer text never enters them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingParams
+
+from kernel.errors import BackendRejected, BackendUnavailable
+from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
+
+TIMEOUT_SECONDS = 600.0
+TOKEN_ID_PREFIX = "token_id:"
+
+
+class VLLMServer:
+    """One vLLM server with runtime LoRA loading on, at `url` (its OpenAI base URL)."""
+
+    def __init__(self, url: str, base_model: str) -> None:
+        self.url, self.base_model = url.rstrip("/"), base_model
+        self.http = httpx.AsyncClient(timeout=TIMEOUT_SECONDS)
+        self.run = uuid.uuid4().hex[:12]
+        """Names this run's adapters apart from every other job's on the same server."""
+        self.loaded: dict[int, str] = {}
+        """The adapter name of each sampler version loaded, by version."""
+
+    @property
+    def who(self) -> str:
+        return f"the vLLM server {self.url} (OPD_VLLM_SERVERS, for {self.base_model!r})"
+
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        try:
+            response = await self.http.post(f"{self.url}{path}", json=body)
+        except httpx.HTTPError as error:
+            raise BackendUnavailable(
+                f"{self.who} did not answer ({type(error).__name__}): is it running?",
+                code="vllm_unavailable",
+            ) from None
+        if response.status_code >= 500:
+            raise BackendUnavailable(
+                f"{self.who} failed (HTTP {response.status_code})", code="vllm_unavailable"
+            )
+        if response.status_code >= 400:
+            raise BackendRejected(
+                f"{self.who} refused {path} (HTTP {response.status_code}): it must serve "
+                f"{self.base_model!r} with --enable-lora and runtime LoRA loading on "
+                "(opd vllm serve)",
+                code="vllm_rejected",
+            )
+        return response
+
+    async def load(self, version: int, path: str, keep: set[int]) -> str:
+        """Load the adapter saved at `path` as sampler `version` (a folder the server reads);
+        unload the versions loaded before that are not in `keep`. Returns its name."""
+        name = f"opd-{self.run}-v{version}"
+        if version not in self.loaded:
+            await self.post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
+            self.loaded[version] = name
+        for old in sorted(set(self.loaded) - keep - {version}):
+            await self.post("/unload_lora_adapter", {"lora_name": self.loaded.pop(old)})
+        return name
+
+    async def aclose(self) -> None:
+        """Unload what this run loaded (best effort: the server may be gone), then close."""
+        for name in self.loaded.values():
+            try:
+                await self.post("/unload_lora_adapter", {"lora_name": name})
+            except (BackendUnavailable, BackendRejected):
+                break
+        self.loaded.clear()
+        await self.http.aclose()
+
+
+class VLLMSampler:
+    """A SamplingClient of one adapter (`model`, its name on `server`) over `tokenizer`."""
+
+    def __init__(self, server: VLLMServer, model: str, tokenizer: Any) -> None:
+        self.server, self.model, self.tokenizer = server, model, tokenizer
+
+    def get_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    def stop_ids(self, stop: str | list[str] | list[int] | None) -> list[int]:
+        """The token ids rollouts stop at: the EOS and each one-token stop string."""
+        items = [stop] if isinstance(stop, str) else list(stop or [])
+        ids = {self.tokenizer.eos_token_id} - {None}
+        for item in items:
+            if isinstance(item, int):
+                ids.add(item)
+            elif len(encoded := self.tokenizer.encode(item, add_special_tokens=False)) == 1:
+                ids.add(encoded[0])
+        return sorted(ids)
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        """`num_samples` completions of the prompt's token ids, each token with its logprob."""
+        if include_prompt_logprobs or topk_prompt_logprobs:
+            raise BackendRejected(
+                "the vLLM sampler samples rollouts only; prompt logprobs come from the teacher",
+                code="vllm_rejected",
+            )
+        params = sampling_params
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt.to_ints(),
+            "n": num_samples,
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "stop_token_ids": self.stop_ids(params.stop),
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        answer = (await self.server.post("/completions", body)).json()
+        choices = sorted(answer.get("choices", []), key=lambda choice: choice["index"])
+        sequences = [self.sequence(choice, return_text) for choice in choices]
+        return SampleResponse(
+            sequences=sequences,
+            input_tokens=len(body["prompt"]),
+            output_tokens=sum(len(s.tokens) for s in sequences),
+        )
+
+    def sequence(self, choice: dict[str, Any], return_text: bool) -> SampleSequence:
+        logprobs = choice.get("logprobs") or {}
+        pieces = logprobs.get("tokens") or []
+        tokens = [int(piece.removeprefix(TOKEN_ID_PREFIX)) for piece in pieces]
+        return SampleSequence(
+            stop_reason="length" if choice.get("finish_reason") == "length" else "stop",
+            tokens=tokens,
+            text=choice.get("text") if return_text else None,
+            logprobs=[float(value) for value in logprobs.get("token_logprobs") or []],
+        )
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """`None` for the first token, then the adapter's logprob of each following one."""
+        body = {
+            "model": self.model,
+            "prompt": prompt.to_ints(),
+            "max_tokens": 0,
+            "echo": True,
+            "logprobs": 0,
+        }
+        answer = (await self.server.post("/completions", body)).json()
+        values = answer["choices"][0]["logprobs"]["token_logprobs"]
+        return [None, *(float(value) for value in values[1:])]
