@@ -93,6 +93,7 @@ def environment(build: str | None = None, home: Path | None = None) -> Environme
 
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
+    """Held by one builder of this machine at a time (the others wait, then find it built)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -127,7 +128,7 @@ def ensure_environment(env: Environment, say: Say) -> Environment:
 
 def run_logged(command: list[str], output: IO[str], say: Say, started: float) -> None:
     """Run `command` with its output in the log, saying every PROGRESS_SECONDS that it still
-    runs; a failure names the log's last line."""
+    runs; a failure names the log to read."""
     process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     while True:
         try:
@@ -158,13 +159,14 @@ def server_command(
     port: int,
     host: str = "127.0.0.1",
     memory_fraction: float | None = None,
+    max_lora_rank: int = MAX_LORA_RANK,
 ) -> list[str]:
     """vLLM's OpenAI server for `model` (a Hugging Face folder), LoRA adapters loadable at run
     time; on the CPU in float32 (the service's own CPU dtype, so logprobs agree) within
     `memory_fraction` of the machine's memory (default CPU_MEMORY_FRACTION)."""
     command = [str(env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", model]
     command += ["--host", host, "--port", str(port), "--enable-lora"]
-    command += ["--max-lora-rank", str(MAX_LORA_RANK)]
+    command += ["--max-lora-rank", str(max_lora_rank)]
     if env.package == CPU_BUILD:
         command += ["--dtype", "float32"]
         memory_fraction = memory_fraction or CPU_MEMORY_FRACTION

@@ -57,7 +57,9 @@ def serve_command(args: argparse.Namespace) -> int:
         env = ensure_environment(environment(args.build), say)
     except VLLMSetupError as error:
         raise CommandError(str(error)) from None
-    command = server_command(env, folder, args.port, args.host, args.memory_fraction)
+    command = server_command(
+        env, folder, args.port, args.host, args.memory_fraction, args.max_lora_rank
+    )
     command += ["--served-model-name", args.model]
     url = f"http://{args.host}:{args.port}/v1"
     say(f"Starting vLLM on {folder} (its log follows; loading takes a minute or more)")
@@ -127,5 +129,13 @@ def add_parsers(commands: Commands) -> None:
         type=fraction,
         help="of the machine's memory (the GPU's on CUDA) vLLM takes for weights and KV cache "
         "(default: 0.2 on the CPU, vLLM's own on a GPU)",
+    )
+    serve.add_argument(
+        "--max-lora-rank",
+        type=int,
+        choices=[8, 16, 32, 64],
+        default=64,
+        help="the largest adapter rank it loads (default 64, the most a job trains); vLLM "
+        "pads every adapter to it, so a smaller one is faster where jobs train small ranks",
     )
     serve.set_defaults(handler=serve_command)

@@ -287,3 +287,24 @@ def test_a_server_that_reads_other_weights_is_refused_before_the_first_step(
     assert done.returncode == 1
     assert "scores a probe prompt unlike the trainer (max |logprob difference|" in done.stderr
     assert "step 000" not in done.stderr, "refused before its first step"
+
+
+def test_the_rollout_engines_benchmark_reports_every_engine(
+    vllm, model_cache, tmp_path, monkeypatch
+):
+    """benchmarks/rollout_engines.py on this module's server, at a tiny size: each engine's
+    tokens and speed, the ratios against the local engine (the figures: docs/how-to/vllm.md)."""
+    from tests.benchmarks.scripts import run_benchmark
+
+    monkeypatch.setenv("OPD_MODEL_CACHE", str(model_cache))
+    out = tmp_path / "figures.json"
+    args = ("--rollouts", "4", "--prompts", "2", "--tokens", "4", "--url", f"{vllm}/v1")
+    done = run_benchmark(
+        "rollout_engines.py", *args, "--json", str(out), tmp_path=tmp_path, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(out.read_text())
+    assert sorted(figures) == ["generate", "local", "vllm", "vllm_base"]
+    assert all(0 < figure["tokens"] <= 4 * 4 for figure in figures.values())
+    assert all(figure["tokens_per_second"] > 0 for figure in figures.values())
+    assert "x the local engine" in done.stdout

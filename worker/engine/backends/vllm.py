@@ -54,8 +54,8 @@ class VLLMServer:
         if response.status_code >= 400:
             raise BackendRejected(
                 f"{self.who} refused {path} (HTTP {response.status_code}): it must serve "
-                f"{self.base_model!r} with --enable-lora and runtime LoRA loading on "
-                "(opd vllm serve)",
+                f"{self.base_model!r} with --enable-lora, runtime LoRA loading on and a "
+                "--max-lora-rank of at least the student's lora_rank (opd vllm serve)",
                 code="vllm_rejected",
             )
         return response

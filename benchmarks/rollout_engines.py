@@ -1,0 +1,190 @@
+"""The student's rollouts on each engine, side by side in one run: the local backend's own
+decoding loop, vLLM (`sampling.engine: vllm`), and transformers' `generate` as the anchor.
+
+    python benchmarks/rollout_engines.py [--rollouts 32] [--tokens 64] [--prompts 4]
+                                         [--url http://127.0.0.1:8001/v1] [--json out.json]
+
+SmolLM2-135M-Instruct (the `smollm2` extra; converted once into OPD_MODEL_CACHE, else
+~/.cache/opd/models) with a fresh rank-4 LoRA, `--prompts` questions sampled `--rollouts /
+--prompts` times each at temperature 1, at most `--tokens` tokens, each token's logprob
+kept (what the loop needs). vLLM runs as a job runs it: its adapter saved as the local
+backend saves it and loaded into the server (`--url`, else a server `opd vllm serve`
+starts here, not timed), the load counted in its time. Each engine's tokens per second are
+its sampled tokens over its wall time; the ratios are against the local engine.
+`vllm_base` samples the base model on the same server without an adapter: what LoRA costs. The local
+engine and `generate` run on one torch thread, as vLLM's CPU build does on two cores (it
+keeps the other for its scheduler). Figures: docs/how-to/vllm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from pytrio.types import ModelInput, SamplingParams
+
+from kernel.model_names import SMOLLM2
+from kernel.spec import LocalBackendSpec
+from opd.serve import free_port
+from opd.vllm_server import VLLMSetupError, ensure_environment, environment, wait_ready
+from worker.engine.backends.local import LocalServiceClient
+from worker.engine.backends.local.gguf import default_model_cache
+from worker.engine.backends.local.models import ModelCache, located
+from worker.engine.backends.vllm import VLLMSampler, VLLMServer
+from worker.engine.rollouts.datums import build_prompt
+from worker.engine.rollouts.sampling import stop_sequences
+
+QUESTIONS = ["What is 7 + 8?", "Name a prime above 20.", "What is 12 * 3?", "Spell 'cat'."]
+
+
+def rendered(tokenizer: Any, count: int) -> list[list[int]]:
+    return [build_prompt(tokenizer, QUESTIONS[i % len(QUESTIONS)], "", False) for i in range(count)]
+
+
+async def sample_all(sampler: Any, prompts: list[list[int]], each: int, params: Any) -> int:
+    """Every prompt's rollouts at once; the tokens sampled."""
+    answers = await asyncio.gather(
+        *(
+            sampler.sample_async(ModelInput.from_ints(p), each, params, return_text=False)
+            for p in prompts
+        )
+    )
+    return sum(len(seq.tokens) for answer in answers for seq in answer.sequences)
+
+
+async def engines(args: argparse.Namespace, url: str) -> dict[str, dict[str, float]]:
+    torch.set_num_threads(1)
+    cache = default_model_cache()
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), Path(args.work), cache)
+    training = await service.create_lora_training_client_async(SMOLLM2, rank=4, seed=1)
+    tokenizer = training.get_tokenizer()
+    prompts = rendered(tokenizer, args.prompts)
+    each = args.rollouts // args.prompts
+    params = SamplingParams(
+        max_tokens=args.tokens, seed=1, temperature=1.0, stop=stop_sequences(tokenizer)
+    )
+    figures: dict[str, dict[str, float]] = {}
+
+    started = time.perf_counter()
+    local = await training.save_weights_and_get_sampling_client_async()
+    tokens = await sample_all(local, prompts, each, params)
+    figures["local"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
+
+    server = VLLMServer(url, SMOLLM2)
+    try:
+        started = time.perf_counter()
+        saved = await (await training.save_weights_for_sampler_async("bench-vllm"))
+        sampler = VLLMSampler(server, await server.load(0, saved.path, set()), tokenizer)
+        tokens = await sample_all(sampler, prompts, each, params)
+        figures["vllm"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
+        started = time.perf_counter()  # what the adapter costs: the base model alone
+        tokens = await sample_all(VLLMSampler(server, SMOLLM2, tokenizer), prompts, each, params)
+        figures["vllm_base"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
+    finally:
+        await server.aclose()
+
+    figures["generate"] = generate(located(SMOLLM2, ModelCache(cache)), prompts, each, args)
+    for figure in figures.values():
+        figure["tokens_per_second"] = figure["tokens"] / figure["seconds"]
+    for name in ("vllm", "vllm_base", "generate"):
+        local_speed = figures["local"]["tokens_per_second"]
+        figures[name]["vs_local"] = figures[name]["tokens_per_second"] / local_speed
+    return figures
+
+
+def generate(folder: str, prompts: list[list[int]], each: int, args: Any) -> dict[str, float]:
+    """transformers' `generate`, batched, left-padded, with each token's logprob."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    started = time.perf_counter()
+    rows = [p for p in prompts for _ in range(each)]
+    width = max(len(row) for row in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    torch.manual_seed(1)
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            max_new_tokens=args.tokens,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=pad,
+        )
+        model.compute_transition_scores(out.sequences, out.logits, normalize_logits=True)
+    new = out.sequences[:, width:]
+    ended = (new == tokenizer.eos_token_id).int().cumsum(dim=1)
+    tokens = int(((ended == 0) | ((ended == 1) & (new == tokenizer.eos_token_id))).sum())
+    return {"tokens": tokens, "seconds": time.perf_counter() - started}
+
+
+def served(args: argparse.Namespace) -> tuple[str, subprocess.Popen[bytes] | None]:
+    """`--url`, or a server `opd vllm serve` starts for this run."""
+    if args.url:
+        return args.url.rstrip("/"), None
+    ensure_environment(environment(), lambda line: print(line, file=sys.stderr))
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "opd.cli", "vllm", "serve", SMOLLM2, "--port", str(port)],
+        env=os.environ | {"OPD_MODEL_CACHE": str(default_model_cache())},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_ready(f"http://127.0.0.1:{port}", process, timeout=900)
+    return f"http://127.0.0.1:{port}/v1", process
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=32)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--url", help="a vLLM server of smollm2-135m-instruct (opd vllm serve)")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+    if args.rollouts < args.prompts or args.rollouts % args.prompts:
+        parser.error("--rollouts must be a multiple of --prompts")
+    try:
+        url, process = served(args)
+    except VLLMSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    try:
+        with tempfile.TemporaryDirectory(prefix="rollout-engines-") as work:
+            args.work = work
+            figures = asyncio.run(engines(args, url))
+    finally:
+        if process is not None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=60)
+    print(f"{args.rollouts} rollouts x <= {args.tokens} tokens of {SMOLLM2}, one run:")
+    for name, figure in figures.items():
+        ratio = f", {figure['vs_local']:.2f}x the local engine" if "vs_local" in figure else ""
+        print(
+            f"  {name:<9} {figure['tokens']:>5.0f} tokens in {figure['seconds']:6.1f} s: "
+            f"{figure['tokens_per_second']:6.1f} tok/s{ratio}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
