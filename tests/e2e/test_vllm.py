@@ -308,3 +308,47 @@ def test_the_rollout_engines_benchmark_reports_every_engine(
     assert all(0 < figure["tokens"] <= 4 * 4 for figure in figures.values())
     assert all(figure["tokens_per_second"] > 0 for figure in figures.values())
     assert "x the local engine" in done.stdout
+
+
+def test_a_server_away_for_a_while_is_retried_then_the_error_names_it(vllm, ids, model_cache):
+    """The sampler's server unreachable (a relay to it, not listening yet): its requests are
+    retried with a warning each until it is back; one away for good fails `vllm_unavailable`
+    after its tries."""
+    from pytrio.types import ModelInput, SamplingParams
+
+    from kernel.errors import BackendUnavailable
+    from kernel.retry import Backoff
+    from tests.e2e.servers import Relay
+    from worker.engine.backends.local.models import ModelCache, load_tokenizer
+    from worker.engine.backends.vllm import VLLMSampler, VLLMServer
+
+    tokenizer = load_tokenizer(SMOLLM2, ModelCache(model_cache))
+    relay = Relay(int(vllm.rsplit(":", 1)[1]))
+    warnings: list[str] = []
+    prompt, params = ModelInput.from_ints(ids[:12]), SamplingParams(max_tokens=4, seed=1)
+
+    async def sample(attempts: int, back_after: float | None) -> Any:
+        backoff = Backoff(initial=0.5, cap=1.0, attempts=attempts)
+        server = VLLMServer(f"{relay.url}/v1", SMOLLM2, lambda m, d: warnings.append(m), backoff)
+        try:
+            asked = asyncio.create_task(
+                VLLMSampler(server, SMOLLM2, tokenizer).sample_async(prompt, 2, params)
+            )
+            if back_after is not None:
+                await asyncio.sleep(back_after)
+                relay.start()
+            return await asked
+        finally:
+            await server.http.aclose()
+
+    answer = asyncio.run(sample(attempts=10, back_after=2.0))
+    assert len(answer.sequences) == 2 and all(
+        len(s.tokens) == len(s.logprobs) for s in answer.sequences
+    )
+    assert warnings and all(w.startswith("Retrying the vLLM server") for w in warnings)
+    relay.cut()
+    warnings.clear()
+    with pytest.raises(BackendUnavailable) as away:
+        asyncio.run(sample(attempts=3, back_after=None))
+    assert away.value.code == "vllm_unavailable" and "OPD_VLLM_SERVERS" in str(away.value)
+    assert len(warnings) == 2, "a warning before each retry"

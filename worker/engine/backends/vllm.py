@@ -18,17 +18,29 @@ import httpx
 from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingParams
 
 from kernel.errors import BackendRejected, BackendUnavailable
+from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
+from worker.engine.backends.resilient import Warn
 
 TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
+RETRY = Backoff(initial=1.0, cap=15.0, attempts=6)
+"""A server that went away (restarting, overloaded) is tried this long, about a minute in
+all, each retry a warning event, before the job fails with `vllm_unavailable`."""
 
 
 class VLLMServer:
     """One vLLM server with runtime LoRA loading on, at `url` (its OpenAI base URL)."""
 
-    def __init__(self, url: str, base_model: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        base_model: str,
+        warn: Warn = lambda message, data: None,
+        backoff: Backoff = RETRY,
+    ) -> None:
         self.url, self.base_model = url.rstrip("/"), base_model
+        self.warn, self.backoff = warn, backoff
         self.http = httpx.AsyncClient(timeout=TIMEOUT_SECONDS)
         self.run = uuid.uuid4().hex[:12]
         """Names this run's adapters apart from every other job's on the same server."""
@@ -40,6 +52,30 @@ class VLLMServer:
         return f"the vLLM server {self.url} (OPD_VLLM_SERVERS, for {self.base_model!r})"
 
     async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """`body` to `path`, retried while the server is unreachable or failing (every
+        request here may be sent again: sampling, and loading an adapter by name)."""
+        tries = 0
+
+        async def attempt() -> httpx.Response:
+            nonlocal tries
+            tries += 1
+            try:
+                return await self.post_once(path, body)
+            except BackendUnavailable as error:
+                if tries < (self.backoff.attempts or 0):
+                    self.warn(
+                        f"Retrying {self.who} (try {tries + 1} of {self.backoff.attempts}) "
+                        f"after: {error}",
+                        {"server": self.url, "try": tries + 1},
+                    )
+                raise
+
+        def transient(error: BaseException) -> bool:
+            return isinstance(error, BackendUnavailable)
+
+        return await retry(attempt, transient=transient, backoff=self.backoff, what=self.who)
+
+    async def post_once(self, path: str, body: dict[str, Any]) -> httpx.Response:
         try:
             response = await self.http.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as error:

@@ -22,6 +22,7 @@ from worker.engine.backends.contract import (
     TeacherShare,
     TrainingClient,
 )
+from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey
 from worker.engine.backends.vllm import VLLMServer
 from worker.engine.data.datasets import Prompts
@@ -191,7 +192,7 @@ async def open_run(
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
     `server_keys`: the key the operator bound to each teacher server, by URL;
     `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS)."""
-    vllm = student_vllm(spec, vllm_servers or {})
+    vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink))
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
@@ -248,7 +249,7 @@ async def open_run(
     )
 
 
-def student_vllm(spec: JobSpec, servers: Mapping[str, str]) -> VLLMServer | None:
+def student_vllm(spec: JobSpec, servers: Mapping[str, str], warn: Warn) -> VLLMServer | None:
     """The vLLM server the student samples on (`sampling.engine: vllm`), or None."""
     if spec.sampling.engine != "vllm":
         return None
@@ -259,7 +260,7 @@ def student_vllm(spec: JobSpec, servers: Mapping[str, str]) -> VLLMServer | None
             "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line)",
             code="vllm_not_configured",
         )
-    return VLLMServer(servers[base], base)
+    return VLLMServer(servers[base], base, warn)
 
 
 async def loaded_view(
