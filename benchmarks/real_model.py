@@ -16,12 +16,13 @@ rate, 16 sequences a step) until the next step would pass the budget; sampling, 
 and training all count. Both students are then measured by the eval's own code on the same
 held-out problems (never in the training pool, nor among the teacher's examples): format
 compliance (a bare integer, the example's regex grader), the reverse KL to the prompted
-teacher, correctness (the stripped answer is the reference) and the reverse KL to the
-untrained base on general questions that need no number (what the student keeps). The
-untrained student is the same for every seed (LoRA's B starts at zero, the eval's seed is
-fixed), so it and the prompted teacher are measured once. The first --reference-seeds seeds
-also train with `teacher.self.reference: true` (correctness, no target). The last lines
-check issue 38's targets; the exit status is 1 when one is missed. See benchmarks/README.md.
+teacher (per answer, as the targets read it, and per token), correctness (the stripped
+answer is the reference) and the reverse KL to the untrained base on general questions
+that need no number (what the student keeps). The untrained student is the same for every
+seed (LoRA's B starts at zero, the eval's seed is fixed), so it and the prompted teacher
+are measured once. The first --reference-seeds seeds also train with
+`teacher.self.reference: true` (correctness, no target). The last lines check issue 38's
+targets; the exit status is 1 when one is missed. See benchmarks/README.md.
 """
 
 from __future__ import annotations
