@@ -209,9 +209,9 @@ class Task:
 
     spec: JobSpec
     general: JobSpec
-    prompts: Prompts
-    eval_prompts: Any
-    general_prompts: Any
+    prompts: dict[str, Prompts]
+    eval_prompts: dict[str, Prompts]
+    general_prompts: dict[str, Prompts]
 
     @classmethod
     def load(cls, data: dict[str, Any], general: int, artifacts: Path) -> Task:
@@ -270,9 +270,9 @@ async def measure(
     if not general:
         return figures
     base = await opened(task.general, training, task)
-    general: Evaluation = evaluation_for(base, eval_pools(task.general, task.general_prompts), None)
+    kept: Evaluation = evaluation_for(base, eval_pools(task.general, task.general_prompts), None)
     sampler = await training.save_weights_and_get_sampling_client_async()
-    figures["general_kl"] = (await general.student(sampler))["eval/reverse_kl_mean"]
+    figures["general_kl"] = (await kept.student(sampler))["eval/reverse_kl_mean"]
     await close_teachers(base.teachers)
     return figures
 
