@@ -133,7 +133,7 @@ def test_pause_keeps_the_state_and_resume_continues_exactly(service, uninterrupt
     assert client.jobs.pause(job["id"]).status == "pausing"
     assert client.jobs.pause(job["id"]).status in ("pausing", "paused")  # idempotent
     paused = service.wait(job["id"], lambda j: j["status"] == "paused")
-    assert Path(paused["last_state_path"]).is_dir()
+    assert Path(service.home, "artifacts", paused["last_state_path"]).is_dir()
     time.sleep(1)
     assert client.jobs.get(job["id"]).status == "paused"  # nothing picks it up meanwhile
 

@@ -143,7 +143,7 @@ def test_a_job_resumed_after_kill_9_is_one_run_holding_exactly_its_metrics(
     assert params["loop.steps"] == "12" and params["student.base_model"] == "tiny-student"
     assert params["trackers.mlflow.experiment"] == "kill-9" and params["dataset_size"] == "8"
     assert tags["opd.job_id"] == str(done["id"]) and tags["opd.backend"] == "local"
-    assert tags["opd.checkpoint.final"] == done["final_weights_path"]
+    assert tags["opd.checkpoint.final"].endswith(f"/artifacts/{done['final_weights_path']}")
     assert {f"opd.checkpoint.state.{step}" for step in (4, 8, 12)} <= set(tags)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[12]
     sent = yaml.safe_load(
@@ -175,7 +175,7 @@ def test_a_tracker_that_is_down_holds_no_job_up_and_the_mirror_catches_up(
     mentions = [message for message in caught_up if message.startswith("MLflow")]
     kinds = [message.split(" ")[1] for message in mentions]
     assert kinds == ["unreachable", "unreachable", "caught"]  # once for each attempt
-    saved = "Saved weights: " + done["final_weights_path"]
+    saved = f"Saved the final weights at step {done['total_steps']}"
     assert caught_up.index(mentions[1]) < caught_up.index(saved)  # while the job ran
     client = MlflowClient(mlflow_server.url)
     run = finished_run(client, job["mlflow_run_id"])

@@ -61,7 +61,7 @@ def test_a_job_moves_between_workers_that_share_no_disk(service, tmp_path):
     assert done["status"] == "succeeded" and done["attempts"] == 2, service.logs()
     assert done["final_weights_path"].startswith("opd-store://")
     resumed_from = [
-        e.message.split()[2] for e in service.events(job["id"]) if e.message.startswith("Resumed")
+        e.data["path"] for e in service.events(job["id"]) if e.message.startswith("Resumed")
     ]
     assert len(resumed_from) == 1 and resumed_from[0].startswith("opd-store://")
 
@@ -108,8 +108,12 @@ def test_a_job_moves_between_workers_that_share_no_disk(service, tmp_path):
             }
         )
         assert service.wait(continued["id"])["status"] == "succeeded", service.logs()
-        started = [e.message for e in service.events(continued["id"])]
-        assert any(m.startswith("Started from the weights of opd-store://") for m in started)
+        started = [
+            e.data["path"]
+            for e in service.events(continued["id"])
+            if e.message.startswith("Started from the weights of")
+        ]
+        assert len(started) == 1 and started[0].startswith("opd-store://")
 
     beta = service.opd("keys", "create", "--team", "beta").stdout.strip()
     with Client(service.url, beta) as stranger:

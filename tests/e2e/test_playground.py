@@ -229,7 +229,8 @@ def test_opd_clone_continues_the_job_from_its_final_state(cli, service, trained)
     init_from = clone["spec"]["student"]["init_from"]
     assert init_from["job"] == trained["id"] and init_from["path"].endswith("-state-000010")
     events = service.events(clone["id"])
-    assert any(e.message == f"Started from the weights of {init_from['path']}" for e in events)
+    started = [e.data for e in events if e.message.startswith("Started from the weights of")]
+    assert started == [{"path": init_from["path"]}]  # a team's key: named from the job's folder
     source_kl = service.curve(trained["id"], "opd/reverse_kl_mean")
     clone_kl = service.curve(clone["id"], "opd/reverse_kl_mean")
     assert clone_kl[0][1] < source_kl[0][1]  # it starts where the source ended, not afresh
@@ -251,16 +252,17 @@ def test_opd_export_merges_a_model_that_loads_without_peft(service, cli, trained
     for path in [adapter, *adapter.iterdir()]:
         assert abs(path.stat().st_mtime - saved) < 3600, (path, path.stat().st_mtime)
     ids, scores = score_without_peft(merged, SCORED)
-    expected = asyncio.run(adapter_scores(trained, ids, tmp_path))
+    final = service.home / "artifacts" / trained["final_weights_path"]  # named for a team
+    expected = asyncio.run(adapter_scores(trained, str(final), ids, tmp_path))
     assert_close(scores, expected, what="the merged model (no peft) vs the adapter model")
 
 
-async def adapter_scores(trained: dict[str, Any], ids: list[int], scratch: Path) -> list[float]:
+async def adapter_scores(
+    trained: dict[str, Any], final: str, ids: list[int], scratch: Path
+) -> list[float]:
     spec = JobSpec.model_validate(trained["spec"]).model_copy(update={"local": {"device": "cpu"}})
     service = connect(JobSpec.model_validate(spec.model_dump()), scratch, lambda *_: None)
-    sampler = await service.create_sampling_client_async(
-        "tiny-student", model_path=trained["final_weights_path"]
-    )
+    sampler = await service.create_sampling_client_async("tiny-student", model_path=final)
     return (await sampler.compute_logprobs_async(ModelInput.from_ints(ids)))[1:]
 
 

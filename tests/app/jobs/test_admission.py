@@ -26,6 +26,7 @@ def test_the_rules_are_read_top_to_bottom_in_one_place() -> None:
         "files_under_data_root",
         "listed_tracker",
         "listed_teacher_server",
+        "served_vllm_student",
         "loadable_model_names",
     ]
     assert [rule.__name__ for rule in TEAM_RULES] == [

@@ -510,9 +510,12 @@ async def test_a_store_outage_requeues_the_job_from_its_last_recorded_state(
     assert outcome == f"job {job_id}: queued; job {job_id}: succeeded"
     async with bucket_context.sessions() as session:
         done = await get_job(session, job_id)
-        messages = list(
-            (await session.execute(select(Event.message).where(Event.job_id == job_id))).scalars()
-        )
+        events = (await session.execute(select(Event).where(Event.job_id == job_id))).scalars()
+        messages, resumed = [], []
+        for event in events:
+            messages.append(event.message)
+            if event.message.startswith("Resumed from the state saved at step 2"):
+                resumed.append(event.data["path"])
         steps = (
             await session.execute(select(StepMetric.step).where(StepMetric.job_id == job_id))
         ).scalars()
@@ -527,7 +530,7 @@ async def test_a_store_outage_requeues_the_job_from_its_last_recorded_state(
     requeue = next(message for message in messages if message.startswith("Requeued"))
     assert "object store did not complete" in requeue and "Resuming from" in requeue
     state_2 = next(path for step, kind, path in paths if (step, kind) == (2, "state"))
-    assert any(message.startswith(f"Resumed from {state_2} at step 2") for message in messages)
+    assert resumed == [state_2]
     assert all(path.startswith("opd-store://") for _, _, path in paths)
 
 

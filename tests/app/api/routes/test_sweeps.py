@@ -67,9 +67,7 @@ async def test_a_sweep_is_stored_and_its_trials_are_jobs_of_the_team(client, key
     assert [(s["id"], s["trials_created"]) for s in listed["data"]] == [(sweep["id"], 2)]
 
 
-async def test_a_sweep_over_objectives_shows_each_trials_objective_by_name(
-    client, key, sessions
-):
+async def test_a_sweep_over_objectives_shows_each_trials_objective_by_name(client, key, sessions):
     objectives = {"loop.objective": {"values": ["sampled_reverse_kl", "jsd"]}}
     sweep = (await create(client, key, parameters=objectives)).json()
     await start_trials(sessions, sweep["id"])
