@@ -44,6 +44,11 @@ class BackendUnavailable(BackendFailure):
     code = "backend_unavailable"
 
 
+class ServerAway(BackendUnavailable):
+    """A server the run samples on stayed away past its retries: nothing it holds is the
+    job's, so the service resumes the job from its last saved state on a later attempt."""
+
+
 class ResultLost(BackendUnavailable):
     """A training call was sent and its result lost: it may have taken effect, so it must
     not be sent again; the service resumes the job from its last saved state instead."""

@@ -40,7 +40,7 @@ from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_j
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
-from kernel.errors import OPDError, ResultLost
+from kernel.errors import OPDError, ResultLost, ServerAway
 from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
@@ -322,7 +322,7 @@ async def attempt(
         )
 
     if (
-        isinstance(error, ResultLost | StorageUnavailable)
+        isinstance(error, ResultLost | ServerAway | StorageUnavailable)
         and job.attempts < ctx.settings.max_attempts
     ):
         reason = (

@@ -547,3 +547,45 @@ async def test_a_store_that_stays_away_fails_the_job_once_its_attempts_run_out(
         failed = await get_job(session, job_id)
     assert (failed.attempts, failed.error_code) == (3, "storage_unavailable")
     assert "object store did not complete" in failed.error_message
+
+
+async def test_a_vllm_server_away_past_its_retries_requeues_the_job_until_its_attempts_run_out(
+    monkeypatch, context
+):
+    """`sampling.engine: vllm` with the server away (a port nothing listens on): each attempt
+    retries with warnings, then goes back to the queue to resume from its last state; the
+    job fails `vllm_unavailable` only once its attempts are spent."""
+    from kernel.retry import Backoff
+    from opd.serve import free_port
+    from worker.engine.backends import vllm
+
+    monkeypatch.setattr(vllm, "RETRY", Backoff(initial=0.05, cap=0.1, attempts=2))
+    folder = context.settings.data_root / "student"
+    tiny_model("tiny-student").save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    servers = {str(folder): f"http://127.0.0.1:{free_port()}/v1"}
+    context = dataclasses.replace(
+        context, settings=context.settings.model_copy(update={"vllm_servers": servers})
+    )
+    spec = SPEC | {
+        "backend": "local",
+        "student": {"base_model": str(folder), "lora_rank": 4},
+        "teacher": {"base_model": str(folder)},
+        "sampling": {"max_tokens": 4, "engine": "vllm"},
+    }
+    job_id = await submit(context, spec)
+
+    outcome = await run_job({"opd": context}, job_id)
+
+    assert outcome == f"job {job_id}: queued; job {job_id}: queued; job {job_id}: failed"
+    async with context.sessions() as session:
+        failed = await get_job(session, job_id)
+        events = (
+            (await session.execute(select(Event.message).where(Event.job_id == job_id)))
+            .scalars()
+            .all()
+        )
+    assert (failed.attempts, failed.error_code) == (3, "vllm_unavailable")
+    requeues = [e for e in events if "Resuming from the last saved state" in e]
+    assert len(requeues) == 2 and all("did not answer" in e for e in requeues), events
+    assert sum(e.startswith("Retrying the vLLM server") for e in events) == 3, events

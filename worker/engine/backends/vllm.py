@@ -11,13 +11,18 @@ with errors a person can act on (codes `vllm_*`); a server's answer text never e
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingParams
 
-from kernel.errors import BackendRejected, BackendUnavailable
+from kernel.errors import BackendRejected, BackendUnavailable, ServerAway
 from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
 from worker.engine.backends.resilient import Warn
@@ -26,7 +31,10 @@ TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
 RETRY = Backoff(initial=1.0, cap=15.0, attempts=6)
 """A server that went away (restarting, overloaded) is tried this long, about a minute in
-all, each retry a warning event, before the job fails with `vllm_unavailable`."""
+all, each retry a warning event; then the job goes back to the queue and resumes from its
+last saved state (`ServerAway`), and fails with `vllm_unavailable` once its attempts run
+out."""
+ADAPTER_PREFIX = "opd-"
 
 
 class VLLMServer:
@@ -37,23 +45,29 @@ class VLLMServer:
         url: str,
         base_model: str,
         warn: Warn = lambda message, data: None,
-        backoff: Backoff = RETRY,
+        backoff: Backoff | None = None,
+        folder: Path | None = None,
     ) -> None:
         self.url, self.base_model = url.rstrip("/"), base_model
-        self.warn, self.backoff = warn, backoff
+        self.warn, self.backoff = warn, backoff or RETRY
         self.http = httpx.AsyncClient(timeout=TIMEOUT_SECONDS)
-        self.run = uuid.uuid4().hex[:12]
-        """Names this run's adapters apart from every other job's on the same server."""
+        self.run = run_name(folder)
+        """Names this job's adapters apart from every other job's on the same server."""
         self.loaded: dict[int, str] = {}
         """The adapter name of each sampler version loaded, by version."""
+        self.gate = PromptLogprobsGate()
 
     @property
     def who(self) -> str:
         return f"the vLLM server {self.url} (OPD_VLLM_SERVERS, for {self.base_model!r})"
 
-    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        """`body` to `path`, retried while the server is unreachable or failing (every
-        request here may be sent again: sampling, and loading an adapter by name)."""
+    async def get(self, path: str) -> httpx.Response:
+        return await self.post(path, None)
+
+    async def post(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
+        """`body` to `path` (a GET without one), retried while the server is unreachable or
+        failing (every request here may be sent again: sampling, and loading an adapter by
+        name)."""
         tries = 0
 
         async def attempt() -> httpx.Response:
@@ -75,16 +89,19 @@ class VLLMServer:
 
         return await retry(attempt, transient=transient, backoff=self.backoff, what=self.who)
 
-    async def post_once(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    async def post_once(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
         try:
-            response = await self.http.post(f"{self.url}{path}", json=body)
+            if body is None:
+                response = await self.http.get(f"{self.url}{path}")
+            else:
+                response = await self.http.post(f"{self.url}{path}", json=body)
         except httpx.HTTPError as error:
-            raise BackendUnavailable(
+            raise ServerAway(
                 f"{self.who} did not answer ({type(error).__name__}): is it running?",
                 code="vllm_unavailable",
             ) from None
         if response.status_code >= 500:
-            raise BackendUnavailable(
+            raise ServerAway(
                 f"{self.who} failed (HTTP {response.status_code})", code="vllm_unavailable"
             )
         if response.status_code >= 400:
@@ -96,16 +113,37 @@ class VLLMServer:
             )
         return response
 
+    async def unload_earlier_attempts(self) -> list[str]:
+        """Unload the adapters an earlier attempt of this job left loaded (a worker killed
+        mid-job cannot unload its own): a resumed attempt loads its versions again under
+        the same names. Returns the names unloaded."""
+        models = (await self.get("/models")).json().get("data") or []
+        left = [m["id"] for m in models if str(m.get("id", "")).startswith(f"{self.run}-")]
+        for name in left:
+            await self.post("/unload_lora_adapter", {"lora_name": name})
+        return left
+
     async def load(self, version: int, path: str, keep: set[int]) -> str:
         """Load the adapter saved at `path` as sampler `version` (a folder the server reads);
         unload the versions loaded before that are not in `keep`. Returns its name."""
-        name = f"opd-{self.run}-v{version}"
+        name = f"{self.run}-v{version}"
         if version not in self.loaded:
             await self.post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
             self.loaded[version] = name
         for old in sorted(set(self.loaded) - keep - {version}):
             await self.post("/unload_lora_adapter", {"lora_name": self.loaded.pop(old)})
         return name
+
+    @asynccontextmanager
+    async def adapter(self, label: str, path: str) -> AsyncIterator[str]:
+        """The adapter saved at `path` loaded for one use (a held-out eval) under this run's
+        `label`, unloaded after."""
+        name = f"{self.run}-{label}"
+        await self.post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
+        try:
+            yield name
+        finally:
+            await self.post("/unload_lora_adapter", {"lora_name": name})
 
     async def aclose(self) -> None:
         """Unload what this run loaded (best effort: the server may be gone), then close."""
@@ -116,6 +154,58 @@ class VLLMServer:
                 break
         self.loaded.clear()
         await self.http.aclose()
+
+
+def run_name(folder: Path | None) -> str:
+    """The prefix of a job's adapter names: one per job folder (a resumed attempt's is its
+    first attempt's, so it finds what that one left), random for a run without one."""
+    if folder is None:
+        return f"{ADAPTER_PREFIX}{uuid.uuid4().hex[:12]}"
+    digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
+    return f"{ADAPTER_PREFIX}{digest}"
+
+
+class PromptLogprobsGate:
+    """Requests that ask for prompt logprobs (`echo`: a self teacher scoring) go one at a
+    time, with no other request of the run beside them: vLLM's CPU build (0.32.0) dies
+    when one engine step holds the prompt logprobs of two prompts, or them and another
+    request. Sampling requests share the server; one waiting to score goes first."""
+
+    def __init__(self) -> None:
+        self.changed = asyncio.Condition()
+        self.sharing = 0
+        self.waiting = 0
+        self.alone_now = False
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        """A request beside other sampling requests."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.alone_now and not self.waiting)
+            self.sharing += 1
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.sharing -= 1
+                self.changed.notify_all()
+
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        """A request with no other of the run on the server."""
+        async with self.changed:
+            self.waiting += 1
+            try:
+                await self.changed.wait_for(lambda: not self.alone_now and not self.sharing)
+            finally:
+                self.waiting -= 1
+            self.alone_now = True
+        try:
+            yield
+        finally:
+            async with self.changed:
+                self.alone_now = False
+                self.changed.notify_all()
 
 
 class VLLMSampler:
@@ -168,7 +258,8 @@ class VLLMSampler:
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        answer = (await self.server.post("/completions", body)).json()
+        async with self.server.gate.shared():
+            answer = (await self.server.post("/completions", body)).json()
         choices = sorted(answer.get("choices", []), key=lambda choice: choice["index"])
         sequences = [self.sequence(choice, return_text) for choice in choices]
         return SampleResponse(
@@ -189,7 +280,8 @@ class VLLMSampler:
         )
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
-        """`None` for the first token, then the adapter's logprob of each following one."""
+        """`None` for the first token, then the adapter's logprob of each following one
+        (the request alone on the server: `PromptLogprobsGate`)."""
         body = {
             "model": self.model,
             "prompt": prompt.to_ints(),
@@ -197,6 +289,7 @@ class VLLMSampler:
             "echo": True,
             "logprobs": 0,
         }
-        answer = (await self.server.post("/completions", body)).json()
+        async with self.server.gate.alone():
+            answer = (await self.server.post("/completions", body)).json()
         values = answer["choices"][0]["logprobs"]["token_logprobs"]
         return [None, *(float(value) for value in values[1:])]

@@ -24,7 +24,7 @@ from worker.engine.backends.contract import (
 )
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey
-from worker.engine.backends.vllm import VLLMServer
+from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
 from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
@@ -151,8 +151,20 @@ class Run:
 
     async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """The student's eval at this boundary, from a sampler of its own (the training
-        sampler's draws are not shifted); at step 0 the teacher's baseline too."""
-        sampler = await self.training.save_weights_and_get_sampling_client_async()
+        sampler's draws are not shifted; on vLLM an adapter of its own, loaded for the
+        eval); at step 0 the teacher's baseline too."""
+        if self.vllm is None:
+            sampler = await self.training.save_weights_and_get_sampling_client_async()
+            return await self.evaluate_with(sampler, evaluation, step)
+        saved_as = f"{self.spec.weights_name}-vllm-eval-{step:06d}"
+        saved = await (await self.training.save_weights_for_sampler_async(saved_as))
+        async with self.vllm.adapter(f"eval{step}", saved.path) as adapter:
+            sampler = VLLMSampler(self.vllm, adapter, self.tokenizer)
+            return await self.evaluate_with(sampler, evaluation, step)
+
+    async def evaluate_with(
+        self, sampler: SamplingClient, evaluation: Evaluation, step: int
+    ) -> dict[str, float]:
         metrics = await evaluation.student(sampler)
         if step == 0 and evaluation.spec.teacher_baseline:
             metrics = with_baseline(metrics, await evaluation.teacher_baseline(sampler))
@@ -192,7 +204,13 @@ async def open_run(
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
     `server_keys`: the key the operator bound to each teacher server, by URL;
     `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS)."""
-    vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink))
+    vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink), service)
+    if vllm is not None and (left := await vllm.unload_earlier_attempts()):
+        sink.event(
+            "info",
+            f"Unloaded {len(left)} adapters an earlier attempt left on {vllm.who}",
+            {"adapters": left},
+        )
     training = await service.create_lora_training_client_async(
         base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
     )
@@ -222,7 +240,7 @@ async def open_run(
                 key = (server_keys or {}).get(teacher_spec.server.url)
                 view = await server_view(spec, name, service, tokenizer, checked, warn, stop, key)
             elif teacher_spec.self is not None:
-                view = await self_view(spec, name, service, training, tokenizer, pools or [])
+                view = await self_view(spec, name, service, training, tokenizer, pools or [], vllm)
             else:
                 view = await loaded_view(spec, name, service, tokenizer, checked, who)
             teachers[name] = view
@@ -249,8 +267,12 @@ async def open_run(
     )
 
 
-def student_vllm(spec: JobSpec, servers: Mapping[str, str], warn: Warn) -> VLLMServer | None:
-    """The vLLM server the student samples on (`sampling.engine: vllm`), or None."""
+def student_vllm(
+    spec: JobSpec, servers: Mapping[str, str], warn: Warn, service: ServiceClient
+) -> VLLMServer | None:
+    """The vLLM server the student samples on (`sampling.engine: vllm`), or None; its
+    adapters are named after the job's folder (the local backend's, the only one vLLM
+    samples for), so a later attempt finds what an earlier one left."""
     if spec.sampling.engine != "vllm":
         return None
     base = spec.student.base_model
@@ -260,7 +282,7 @@ def student_vllm(spec: JobSpec, servers: Mapping[str, str], warn: Warn) -> VLLMS
             "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line)",
             code="vllm_not_configured",
         )
-    return VLLMServer(servers[base], base, warn)
+    return VLLMServer(servers[base], base, warn, folder=getattr(service, "artifact_dir", None))
 
 
 async def loaded_view(
