@@ -310,17 +310,7 @@ class ServerTeacher:
             rows = choice.get("prompt_logprobs")
             if not isinstance(rows, list) or len(rows) < n:
                 raise self.missing(rows, n)
-            logprobs: list[float | None] = [None]
-            pieces = [""]
-            topk: list[TopK | None] = [None]
-            for token, row in zip(tokens[1:], rows[1:n], strict=True):
-                own = row[str(token)]
-                logprobs.append(float(own["logprob"]))
-                pieces.append(str(own.get("decoded_token", "")))
-                likeliest = sorted(
-                    ((int(t), float(v["logprob"])) for t, v in row.items()), key=lambda p: -p[1]
-                )
-                topk.append(likeliest[:k])
+            logprobs, pieces, topk = prompt_logprob_rows(rows, tokens, k)
             if k and any(row is not None and len(row) < k for row in topk):
                 raise NoPromptLogprobs(
                     f"{self.who} sent fewer than the {k} likeliest tokens asked for at some "
@@ -386,6 +376,26 @@ class ServerTeacher:
         if self.http is not None:
             await self.http.aclose()
             self.http = None
+
+
+def prompt_logprob_rows(
+    rows: list[Any], tokens: list[int], k: int
+) -> tuple[list[float | None], list[str], list[TopK | None]]:
+    """vLLM's `prompt_logprobs` of `tokens` (a dict per position after the first, keyed by
+    token id): each token's logprob (None for the first), its text, and its k likeliest
+    (token id, logprob). Raises KeyError, TypeError or ValueError on another shape."""
+    logprobs: list[float | None] = [None]
+    pieces = [""]
+    topk: list[TopK | None] = [None]
+    for token, row in zip(tokens[1:], rows[1 : len(tokens)], strict=True):
+        own = row[str(token)]
+        logprobs.append(float(own["logprob"]))
+        pieces.append(str(own.get("decoded_token", "")))
+        likeliest = sorted(
+            ((int(t), float(v["logprob"])) for t, v in row.items()), key=lambda p: -p[1]
+        )
+        topk.append(likeliest[:k])
+    return logprobs, pieces, topk
 
 
 def describe(error: BaseException) -> str:

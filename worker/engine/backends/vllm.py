@@ -26,6 +26,7 @@ from kernel.errors import BackendRejected, BackendUnavailable, ServerAway
 from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
 from worker.engine.backends.resilient import Warn
+from worker.engine.backends.server import prompt_logprob_rows
 
 TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
@@ -237,13 +238,13 @@ class VLLMSampler:
         topk_prompt_logprobs: int = 0,
         return_text: bool = True,
     ) -> SampleResponse:
-        """`num_samples` completions of the prompt's token ids, each token with its logprob."""
-        if include_prompt_logprobs or topk_prompt_logprobs:
-            raise BackendRejected(
-                "the vLLM sampler samples rollouts only; prompt logprobs come from the teacher",
-                code="vllm_rejected",
-            )
+        """`num_samples` completions of the prompt's token ids, each token with its logprob;
+        with `include_prompt_logprobs`, each prompt token's logprob and its
+        `topk_prompt_logprobs` likeliest (vLLM's `prompt_logprobs`, at most its
+        --max-logprobs, 20 by default), the request alone on the server
+        (`PromptLogprobsGate`)."""
         params = sampling_params
+        scores_prompt = include_prompt_logprobs or topk_prompt_logprobs > 0
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompt.to_ints(),
@@ -258,15 +259,44 @@ class VLLMSampler:
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        async with self.server.gate.shared():
+        if scores_prompt:
+            body["prompt_logprobs"] = topk_prompt_logprobs
+        async with self.server.gate.alone() if scores_prompt else self.server.gate.shared():
             answer = (await self.server.post("/completions", body)).json()
         choices = sorted(answer.get("choices", []), key=lambda choice: choice["index"])
         sequences = [self.sequence(choice, return_text) for choice in choices]
-        return SampleResponse(
+        response = SampleResponse(
             sequences=sequences,
             input_tokens=len(body["prompt"]),
             output_tokens=sum(len(s.tokens) for s in sequences),
         )
+        if not scores_prompt:
+            return response
+        logprobs, topk = self.prompt_scores(choices, body["prompt"], topk_prompt_logprobs)
+        return response.model_copy(
+            update={"prompt_logprobs": logprobs, "topk_prompt_logprobs": topk}
+        )
+
+    def prompt_scores(
+        self, choices: list[dict[str, Any]], tokens: list[int], k: int
+    ) -> tuple[list[float | None], list[list[tuple[int, float]] | None]]:
+        """Each prompt token's logprob and its k likeliest, from the first choice's
+        `prompt_logprobs` (every choice holds the same), read as a server teacher reads them."""
+        rows = choices[0].get("prompt_logprobs") if choices else None
+        if not isinstance(rows, list) or len(rows) < len(tokens):
+            raise BackendRejected(
+                f"{self.server.who} answered without a logprob for each prompt token",
+                code="vllm_rejected",
+            )
+        try:
+            logprobs, _, topk = prompt_logprob_rows(rows, tokens, k)
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise BackendRejected(
+                f"{self.server.who} answered with malformed prompt logprobs "
+                f"({type(error).__name__})",
+                code="vllm_rejected",
+            ) from None
+        return logprobs, [None if row is None else list(row) for row in topk]
 
     def sequence(self, choice: dict[str, Any], return_text: bool) -> SampleSequence:
         logprobs = choice.get("logprobs") or {}
