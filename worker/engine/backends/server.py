@@ -32,6 +32,7 @@ from kernel.retry import Backoff, retry
 from kernel.spec import TeacherServer
 from kernel.spec.base import MAX_RETRY_DELAY_SECONDS
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS, TopK
+from worker.engine.backends.prompt_logprobs import prompt_logprob_rows
 from worker.engine.backends.resilient import (
     AUTH_STATUS_CODES,
     Failure,
@@ -376,26 +377,6 @@ class ServerTeacher:
         if self.http is not None:
             await self.http.aclose()
             self.http = None
-
-
-def prompt_logprob_rows(
-    rows: list[Any], tokens: list[int], k: int
-) -> tuple[list[float | None], list[str], list[TopK | None]]:
-    """vLLM's `prompt_logprobs` of `tokens` (a dict per position after the first, keyed by
-    token id): each token's logprob (None for the first), its text, and its k likeliest
-    (token id, logprob). Raises KeyError, TypeError or ValueError on another shape."""
-    logprobs: list[float | None] = [None]
-    pieces = [""]
-    topk: list[TopK | None] = [None]
-    for token, row in zip(tokens[1:], rows[1 : len(tokens)], strict=True):
-        own = row[str(token)]
-        logprobs.append(float(own["logprob"]))
-        pieces.append(str(own.get("decoded_token", "")))
-        likeliest = sorted(
-            ((int(t), float(v["logprob"])) for t, v in row.items()), key=lambda p: -p[1]
-        )
-        topk.append(likeliest[:k])
-    return logprobs, pieces, topk
 
 
 def describe(error: BaseException) -> str:

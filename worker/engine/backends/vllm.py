@@ -25,8 +25,8 @@ from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingPar
 from kernel.errors import BackendRejected, BackendUnavailable, ServerAway
 from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
+from worker.engine.backends.prompt_logprobs import prompt_logprob_rows
 from worker.engine.backends.resilient import Warn
-from worker.engine.backends.server import prompt_logprob_rows
 
 TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
