@@ -39,6 +39,7 @@ from kernel.playground import (
     TaskFailure,
 )
 from kernel.spec import JobSpec
+from worker.engine.backends.vllm_served import ServedSamplers
 from worker.engine.playground import answer
 from worker.engine.rollouts.sampler_cache import SamplerCache
 
@@ -64,6 +65,8 @@ class QuickContext:
 
 
 def quick_context(settings: Settings) -> QuickContext:
+    """The samplers' cache, on the backends the specs name and, for a job that samples on
+    vLLM, on the servers this worker is given (OPD_VLLM_SERVERS)."""
     from worker.engine.backends import connect
 
     playground = settings.artifact_root / "playground"
@@ -80,9 +83,33 @@ def quick_context(settings: Settings) -> QuickContext:
         )
 
     samplers = SamplerCache(
-        open_backend, settings.sampler_cache_entries, int(settings.sampler_cache_mb * MIB)
+        open_backend,
+        settings.sampler_cache_entries,
+        int(settings.sampler_cache_mb * MIB),
+        served_samplers(settings),
     )
     return QuickContext(settings, samplers)
+
+
+def served_samplers(settings: Settings) -> ServedSamplers | None:
+    """The vLLM servers' samplers, with the student's tokenizer as the local backend
+    reads it and a stored checkpoint fetched into this worker's cache first."""
+    if not settings.vllm_servers:
+        return None
+    from worker.engine.backends.local.models import ModelCache, load_tokenizer
+
+    models = ModelCache(settings.model_cache)
+    store = checkpoint_store(settings)
+    return ServedSamplers(
+        settings.vllm_servers,
+        lambda base_model: load_tokenizer(base_model, models),
+        (lambda path: path) if store is None else store.local,
+    )
+
+
+async def close_samplers(arq_ctx: dict[str, Any]) -> None:
+    """The worker stops: what its playground loaded into vLLM servers is unloaded."""
+    await arq_ctx[CONTEXT].samplers.aclose()
 
 
 async def outcome(work: Callable[[], Awaitable[T]]) -> str:
@@ -172,4 +199,5 @@ def quick_worker(settings: Settings, worker_class: type[Worker]) -> Worker:
         handle_signals=False,
         on_job_start=round_recorder(quick_queue(settings.queue_name)),
         ctx={CONTEXT: quick_context(settings)},
+        on_shutdown=close_samplers,
     )

@@ -16,14 +16,23 @@ request still using a sampler that was evicted holds it until it ends. A model l
 than `max_bytes` is a clear error (`model_too_large`), found by its one load and then known
 without loading again. Concurrent requests for one model wait for one load. Backends are
 connected once per backend and options.
+
+A job that samples on vLLM (`sampling.engine: vllm`) asks for its student's samplers on the
+server the worker has for that base model (`served`): the base model by its served name, a
+checkpoint as its adapter loaded there. Those weigh nothing here, count as entries, and
+are unloaded from the server once evicted and no request holds them (`using`). A worker
+with no server for the base model samples it with the local engine: the same weights.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Callable
+import logging
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from kernel.errors import OPDError
 from kernel.spec import JobSpec
@@ -32,6 +41,23 @@ from worker.engine.backends.contract import SamplingClient, ServiceClient
 
 Connect = Callable[[JobSpec], ServiceClient]
 MIB = 1024 * 1024
+log = logging.getLogger(__name__)
+
+
+class Served(Protocol):
+    """Samplers on the inference servers a worker is given, by base model (vLLM's)."""
+
+    def url(self, base_model: str) -> str | None:
+        """The server for `base_model`, or None: this worker has none."""
+
+    async def open(self, base_model: str, weights: str | None) -> SamplingClient:
+        """A sampler of the served base model, or of `weights` loaded into its server."""
+
+    async def close(self, client: SamplingClient) -> None:
+        """Unload what `open` loaded for `client`."""
+
+    async def aclose(self) -> None:
+        """Unload everything opened, and close the connections."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +66,8 @@ class SamplerKey:
     """The backend and its options (`service_key`)."""
     base_model: str
     weights: str | None
+    served: bool = False
+    """On the server `served` names for the base model (`service` is its URL)."""
 
     @property
     def model(self) -> tuple[str, str]:
@@ -59,6 +87,7 @@ class Loaded:
 class Entry:
     client: SamplingClient
     size: int
+    served: bool
 
 
 def service_key(spec: JobSpec) -> str:
@@ -68,10 +97,18 @@ def service_key(spec: JobSpec) -> str:
 
 
 class SamplerCache:
-    def __init__(self, connect: Connect, max_entries: int, max_bytes: int) -> None:
+    def __init__(
+        self, connect: Connect, max_entries: int, max_bytes: int, served: Served | None = None
+    ) -> None:
         self.connect = connect
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.served = served
+        self.holds: Counter[SamplingClient] = Counter()
+        """Requests using each sampler now (`using`)."""
+        self.retired: set[SamplingClient] = set()
+        """Served samplers evicted while held: closed when the last request lets go."""
+        self.closing: set[asyncio.Task[None]] = set()
         self.services: dict[str, asyncio.Future[ServiceClient]] = {}
         self.entries: OrderedDict[SamplerKey, Entry] = OrderedDict()
         self.loading: dict[SamplerKey, asyncio.Future[SamplingClient]] = {}
@@ -88,18 +125,58 @@ class SamplerCache:
     def size(self) -> int:
         return sum(entry.size for entry in self.entries.values())
 
-    async def get(self, spec: JobSpec, base_model: str, weights: str | None) -> Loaded:
-        """A sampler of `base_model` with `weights` (None: the base model itself)."""
-        key = SamplerKey(service_key(spec), base_model, weights)
+    async def get(
+        self, spec: JobSpec, base_model: str, weights: str | None, on_vllm: bool = False
+    ) -> Loaded:
+        """A sampler of `base_model` with `weights` (None: the base model itself); with
+        `on_vllm`, on this worker's server for the base model if it has one. The request
+        holds it until `let_go`."""
+        url = self.served.url(base_model) if on_vllm and self.served is not None else None
+        key = SamplerKey(service_key(spec) if url is None else url, base_model, weights, bool(url))
         if (entry := self.entries.get(key)) is not None:
             self.entries.move_to_end(key)
+            self.holds[entry.client] += 1
             return Loaded(entry.client, cached=True)
         loading = self.loading.get(key)
         if loading is None:
             loading = self.loading[key] = asyncio.ensure_future(self.load(key, spec))
             loading.add_done_callback(lambda done: self.finished(key, done))
         # A request that gives up (its deadline) lets the load finish for the next one.
-        return Loaded(await asyncio.shield(loading), cached=False)
+        client = await asyncio.shield(loading)
+        self.holds[client] += 1
+        return Loaded(client, cached=False)
+
+    @asynccontextmanager
+    async def using(
+        self, spec: JobSpec, asked: Sequence[tuple[str, str | None, bool]]
+    ) -> AsyncIterator[list[Loaded]]:
+        """The samplers `asked` (base model, weights, on vLLM), loaded at once and held
+        while the block runs, let go after it however it ends (those loaded before a
+        failure or a deadline too)."""
+        gets = [asyncio.ensure_future(self.get(spec, *one)) for one in asked]
+        try:
+            yield list(await asyncio.gather(*gets))
+        finally:
+            for get in gets:
+                get.cancel()
+            self.let_go(
+                [
+                    get.result()
+                    for get in gets
+                    if get.done() and not get.cancelled() and not get.exception()
+                ]
+            )
+
+    def let_go(self, loaded: Sequence[Loaded]) -> None:
+        """A request is done with the samplers `get` gave it: one evicted meanwhile is
+        closed once no other request holds it."""
+        for one in loaded:
+            self.holds[one.client] -= 1
+            if self.holds[one.client] <= 0:
+                del self.holds[one.client]
+                if one.client in self.retired:
+                    self.retired.discard(one.client)
+                    self.close(one.client)
 
     def finished(self, key: SamplerKey, done: asyncio.Future[SamplingClient]) -> None:
         self.loading.pop(key, None)
@@ -124,14 +201,18 @@ class SamplerCache:
         estimate = await self.reserve(key)
         kept = None
         try:
-            service = await self.service(key, spec)
-            client = await service.create_sampling_client_async(
-                base_model=key.base_model, model_path=key.weights
-            )
+            if key.served:
+                assert self.served is not None
+                client = await self.served.open(key.base_model, key.weights)
+            else:
+                service = await self.service(key, spec)
+                client = await service.create_sampling_client_async(
+                    base_model=key.base_model, model_path=key.weights
+                )
             size = self.sizes[key.model] = footprint(client)
             if size > self.max_bytes:
                 raise self.too_large(key, size)
-            kept = Entry(client, size)
+            kept = Entry(client, size, key.served)
             return client
         finally:
             self.release(estimate, key, kept)
@@ -171,7 +252,30 @@ class SamplerCache:
             len(self.entries) + self.reservations > self.max_entries
             or self.size + self.reserved > self.max_bytes
         ):
-            self.entries.popitem(last=False)
+            _, entry = self.entries.popitem(last=False)
+            if entry.served and self.holds[entry.client] > 0:
+                self.retired.add(entry.client)
+            elif entry.served:
+                self.close(entry.client)
+
+    def close(self, client: SamplingClient) -> None:
+        """Unload a served sampler from its server, in the background (a failure is logged:
+        the server unloads it when it restarts)."""
+        assert self.served is not None
+        task = asyncio.ensure_future(self.served.close(client))
+        self.closing.add(task)
+        task.add_done_callback(self.closed)
+
+    def closed(self, task: asyncio.Task[None]) -> None:
+        self.closing.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.warning("could not unload a playground adapter: %s", error)
+
+    async def aclose(self) -> None:
+        """Unload what the servers hold for this cache (the worker stops)."""
+        await asyncio.gather(*self.closing, return_exceptions=True)
+        if self.served is not None:
+            await self.served.aclose()
 
     def too_large(self, key: SamplerKey, size: int) -> OPDError:
         return OPDError(

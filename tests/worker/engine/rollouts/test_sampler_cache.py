@@ -142,3 +142,52 @@ async def test_a_failed_load_is_not_kept(backend, tmp_path):
             await samplers.get(SPEC, STUDENT, str(tmp_path / "missing"))
         assert caught.value.code == "bad_checkpoint"
     assert len(backend.made) == 2 and not samplers.entries and not samplers.loading
+
+
+class OnAServer:
+    """The student's samplers on a server (`Served`), the local backend's standing in for
+    vLLM's: what was opened and what closed."""
+
+    def __init__(self, service: ServiceClient) -> None:
+        self.service = service
+        self.opened: list[tuple[str, str | None]] = []
+        self.closed: list[Any] = []
+
+    def url(self, base_model: str) -> str | None:
+        return "http://vllm.test/v1" if base_model == STUDENT else None
+
+    async def open(self, base_model: str, weights: str | None) -> Any:
+        self.opened.append((base_model, weights))
+        return await self.service.create_sampling_client_async(base_model, model_path=weights)
+
+    async def close(self, client: Any) -> None:
+        self.closed.append(client)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def test_a_job_on_vllm_samples_its_student_on_the_server_and_evicted_is_unloaded(
+    backend, saved, tmp_path
+):
+    """On vLLM, the student's samplers come from its server and the teacher's from the
+    backend; a served sampler evicted while a request holds it is unloaded once it lets go,
+    one nobody holds at once."""
+    server = OnAServer(connect(SPEC, tmp_path / "server", lambda *_: None))
+    samplers = SamplerCache(lambda spec: backend, 2, 2**30, server)  # type: ignore[arg-type,return-value]
+    first, second = saved
+
+    async with samplers.using(SPEC, [(STUDENT, first, True), (TEACHER, None, True)]) as held:
+        assert server.opened == [(STUDENT, first)] and backend.made == [(TEACHER, None)]
+        async with samplers.using(SPEC, [(STUDENT, second, True)]) as (later,):
+            assert len(samplers.entries) == 2 and not server.closed, "evicted, still held"
+        await asyncio.sleep(0)
+        assert not server.closed
+    await asyncio.sleep(0)
+    assert server.closed == [held[0].client], "let go: unloaded"
+
+    await samplers.get(SPEC, TEACHER, None, on_vllm=True)  # the most recent now
+    await samplers.get(SPEC, STUDENT, first)  # not on vLLM: the backend's; evicts `later`
+    await asyncio.sleep(0)
+    assert backend.made[-1] == (STUDENT, first)
+    assert server.closed == [held[0].client, later.client], "nobody held it: unloaded at once"
