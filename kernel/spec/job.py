@@ -237,16 +237,23 @@ class JobSpec(SpecModel):
 
     def _sampling_engine_fits(self) -> None:
         """vLLM samples the local backend's student (it loads the adapters that backend
-        saves); a self teacher scores with the sampler, which there is the local one."""
+        saves). A self teacher then scores on the server too, which answers each token's
+        logprob: a logit-level objective reads the teacher's whole distribution in the
+        trainer, which a self teacher on vLLM does not give it."""
         if self.sampling.engine == "local":
             return
         if self.backend != "local":
             raise field_error(
                 ("sampling", "engine"), "vllm samples for the local backend only; use local"
             )
-        if any(teacher.self is not None for teacher in self.teacher_specs().values()):
+        if self.trainer_scores() and any(
+            teacher.self is not None for teacher in self.teacher_specs().values()
+        ):
             raise field_error(
-                ("sampling", "engine"), "a self teacher samples with the local engine: use local"
+                ("sampling", "engine"),
+                f"a self teacher on vllm scores each sampled token's logprob, and objective "
+                f"{described(self.loop.objective)} reads its whole distribution in the "
+                "trainer: use objective sampled_reverse_kl, or engine local",
             )
 
     def _self_teachers_fit(self) -> None:

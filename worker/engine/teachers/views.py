@@ -9,7 +9,8 @@ another tokenizer reads its own rendering, then the completion's text as its own
 (`cross_tokenizer.Retokenized`). A teacher on an inference server (`server_view`) is in one
 of these modes too, and reads the same tokens over HTTP. A self teacher (`self_view`) is
 the student's own model reading its own rendering too: a context the student does not see
-(a system line, example turns, the reference answer) before the question.
+(a system line, example turns, the reference answer) before the question; with the student's
+rollouts on vLLM it scores there too (the served base model, or each completion's adapter).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from worker.engine.backends.contract import (
 )
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey, ServerTeacher
+from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.mixing import Pool
 from worker.engine.rollouts.datums import build_chat, build_prompt, question_text
 from worker.engine.rollouts.sampling import Scorer
@@ -237,12 +239,15 @@ async def self_view(
     training: TrainingClient,
     tokenizer: Any,
     pools: Sequence[Pool],
+    vllm: VLLMServer | None = None,
 ) -> TeacherView:
     """Teacher `name`, the student's own model reading its context, once the student's
     chat template rendered it before the first prompts of each pool it scores (and, if it
-    reads reference answers, every prompt has one). `base` weights: on the local backend
-    the training client's own model with its adapter off (no second copy), on a remote
-    backend a sampler of the base model there; `current`: each completion's sampler."""
+    reads reference answers, every prompt has one). `base` weights: with the student's
+    rollouts on `vllm`, the base model that server serves; else on the local backend the
+    training client's own model with its adapter off (no second copy), on a remote
+    backend a sampler of the base model there; `current`: each completion's sampler (on
+    `vllm`, that version's adapter there)."""
     context = spec.teacher_specs()[name].self
     assert context is not None
     who = f"{spec.teacher_field(name)}.self"
@@ -266,6 +271,9 @@ async def self_view(
                     f"the student's chat template cannot render {who}'s context: {error}"
                 ) from error
     client: SamplingClient | None = None
+    if context.weights == "base" and vllm is not None:
+        client = VLLMSampler(vllm, spec.student.base_model, tokenizer)
+        return TeacherView(name, client, renderer, server=vllm.url, weights="base")
     if context.weights == "base" and spec.backend == "local":
         client = await cast(SelfTeachingClient, training).base_sampling_client_async()
     elif context.weights == "base":

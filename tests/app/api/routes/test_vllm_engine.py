@@ -1,6 +1,7 @@
 """`sampling.engine: vllm` at submission: a 422 naming OPD_VLLM_SERVERS while no server the
-operator named serves the student's base model; accepted once one does; refused with a
-backend vLLM cannot sample for, or a self teacher (which samples with the local engine)."""
+operator named serves the student's base model; accepted once one does, a self teacher's
+too (it scores on the same server); refused with a backend vLLM cannot sample for, or a self
+teacher beside an objective that reads the teacher's whole distribution in the trainer."""
 
 from __future__ import annotations
 
@@ -35,3 +36,25 @@ async def test_a_named_server_for_the_student_admits_the_job(client, key, settin
 async def test_vllm_samples_for_the_local_backend_only(client, key, redis, queue_name):
     error = await refused(client, key, redis, queue_name, on_vllm(backend="trio"))
     assert error["param"] == "sampling.engine" and "local backend only" in error["message"]
+
+
+SELF = {"self": {"system": "Answer with the number only."}}
+
+
+async def test_a_self_teacher_scores_on_the_students_server(client, key, settings):
+    spec = on_vllm() | {"teacher": SELF}
+    settings.vllm_servers = {spec["student"]["base_model"]: "http://127.0.0.1:8001/v1"}
+    response = await client.post("/v1/jobs", json=spec, headers=auth(key))
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["teacher"]["self"]["weights"] == "base"
+
+
+async def test_a_self_teacher_with_a_logit_level_objective_is_refused(
+    client, key, redis, queue_name, settings
+):
+    spec = on_vllm(loop={"steps": 3, "objective": {"kind": "reverse_kl"}}) | {"teacher": SELF}
+    settings.vllm_servers = {spec["student"]["base_model"]: "http://127.0.0.1:8001/v1"}
+    error = await refused(client, key, redis, queue_name, spec)
+    assert error["param"] == "sampling.engine"
+    assert "reverse_kl over the full vocabulary reads its whole distribution" in error["message"]
+    assert "use objective sampled_reverse_kl, or engine local" in error["message"]
