@@ -352,3 +352,142 @@ def test_a_server_away_for_a_while_is_retried_then_the_error_names_it(vllm, ids,
         asyncio.run(sample(attempts=3, back_after=None))
     assert away.value.code == "vllm_unavailable" and "OPD_VLLM_SERVERS" in str(away.value)
     assert len(warnings) == 2, "a warning before each retry"
+
+
+# The self-distillation teacher on vLLM: with the student's rollouts on the server, a self
+# teacher scores there too (its base weights: the served base model; current: each
+# completion's adapter), as the same self teacher does in the worker.
+
+SELF_TOLERANCE = 5e-4
+"""The self teacher on vLLM against the same self teacher on the local backend, float32
+both: each token's logprob of its context, the question, the reference and the answer."""
+SELF_CONTEXT = {
+    "system": "Answer with the number only.",
+    "examples": [{"user": "2 + 2 = ?", "assistant": "4"}],
+    "reference": True,
+}
+REFERENCE = "15"
+
+
+def self_spec(weights: str, engine: str) -> Any:
+    """The module's job with a self teacher of `weights`, its rollouts on `engine`."""
+    from kernel.spec import JobSpec
+
+    return JobSpec.model_validate(
+        SPEC
+        | {
+            "teacher": {"self": SELF_CONTEXT | {"weights": weights}},
+            "dataset": SPEC["dataset"] | {"prompts": [QUESTION], "answers": [REFERENCE]},
+            "sampling": {"max_tokens": 8, "engine": engine},
+        }
+    )
+
+
+async def trained_a_step(training: Any, prompt: list[int], completion: list[int]) -> None:
+    """One importance-sampling step towards `completion`: an adapter that is not the base."""
+    from pytrio.types import AdamParams, ModelInput
+
+    from worker.engine.rollouts.datums import build_opd_datum
+
+    sampler = await training.save_weights_and_get_sampling_client_async()
+    scored = await sampler.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
+    datum = build_opd_datum(prompt, completion, scored[len(prompt) :], np.ones(len(completion)))
+    await (await training.forward_backward_async([datum], loss_fn="importance_sampling"))
+    await (await training.optim_step_async(AdamParams(learning_rate=1e-2)))
+
+
+async def self_teacher_scores(
+    vllm: str, model_cache: Path, work: Path
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each weights' self teacher scoring its rendering of the question, the reference and
+    the answer: (on the vLLM server, on the local backend), both built by `self_view` as a
+    run builds them, a self teacher of `current` weights with the sampler of a trained
+    step's adapter (loaded on the server as a run loads it, and the local one)."""
+    from pytrio.types import ModelInput
+
+    from kernel.spec import LocalBackendSpec, PromptOptions
+    from worker.engine.backends.local import LocalServiceClient
+    from worker.engine.backends.vllm import VLLMSampler, VLLMServer
+    from worker.engine.rollouts.datums import build_prompt
+    from worker.engine.teachers.views import self_view
+
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), work, model_cache)
+    training = await service.create_lora_training_client_async(SMOLLM2, rank=4, seed=1)
+    tokenizer = training.get_tokenizer()
+    options = PromptOptions(question_suffix="")
+    student_prompt = build_prompt(tokenizer, QUESTION, "", False)
+    completion = tokenizer.encode(ANSWER, add_special_tokens=False)
+    await trained_a_step(training, student_prompt, completion)
+    local_sampler = await training.save_weights_and_get_sampling_client_async()
+    saved = await (await training.save_weights_for_sampler_async("self-teacher-current"))
+    server = VLLMServer(f"{vllm}/v1", SMOLLM2)
+    scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        served = VLLMSampler(server, await server.load(0, saved.path, set()), tokenizer)
+        for weights in ("base", "current"):
+            local, on_vllm = [
+                await self_view(
+                    self_spec(weights, engine),
+                    "teacher",
+                    service,
+                    training,
+                    tokenizer,
+                    [],
+                    server if engine == "vllm" else None,
+                )
+                for engine in ("local", "vllm")
+            ]
+            if weights == "base":
+                assert isinstance(on_vllm.client, VLLMSampler) and on_vllm.client.model == SMOLLM2
+                assert on_vllm.template.startswith(f"server {vllm}/v1, "), on_vllm.template
+            pair = []
+            for view, sampler in ((on_vllm, served), (local, local_sampler)):
+                prompt = view.prompt(QUESTION, options, student_prompt, REFERENCE)
+                assert REFERENCE in tokenizer.decode(prompt) and len(prompt) > len(student_prompt)
+                client = view.client_for(sampler)
+                values = await client.compute_logprobs_async(
+                    ModelInput.from_ints(prompt + completion)
+                )
+                pair.append(np.asarray(values[1:], dtype=np.float64))
+            scores[weights] = (pair[0], pair[1])
+    finally:
+        await server.aclose()
+    return scores
+
+
+def test_the_self_teacher_on_vllm_scores_as_the_worker_local_self_teacher(
+    vllm, model_cache, tmp_path
+):
+    scores = asyncio.run(self_teacher_scores(vllm, model_cache, tmp_path))
+    for weights, (theirs, ours) in scores.items():
+        difference = float(np.abs(theirs - ours).max())
+        print(f"self teacher ({weights}) on vLLM vs the worker's: max |diff| {difference:.2e}")
+        assert difference <= SELF_TOLERANCE, weights
+    moved = float(np.abs(scores["current"][1] - scores["base"][1]).max())
+    assert moved > 10 * SELF_TOLERANCE, "current scores with the trained adapter, base without"
+
+
+def test_a_job_with_self_teachers_runs_on_vllm(vllm, model_cache, tmp_path):
+    """`opd run` of two steps with `sampling.engine: vllm` and two self teachers mixed, one
+    of each weights, on two prompts: the rollouts and both teachers' scores on the server
+    (sampling and scoring at once, which the CPU build survives one scoring request at a
+    time)."""
+    teachers = {
+        "base": {"self": SELF_CONTEXT},
+        "current": {"self": SELF_CONTEXT | {"weights": "current"}},
+    }
+    spec = SPEC | {
+        "teacher": None,
+        "teachers": teachers,
+        "teacher_mixture": "mixture",
+        "dataset": SPEC["dataset"] | {"answers": [REFERENCE, "4"]},
+        "sampling": {"max_tokens": 8, "engine": "vllm"},
+        "loop": SPEC["loop"] | {"batch_size": 2},
+    }
+    metrics = tmp_path / "metrics.jsonl"
+    done = run_on_vllm(spec, vllm, model_cache, tmp_path, "--metrics-out", str(metrics))
+    assert done.returncode == 0, done.stderr
+    assert f"Teacher 'base' (self): server {vllm}/v1, the student's own model" in done.stderr
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1]
+    assert all(row["data/completion_tokens_total"] > 0 for row in rows)
