@@ -238,8 +238,9 @@ class JobSpec(SpecModel):
     def _sampling_engine_fits(self) -> None:
         """vLLM samples the local backend's student (it loads the adapters that backend
         saves). A self teacher then scores on the server too, which answers each token's
-        logprob: a logit-level objective reads the teacher's whole distribution in the
-        trainer, which a self teacher on vLLM does not give it."""
+        logprob; under a logit-level objective the trainer reads the teacher's whole
+        distribution itself: the base weights (its adapter off) it holds, but not the
+        weights of a sampler on vLLM (`current`)."""
         if self.sampling.engine == "local":
             return
         if self.backend != "local":
@@ -247,13 +248,15 @@ class JobSpec(SpecModel):
                 ("sampling", "engine"), "vllm samples for the local backend only; use local"
             )
         if self.trainer_scores() and any(
-            teacher.self is not None for teacher in self.teacher_specs().values()
+            teacher.self is not None and teacher.self.weights == "current"
+            for teacher in self.teacher_specs().values()
         ):
             raise field_error(
                 ("sampling", "engine"),
-                f"a self teacher on vllm scores each sampled token's logprob, and objective "
-                f"{described(self.loop.objective)} reads its whole distribution in the "
-                "trainer: use objective sampled_reverse_kl, or engine local",
+                f"objective {described(self.loop.objective)} reads a self teacher's whole "
+                "distribution in the trainer, which holds no weights of a sampler on vllm: "
+                "use the self teacher's weights base, objective sampled_reverse_kl, or "
+                "engine local",
             )
 
     def _self_teachers_fit(self) -> None:

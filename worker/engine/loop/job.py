@@ -72,6 +72,7 @@ async def run_job(
                 grade=grade,
                 server_keys=server_keys,
                 vllm_servers=vllm_servers,
+                job_folder=artifact_dir,
             )
     finally:
         sink.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pytrio.types import AdamParams, Datum, ForwardBackwardOutput, SamplingParams
@@ -199,12 +200,14 @@ async def open_run(
     pools: list[Pool] | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
     vllm_servers: Mapping[str, str] | None = None,
+    job_folder: Path | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
     `server_keys`: the key the operator bound to each teacher server, by URL;
-    `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS)."""
-    vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink), service)
+    `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS), the job's
+    adapters there named after `job_folder`."""
+    vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink), job_folder)
     if vllm is not None and (left := await vllm.unload_earlier_attempts()):
         sink.event(
             "info",
@@ -268,11 +271,11 @@ async def open_run(
 
 
 def student_vllm(
-    spec: JobSpec, servers: Mapping[str, str], warn: Warn, service: ServiceClient
+    spec: JobSpec, servers: Mapping[str, str], warn: Warn, job_folder: Path | None
 ) -> VLLMServer | None:
     """The vLLM server the student samples on (`sampling.engine: vllm`), or None; its
-    adapters are named after the job's folder (the local backend's, the only one vLLM
-    samples for), so a later attempt finds what an earlier one left."""
+    adapters are named after the job's folder, so a later attempt finds what an earlier
+    one left."""
     if spec.sampling.engine != "vllm":
         return None
     base = spec.student.base_model
@@ -282,7 +285,7 @@ def student_vllm(
             "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line)",
             code="vllm_not_configured",
         )
-    return VLLMServer(servers[base], base, warn, folder=getattr(service, "artifact_dir", None))
+    return VLLMServer(servers[base], base, warn, folder=job_folder)
 
 
 async def loaded_view(

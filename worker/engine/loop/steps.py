@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pytrio.types import Datum
 
@@ -216,12 +217,14 @@ async def run_loop(
     grade: Grade | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
     vllm_servers: Mapping[str, str] | None = None,
+    job_folder: Path | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
     exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
     `server_keys`: the key the operator bound to each teacher server, by URL;
-    `vllm_servers`: the vLLM server of each base model (`sampling.engine: vllm`).
+    `vllm_servers`: the vLLM server of each base model (`sampling.engine: vllm`), where
+    the job's adapters are named after `job_folder` (its artifact folder).
     `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
     `Prompts` alone."""
     loop = spec.loop
@@ -229,7 +232,7 @@ async def run_loop(
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
-    run = await open_run(spec, service, sink, resume, pools, server_keys, vllm_servers)
+    run = await open_run(spec, service, sink, resume, pools, server_keys, vllm_servers, job_folder)
     try:
         steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:

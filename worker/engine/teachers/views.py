@@ -271,7 +271,7 @@ async def self_view(
                     f"the student's chat template cannot render {who}'s context: {error}"
                 ) from error
     client: SamplingClient | None = None
-    if context.weights == "base" and vllm is not None:
+    if context.weights == "base" and vllm is not None and not spec.trainer_scores():
         client = VLLMSampler(vllm, spec.student.base_model, tokenizer)
         return TeacherView(name, client, renderer, server=vllm.url, weights="base")
     if context.weights == "base" and spec.backend == "local":

@@ -1,7 +1,8 @@
 """`sampling.engine: vllm` at submission: a 422 naming OPD_VLLM_SERVERS while no server the
 operator named serves the student's base model; accepted once one does, a self teacher's
 too (it scores on the same server); refused with a backend vLLM cannot sample for, or a self
-teacher beside an objective that reads the teacher's whole distribution in the trainer."""
+teacher of current weights beside an objective that reads the teacher's whole distribution
+in the trainer."""
 
 from __future__ import annotations
 
@@ -49,12 +50,28 @@ async def test_a_self_teacher_scores_on_the_students_server(client, key, setting
     assert response.json()["spec"]["teacher"]["self"]["weights"] == "base"
 
 
-async def test_a_self_teacher_with_a_logit_level_objective_is_refused(
+LOGIT_LEVEL = {"loop": {"steps": 3, "objective": {"kind": "reverse_kl"}}}
+
+
+async def test_a_base_self_teacher_with_a_logit_level_objective_is_read_by_the_trainer(
+    client, key, settings
+):
+    """The trainer reads a logit-level objective's teacher itself: the base weights it
+    holds, whatever engine sampled the tokens."""
+    spec = on_vllm(**LOGIT_LEVEL) | {"teacher": SELF}
+    settings.vllm_servers = {spec["student"]["base_model"]: "http://127.0.0.1:8001/v1"}
+    response = await client.post("/v1/jobs", json=spec, headers=auth(key))
+    assert response.status_code == 201, response.text
+
+
+async def test_a_current_self_teacher_with_a_logit_level_objective_is_refused(
     client, key, redis, queue_name, settings
 ):
-    spec = on_vllm(loop={"steps": 3, "objective": {"kind": "reverse_kl"}}) | {"teacher": SELF}
+    """...but not a sampler's weights on vLLM."""
+    current = {"self": SELF["self"] | {"weights": "current"}}
+    spec = on_vllm(**LOGIT_LEVEL) | {"teacher": current}
     settings.vllm_servers = {spec["student"]["base_model"]: "http://127.0.0.1:8001/v1"}
     error = await refused(client, key, redis, queue_name, spec)
     assert error["param"] == "sampling.engine"
-    assert "reverse_kl over the full vocabulary reads its whole distribution" in error["message"]
-    assert "use objective sampled_reverse_kl, or engine local" in error["message"]
+    assert "reverse_kl over the full vocabulary reads a self teacher's whole" in error["message"]
+    assert "use the self teacher's weights base, objective sampled_reverse_kl" in error["message"]
