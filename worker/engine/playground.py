@@ -340,16 +340,16 @@ async def complete(task: SampleTask, reader: Reader, scorer: Scorer | None) -> M
 async def answer(task: SampleTask, samplers: SamplerCache) -> SampleAnswer:
     """Complete the task's prompt with each model it asks for, each reading its own
     rendering of it; the student's completions scored by the teacher when it is compared.
-    A job that samples on vLLM has its checkpoint and base sampled on the worker's server
-    for the student's base model (the local engine where it has none: the same weights);
-    its teacher is where training reads it."""
+    A job that samples on vLLM has its checkpoint sampled on the worker's server for the
+    student's base model (the local engine where it has none: the same weights); its base
+    and its teacher where they are otherwise (`vllm_served` says why)."""
     start = time.perf_counter()
     roles: list[ModelRole] = [task.request.model, *task.request.compare]
     refusal = missing_reference(compared_teacher(task)[1], task.request)
     if "teacher" in roles and refusal is not None:
         raise OPDError(refusal, code="invalid_prompt")
     on_vllm = task.spec.sampling.engine == "vllm"
-    asked = [(*weights_of(task, role), on_vllm and role != "teacher") for role in roles]
+    asked = [(*weights_of(task, role), on_vllm and role == "checkpoint") for role in roles]
     async with samplers.using(task.spec, asked) as loaded:
         tokenizers = await asyncio.gather(
             *(asyncio.to_thread(one.client.get_tokenizer) for one in loaded)

@@ -1,9 +1,12 @@
 """The playground's samplers on vLLM, for a job whose student samples there
-(`sampling.engine: vllm`): the student's base model by the name its server serves it
-under, and a checkpoint as its adapter (the PEFT LoRA folder the local backend's sampler
-loads) loaded into that server under a name of this worker's, that folder's and that load's
-(`opd-play-<worker>-<hash of the path>-<n>`), unloaded when the playground's cache lets it
-go (`SamplerCache`) and when the worker stops.
+(`sampling.engine: vllm`): a checkpoint as its adapter (the PEFT LoRA folder the local
+backend's sampler loads) loaded into the server for its base model under a name of this
+worker's, that folder's and that load's (`opd-play-<worker>-<hash of the path>-<n>`),
+unloaded when the playground's cache lets it go (`SamplerCache`) and when the worker stops.
+
+Only adapters: vLLM's CPU build (0.32.0) gives a base-model request wrong logprobs (off by
+1.0, measured) when one engine step also holds an adapter's, so the base model stays with
+the local engine.
 
 A person is waiting: a server away is tried for seconds, not the minute a job allows.
 """
@@ -63,15 +66,12 @@ class ServedSamplers:
             self.servers[base_model] = VLLMServer(url, base_model, logged, RETRY)
         return self.servers[base_model]
 
-    async def open(self, base_model: str, weights: str | None) -> VLLMSampler:
-        """The served base model (`weights` None), or the adapter saved at `weights` loaded
-        into its server."""
+    async def open(self, base_model: str, weights: str) -> VLLMSampler:
+        """The adapter saved at `weights`, loaded into the server for its base model."""
         server = self.server(base_model)
         if base_model not in self.tokenizers:
             self.tokenizers[base_model] = await asyncio.to_thread(self.tokenizer, base_model)
         tokenizer = self.tokenizers[base_model]
-        if weights is None:
-            return VLLMSampler(server, base_model, tokenizer)
         folder = str(Path(await asyncio.to_thread(self.folder, weights)).resolve())
         digest = hashlib.sha256(weights.encode()).hexdigest()[:12]
         name = f"{PREFIX}{self.worker}-{digest}-{next(self.loads)}"
@@ -80,7 +80,7 @@ class ServedSamplers:
         return VLLMSampler(server, name, tokenizer)
 
     async def close(self, client: SamplingClient) -> None:
-        """Unload the adapter `open` loaded for `client` (the base model stays served)."""
+        """Unload the adapter `open` loaded for `client`."""
         if isinstance(client, VLLMSampler) and client.model in self.adapters:
             server = self.adapters.pop(client.model)
             await server.post("/unload_lora_adapter", {"lora_name": client.model})

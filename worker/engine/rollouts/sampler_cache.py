@@ -17,11 +17,11 @@ than `max_bytes` is a clear error (`model_too_large`), found by its one load and
 without loading again. Concurrent requests for one model wait for one load. Backends are
 connected once per backend and options.
 
-A job that samples on vLLM (`sampling.engine: vllm`) asks for its student's samplers on the
-server the worker has for that base model (`served`): the base model by its served name, a
-checkpoint as its adapter loaded there. Those weigh nothing here, count as entries, and
-are unloaded from the server once evicted and no request holds them (`using`). A worker
-with no server for the base model samples it with the local engine: the same weights.
+A job that samples on vLLM (`sampling.engine: vllm`) asks for its checkpoints' samplers on
+the server the worker has for that base model (`served`): each its adapter loaded there.
+Those weigh nothing here, count as entries, and are unloaded from the server once evicted
+and no request holds them (`using`). A worker with no server for the base model samples
+them with the local engine: the same weights.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ class Served(Protocol):
     def url(self, base_model: str) -> str | None:
         """The server for `base_model`, or None: this worker has none."""
 
-    async def open(self, base_model: str, weights: str | None) -> SamplingClient:
-        """A sampler of the served base model, or of `weights` loaded into its server."""
+    async def open(self, base_model: str, weights: str) -> SamplingClient:
+        """A sampler of `weights` (saved weights of `base_model`) loaded into its server."""
 
     async def close(self, client: SamplingClient) -> None:
         """Unload what `open` loaded for `client`."""
@@ -128,10 +128,11 @@ class SamplerCache:
     async def get(
         self, spec: JobSpec, base_model: str, weights: str | None, on_vllm: bool = False
     ) -> Loaded:
-        """A sampler of `base_model` with `weights` (None: the base model itself); with
-        `on_vllm`, on this worker's server for the base model if it has one. The request
-        holds it until `let_go`."""
-        url = self.served.url(base_model) if on_vllm and self.served is not None else None
+        """A sampler of `base_model` with `weights` (None: the base model itself); saved
+        weights `on_vllm`, on this worker's server for the base model if it has one. The
+        request holds it until `let_go`."""
+        served = on_vllm and weights is not None and self.served is not None
+        url = self.served.url(base_model) if served and self.served is not None else None
         key = SamplerKey(service_key(spec) if url is None else url, base_model, weights, bool(url))
         if (entry := self.entries.get(key)) is not None:
             self.entries.move_to_end(key)
@@ -202,7 +203,7 @@ class SamplerCache:
         kept = None
         try:
             if key.served:
-                assert self.served is not None
+                assert self.served is not None and key.weights is not None
                 client = await self.served.open(key.base_model, key.weights)
             else:
                 service = await self.service(key, spec)

@@ -156,7 +156,7 @@ class OnAServer:
     def url(self, base_model: str) -> str | None:
         return "http://vllm.test/v1" if base_model == STUDENT else None
 
-    async def open(self, base_model: str, weights: str | None) -> Any:
+    async def open(self, base_model: str, weights: str) -> Any:
         self.opened.append((base_model, weights))
         return await self.service.create_sampling_client_async(base_model, model_path=weights)
 
@@ -170,23 +170,26 @@ class OnAServer:
 async def test_a_job_on_vllm_samples_its_student_on_the_server_and_evicted_is_unloaded(
     backend, saved, tmp_path
 ):
-    """On vLLM, the student's samplers come from its server and the teacher's from the
-    backend; a served sampler evicted while a request holds it is unloaded once it lets go,
-    one nobody holds at once."""
+    """On vLLM, a checkpoint's sampler comes from its server, the teacher's and the base
+    model's from the backend; a served sampler evicted while a request holds it is unloaded
+    once it lets go, one nobody holds at once."""
     server = OnAServer(connect(SPEC, tmp_path / "server", lambda *_: None))
-    samplers = SamplerCache(lambda spec: backend, 2, 2**30, server)  # type: ignore[arg-type,return-value]
+    samplers = SamplerCache(lambda spec: backend, 3, 2**30, server)  # type: ignore[arg-type,return-value]
     first, second = saved
 
-    async with samplers.using(SPEC, [(STUDENT, first, True), (TEACHER, None, True)]) as held:
-        assert server.opened == [(STUDENT, first)] and backend.made == [(TEACHER, None)]
+    asked = [(STUDENT, first, True), (TEACHER, None, True), (STUDENT, None, True)]
+    async with samplers.using(SPEC, asked) as held:
+        assert server.opened == [(STUDENT, first)], "saved weights of the served base model"
+        assert backend.made == [(TEACHER, None), (STUDENT, None)]
         async with samplers.using(SPEC, [(STUDENT, second, True)]) as (later,):
-            assert len(samplers.entries) == 2 and not server.closed, "evicted, still held"
+            assert len(samplers.entries) == 3 and not server.closed, "evicted, still held"
         await asyncio.sleep(0)
         assert not server.closed
     await asyncio.sleep(0)
     assert server.closed == [held[0].client], "let go: unloaded"
 
-    await samplers.get(SPEC, TEACHER, None, on_vllm=True)  # the most recent now
+    for recent in (TEACHER, STUDENT):
+        await samplers.get(SPEC, recent, None, on_vllm=True)
     await samplers.get(SPEC, STUDENT, first)  # not on vLLM: the backend's; evicts `later`
     await asyncio.sleep(0)
     assert backend.made[-1] == (STUDENT, first)
