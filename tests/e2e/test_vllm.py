@@ -310,6 +310,110 @@ def test_the_rollout_engines_benchmark_reports_every_engine(
     assert "x the local engine" in done.stdout
 
 
+# The playground on vLLM: a job that samples on vLLM has its checkpoint sampled there.
+
+PLAYGROUND_TOP_K = 3
+
+
+@pytest.fixture(scope="module")
+def on_vllm(vllm: str, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A service whose API and worker are given this module's server (OPD_VLLM_SERVERS),
+    and a job it trained with `sampling.engine: vllm`."""
+    from tests.e2e.conftest import deployment
+
+    home = tmp_path_factory.mktemp("playground-on-vllm")
+    servers = json.dumps({SMOLLM2: f"{vllm}/v1"})
+    database = f"sqlite:///{home / 'opd.db'}"
+    with deployment(home, database, model_cache=str(model_cache), vllm_servers=servers) as up:
+        up.start_worker()
+        spec = SPEC | {"name": "smollm2-vllm-playground"}
+        job = up.submit(spec | {"sampling": {"max_tokens": 8, "engine": "vllm"}})
+        done = up.wait(job["id"], timeout=900)
+        assert done["status"] == "succeeded", (done, up.logs())
+        yield up, done
+
+
+def served_names(vllm: str) -> list[str]:
+    return [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
+
+
+def test_the_playground_of_a_job_on_vllm_samples_its_checkpoint_on_the_server(
+    on_vllm, vllm, model_cache, ids
+):
+    """The playground's checkpoint of a job on vLLM is sampled on the server, as its adapter
+    loaded there (its base beside it, on the local engine): the sampled tokens' logprobs,
+    the prompt's and their top k, and `/v1/completions`' echo of `job-N`, are the local
+    engine's of the same weights; the adapter is unloaded when the worker stops."""
+    from pytrio.types import ModelInput, SamplingParams
+
+    from kernel.spec import LocalBackendSpec
+    from worker.engine.backends.local import LocalServiceClient
+
+    service, job = on_vllm
+    body = {
+        "prompt": QUESTION,
+        "max_tokens": 8,
+        "seed": 1,
+        "compare": ["base"],
+        "prompt_logprobs": True,
+        "top_logprobs": PLAYGROUND_TOP_K,
+    }
+    asked = httpx.post(
+        f"{service.url}/v1/jobs/{job['id']}/sample",
+        json=body,
+        headers={"Authorization": f"Bearer {service.key}"},
+        timeout=600,
+    )
+    assert asked.status_code == 200, (asked.text, service.logs())
+    answer = asked.json()
+    adapters = [name for name in served_names(vllm) if name.startswith("opd-play-")]
+    assert len(adapters) == 1, "the checkpoint's adapter, loaded on the server"
+
+    local = LocalServiceClient(LocalBackendSpec(device="cpu"), service.home / "local", model_cache)
+    folder = Path(answer["outputs"][0]["weights"])
+
+    async def scored(weights: Path | None, ids: list[int], k: int) -> Any:
+        sampler = await local.create_sampling_client_async(
+            SMOLLM2, model_path=None if weights is None else str(weights)
+        )
+        return await sampler.sample_async(
+            ModelInput.from_ints(ids),
+            sampling_params=SamplingParams(max_tokens=1),
+            include_prompt_logprobs=True,
+            topk_prompt_logprobs=k,
+        )
+
+    checkpoint, base = answer["outputs"]
+    prompt = checkpoint["prompt_token_ids"]
+    (completion,) = checkpoint["completions"]
+    tokens = completion["token_ids"]
+    assert tokens and len(completion["logprobs"]) == len(tokens)
+    ours = asyncio.run(scored(folder, prompt + tokens, PLAYGROUND_TOP_K))
+    theirs = [*checkpoint["prompt_logprobs"][1:], *completion["logprobs"]]
+    worst = max(abs(a - b) for a, b in zip(theirs, ours.prompt_logprobs[1:], strict=True))
+    rows = [*checkpoint["prompt_top_logprobs"][1:], *completion["top_logprobs"]]
+    for row, local_row in zip(rows, ours.topk_prompt_logprobs[1:], strict=True):
+        mine = dict(local_row)
+        shared = [(top["token_id"], top["logprob"]) for top in row if top["token_id"] in mine]
+        assert len(shared) >= PLAYGROUND_TOP_K - 1, (row, local_row)  # a tie at the k-th
+        worst = max(worst, max(abs(v - mine[t]) for t, v in shared))
+    print(f"the playground on vLLM vs the local engine: max |diff| {worst:.2e}")
+    assert worst <= SERVED_TOLERANCE
+
+    echoed = echo_logprobs(service.url, f"job-{job['id']}", ids, service.key)
+    local_echo = np.asarray(asyncio.run(scored(folder, ids, 0)).prompt_logprobs[1:])
+    echo_difference = float(np.abs(echoed - local_echo).max())
+    print(f"/v1/completions of job-N on vLLM vs the local engine: max |diff| {echo_difference:.2e}")
+    assert echo_difference <= SERVED_TOLERANCE
+
+    pairs = zip(checkpoint["prompt_logprobs"][1:], base["prompt_logprobs"][1:], strict=True)
+    applied = max(abs(a - b) for a, b in pairs)
+    assert applied > 10 * SERVED_TOLERANCE, "the checkpoint's adapter was applied"
+
+    service.stop()
+    assert not [name for name in served_names(vllm) if name.startswith("opd-play-")]
+
+
 def test_a_server_away_for_a_while_is_retried_then_the_error_names_it(vllm, ids, model_cache):
     """The sampler's server unreachable (a relay to it, not listening yet): its requests are
     retried with a warning each until it is back; one away for good fails `vllm_unavailable`
