@@ -5,6 +5,7 @@ prompted teacher's own samples (TRL's SFTTrainer), at equal wall time, graded al
     python benchmarks/real_model.py [--seeds 3] [--steps 10] [--objective reverse_kl]
                                     [--count 150] [--holdout 60] [--general 50]
                                     [--reference-seeds 1] [--json out.json]
+                                    [--vllm http://127.0.0.1:8001/v1]
     python benchmarks/real_model.py --tables out.json   # the tables again, from the figures
 
 Per seed (student.seed 1, 2, ...): opd's loop trains the example (the engine's `run_loop`
@@ -22,7 +23,10 @@ that need no number (what the student keeps). The untrained student is the same 
 seed (LoRA's B starts at zero, the eval's seed is fixed), so it and the prompted teacher
 are measured once. The first --reference-seeds seeds also train with
 `teacher.self.reference: true` (correctness, no target). The last lines check issue 38's
-targets; the exit status is 1 when one is missed. See benchmarks/README.md.
+targets; the exit status is 1 when one is missed. With `--vllm URL` opd's rollouts sample on
+that vLLM server (`sampling.engine: vllm`; `opd vllm serve smollm2-135m-instruct
+--max-lora-rank 16` for the example's rank), measured alike by the local eval. See
+benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -277,14 +281,23 @@ async def measure(
     return figures
 
 
-async def run_opd(task: Task, artifacts: Path, general: bool = True) -> dict[str, float]:
-    """The example through opd's loop: its wall time in all (model load, preflight,
-    steps) and its steps' own, then the trained student's figures (`general`: with what
-    it keeps)."""
+async def run_opd(
+    task: Task, artifacts: Path, general: bool = True, vllm: str | None = None
+) -> dict[str, float]:
+    """The example through opd's loop (its rollouts on the `vllm` server when given): its
+    wall time in all (model load, preflight, steps) and its steps' own, then the trained
+    student's figures (`general`: with what it keeps)."""
     service = Keeping(task.spec.local, artifacts)
     timing = Timing()
+    spec, servers = task.spec, None
+    if vllm is not None:
+        sampling = spec.sampling.model_copy(update={"engine": "vllm"})
+        spec, servers = (
+            spec.model_copy(update={"sampling": sampling}),
+            {spec.student.base_model: vllm},
+        )
     started = time.perf_counter()
-    await run_loop(task.spec, service, task.prompts, timing)
+    await run_loop(spec, service, task.prompts, timing, vllm_servers=servers, job_folder=artifacts)
     wall = time.perf_counter() - started
     assert service.student is not None
     figures = await measure(task, service.student, task.spec.loop.steps, general=general)
@@ -401,7 +414,7 @@ async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as folder:
             artifacts = Path(folder)
             task = Task.load(example_data(args, seed), args.general, artifacts)
-            row["opd"] = await run_opd(task, artifacts)
+            row["opd"] = await run_opd(task, artifacts, vllm=args.vllm)
             progress(seed, "OPD", row["opd"])
             row["sft"], figures["before"] = await run_sft(
                 task, artifacts, row["opd"]["step_seconds"], figures["before"]
@@ -410,7 +423,9 @@ async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
             progress(seed, "SFT", row["sft"])
             if seed <= args.reference_seeds:
                 referenced = Task.load(example_data(args, seed, True), args.general, artifacts)
-                row["reference"] = await run_opd(referenced, artifacts, general=False)
+                row["reference"] = await run_opd(
+                    referenced, artifacts, general=False, vllm=args.vllm
+                )
                 progress(seed, "reference: true", row["reference"])
         figures["seeds"].append(row)
         if args.json:
@@ -567,6 +582,7 @@ def main() -> int:
     parser.add_argument("--reference-seeds", type=int, default=1)
     parser.add_argument("--json", type=Path, help="keep every figure in this file")
     parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
+    parser.add_argument("--vllm", help="opd's rollouts on this vLLM server (its /v1 URL)")
     args = parser.parse_args()
     if args.tables:
         lines, met = report(json.loads(args.tables.read_text()))
@@ -590,6 +606,7 @@ def main() -> int:
             "holdout": args.holdout,
             "general": args.general,
             "reference_seeds": args.reference_seeds,
+            "engine": "vllm" if args.vllm else "local",
             "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
             "load_average": [load],
         },

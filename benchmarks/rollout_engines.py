@@ -2,18 +2,22 @@
 decoding loop, vLLM (`sampling.engine: vllm`), and transformers' `generate` as the anchor.
 
     python benchmarks/rollout_engines.py [--rollouts 32] [--tokens 64] [--prompts 4]
+                                         [--versions 3] [--jobs 4] [--max-lora-rank 8]
                                          [--url http://127.0.0.1:8001/v1] [--json out.json]
 
 SmolLM2-135M-Instruct (the `smollm2` extra; converted once into OPD_MODEL_CACHE, else
 ~/.cache/opd/models) with a fresh rank-4 LoRA, `--prompts` questions sampled `--rollouts /
 --prompts` times each at temperature 1, at most `--tokens` tokens, each token's logprob
-kept (what the loop needs). vLLM runs as a job runs it: its adapter saved as the local
-backend saves it and loaded into the server (`--url`, else a server `opd vllm serve`
-starts here, not timed), the load counted in its time. Each engine's tokens per second are
-its sampled tokens over its wall time; the ratios are against the local engine.
-`vllm_base` samples the base model on the same server without an adapter: what LoRA costs. The local
-engine and `generate` run on one torch thread, as vLLM's CPU build does on two cores (it
-keeps the other for its scheduler). Figures: docs/how-to/vllm.md.
+kept (what the loop needs), for `--versions` sampler versions in a row, as a job's sampler
+refreshes: each version's weights saved and, on vLLM, its adapter loaded into the server
+(`--url`, else a server `opd vllm serve --max-lora-rank` starts here, not timed) and the
+one before unloaded, all of it counted in the engine's time. Each engine's tokens per
+second are its sampled tokens over its wall time; the ratios are against the local engine.
+`vllm_base` samples the base model on the same server without an adapter: what LoRA costs.
+With `--jobs N` (N > 1), N jobs of the same base sample at once on each engine, each with
+an adapter of its own: `local_jobs` on one worker (N slots, a backend each), `vllm_jobs` on
+the one server. The local engine and `generate` run on one torch thread, as vLLM's CPU
+build does on two cores (it keeps the other for its scheduler). Figures: docs/how-to/vllm.md.
 """
 
 from __future__ import annotations
@@ -62,43 +66,90 @@ async def sample_all(sampler: Any, prompts: list[list[int]], each: int, params: 
     return sum(len(seq.tokens) for answer in answers for seq in answer.sequences)
 
 
+class Job:
+    """One job's student: its own backend (a worker's slot) and rank-4 adapter."""
+
+    def __init__(self, work: Path, seed: int) -> None:
+        self.service = LocalServiceClient(
+            LocalBackendSpec(device="cpu"), work / f"job-{seed}", default_model_cache()
+        )
+        self.seed = seed
+
+    async def open(self) -> Job:
+        self.training = await self.service.create_lora_training_client_async(
+            SMOLLM2, rank=4, seed=self.seed
+        )
+        return self
+
+    async def local(self, prompts: list[list[int]], each: int, params: Any, versions: int) -> int:
+        """Each version's rollouts from the local engine: its weights saved, then sampled."""
+        tokens = 0
+        for _ in range(versions):
+            sampler = await self.training.save_weights_and_get_sampling_client_async()
+            tokens += await sample_all(sampler, prompts, each, params)
+        return tokens
+
+    async def vllm(
+        self, server: VLLMServer, prompts: list[list[int]], each: int, params: Any, versions: int
+    ) -> int:
+        """Each version's rollouts on vLLM, as a job samples them: the adapter saved, loaded
+        (the version before unloaded), then sampled."""
+        tokens = 0
+        for version in range(versions):
+            name = f"bench-{self.seed}-vllm-{version:06d}"
+            saved = await (await self.training.save_weights_for_sampler_async(name))
+            loaded = await server.load(version, saved.path, set())
+            sampler = VLLMSampler(server, loaded, self.training.get_tokenizer())
+            tokens += await sample_all(sampler, prompts, each, params)
+        return tokens
+
+
+async def timed(work: Any) -> dict[str, float]:
+    started = time.perf_counter()
+    tokens = sum(await asyncio.gather(*work))
+    return {"tokens": tokens, "seconds": time.perf_counter() - started}
+
+
 async def engines(args: argparse.Namespace, url: str) -> dict[str, dict[str, float]]:
     torch.set_num_threads(1)
-    cache = default_model_cache()
-    service = LocalServiceClient(LocalBackendSpec(device="cpu"), Path(args.work), cache)
-    training = await service.create_lora_training_client_async(SMOLLM2, rank=4, seed=1)
-    tokenizer = training.get_tokenizer()
+    work = Path(args.work)
+    jobs = [await Job(work, seed).open() for seed in range(1, max(args.jobs, 1) + 1)]
+    first = jobs[0]
+    tokenizer = first.training.get_tokenizer()
     prompts = rendered(tokenizer, args.prompts)
     each = args.rollouts // args.prompts
     params = SamplingParams(
         max_tokens=args.tokens, seed=1, temperature=1.0, stop=stop_sequences(tokenizer)
     )
+    v = args.versions
     figures: dict[str, dict[str, float]] = {}
-
-    started = time.perf_counter()
-    local = await training.save_weights_and_get_sampling_client_async()
-    tokens = await sample_all(local, prompts, each, params)
-    figures["local"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
-
-    server = VLLMServer(url, SMOLLM2)
+    figures["local"] = await timed([first.local(prompts, each, params, v)])
+    servers = [VLLMServer(url, SMOLLM2, folder=work / f"server-{job.seed}") for job in jobs]
     try:
-        started = time.perf_counter()
-        saved = await (await training.save_weights_for_sampler_async("bench-vllm"))
-        sampler = VLLMSampler(server, await server.load(0, saved.path, set()), tokenizer)
-        tokens = await sample_all(sampler, prompts, each, params)
-        figures["vllm"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
-        started = time.perf_counter()  # what the adapter costs: the base model alone
-        tokens = await sample_all(VLLMSampler(server, SMOLLM2, tokenizer), prompts, each, params)
-        figures["vllm_base"] = {"tokens": tokens, "seconds": time.perf_counter() - started}
+        figures["vllm"] = await timed([first.vllm(servers[0], prompts, each, params, v)])
+        base = VLLMSampler(servers[0], SMOLLM2, tokenizer)  # what the adapter costs
+        figures["vllm_base"] = await timed([sample_all(base, prompts, each, params)])
+        if args.jobs > 1:
+            figures["local_jobs"] = await timed(
+                [job.local(prompts, each, params, v) for job in jobs]
+            )
+            pairs = zip(jobs, servers, strict=True)
+            figures["vllm_jobs"] = await timed(
+                [job.vllm(server, prompts, each, params, v) for job, server in pairs]
+            )
     finally:
-        await server.aclose()
+        for server in servers:
+            await server.aclose()
 
-    figures["generate"] = generate(located(SMOLLM2, ModelCache(cache)), prompts, each, args)
+    figures["generate"] = generate(
+        located(SMOLLM2, ModelCache(default_model_cache())), prompts, each, args
+    )
     for figure in figures.values():
         figure["tokens_per_second"] = figure["tokens"] / figure["seconds"]
-    for name in ("vllm", "vllm_base", "generate"):
-        local_speed = figures["local"]["tokens_per_second"]
-        figures[name]["vs_local"] = figures[name]["tokens_per_second"] / local_speed
+    for name, figure in figures.items():
+        anchor = figures["local_jobs" if name.endswith("_jobs") else "local"]
+        if figure is not anchor:
+            figure["vs_local"] = figure["tokens_per_second"] / anchor["tokens_per_second"]
     return figures
 
 
@@ -140,8 +191,17 @@ def served(args: argparse.Namespace) -> tuple[str, subprocess.Popen[bytes] | Non
         return args.url.rstrip("/"), None
     ensure_environment(environment(), lambda line: print(line, file=sys.stderr))
     port = free_port()
+    serve = [
+        "vllm",
+        "serve",
+        SMOLLM2,
+        "--port",
+        str(port),
+        "--max-lora-rank",
+        str(args.max_lora_rank),
+    ]
     process = subprocess.Popen(
-        [sys.executable, "-m", "opd.cli", "vllm", "serve", SMOLLM2, "--port", str(port)],
+        [sys.executable, "-m", "opd.cli", *serve],
         env=os.environ | {"OPD_MODEL_CACHE": str(default_model_cache())},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -156,6 +216,11 @@ def main() -> int:
     parser.add_argument("--rollouts", type=int, default=32)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--versions", type=int, default=3, help="sampler versions in a row")
+    parser.add_argument("--jobs", type=int, default=1, help="jobs sampling at once (> 1)")
+    parser.add_argument(
+        "--max-lora-rank", type=int, default=8, help="the server started here (without --url)"
+    )
     parser.add_argument("--url", help="a vLLM server of smollm2-135m-instruct (opd vllm serve)")
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()
@@ -174,11 +239,14 @@ def main() -> int:
         if process is not None:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=60)
-    print(f"{args.rollouts} rollouts x <= {args.tokens} tokens of {SMOLLM2}, one run:")
+    print(
+        f"{args.rollouts} rollouts x <= {args.tokens} tokens of {SMOLLM2} for each of "
+        f"{args.versions} sampler versions (the jobs: {args.jobs} at once), one run:"
+    )
     for name, figure in figures.items():
         ratio = f", {figure['vs_local']:.2f}x the local engine" if "vs_local" in figure else ""
         print(
-            f"  {name:<9} {figure['tokens']:>5.0f} tokens in {figure['seconds']:6.1f} s: "
+            f"  {name:<10} {figure['tokens']:>5.0f} tokens in {figure['seconds']:6.1f} s: "
             f"{figure['tokens_per_second']:6.1f} tok/s{ratio}"
         )
     if args.json:
