@@ -16,8 +16,11 @@ second are its sampled tokens over its wall time; the ratios are against the loc
 `vllm_base` samples the base model on the same server without an adapter: what LoRA costs.
 With `--jobs N` (N > 1), N jobs of the same base sample at once on each engine, each with
 an adapter of its own: `local_jobs` on one worker (N slots, a backend each), `vllm_jobs` on
-the one server. The local engine and `generate` run on one torch thread, as vLLM's CPU
-build does on two cores (it keeps the other for its scheduler). Figures: docs/how-to/vllm.md.
+the one server. Each job's adapter is drawn from its seed, and vLLM's logprobs of the first
+rollouts of each job's last version are checked against that job's own weights scoring the
+same tokens (`logprob_diff_max`): the adapters sampled side by side are not mixed up. The
+local engine and `generate` run on one torch thread, as vLLM's CPU build does on two cores
+(it keeps the other for its scheduler). Figures: docs/how-to/vllm.md.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.rollouts.datums import build_prompt
 from worker.engine.rollouts.sampling import stop_sequences
 
+CHECKED = 8
+"""The rollouts of each job whose vLLM logprobs are checked against its own weights."""
 QUESTIONS = ["What is 7 + 8?", "Name a prime above 20.", "What is 12 * 3?", "Spell 'cat'."]
 
 
@@ -55,19 +60,27 @@ def rendered(tokenizer: Any, count: int) -> list[list[int]]:
     return [build_prompt(tokenizer, QUESTIONS[i % len(QUESTIONS)], "", False) for i in range(count)]
 
 
-async def sample_all(sampler: Any, prompts: list[list[int]], each: int, params: Any) -> int:
-    """Every prompt's rollouts at once; the tokens sampled."""
+Sampled = list[tuple[list[int], Any]]
+"""Each rollout with its prompt: (prompt tokens, the sequence sampled)."""
+
+
+async def sample_all(sampler: Any, prompts: list[list[int]], each: int, params: Any) -> Sampled:
+    """Every prompt's rollouts at once."""
     answers = await asyncio.gather(
         *(
             sampler.sample_async(ModelInput.from_ints(p), each, params, return_text=False)
             for p in prompts
         )
     )
-    return sum(len(seq.tokens) for answer in answers for seq in answer.sequences)
+    return [
+        (p, seq) for p, answer in zip(prompts, answers, strict=True) for seq in answer.sequences
+    ]
 
 
 class Job:
-    """One job's student: its own backend (a worker's slot) and rank-4 adapter."""
+    """One job's student: its own backend (a worker's slot) and rank-4 adapter, its LoRA B
+    drawn from the job's seed (a fresh adapter's B is zero: every job's would be the base,
+    and a server mixing adapters up would go unseen)."""
 
     def __init__(self, work: Path, seed: int) -> None:
         self.service = LocalServiceClient(
@@ -79,6 +92,12 @@ class Job:
         self.training = await self.service.create_lora_training_client_async(
             SMOLLM2, rank=4, seed=self.seed
         )
+        drawn = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            for name, weight in self.training.model.named_parameters():
+                if "lora_B" in name:
+                    weight.copy_(0.02 * torch.randn(weight.shape, generator=drawn))
+        self.sampled: Sampled = []
         return self
 
     async def local(self, prompts: list[list[int]], each: int, params: Any, versions: int) -> int:
@@ -86,7 +105,7 @@ class Job:
         tokens = 0
         for _ in range(versions):
             sampler = await self.training.save_weights_and_get_sampling_client_async()
-            tokens += await sample_all(sampler, prompts, each, params)
+            tokens += count(await sample_all(sampler, prompts, each, params))
         return tokens
 
     async def vllm(
@@ -100,8 +119,29 @@ class Job:
             saved = await (await self.training.save_weights_for_sampler_async(name))
             loaded = await server.load(version, saved.path, set())
             sampler = VLLMSampler(server, loaded, self.training.get_tokenizer())
-            tokens += await sample_all(sampler, prompts, each, params)
+            self.sampled = await sample_all(sampler, prompts, each, params)
+            tokens += count(self.sampled)
         return tokens
+
+    async def logprob_difference(self, rollouts: int) -> float:
+        """How far the logprobs vLLM gave the last version's first `rollouts` rollouts are
+        from this job's own weights scoring the same tokens: the importance ratio's
+        premise, checked with other jobs' adapters sampled beside them."""
+        local = await self.training.save_weights_and_get_sampling_client_async()
+        worst = 0.0
+        for prompt, seq in self.sampled[:rollouts]:
+            scored = await local.compute_logprobs_async(ModelInput.from_ints(prompt + seq.tokens))
+            mine = scored[len(prompt) :]
+            worst = max([worst, *(abs(a - b) for a, b in zip(mine, seq.logprobs, strict=True))])
+        return worst
+
+
+def count(sampled: Sampled) -> int:
+    return sum(len(seq.tokens) for _, seq in sampled)
+
+
+async def counted(sampling: Any) -> int:
+    return count(await sampling)
 
 
 async def timed(work: Any) -> dict[str, float]:
@@ -127,8 +167,9 @@ async def engines(args: argparse.Namespace, url: str) -> dict[str, dict[str, flo
     servers = [VLLMServer(url, SMOLLM2, folder=work / f"server-{job.seed}") for job in jobs]
     try:
         figures["vllm"] = await timed([first.vllm(servers[0], prompts, each, params, v)])
+        figures["vllm"]["logprob_diff_max"] = await first.logprob_difference(CHECKED)
         base = VLLMSampler(servers[0], SMOLLM2, tokenizer)  # what the adapter costs
-        figures["vllm_base"] = await timed([sample_all(base, prompts, each, params)])
+        figures["vllm_base"] = await timed([counted(sample_all(base, prompts, each, params))])
         if args.jobs > 1:
             figures["local_jobs"] = await timed(
                 [job.local(prompts, each, params, v) for job in jobs]
@@ -137,6 +178,8 @@ async def engines(args: argparse.Namespace, url: str) -> dict[str, dict[str, flo
             figures["vllm_jobs"] = await timed(
                 [job.vllm(server, prompts, each, params, v) for job, server in pairs]
             )
+            differences = [await job.logprob_difference(CHECKED) for job in jobs]
+            figures["vllm_jobs"]["logprob_diff_max"] = max(differences)
     finally:
         for server in servers:
             await server.aclose()
@@ -245,6 +288,8 @@ def main() -> int:
     )
     for name, figure in figures.items():
         ratio = f", {figure['vs_local']:.2f}x the local engine" if "vs_local" in figure else ""
+        if "logprob_diff_max" in figure:
+            ratio += f"; logprobs within {figure['logprob_diff_max']:.1e} of the job's own"
         print(
             f"  {name:<10} {figure['tokens']:>5.0f} tokens in {figure['seconds']:6.1f} s: "
             f"{figure['tokens_per_second']:6.1f} tok/s{ratio}"

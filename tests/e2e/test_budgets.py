@@ -35,6 +35,9 @@ def put_budget(service: Service, admin: str, tokens: int) -> httpx.Response:
     )
 
 
+# Postgres, as teams share one in production; the budget's queries run on both databases
+# in tests/app (this end to end is the suite's longest pair).
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_job_crossing_its_budget_pauses_at_the_boundary_and_resumes_exactly(
     service, uninterrupted
 ):

@@ -225,31 +225,6 @@ SAMPLER_TOLERANCE = 1e-3
 """How far vLLM's logprobs of the rollouts it sampled may be from the trainer's."""
 
 
-def test_the_students_rollouts_sample_on_vllm_with_each_versions_adapter(
-    vllm, model_cache, tmp_path
-):
-    """`opd run` of three steps with `sampling.engine: vllm`: each step's rollouts sampled on
-    the server by that step's adapter (loaded as it is saved, the one before unloaded),
-    their logprobs as the trainer reads them, and no adapter left loaded at the end."""
-    spec = SPEC | {"sampling": {"max_tokens": 8, "engine": "vllm"}}
-    spec["loop"] = spec["loop"] | {"steps": 3}
-    metrics = tmp_path / "metrics.jsonl"
-    done = run_on_vllm(spec, vllm, model_cache, tmp_path, "--metrics-out", str(metrics))
-    assert done.returncode == 0, done.stderr
-    assert "a probe's logprobs agree with the trainer's" in done.stderr
-
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
-    assert [row["step"] for row in rows] == [0, 1, 2]
-    worst = max(row["opd/sampler_logprob_diff_max"] for row in rows)
-    print(f"vLLM's rollout logprobs vs the trainer's: max |diff| {worst:.2e}")
-    assert worst <= SAMPLER_TOLERANCE
-    assert all(0 < row["data/completion_tokens_total"] <= 2 * 8 for row in rows)
-    saved = {p.name for p in (tmp_path / "art" / "sampler").iterdir()}
-    assert {f"{spec['name']}-vllm-{v:06d}" for v in range(3)} <= saved, "each version's"
-    served = [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
-    assert SMOLLM2 in served and not [name for name in served if name.startswith("opd-")]
-
-
 RESUMED_SPEC = SPEC | {
     "name": "smollm2-vllm-resume",
     # A teacher unlike the student from step 0: were it the student itself, step 0's
@@ -257,7 +232,7 @@ RESUMED_SPEC = SPEC | {
     "teacher": {"self": {"system": "Answer with the number only, no words."}},
     "dataset": {"source": "arithmetic", "question_suffix": "", "count": 20, "seed": 1},
     "sampling": {"max_tokens": 8, "engine": "vllm"},
-    "loop": {"steps": 6, "batch_size": 1, "group_size": 2, "save_every": 2},
+    "loop": {"steps": 4, "batch_size": 1, "group_size": 2, "save_every": 2},
     "eval": {"every": 3, "holdout": 4, "grader": {"regex": "-?[0-9]+"}},
 }
 COMPARED = ("opd/reverse_kl_mean", "trainer/loss_sum")
@@ -270,11 +245,14 @@ a run on vLLM repeats another one closely, not bit for bit."""
 def test_a_job_on_vllm_killed_9_resumes_from_its_state_with_its_evals_on_vllm(
     vllm, model_cache, tmp_path
 ):
-    """A job sampling on vLLM, held-out evals and a self teacher on the server included, is
-    killed -9 after its state at step 2; a live worker takes it over, unloads the adapters
-    the dead one left on the server, resumes from that state and ends as an uninterrupted
-    `opd run` of the spec does: the same tokens and eval accuracy, the reverse KL and loss
-    within RESUME_TOLERANCE; nothing of the job's stays loaded on the server."""
+    """An uninterrupted `opd run` on vLLM samples each step's rollouts with that step's
+    adapter (loaded as it is saved, the one before unloaded), their logprobs as the trainer
+    reads them, and leaves no adapter loaded. The same job through the service, held-out
+    evals and a self teacher on the server included, is killed -9 after its state at step
+    2; a live worker takes it over, unloads the adapters the dead one left on the server,
+    resumes from that state and ends as the `opd run` did: the same tokens and eval
+    accuracy, the reverse KL and loss within RESUME_TOLERANCE; nothing of the job's stays
+    loaded on the server."""
     from tests.e2e.conftest import deployment
 
     reference = tmp_path / "reference"
@@ -282,9 +260,19 @@ def test_a_job_on_vllm_killed_9_resumes_from_its_state_with_its_evals_on_vllm(
     metrics = reference / "metrics.jsonl"
     done = run_on_vllm(RESUMED_SPEC, vllm, model_cache, reference, "--metrics-out", str(metrics))
     assert done.returncode == 0, done.stderr
+    assert "a probe's logprobs agree with the trainer's" in done.stderr
     expected = {row["step"]: row for row in map(json.loads, metrics.read_text().splitlines())}
+    steps = [row for step, row in expected.items() if step < 4]  # step 4: the final eval's
+    assert len(steps) == 4 and 4 in expected
+    worst = max(row["opd/sampler_logprob_diff_max"] for row in steps)
+    print(f"vLLM's rollout logprobs vs the trainer's: max |diff| {worst:.2e}")
+    assert worst <= SAMPLER_TOLERANCE
+    assert all(0 < row["data/completion_tokens_total"] <= 2 * 8 for row in steps)
+    saved = {p.name for p in (reference / "art" / "sampler").iterdir()}
+    assert {f"{RESUMED_SPEC['name']}-vllm-{v:06d}" for v in range(4)} <= saved, "each version's"
     evaluated = {step for step, row in expected.items() if "eval/accuracy" in row}
     assert {0, 3} <= evaluated, "held-out evals at their boundaries, sampled on vLLM"
+    assert not opd_adapters(vllm), "the run unloaded its adapters"
 
     servers = json.dumps({SMOLLM2: f"{vllm}/v1"})
     home = tmp_path / "home"
@@ -294,8 +282,7 @@ def test_a_job_on_vllm_killed_9_resumes_from_its_state_with_its_evals_on_vllm(
         first = up.start_worker()
         job = up.submit(RESUMED_SPEC)
         up.wait(job["id"], lambda j: j["steps_done"] >= 3, timeout=600)
-        left = [m["id"] for m in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
-        assert [name for name in left if name.startswith("opd-")], "the dead worker's adapters"
+        assert opd_adapters(vllm), "the adapters the worker killed next leaves"
         first.send_signal(signal.SIGKILL)
         first.wait()
         up.start_worker()
@@ -315,8 +302,16 @@ def test_a_job_on_vllm_killed_9_resumes_from_its_state_with_its_evals_on_vllm(
                 assert value == pytest.approx(want[step], rel=RESUME_TOLERANCE), (key, step)
         else:
             assert curve == want, (key, curve, want)
-    served = [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
-    assert not [name for name in served if name.startswith("opd-")]
+    assert not opd_adapters(vllm)
+
+
+def served_names(vllm: str) -> list[str]:
+    return [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
+
+
+def opd_adapters(vllm: str) -> list[str]:
+    """The adapters this service loaded that the server still holds."""
+    return [name for name in served_names(vllm) if name.startswith("opd-")]
 
 
 def run_on_vllm(
@@ -382,6 +377,8 @@ def test_the_rollout_engines_benchmark_reports_every_engine(
         assert 0 < figure["tokens"] <= 4 * 4 * bound.get(name, 1), (name, figure)
         assert figure["tokens_per_second"] > 0
     assert figures["vllm_jobs"]["tokens"] > figures["vllm"]["tokens"], "both jobs sampled"
+    for alone_or_beside in ("vllm", "vllm_jobs"):  # each job's adapter, not another's
+        assert figures[alone_or_beside]["logprob_diff_max"] <= SAMPLER_TOLERANCE
     assert "x the local engine" in done.stdout
 
 
@@ -406,10 +403,6 @@ def on_vllm(vllm: str, model_cache: Path, tmp_path_factory: pytest.TempPathFacto
         done = up.wait(job["id"], timeout=900)
         assert done["status"] == "succeeded", (done, up.logs())
         yield up, done
-
-
-def served_names(vllm: str) -> list[str]:
-    return [model["id"] for model in httpx.get(f"{vllm}/v1/models", timeout=30).json()["data"]]
 
 
 def test_the_playground_of_a_job_on_vllm_samples_its_checkpoint_on_the_server(
