@@ -3,6 +3,7 @@ the machine's Redis, driven over HTTP. Fault tests kill and restart these proces
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -146,6 +147,24 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
             yield url
 
 
+def team_key(home: Path, database_url: str, team: str) -> str:
+    """A submit key of `team` in the migrated database, made in this process as `opd keys
+    create` makes it (tests/opd/cli tests the command): two processes less to start for
+    every deployment, whose imports cost seconds of a shared core."""
+    import app.tables  # noqa: F401  (every table in the metadata before a flush)
+    from app.auth.keys import create_key
+    from app.core.config import Settings
+    from app.core.db import migrate, standalone_session
+
+    migrate(database_url, settings=Settings(home=home, database_url=database_url))
+
+    async def make() -> str:
+        async with standalone_session(database_url) as session:
+            return (await create_key(session, team)).key
+
+    return asyncio.run(make())
+
+
 @contextmanager
 def deployment(
     home: Path,
@@ -171,8 +190,7 @@ def deployment(
         **{f"OPD_{name.upper()}": value for name, value in settings.items()},
     }
     service = Service(home=home, env=env, url=f"http://127.0.0.1:{port or free_port()}")
-    service.opd("migrate")
-    service.key = service.opd("keys", "create", "--team", "e2e").stdout.strip()
+    service.key = team_key(home, database_url, "e2e")
     service.start_api()
     try:
         yield service
