@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,7 +163,9 @@ def team_key(home: Path, database_url: str, team: str) -> str:
         async with standalone_session(database_url) as session:
             return (await create_key(session, team)).key
 
-    return asyncio.run(make())
+    # A thread of its own: a caller may hold a running event loop (Playwright's sync API).
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, make()).result()
 
 
 @contextmanager
