@@ -29,6 +29,5 @@ done
 .venv/bin/lint-imports
 # The documentation site, its internal links and anchors checked (mkdocs.yml: validation).
 DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet -d "$(mktemp -d)"
-# Three workers on two cores: the end-to-end tests wait on processes and servers a fifth of
-# the time, which a third fills; an idle one takes queued tests from the others.
-exec .venv/bin/python -m pytest -q -n 3 --dist worksteal "$@"
+# Two workers; an idle one takes queued tests from the other (long tests are uneven).
+exec .venv/bin/python -m pytest -q -n 2 --dist worksteal "$@"
