@@ -63,19 +63,22 @@ class VLLMServer:
         return f"the vLLM server {self.url} (OPD_VLLM_SERVERS, for {self.base_model!r})"
 
     async def get(self, path: str) -> httpx.Response:
-        return await self.post(path, None)
+        return await self.send(path, None)
 
-    async def post(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    async def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.send(path, body)
+
+    async def send(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
         """`body` to `path` (a GET without one), retried while the server is unreachable or
-        failing (every request here may be sent again: sampling, and loading an adapter by
-        name)."""
+        failing (every request here may be sent again: sampling, listing, and loading an
+        adapter by name)."""
         tries = 0
 
         async def attempt() -> httpx.Response:
             nonlocal tries
             tries += 1
             try:
-                return await self.post_once(path, body)
+                return await self.send_once(path, body)
             except BackendUnavailable as error:
                 if tries < (self.backoff.attempts or 0):
                     self.warn(
@@ -90,7 +93,7 @@ class VLLMServer:
 
         return await retry(attempt, transient=transient, backoff=self.backoff, what=self.who)
 
-    async def post_once(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    async def send_once(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
         try:
             if body is None:
                 response = await self.http.get(f"{self.url}{path}")

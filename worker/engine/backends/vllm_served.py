@@ -90,7 +90,7 @@ class ServedSamplers:
         restarts), and close the connections."""
         for name, server in list(self.adapters.items()):
             try:
-                await server.post_once("/unload_lora_adapter", {"lora_name": name})
+                await server.send_once("/unload_lora_adapter", {"lora_name": name})
             except (BackendUnavailable, BackendRejected) as error:
                 log.warning("could not unload %s: %s", name, error)
         self.adapters.clear()
