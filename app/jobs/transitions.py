@@ -138,8 +138,12 @@ def plan_claim(job: JobRow, worker_id: str, heartbeat_timeout: float, now: datet
     released = {**RELEASED, "worker_id": None}
     if status is JobStatus.cancelling:
         return Plan(JobStatus.cancelled, f"Cancelled: {orphan}", released)
-    if status is JobStatus.pausing:
-        return Plan(JobStatus.paused, f"Paused: {orphan}", released)
+    if status is JobStatus.pausing:  # at its last saved state, where a resume goes on from
+        return Plan(
+            JobStatus.paused,
+            f"Paused at step {job.last_state_step or 0}, its last saved state: {orphan}",
+            released | {"steps_done": job.last_state_step or 0},
+        )
     return Plan(
         JobStatus.running, f"Attempt {job.attempts + 1} took over on {worker_id}: {orphan}", start
     )

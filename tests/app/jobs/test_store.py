@@ -85,10 +85,19 @@ async def test_a_dead_workers_job_is_taken_over_from_its_state(session, job):
     ("request_action", "final"), [("cancel", S.cancelled), ("pause", S.paused)]
 )
 async def test_a_dead_workers_pending_request_is_carried_out(session, job, request_action, final):
+    """A pause at the state a resume goes on from; a cancel keeps the steps it ran."""
     await claim_job(session, job.id, "w1", heartbeat_timeout=60)
+    await record_checkpoint(session, job.id, "w1", 1, "state", "/s/state-000001")
+    for step in (1, 2):
+        await record_step(session, job.id, "w1", step, {"m": 1.0})
     await apply_action(session, job.id, JobAction(request_action))
     assert await claim_job(session, job.id, "w2", heartbeat_timeout=0) is None
-    assert (await get_job(session, job.id)).status == final
+    ended = await get_job(session, job.id)
+    assert (ended.status, ended.worker_id) == (final, None)
+    assert (ended.steps_done, ended.last_state_step) == (
+        {"pause": 1, "cancel": 3}[request_action],
+        1,
+    )
 
 
 async def test_jobs_that_should_not_run_are_not_claimed(session, job):

@@ -82,3 +82,17 @@ def test_a_claim_starts_queued_jobs_and_takes_over_only_silent_ones():
     assert "w1 stopped sending heartbeats" in takeover.message
     assert plan_claim(a_job(S.succeeded), "w2", heartbeat_timeout=0, now=now) is None
     assert plan_claim(a_job(S.paused), "w2", heartbeat_timeout=0, now=now) is None
+
+
+def test_a_pause_its_dead_worker_left_takes_effect_at_the_last_saved_state():
+    """What a resume goes on from: steps after it are done again (the chaos soak's budget
+    job paused at step 4 with no state saved, when Postgres was away past the timeout)."""
+    now, beat = utcnow(), utcnow() - timedelta(seconds=10)
+    for state, steps_done in ((None, 0), (2, 2)):
+        pausing = a_job(
+            S.pausing, worker_id="w1", heartbeat_at=beat, steps_done=4, last_state_step=state
+        )
+        paused = plan_claim(pausing, "w2", heartbeat_timeout=5, now=now)
+        assert paused.target is S.paused and paused.values["steps_done"] == steps_done
+        assert paused.values["worker_id"] is None and paused.values["heartbeat_at"] is None
+        assert f"Paused at step {steps_done}" in paused.message
