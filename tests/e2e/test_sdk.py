@@ -360,7 +360,9 @@ def test_lists_follow_the_cursor_over_several_pages(service, tmp_path):
 def test_each_error_family_from_the_server(service):
     read_key = service.opd("keys", "create", "--team", "errors", "--scope", "read").stdout
     submit_key = service.opd("keys", "create", "--team", "errors").stdout.strip()
-    service.opd("teams", "set", "errors", "--max-queued", "1")
+    # One runs at most, one waits at most: a third is over the limit, whether or not a
+    # worker took the first before the second came.
+    service.opd("teams", "set", "errors", "--max-running", "1", "--max-queued", "1")
     once = Retries(attempts=0)
     with (
         Client(service.url, "opd_not-a-key", retries=once) as stranger,
@@ -374,11 +376,14 @@ def test_each_error_family_from_the_server(service):
         with pytest.raises(ValidationError) as invalid:
             client.jobs.create(tiny_spec(steps=0))
         job = client.jobs.create(tiny_spec(steps=2000))
+        waiting = []
         with pytest.raises(RateLimited) as limited:
-            client.jobs.create(tiny_spec(steps=2000))
+            for _ in range(2):
+                waiting.append(client.jobs.create(tiny_spec(steps=2000)))
         with pytest.raises(NotFound) as missing:
             client.jobs.get(job.id + 1000)
-        client.jobs.cancel(job.id)
+        for each in (job, *waiting):
+            client.jobs.cancel(each.id)
         with pytest.raises(Conflict) as conflict:
             client.jobs.pause(job.id)
 
