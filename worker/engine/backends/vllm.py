@@ -27,6 +27,7 @@ from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
 from worker.engine.backends.prompt_logprobs import prompt_logprob_rows
 from worker.engine.backends.resilient import Warn
+from worker.engine.backends.sampling_request import check_request, prompt_tokens, stop_token_ids
 
 TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
@@ -221,17 +222,6 @@ class VLLMSampler:
     def get_tokenizer(self) -> Any:
         return self.tokenizer
 
-    def stop_ids(self, stop: str | list[str] | list[int] | None) -> list[int]:
-        """The token ids rollouts stop at: the EOS and each one-token stop string."""
-        items = [stop] if isinstance(stop, str) else list(stop or [])
-        ids = {self.tokenizer.eos_token_id} - {None}
-        for item in items:
-            if isinstance(item, int):
-                ids.add(item)
-            elif len(encoded := self.tokenizer.encode(item, add_special_tokens=False)) == 1:
-                ids.add(encoded[0])
-        return sorted(ids)
-
     async def sample_async(
         self,
         prompt: ModelInput,
@@ -247,10 +237,12 @@ class VLLMSampler:
         --max-logprobs, 20 by default), the request alone on the server
         (`PromptLogprobsGate`)."""
         params = sampling_params
+        check_request(num_samples, params, topk_prompt_logprobs)
+        stops = stop_token_ids(self.tokenizer, params.stop) | {self.tokenizer.eos_token_id}
         scores_prompt = include_prompt_logprobs or topk_prompt_logprobs > 0
         body: dict[str, Any] = {
             "model": self.model,
-            "prompt": prompt.to_ints(),
+            "prompt": prompt_tokens(prompt),
             "n": num_samples,
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
@@ -258,7 +250,7 @@ class VLLMSampler:
             "top_k": params.top_k,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
-            "stop_token_ids": self.stop_ids(params.stop),
+            "stop_token_ids": sorted(stops - {None}),
         }
         if params.seed is not None:
             body["seed"] = params.seed
@@ -317,7 +309,7 @@ class VLLMSampler:
         (the request alone on the server: `PromptLogprobsGate`)."""
         body = {
             "model": self.model,
-            "prompt": prompt.to_ints(),
+            "prompt": prompt_tokens(prompt),
             "max_tokens": 0,
             "echo": True,
             "logprobs": 0,

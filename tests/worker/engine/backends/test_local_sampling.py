@@ -14,7 +14,8 @@ from kernel.spec import LocalBackendSpec
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient, decoding
 from worker.engine.backends.local.presets import tiny_tokenizer
-from worker.engine.backends.local.sampler import LocalSamplingClient, stop_token_ids
+from worker.engine.backends.local.sampler import LocalSamplingClient
+from worker.engine.backends.sampling_request import stop_token_ids
 from worker.engine.rollouts.datums import build_opd_datum, build_prompt
 
 TOKENIZER = tiny_tokenizer()

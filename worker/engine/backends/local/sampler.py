@@ -15,7 +15,6 @@ import secrets
 from typing import Any
 
 import torch
-from pytrio.errors.base import ValidationError
 from pytrio.types import ModelInput, SampleResponse, SampleSequence, SamplingParams
 from torch import Tensor
 from torch.func import functional_call
@@ -30,6 +29,7 @@ from worker.engine.backends.local.decoding import (
 )
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.runner import Coalescer, SerialRunner
+from worker.engine.backends.sampling_request import check_request, prompt_tokens, stop_token_ids
 
 DEFAULT_SAMPLING_PARAMS = SamplingParams()
 
@@ -75,8 +75,7 @@ class LocalSamplingClient:
     ) -> SampleResponse:
         """With `topk_prompt_logprobs` k >= 1, also the k likeliest tokens at each prompt
         position (None at the first), from the same prefill as its prompt logprobs."""
-        if topk_prompt_logprobs < 0:
-            raise invalid("topk_prompt_logprobs must be >= 0")
+        check_request(num_samples, sampling_params, topk_prompt_logprobs)
         decoding = self.decoding(prompt_tokens(prompt), num_samples, sampling_params)
         topk: list[TopK | None] = []
         if topk_prompt_logprobs:
@@ -103,17 +102,7 @@ class LocalSamplingClient:
         return await self.scoring.submit(prompt_tokens(prompt))
 
     def decoding(self, prompt: list[int], num_samples: int, params: SamplingParams) -> Decoding:
-        """Validate one request as PyTRIO does and give it its own generator."""
-        if params.max_tokens is None or params.max_tokens <= 0:
-            raise invalid("sampling_params.max_tokens must be greater than 0")
-        if num_samples < 1:
-            raise invalid("num_samples must be at least 1")
-        if params.temperature < 0:
-            raise invalid("sampling_params.temperature must be >= 0")
-        if not 0 < params.top_p <= 1:
-            raise invalid("sampling_params.top_p must be in (0, 1]")
-        if params.top_k == 0 or params.top_k < -1:
-            raise invalid("sampling_params.top_k must be -1 (off) or >= 1")
+        """One checked request (`check_request`), with a generator of its own."""
         ordinal = self.requests_made
         self.requests_made += 1
         return Decoding(
@@ -189,21 +178,6 @@ class AdapterOffSamplingClient(LocalSamplingClient):
             return self.model(**kwargs)
 
 
-def invalid(message: str) -> ValidationError:
-    return ValidationError(message, code="validation.invalid_sampling_request")
-
-
-def prompt_tokens(prompt: ModelInput) -> list[int]:
-    if prompt.is_empty:
-        raise ValidationError("prompt cannot be empty", code="validation.empty_prompt")
-    if prompt.has_images:
-        raise ValidationError(
-            "the local backend samples from text prompts only",
-            code="validation.invalid_sampling_request",
-        )
-    return prompt.to_ints()
-
-
 def request_seed(seed: int | None, version: int, ordinal: int) -> int:
     """A 63-bit seed for one request; no seed means a fresh random one, as in vLLM."""
     if seed is None:
@@ -217,23 +191,3 @@ def end_of_sequence_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     ids = configured if isinstance(configured, list) else [configured]
     return frozenset(i for i in [*ids, tokenizer.eos_token_id] if i is not None)
-
-
-def stop_token_ids(tokenizer: Any, stop: str | list[str] | list[int] | None) -> frozenset[int]:
-    """Stop strings must each be one token (the local backend stops on token ids)."""
-    if stop is None:
-        return frozenset()
-    items = [stop] if isinstance(stop, str) else list(stop)
-    ids = set()
-    for item in items:
-        if isinstance(item, int):
-            ids.add(item)
-            continue
-        encoded = tokenizer.encode(item, add_special_tokens=False)
-        if len(encoded) != 1:
-            raise invalid(
-                f"stop string {item!r} is {len(encoded)} tokens; the local backend stops only "
-                "on strings that are a single token (such as '<|im_end|>') or on token ids"
-            )
-        ids.add(encoded[0])
-    return frozenset(ids)
