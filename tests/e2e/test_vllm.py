@@ -526,6 +526,34 @@ def test_a_server_away_for_a_while_is_retried_then_the_error_names_it(vllm, ids,
     assert len(warnings) == 2, "a warning before each retry"
 
 
+def test_a_seeded_samplers_requests_each_draw_afresh_and_again_on_a_resume(vllm, ids, model_cache):
+    """A run's requests all carry the student's seed: each is seeded from it, the sampler's
+    version and the request's place (as on the local engine), so successive requests are
+    not one random stream drawn again, and a resumed run's sampler repeats its draws."""
+    from pytrio.types import ModelInput, SamplingParams
+
+    from worker.engine.backends.local.models import ModelCache, load_tokenizer
+    from worker.engine.backends.vllm import VLLMSampler, VLLMServer
+
+    tokenizer = load_tokenizer(SMOLLM2, ModelCache(model_cache))
+    prompt = ModelInput.from_ints(ids[:12])
+    params = SamplingParams(max_tokens=16, seed=3, temperature=1.0)
+
+    async def draws(version: int) -> list[tuple[int, ...]]:
+        server = VLLMServer(f"{vllm}/v1", SMOLLM2)
+        sampler = VLLMSampler(server, SMOLLM2, tokenizer, version)
+        try:
+            answers = [await sampler.sample_async(prompt, 2, params) for _ in range(3)]
+        finally:
+            await server.http.aclose()
+        return [tuple(s.tokens) for answer in answers for s in answer.sequences]
+
+    first, again, later = (asyncio.run(draws(version)) for version in (0, 0, 1))
+    assert first[0:2] != first[2:4] != first[4:6], "each request draws afresh"
+    assert first == again, "a sampler of the same version draws the same again"
+    assert later != first, "the next version's requests draw otherwise"
+
+
 # The self-distillation teacher on vLLM: with the student's rollouts on the server, a self
 # teacher scores there too (its base weights: the served base model; current: each
 # completion's adapter), as the same self teacher does in the worker.

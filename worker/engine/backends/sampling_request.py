@@ -4,6 +4,8 @@ before any work, and its stop strings read as the same token ids."""
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from typing import Any
 
 from pytrio.errors.base import ValidationError
@@ -56,3 +58,13 @@ def stop_token_ids(tokenizer: Any, stop: str | list[str] | list[int] | None) -> 
             )
         ids.add(encoded[0])
     return frozenset(ids)
+
+
+def request_seed(seed: int | None, version: int, ordinal: int) -> int:
+    """A 63-bit seed for one request of a sampler (its `version`, the steps its weights
+    took; `ordinal`, the requests it was asked before): each request draws afresh, and a
+    resumed run's the same again. No seed means a fresh random one, as in vLLM."""
+    if seed is None:
+        return secrets.randbits(63)
+    digest = hashlib.sha256(f"{seed}:{version}:{ordinal}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1

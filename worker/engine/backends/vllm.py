@@ -27,7 +27,12 @@ from kernel.retry import Backoff, retry
 from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
 from worker.engine.backends.prompt_logprobs import prompt_logprob_rows
 from worker.engine.backends.resilient import Warn
-from worker.engine.backends.sampling_request import check_request, prompt_tokens, stop_token_ids
+from worker.engine.backends.sampling_request import (
+    check_request,
+    prompt_tokens,
+    request_seed,
+    stop_token_ids,
+)
 
 TIMEOUT_SECONDS = 600.0
 TOKEN_ID_PREFIX = "token_id:"
@@ -214,10 +219,14 @@ class PromptLogprobsGate:
 
 
 class VLLMSampler:
-    """A SamplingClient of one adapter (`model`, its name on `server`) over `tokenizer`."""
+    """A SamplingClient of one adapter (`model`, its name on `server`) over `tokenizer`;
+    `version` (the steps its weights took) seeds its requests as the local engine's are
+    seeded (`request_seed`), so a seeded run's requests draw afresh, not one stream each."""
 
-    def __init__(self, server: VLLMServer, model: str, tokenizer: Any) -> None:
+    def __init__(self, server: VLLMServer, model: str, tokenizer: Any, version: int = 0) -> None:
         self.server, self.model, self.tokenizer = server, model, tokenizer
+        self.version = version
+        self.requests_made = 0
 
     def get_tokenizer(self) -> Any:
         return self.tokenizer
@@ -252,8 +261,9 @@ class VLLMSampler:
             "return_tokens_as_token_ids": True,
             "stop_token_ids": sorted(stops - {None}),
         }
-        if params.seed is not None:
-            body["seed"] = params.seed
+        if params.seed is not None:  # vLLM gives the request's n samples seed, seed + 1, ...
+            body["seed"] = request_seed(params.seed, self.version, self.requests_made)
+        self.requests_made += 1
         if scores_prompt:
             body["prompt_logprobs"] = topk_prompt_logprobs
         async with self.server.gate.alone() if scores_prompt else self.server.gate.shared():

@@ -124,7 +124,7 @@ class Rollouts:
             if not task.done()
         }
         name = await self.vllm.load(version, path, busy)
-        return VLLMSampler(self.vllm, name, self.training.get_tokenizer())
+        return VLLMSampler(self.vllm, name, self.training.get_tokenizer(), version)
 
     async def keep(self, version: int) -> None:
         """Save the current weights (`version` steps) for a resumed run to sample from."""

@@ -160,7 +160,7 @@ class Run:
         saved_as = f"{self.spec.weights_name}-vllm-eval-{step:06d}"
         saved = await (await self.training.save_weights_for_sampler_async(saved_as))
         async with self.vllm.adapter(f"eval{step}", saved.path) as adapter:
-            sampler = VLLMSampler(self.vllm, adapter, self.tokenizer)
+            sampler = VLLMSampler(self.vllm, adapter, self.tokenizer, version=step)
             return await self.evaluate_with(sampler, evaluation, step)
 
     async def evaluate_with(

@@ -10,8 +10,6 @@ resumed run sample exactly what the uninterrupted run sampled.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import secrets
 from typing import Any
 
 import torch
@@ -29,7 +27,12 @@ from worker.engine.backends.local.decoding import (
 )
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.runner import Coalescer, SerialRunner
-from worker.engine.backends.sampling_request import check_request, prompt_tokens, stop_token_ids
+from worker.engine.backends.sampling_request import (
+    check_request,
+    prompt_tokens,
+    request_seed,
+    stop_token_ids,
+)
 
 DEFAULT_SAMPLING_PARAMS = SamplingParams()
 
@@ -176,14 +179,6 @@ class AdapterOffSamplingClient(LocalSamplingClient):
     def forward(self, **kwargs: Any) -> Any:
         with self.model.disable_adapter():
             return self.model(**kwargs)
-
-
-def request_seed(seed: int | None, version: int, ordinal: int) -> int:
-    """A 63-bit seed for one request; no seed means a fresh random one, as in vLLM."""
-    if seed is None:
-        return secrets.randbits(63)
-    digest = hashlib.sha256(f"{seed}:{version}:{ordinal}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 def end_of_sequence_ids(model: torch.nn.Module, tokenizer: Any) -> frozenset[int]:
