@@ -10,9 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
-from app.jobs.visibility import masked_text, weights_name
 from app.webhooks.outbox import add_deliveries
 from app.webhooks.schemas import WebhookEvent
+from kernel.team_view import masked_text, weights_name
 
 TRANSITION_EVENTS = {
     JobStatus.succeeded: WebhookEvent.succeeded,

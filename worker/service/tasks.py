@@ -279,7 +279,7 @@ async def attempt(
     job_id, worker = job.id, ctx.worker_id
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     if spec.swanlab.enabled:
-        sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog"))
+        sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog", team_view=True))
     heart = Heartbeat(ctx, job_id, control)
     control.engine = asyncio.create_task(
         run_engine(

@@ -102,6 +102,7 @@ def mlflow_mirror(
         on_run=keep_run,
         after_recorded=db.then,
         backfill=backfill,
+        team_view=True,
     )
 
 

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import MAX_ID, SessionDep
 from app.jobs.rows import get_jobs
-from app.jobs.visibility import masked_spec
 from app.web import present, reads
 from app.web.charts import MAX_POINTS, REVERSE_KL
 from app.web.deps import ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
+from kernel.team_view import masked_spec
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

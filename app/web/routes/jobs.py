@@ -21,12 +21,13 @@ from app.jobs.schemas import EventPublic, JobAction, JobStatus
 from app.jobs.store import apply_action
 from app.jobs.tables import Event, Job
 from app.jobs.transitions import plan_action
-from app.jobs.visibility import masked_spec, masked_text, team_event
+from app.jobs.visibility import team_event
 from app.web import charts, present, reads
 from app.web.deps import CSRF_CHECKED, ActingViewerDep, ViewerDep
 from app.web.errors import WebError
 from app.web.routes.usage import budget_banner
 from app.web.templating import render
+from kernel.team_view import masked_spec, masked_text
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -35,9 +35,9 @@ from typing import Any
 import yaml
 
 from kernel.retry import Backoff
-from kernel.spec import JobSpec, MlflowSpec
+from kernel.spec import MlflowSpec
 from kernel.spec.documents import flatten
-from worker.engine.tracking.sinks import RunInfo, Sink
+from worker.engine.tracking.sinks import RunInfo, Sink, shown_path, shown_spec
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +76,12 @@ def mlflow_key(name: str) -> str:
     return re.sub(r"[^\w./\- :]", "_", name.replace("@", "_at_"))[:MAX_KEY_CHARS]
 
 
-def spec_params(spec: JobSpec) -> dict[str, str]:
-    """The flattened spec as MLflow params (`loop.steps: "30"`), long values cut."""
+def spec_params(spec: dict[str, Any]) -> dict[str, str]:
+    """The flattened spec (as dumped to JSON) as MLflow params (`loop.steps: "30"`), long
+    values cut."""
     return {
         mlflow_key(path): (value if isinstance(value, str) else json.dumps(value))[:MAX_VALUE_CHARS]
-        for path, value in flatten(spec.model_dump(mode="json")).items()
+        for path, value in flatten(spec).items()
     }
 
 
@@ -158,7 +159,9 @@ class MlflowSink(Sink):
     reported to `on_run`), with `tags` beside the checkpoint paths. `notify(level, message,
     data)` gets the outage events; `after_recorded(callback)` calls back once the checkpoint
     just reported is durable; `backfill` gives the steps before a resumed attempt's first
-    that MLflow lacks."""
+    that MLflow lacks. With `team_view` (the service: the server is the team's to read),
+    weights' folders are named as a team's key sees them (kernel/team_view.py), in the
+    checkpoint tags, the params and the spec artifact alike."""
 
     def __init__(
         self,
@@ -173,8 +176,10 @@ class MlflowSink(Sink):
         backfill: Backfill | None = None,
         backlog: int = 10_000,
         backoff: Backoff | None = None,
+        team_view: bool = False,
     ) -> None:
         self.spec = spec
+        self.team_view = team_view
         self.run_id = run_id
         self.run_key = run_key
         self.tags = dict(tags or {})
@@ -207,9 +212,10 @@ class MlflowSink(Sink):
         spec = info.spec
         self.run_name = self.run_name or spec.name
         self.start_step = info.start_step
-        self.params = spec_params(spec) | {"dataset_size": str(info.dataset_size)}
+        dumped = shown_spec(spec, self.team_view)
+        self.params = spec_params(dumped) | {"dataset_size": str(info.dataset_size)}
         self.tags |= {"opd.backend": spec.backend, "opd.dataset": spec.dataset.source}
-        text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+        text = yaml.safe_dump(dumped, sort_keys=False, allow_unicode=True)
         self.uploads.append(lambda client, run_id: client.log_text(run_id, text, SPEC_ARTIFACT))
         if self.sender is None:
             self.sender = asyncio.create_task(self._send_all(), name="mlflow-mirror")
@@ -226,7 +232,7 @@ class MlflowSink(Sink):
     def checkpoint(self, step: int, kind: str, path: str) -> None:
         self.tags[
             mlflow_key(f"opd.checkpoint.{kind}" + ("" if kind == "final" else f".{step}"))
-        ] = path[:MAX_VALUE_CHARS]
+        ] = shown_path(path, self.team_view)[:MAX_VALUE_CHARS]
         if kind == "state":
             self.after_recorded(lambda: self._release(step))
         if kind == "final" and self.spec.log_final_weights and Path(path).is_dir():

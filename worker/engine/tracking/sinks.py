@@ -18,6 +18,7 @@ from tqdm import tqdm
 from kernel.samples import KeptSample
 from kernel.spec import JobSpec
 from kernel.summary import SUMMARY_METRICS, FirstLast, JobSummary, summarize
+from kernel.team_view import masked_spec, weights_name
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,18 @@ class RunInfo:
     dataset_size: int
     start_step: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def shown_spec(spec: JobSpec, team_view: bool) -> dict[str, Any]:
+    """The spec as a tracker gets it: with `team_view` (a tracker the team reads, in the
+    service), the weights' folders the service filled in named as the team's key sees them."""
+    dumped = spec.model_dump(mode="json")
+    return masked_spec(dumped) if team_view else dumped
+
+
+def shown_path(path: str, team_view: bool) -> str:
+    """A saved weights' location as a tracker gets it (see `shown_spec`)."""
+    return weights_name(path) if team_view else path
 
 
 class Sink:
@@ -183,15 +196,17 @@ class JsonlSink(Sink):
 class SwanLabSink(Sink):
     """Logs to SwanLab as the reference scripts do (same metric names and tags)."""
 
-    def __init__(self, log_dir: str | Path) -> None:
+    def __init__(self, log_dir: str | Path, team_view: bool = False) -> None:
         self.log_dir = Path(log_dir)
+        self.team_view = team_view
+        """Weights' folders named as a team's key sees them (`shown_spec`): the service."""
         self.run: Any = None
 
     def start(self, info: RunInfo) -> None:
         import swanlab
 
         spec = info.spec
-        config = spec.model_dump(mode="json") | {"dataset_size": info.dataset_size}
+        config = shown_spec(spec, self.team_view) | {"dataset_size": info.dataset_size}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.run = swanlab.init(
             project=spec.swanlab.project,
@@ -219,7 +234,8 @@ class SwanLabSink(Sink):
         if self.run is not None and kind == "final":
             import swanlab
 
-            self.run.log({"save/weights_path": swanlab.Text(path)}, step=step)
+            shown = shown_path(path, self.team_view)
+            self.run.log({"save/weights_path": swanlab.Text(shown)}, step=step)
 
     def close(self) -> None:
         if self.run is not None:

@@ -4,6 +4,10 @@ against a real `mlflow server`.)"""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from kernel.spec import MlflowSpec, parse_spec
 from tests.support import named
 from worker.engine.tracking.mlflow_mirror import (
@@ -12,6 +16,7 @@ from worker.engine.tracking.mlflow_mirror import (
     mlflow_key,
     spec_params,
 )
+from worker.engine.tracking.sinks import RunInfo
 
 TRACKER = MlflowSpec(tracking_uri="http://127.0.0.1:1")
 
@@ -36,7 +41,7 @@ def test_the_spec_goes_over_flattened_with_long_values_cut():
             }
         )
     )
-    params = spec_params(spec)
+    params = spec_params(spec.model_dump(mode="json"))
     assert params["loop.steps"] == "30" and params["loop.kl_discount_factor"] == "0.0"
     assert params["metadata.owner"] == "ana" and params["eval"] == "null"
     assert params["student.base_model"] == spec.student.base_model
@@ -102,3 +107,41 @@ def test_the_final_weights_are_uploaded_only_when_asked_and_held_as_a_folder(tmp
     not_asked = MlflowSink(TRACKER)
     not_asked.checkpoint(4, "final", str(tmp_path))
     assert not_asked.pending() == 0
+
+
+WORKER_FOLDER = "/srv/opd/artifacts/job-3/weights/job-3-state-000004"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        self.texts[name] = text
+
+
+@pytest.mark.parametrize("team_view", [True, False])
+async def test_the_service_mirrors_weights_by_the_names_a_team_sees(team_view):
+    """The MLflow server a spec names is the team's to read: in the service (`team_view`)
+    no worker folder reaches it, in the spec's filled `init_from`, its params or the
+    checkpoint tags; `opd run` (no team view) sends the paths as they are."""
+    spec = parse_spec(named({"student": {"init_from": {"job": 3, "path": WORKER_FOLDER}}}))
+    sink = MlflowSink(TRACKER, team_view=team_view)
+    sink.start(RunInfo(spec=spec, dataset_size=4))
+    sink.checkpoint(2, "state", "/srv/opd/artifacts/job-7/weights/job-7-state-000002")
+    sink.checkpoint(2, "final", "/srv/opd/artifacts/job-7/weights/job-7")
+    recorded = Recorder()
+    for upload in sink.uploads:
+        upload(recorded, "run-1")
+    sink.sender.cancel()
+    await asyncio.gather(sink.sender, return_exceptions=True)
+    sent = [*sink.params.values(), *sink.tags.values(), *recorded.texts.values()]
+    if team_view:
+        assert not any("/srv/" in value for value in sent), sent
+        assert sink.params["student.init_from.path"] == "job-3/weights/job-3-state-000004"
+        assert sink.tags["opd.checkpoint.state.2"] == "job-7/weights/job-7-state-000002"
+        assert sink.tags["opd.checkpoint.final"] == "job-7/weights/job-7"
+    else:
+        assert sink.params["student.init_from.path"] == WORKER_FOLDER
+        assert sink.tags["opd.checkpoint.final"] == "/srv/opd/artifacts/job-7/weights/job-7"
+    assert ("init_from" in recorded.texts["opd/spec.yaml"]) and len(recorded.texts) == 1

@@ -47,3 +47,20 @@ def test_swanlab_sink_logs_metrics_config_and_final_weights_offline(tmp_path: Pa
     assert b"opd/reverse_kl_mean" in logged and b"save/weights_path" in logged
     config = (run / "files" / "config.yaml").read_text()
     assert "dataset_size" in config and "sink-test" in config
+
+
+def test_swanlab_in_the_service_gets_no_worker_folder(tmp_path: Path):
+    """A SwanLab project a spec names is the team's to read: the service's sink
+    (`team_view`) names weights as the team's key sees them, in the config and the log."""
+    dumped = SPEC.model_dump(mode="json")
+    dumped["student"]["init_from"] = {"job": 3, "path": "/srv/opd/artifacts/job-3/weights/s"}
+    spec = JobSpec.model_validate(dumped)
+    sink = SwanLabSink(tmp_path / "swanlog", team_view=True)
+    sink.start(RunInfo(spec=spec, dataset_size=7))
+    sink.checkpoint(1, "final", "/srv/opd/artifacts/job-7/weights/job-7")
+    sink.close()
+
+    (run,) = (tmp_path / "swanlog").glob("run-*")
+    written = b"".join(path.read_bytes() for path in run.rglob("*") if path.is_file())
+    assert b"/srv/" not in written
+    assert b"job-7/weights/job-7" in written and b"job-3/weights/s" in written
