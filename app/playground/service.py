@@ -50,6 +50,7 @@ from kernel.playground import (
     missing_reference,
 )
 from kernel.spec import stored_spec
+from kernel.team_view import masked_text
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -79,8 +80,10 @@ class PlaygroundError(Exception):
 
 
 def failed(failure: TaskFailure) -> PlaygroundError:
+    """A worker's failure as the door answers it: its message in the team's view for every
+    key (no worker folder in it), as the answers are."""
     status = 422 if failure.code in REJECTED else STATUS.get(failure.code, 502)
-    return PlaygroundError(status, failure.code, failure.message)
+    return PlaygroundError(status, failure.code, masked_text(failure.message))
 
 
 def answer_usage(answer: SampleAnswer) -> dict[str, int]:

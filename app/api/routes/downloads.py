@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -37,11 +38,17 @@ from kernel.playground import Archive, ArchiveTask, Outcome
 from kernel.spec import stored_spec
 from kernel.storage.blobs import BlobCorrupt, BlobMissing, StorageUnavailable
 from kernel.storage.checkpoints import is_stored
+from kernel.team_view import masked_text
 
 router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 
 CheckpointId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="The checkpoint's id.")]
 ARCHIVE_TYPE = "application/gzip"
+
+
+def as_recorded(text: str) -> str:
+    """A worker's message as an admin key reads it: whole."""
+    return text
 
 
 async def stored_folder(checkpoint: Checkpoint, settings: Settings) -> Path:
@@ -92,9 +99,14 @@ async def local_archive(checkpoint: Checkpoint, settings: Settings) -> Archive:
 
 
 async def trio_archive(
-    job: Job, checkpoint: Checkpoint, settings: Settings, queue: JobQueue
+    job: Job,
+    checkpoint: Checkpoint,
+    settings: Settings,
+    queue: JobQueue,
+    relayed: Callable[[str], str],
 ) -> Archive:
-    """The archive a worker fetched from PyTRIO, fetching it first if need be."""
+    """The archive a worker fetched from PyTRIO, fetching it first if need be; a worker's
+    failure is answered through `relayed` (a team's key reads no worker folder in it)."""
     destination = fetched_path(settings.artifact_root, job.id, checkpoint.id)
     if (kept := fetched(destination)) is not None:
         return kept
@@ -118,14 +130,14 @@ async def trio_archive(
         raise ApiError(
             504,
             error.failure.code,
-            f"{error.failure.message}. A worker may still be fetching it: ask again later",
+            f"{relayed(error.failure.message)}. A worker may still be fetching it: ask again later",
         ) from None
     outcome = Outcome[Archive].model_validate_json(raw)
     if outcome.value is not None:
         return outcome.value
     assert outcome.failure is not None
     status = 404 if outcome.failure.code == "checkpoint_not_found" else 502
-    raise ApiError(status, outcome.failure.code, outcome.failure.message)
+    raise ApiError(status, outcome.failure.code, relayed(outcome.failure.message))
 
 
 @router.get(
@@ -170,7 +182,8 @@ async def download_checkpoint(
             archive = await local_archive(checkpoint, settings)
             cleanup = BackgroundTask(os.unlink, archive.path)
         else:
-            archive = await trio_archive(job, checkpoint, settings, queue)
+            relayed = as_recorded if principal.is_admin else masked_text
+            archive = await trio_archive(job, checkpoint, settings, queue, relayed)
     return FileResponse(
         archive.path,
         media_type=ARCHIVE_TYPE,

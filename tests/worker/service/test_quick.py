@@ -123,6 +123,27 @@ async def test_a_checkpoint_pytrio_no_longer_lists_is_a_404(api, key, trained, p
     assert response.json()["error"]["code"] == "checkpoint_not_found"
 
 
+async def test_a_workers_failure_to_fetch_names_no_worker_folder_to_a_team(
+    api, key, make_key, trained, pytrio_fake, settings
+):
+    """The worker cannot write where it keeps archives: its error, relayed, reads from the
+    job's folder on for the team's key, and whole for an admin key."""
+    listed = (await api.get(f"/v1/jobs/{trained['id']}/checkpoints", headers=auth(key))).json()
+    final = next(c for c in listed["data"] if c["kind"] == "final")
+    blocked = fetched_path(settings.artifact_root, trained["id"], final["id"]).parent
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("a file where the worker's downloads folder goes")
+    url = f"/v1/jobs/{trained['id']}/checkpoints/{final['id']}/download"
+
+    team = await api.get(url, headers=auth(key))
+    admin = await api.get(url, headers=auth(await make_key(admin=True)))
+
+    assert team.status_code == admin.status_code == 502, team.text
+    told = team.json()["error"]["message"]
+    assert f"job-{trained['id']}/downloads" in told and str(settings.artifact_root) not in told
+    assert str(blocked) in admin.json()["error"]["message"]
+
+
 # --- every sampled token billed once ------------------------------------------------------------
 
 BODY = {"prompt": "What is 1 + 1?", "n": 2, "max_tokens": 5}
@@ -270,6 +291,21 @@ async def test_a_sample_that_failed_is_tried_anew_when_resent(
     assert again.status_code == 200 and "idempotent-replayed" not in again.headers
     assert bill.samplings(pytrio_fake) == ["sample"]
     assert bill.added == bill.done and bill.done["sampled_tokens"] > 0, bill
+
+
+async def test_a_sampling_failure_names_no_worker_folder(
+    api, key, trained, pytrio_fake, monkeypatch, settings
+):
+    """A backend's error that quotes a worker folder reaches the door from the job's folder
+    on (the team's view, for every key, as the answers are)."""
+    folder = settings.artifact_root / f"job-{trained['id']}" / "weights" / "final"
+    fail_first(monkeypatch, FakeSamplingClient, "sample_async", OSError(f"cannot read {folder}"))
+    response = await api.post(f"/v1/jobs/{trained['id']}/playground", json=BODY, headers=auth(key))
+
+    assert response.status_code == 502, response.text
+    told = response.json()["error"]["message"]
+    assert f"cannot read job-{trained['id']}/weights/final" in told, told
+    assert str(settings.artifact_root) not in told
 
 
 def app_of(http: httpx.AsyncClient) -> Any:
