@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -44,11 +43,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["checkpoints"])
 
 CheckpointId = Annotated[int, PathParam(ge=1, le=MAX_ID, description="The checkpoint's id.")]
 ARCHIVE_TYPE = "application/gzip"
-
-
-def as_recorded(text: str) -> str:
-    """A worker's message as an admin key reads it: whole."""
-    return text
 
 
 async def stored_folder(checkpoint: Checkpoint, settings: Settings) -> Path:
@@ -103,10 +97,14 @@ async def trio_archive(
     checkpoint: Checkpoint,
     settings: Settings,
     queue: JobQueue,
-    relayed: Callable[[str], str],
+    admin: bool,
 ) -> Archive:
     """The archive a worker fetched from PyTRIO, fetching it first if need be; a worker's
-    failure is answered through `relayed` (a team's key reads no worker folder in it)."""
+    failure is relayed whole to an admin key, with no worker folder to a team's."""
+
+    def relayed(message: str) -> str:
+        return message if admin else masked_text(message)
+
     destination = fetched_path(settings.artifact_root, job.id, checkpoint.id)
     if (kept := fetched(destination)) is not None:
         return kept
@@ -182,8 +180,7 @@ async def download_checkpoint(
             archive = await local_archive(checkpoint, settings)
             cleanup = BackgroundTask(os.unlink, archive.path)
         else:
-            relayed = as_recorded if principal.is_admin else masked_text
-            archive = await trio_archive(job, checkpoint, settings, queue, relayed)
+            archive = await trio_archive(job, checkpoint, settings, queue, principal.is_admin)
     return FileResponse(
         archive.path,
         media_type=ARCHIVE_TYPE,
