@@ -129,6 +129,31 @@ class ObjectiveSpec(SpecModel):
         return self.tail is not False
 
 
+ColdStartSource = Literal["teacher", "reference"]
+
+
+class ColdStartSpec(SpecModel):
+    """The first steps train on completions the student did not sample, with the job's own
+    objective: the teacher's answers (GOLD's off-policy share, its `lmbda`) or the
+    dataset's reference answers, as the student's tokens. A student that cannot yet write
+    in its teacher's format (a `\\boxed{}` it never writes, a template it never saw) learns
+    it there first, then learns on-policy what the teacher knows."""
+
+    steps: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS,
+        description="The first N steps train on these completions instead of the student's "
+        "own; 0 = none (on-policy from the first step, the reference).",
+    )
+    source: ColdStartSource = Field(
+        "teacher",
+        description="teacher: each prompt's teacher answers it (group_size samples, from its "
+        "own rendering, at the job's sampling settings), its text re-tokenised for the "
+        "student; reference: the dataset's reference answer, once per prompt.",
+    )
+
+
 class LoopSpec(SpecModel):
     steps: int = Field(10, ge=1, le=MAX_STEPS)
     batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
@@ -159,6 +184,11 @@ class LoopSpec(SpecModel):
     )
     reward: RewardSpec = Field(default_factory=RewardSpec)
     objective: ObjectiveSpec = Field(default_factory=ObjectiveSpec)
+    cold_start: ColdStartSpec = Field(
+        default_factory=ColdStartSpec,
+        description="Off-policy first steps on the teacher's or the dataset's answers "
+        "(docs/concepts/objectives.md#a-cold-start).",
+    )
     keep_samples: int = Field(
         2,
         ge=0,

@@ -60,10 +60,26 @@ def stop_token_ids(tokenizer: Any, stop: str | list[str] | list[int] | None) -> 
     return frozenset(ids)
 
 
+class Ordinals:
+    """How many requests a sampler was asked before, counted by seed: a request seeded
+    apart from the others (a cold start's teacher answer, `loop/cold_start.py`) draws the
+    same whatever the sampler was asked before it, and a run's own seeded requests count
+    as they always did."""
+
+    def __init__(self) -> None:
+        self.made: dict[int | None, int] = {}
+
+    def next(self, seed: int | None) -> int:
+        ordinal = self.made.get(seed, 0)
+        self.made[seed] = ordinal + 1
+        return ordinal
+
+
 def request_seed(seed: int | None, version: int, ordinal: int) -> int:
     """A 63-bit seed for one request of a sampler (its `version`, the steps its weights
-    took; `ordinal`, the requests it was asked before): each request draws afresh, and a
-    resumed run's the same again. No seed means a fresh random one, as in vLLM."""
+    took; `ordinal`, the requests with this seed it was asked before, `Ordinals`): each
+    request draws afresh, and a resumed run's the same again. No seed means a fresh random
+    one, as in vLLM."""
     if seed is None:
         return secrets.randbits(63)
     digest = hashlib.sha256(f"{seed}:{version}:{ordinal}".encode()).digest()

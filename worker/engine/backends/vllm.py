@@ -28,6 +28,7 @@ from worker.engine.backends.contract import DEFAULT_SAMPLING_PARAMS
 from worker.engine.backends.prompt_logprobs import prompt_logprob_rows
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.sampling_request import (
+    Ordinals,
     check_request,
     prompt_tokens,
     request_seed,
@@ -226,7 +227,7 @@ class VLLMSampler:
     def __init__(self, server: VLLMServer, model: str, tokenizer: Any, version: int = 0) -> None:
         self.server, self.model, self.tokenizer = server, model, tokenizer
         self.version = version
-        self.requests_made = 0
+        self.requests_made = Ordinals()
 
     def get_tokenizer(self) -> Any:
         return self.tokenizer
@@ -261,9 +262,9 @@ class VLLMSampler:
             "return_tokens_as_token_ids": True,
             "stop_token_ids": sorted(stops - {None}),
         }
+        ordinal = self.requests_made.next(params.seed)
         if params.seed is not None:  # vLLM gives the request's n samples seed, seed + 1, ...
-            body["seed"] = request_seed(params.seed, self.version, self.requests_made)
-        self.requests_made += 1
+            body["seed"] = request_seed(params.seed, self.version, ordinal)
         if scores_prompt:
             body["prompt_logprobs"] = topk_prompt_logprobs
         async with self.server.gate.alone() if scores_prompt else self.server.gate.shared():

@@ -25,6 +25,7 @@ from kernel.spec import JobSpec
 from worker.engine.backends.contract import SamplingClient, TrainingClient
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.mixing import Item, Mix
+from worker.engine.loop.cold_start import cold_seed, reference_answers, teacher_answers
 from worker.engine.loop.schedule import (
     kept_for_a_save,
     last_step_sampled_by,
@@ -32,7 +33,8 @@ from worker.engine.loop.schedule import (
     sampler_version,
     step_seed,
 )
-from worker.engine.rollouts.sampling import Batch, Scorer, sample_and_score
+from worker.engine.rollouts.sampling import Batch, Draw, Scorer, sample_and_score
+from worker.engine.teachers.views import Answerer
 from worker.engine.tracking.sinks import Sink
 
 
@@ -49,6 +51,7 @@ class Rollouts:
         spec: JobSpec,
         training: TrainingClient,
         scorer_of: Callable[[Item, list[int], SamplingClient], Scorer],
+        answerer_of: Callable[[Item, list[int], SamplingClient], Answerer],
         params: SamplingParams,
         render: Callable[[Item], list[int]],
         mix: Mix,
@@ -59,7 +62,7 @@ class Rollouts:
         vllm: VLLMServer | None = None,
     ) -> None:
         self.spec, self.loop = spec, spec.loop
-        self.training, self.scorer_of = training, scorer_of
+        self.training, self.scorer_of, self.answerer_of = training, scorer_of, answerer_of
         self.params, self.render, self.mix, self.sink = params, render, mix, sink
         self.kept = dict(kept)
         """Saved sampler weights by version (the optimizer steps they had taken)."""
@@ -154,7 +157,32 @@ class Rollouts:
             self.scoring,
             self.spec.teacher_top_k(),
             scored=not self.spec.trainer_scores(),
+            draw=self.borrowed(step, sampler, items, prompts, params),
         )
+
+    def borrowed(
+        self,
+        step: int,
+        sampler: SamplingClient,
+        items: list[Item],
+        prompts: list[list[int]],
+        params: SamplingParams,
+    ) -> Draw | None:
+        """Where a cold start's step takes its completions (`loop.cold_start`): the
+        teachers' answers or the reference answers, each teacher's request seeded by its
+        step and prompt alone; None from the first on-policy step on (the student samples)."""
+        cold = self.loop.cold_start
+        tokenizer = self.training.get_tokenizer()
+        if step >= cold.steps:
+            return None
+        if cold.source == "reference":
+            return reference_answers(sampler, [item.answer for item in items], params, tokenizer)
+        answerers = [
+            self.answerer_of(item, prompt, sampler)
+            for item, prompt in zip(items, prompts, strict=True)
+        ]
+        seeds = [cold_seed(params.seed, step, index) for index in range(len(items))]
+        return teacher_answers(sampler, answerers, self.loop.group_size, params, tokenizer, seeds)
 
     def keep_new_weights(self) -> None:
         """A stop to resume later was asked for: save every set of weights made from now

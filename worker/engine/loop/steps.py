@@ -72,10 +72,12 @@ class Steps:
         await check_sampler(run, pools)
         mix = Mix(pools, spec.loop.batch_size)
         run.sink.start(RunInfo(spec=spec, dataset_size=len(mix), start_step=start))
+        announce_cold_start(run, start)
         rollouts = Rollouts(
             spec,
             run.training,
             run.scorer,
+            run.answerer,
             run.params,
             lambda item: run.render(item.question, item.pool.options),
             mix,
@@ -203,6 +205,20 @@ class Steps:
             "info", f"Saved the final weights at step {loop.steps}", {"path": final.path}
         )
         return RunResult(steps_done=loop.steps, final_weights_path=final.path)
+
+
+def announce_cold_start(run: Run, start: int) -> None:
+    """An event naming the steps of a cold start still to come (`loop.cold_start`)."""
+    cold, steps = run.spec.loop.cold_start, run.spec.loop.steps
+    if start >= min(cold.steps, steps):
+        return
+    last = min(cold.steps, steps) - 1
+    whose = "the teacher's answers" if cold.source == "teacher" else "the reference answers"
+    run.sink.event(
+        "info",
+        f"Steps {start} to {last} train on {whose} (loop.cold_start)",
+        {"cold_start": {"from": start, "to": last, "source": cold.source}},
+    )
 
 
 async def run_loop(

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-from pytrio.types import Datum, ModelInput, SamplingParams, TensorData
+from pytrio.types import Datum, ModelInput, SampleSequence, SamplingParams, TensorData
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import SamplingClient, TeacherShare
@@ -162,6 +162,27 @@ class ScoringTurn:
             self.taken.cancel()
 
 
+Draw = Callable[[int, list[int]], Awaitable[Sequence[SampleSequence]]]
+"""The completions of the prompt at an index of the batch, with the student's logprob of
+each token: sampled by the student (`sampled`), or written by someone else
+(`loop/cold_start.py`)."""
+
+
+def sampled(sampler: SamplingClient, num_samples: int, params: SamplingParams) -> Draw:
+    """The student's own `num_samples` completions of each prompt (on-policy)."""
+
+    async def draw(index: int, prompt: list[int]) -> Sequence[SampleSequence]:
+        result = await sampler.sample_async(
+            prompt=ModelInput.from_ints(prompt),
+            num_samples=num_samples,
+            sampling_params=params,
+            return_text=False,
+        )
+        return result.sequences
+
+    return draw
+
+
 async def sample_and_score(
     sampler: SamplingClient,
     scorers: Sequence[Scorer],
@@ -172,6 +193,7 @@ async def sample_and_score(
     scoring: asyncio.Lock | None = None,
     teacher_top_k: int = 0,
     scored: bool = True,
+    draw: Draw | None = None,
 ) -> Batch:
     """`num_samples` completions of each prompt, each scored by the prompt's scorer (its
     teacher after its own rendering of the question, or a mixture); `version` is the
@@ -179,20 +201,17 @@ async def sample_and_score(
     the same `scoring` lock: their scoring never interleaves (`ScoringTurn`).
     `teacher_top_k` k >= 1 also keeps the teacher's top k at each completion position
     (`teacher_scores`; the scorers are then `Prompted`). `scored` False leaves the
-    teacher's logprobs empty, for the trainer to fill in (`with_teacher_logprobs`)."""
+    teacher's logprobs empty, for the trainer to fill in (`with_teacher_logprobs`).
+    `draw`: where the completions come from (default: `sampler` samples them)."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
+    draw = draw or sampled(sampler, num_samples, params)
 
     async def group(index: int, prompt: list[int]) -> list[Completion]:
-        result = await sampler.sample_async(
-            prompt=ModelInput.from_ints(prompt),
-            num_samples=num_samples,
-            sampling_params=params,
-            return_text=False,
-        )
+        drawn = await draw(index, prompt)
         sampled_at.append(time.perf_counter())
-        sequences = [seq for seq in result.sequences if seq.tokens]
+        sequences = [seq for seq in drawn if seq.tokens]
         for seq in sequences:
             if len(seq.logprobs or []) != len(seq.tokens):
                 raise BackendFailure(

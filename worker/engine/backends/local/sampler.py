@@ -3,8 +3,8 @@
 A sampler made from a training client holds a copy of the LoRA weights of that moment
 and applies them per call (`torch.func.functional_call`), so later training never
 changes what it samples. Each request seeds its own generator from (seed, the sampler's
-version = the optimizer-step count it was made at, the request's ordinal), which makes a
-resumed run sample exactly what the uninterrupted run sampled.
+version = the optimizer-step count it was made at, the request's ordinal among those with
+its seed), which makes a resumed run sample exactly what the uninterrupted run sampled.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from worker.engine.backends.local.decoding import (
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.runner import Coalescer, SerialRunner
 from worker.engine.backends.sampling_request import (
+    Ordinals,
     check_request,
     prompt_tokens,
     request_seed,
@@ -52,7 +53,7 @@ class LocalSamplingClient:
         self.placement = placement
         self.weights = weights
         self.version = version
-        self.requests_made = 0
+        self.requests_made = Ordinals()
         self.eos_ids = end_of_sequence_ids(model, tokenizer)
         self.sampling = Coalescer(runner, self.generate_batch)
         self.scoring = Coalescer(runner, self.score_batch)
@@ -106,8 +107,7 @@ class LocalSamplingClient:
 
     def decoding(self, prompt: list[int], num_samples: int, params: SamplingParams) -> Decoding:
         """One checked request (`check_request`), with a generator of its own."""
-        ordinal = self.requests_made
-        self.requests_made += 1
+        ordinal = self.requests_made.next(params.seed)
         return Decoding(
             prompt=prompt,
             num_samples=num_samples,
