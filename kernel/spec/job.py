@@ -295,21 +295,26 @@ class JobSpec(SpecModel):
         return scored
 
     def _objective_fits_the_tokenizers(self) -> None:
-        """A logit-level objective compares distributions over one vocabulary: refused
-        with a teacher whose tokenizer is visibly another (presets of the local backend;
-        any other model's the worker's preflight reads)."""
+        """A logit-level objective compares two distributions position by position: with a
+        teacher whose tokenizer is visibly another (presets of the local backend; any other
+        model's the worker's preflight reads), over the next byte of the text
+        (docs/concepts/objectives.md#across-tokenizers), which a mixture of teachers cannot
+        share (each teacher's token boundaries fall elsewhere)."""
         if not self.loop.objective.logit_level or self.backend != "local":
+            return
+        if self.teacher_mixture != "mixture" or len(self.teacher_specs()) < 2:
             return
         student = preset_tokenizer(self.student.base_model)
         for name, teacher in self.teacher_specs().items():
             theirs = preset_tokenizer(teacher.base_model)
             if student is not None and theirs is not None and theirs != student:
                 raise field_error(
-                    ("loop", "objective", "kind"),
+                    ("teacher_mixture",),
                     f"{self.teacher_field(name)} {teacher.base_model!r} has another tokenizer "
-                    f"({theirs}, the student's is {student}), and objective "
-                    f"{self.loop.objective.kind} compares the two distributions token by "
-                    "token, which needs a shared vocabulary: use sampled_reverse_kl",
+                    f"({theirs}, the student's is {student}): objective "
+                    f"{self.loop.objective.kind} compares it with the student over the next "
+                    "byte, which a mixture of teachers cannot share; use teacher_mixture: "
+                    "route, or objective sampled_reverse_kl",
                 )
 
     def _servers_fit_the_objective(self) -> None:

@@ -160,6 +160,18 @@ class TrainingClient(Protocol):
 
 
 @dataclass(frozen=True)
+class ByteView:
+    """How a teacher with another tokenizer reads a completion, for a logit-level objective
+    over the next byte (`local/next_byte.py`): the completion as its own tokens and, for each
+    of the student's completion tokens, the teacher token its first byte falls in (-1 where
+    the two texts have parted before it) and the bytes of that teacher token before it."""
+
+    tokens: Sequence[int]
+    positions: Sequence[int]
+    written: Sequence[bytes]
+
+
+@dataclass(frozen=True)
 class TeacherShare:
     """One teacher of a datum as a logit-level objective reads it: its sampler, its weight
     in the datum's mixture, and the tokens it reads before the completion."""
@@ -169,6 +181,9 @@ class TeacherShare:
     prompt: Sequence[int] | None = None
     """Its own rendering of the question (its chat template, a self teacher's context);
     None: the datum's own prompt."""
+    view: ByteView | None = None
+    """A teacher with another tokenizer: the completion as it reads it (its tokens follow
+    its `prompt`); the objective then compares the next byte's distributions."""
 
 
 class LogitTrainingClient(TrainingClient, Protocol):

@@ -53,7 +53,7 @@ class Completion:
     aligned with the student's, and all of them (`alignment.align`)."""
     teachers: Sequence[TeacherShare] = ()
     """When the trainer scores it (a logit-level objective on the local backend): the
-    teachers it reads, each after its own prompt (`Scorer.shares`)."""
+    teachers it reads, each after its own prompt (`Scorer.trained`)."""
 
     @property
     def reverse_kl(self) -> np.ndarray:
@@ -85,9 +85,12 @@ class Batch:
 
 def with_teacher_logprobs(batch: Batch, outputs: Sequence[Mapping[str, TensorData]]) -> Batch:
     """The batch with each completion's teacher logprobs taken from its datum's training
-    output (`teacher_logprobs`, one per datum position: the completion's are the last)."""
+    output (`teacher_logprobs`, one per datum position: the completion's are the last),
+    where the rollouts left them to the trainer (`Scorer.trained`)."""
     completions = [
-        replace(
+        completion
+        if completion.teacher_logprobs
+        else replace(
             completion,
             teacher_logprobs=[
                 float(v) for v in output["teacher_logprobs"].data[-len(completion.tokens) :]
@@ -121,9 +124,15 @@ class Scorer(Protocol):
         """Tokens each teacher reads to score this completion (when the trainer scores it)."""
         ...
 
-    def shares(self) -> list[TeacherShare]:
-        """The teachers as the trainer reads them when it scores (a logit-level objective
-        on the local backend): each one's sampler, weight and own prompt."""
+    async def trained(
+        self, completion: list[int], student_logprobs: Sequence[float]
+    ) -> tuple[Scored, list[TeacherShare]]:
+        """What the trainer needs to score a completion itself (a logit-level objective on
+        the local backend): the teachers as it reads them (each one's sampler, weight and
+        own prompt; with another tokenizer, the completion as its tokens), and what the
+        rollouts still score (such a teacher's sampled logprobs mapped onto the student's
+        tokens, for the step's metrics; nothing for a teacher the trainer reads at the
+        student's own tokens)."""
         ...
 
 
@@ -221,11 +230,14 @@ async def sample_and_score(
                 )
         await turn.wait()
         scorer = scorers[index]
-        shares: list[TeacherShare] = []
+        shares: list[list[TeacherShare]] = [[] for _ in sequences]
         if not scored:
-            done = [Scored([], scorer.read(seq.tokens)) for seq in sequences]
+            trained = await asyncio.gather(
+                *(scorer.trained(seq.tokens, seq.logprobs or []) for seq in sequences)
+            )
+            done = [each for each, _ in trained]
+            shares = [teachers for _, teachers in trained]
             topks: list[list[TopK] | None] = [None] * len(sequences)
-            shares = scorer.shares()
         elif teacher_top_k:
             assert isinstance(scorer, TopKScorer), "a teacher's top-k needs one teacher"
             both = await asyncio.gather(
@@ -252,9 +264,9 @@ async def sample_and_score(
                 topk,
                 scored.teacher_tokens,
                 scored.aligned_bytes,
-                shares,
+                teachers,
             )
-            for seq, scored, topk in zip(sequences, done, topks, strict=True)
+            for seq, scored, topk, teachers in zip(sequences, done, topks, shares, strict=True)
         ]
 
     try:

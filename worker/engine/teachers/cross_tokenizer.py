@@ -1,6 +1,6 @@
 """A teacher with another tokenizer: it reads the completion's text as its own tokens.
 
-The student's completion tokens become text (their bytes, `alignment.TokenBytes`); the
+The student's completion tokens become text (their bytes, `byte_level.TokenBytes`); the
 teacher tokenizes that text with its own tokenizer after its own rendering of the question,
 and its end-of-sequence token after it when the student's completion ended with its own. The
 teacher scores `teacher_prompt + teacher_completion` in one prefill: with its top k at each
@@ -8,19 +8,23 @@ position where its client gives them (a backend's sampler; a teacher server unde
 `protocol: prompt_logprobs`, `teachers.served_top_k`), else with `compute_logprobs_async`
 alone (a teacher server under `echo`). `alignment` maps its logprobs onto the student's
 tokens by byte offsets (the chain rule over the top k, else the sampled logprobs' runs).
-The datum keeps the student's tokens, so everything after scoring is unchanged.
+The datum keeps the student's tokens, so everything after scoring is unchanged. Under a
+logit-level objective the local trainer also reads the teacher's whole distribution at each
+position, as the next byte's (`Tokenizers.view`, `backends/local/next_byte.py`).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.errors import IncompatibleModels
-from worker.engine.backends.contract import SamplingClient, TeacherShare
+from worker.engine.backends.byte_level import TokenBytes
+from worker.engine.backends.contract import ByteView, SamplingClient, TeacherShare
 from worker.engine.rollouts.sampling import Scored
-from worker.engine.teachers.alignment import Alignment, TokenBytes, align, chained, spread
+from worker.engine.teachers.alignment import Alignment, align, chained, spread
 from worker.engine.teachers.scoring import teacher_logprobs, teacher_prefill
 
 CROSS_TOP_K = 100
@@ -85,6 +89,35 @@ class Tokenizers:
             return [*body[0], b""], [*body[1], b""]
         return self.student.pieces(completion), self.teacher.pieces(teacher)
 
+    def view(self, completion: Sequence[int]) -> ByteView:
+        """The completion as the teacher's tokens, and for each student token the teacher
+        token its first byte is in and that token's bytes before it (-1 and none once the
+        two texts have parted, and for a piece that begins inside a character); the
+        student's end of sequence is the teacher's, where the two texts are one."""
+        teacher, ended = self.teacher_tokens(completion)
+        ours, theirs = self.pieces(completion, teacher, ended)
+        text, read = b"".join(ours), b"".join(theirs)
+        agreed = next(
+            (i for i, (a, b) in enumerate(zip(text, read, strict=False)) if a != b),
+            min(len(text), len(read)),
+        )
+        starts = [0, *itertools.accumulate(len(piece) for piece in theirs)]
+        positions, written = [], []
+        offset = 0
+        for index, piece in enumerate(ours):
+            if ended and index == len(ours) - 1:
+                positions.append(len(teacher) - 1 if text == read else -1)
+                written.append(b"")
+            elif not piece or offset > agreed or offset >= len(read):
+                positions.append(-1)
+                written.append(b"")
+            else:
+                k = bisect.bisect_right(starts, offset, hi=len(theirs)) - 1
+                positions.append(k)
+                written.append(read[starts[k] : offset])
+            offset += len(piece)
+        return ByteView(teacher, positions, written)
+
     def align(self, completion: Sequence[int], teacher: Sequence[int], ended: bool) -> Alignment:
         """The runs of `completion` against its teacher tokens (`ended`: both end with
         their EOS, which pair)."""
@@ -132,10 +165,12 @@ class Retokenized:
     def read(self, completion: list[int]) -> dict[str, int]:
         return {self.name: len(self.prompt) + len(self.tokenizers.teacher_tokens(completion)[0])}
 
-    def shares(self) -> list[TeacherShare]:
-        """None the trainer can read: its tokens are not the student's (the preflight
-        refuses a logit-level objective with it)."""
-        raise IncompatibleModels(
-            f"teacher {self.name!r} has another tokenizer: the trainer cannot read its "
-            "distribution at the student's positions"
-        )
+    async def trained(
+        self, completion: list[int], student_logprobs: Sequence[float]
+    ) -> tuple[Scored, list[TeacherShare]]:
+        """Its sampled logprobs mapped onto the student's tokens (the step's metrics), and
+        the completion as its tokens (`ByteView`): the trainer compares the two models'
+        next bytes."""
+        scored = await self.score(completion, student_logprobs)
+        view = self.tokenizers.view(completion)
+        return scored, [TeacherShare(self.client, 1.0, self.prompt, view)]

@@ -54,12 +54,20 @@ class Mixed:
     def read(self, completion: list[int]) -> dict[str, int]:
         return {name: n for t in self.teachers for name, n in t.read(completion).items()}
 
-    def shares(self) -> list[TeacherShare]:
-        return [
+    async def trained(
+        self, completion: list[int], student_logprobs: Sequence[float]
+    ) -> tuple[Scored, list[TeacherShare]]:
+        """Every teacher's share, with its weight in the mixture (teachers the trainer reads
+        at the student's tokens: the spec refuses one of another tokenizer here)."""
+        trained = await asyncio.gather(
+            *(t.trained(completion, student_logprobs) for t in self.teachers)
+        )
+        shares = [
             replace(share, weight=float(weight))
-            for teacher, weight in zip(self.teachers, self.weights, strict=True)
-            for share in teacher.shares()
+            for (_, teachers), weight in zip(trained, self.weights, strict=True)
+            for share in teachers
         ]
+        return Scored([], self.read(completion)), shares
 
 
 def mixture_logprobs(

@@ -77,18 +77,29 @@ def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, Prompt
 
 
 def check_objective(spec: JobSpec, who: str, mode: Mode) -> None:
-    """Refuse a teacher that cannot serve the job's objective: a logit-level objective
-    compares the two distributions token by token, which needs a shared vocabulary (so no
-    teacher with another tokenizer, on any backend). A teacher reading its own prompt (its
-    own chat template, a self teacher's context) serves every objective: the trainer
-    reads it at the completion's positions after that prompt."""
+    """Refuse a teacher that cannot serve the job's objective. A logit-level objective
+    compares the two distributions position by position: with a teacher of another
+    tokenizer, over the text's next byte, which only the local backend's trainer computes
+    (it reads both models' logits) and only for one teacher a prompt (a mixture's teachers
+    cut their tokens elsewhere). A teacher reading its own prompt (its own chat template, a
+    self teacher's context) serves every objective: the trainer reads it at the
+    completion's positions after that prompt."""
     kind = spec.loop.objective.kind
-    if mode == "cross" and spec.loop.objective.logit_level:
+    if mode != "cross" or not spec.loop.objective.logit_level:
+        return
+    if not spec.trainer_scores():
         raise IncompatibleModels(
-            f"{who} has another tokenizer, and objective {kind} compares the student's and "
-            "the teacher's distributions token by token, which needs a shared vocabulary: "
-            "use objective sampled_reverse_kl (the sampled tokens' logprobs, aligned by byte "
-            "offsets), or a teacher with the student's tokenizer"
+            f"{who} has another tokenizer, and objective {kind} on the {spec.backend} backend "
+            "compares the student's and the teacher's distributions token by token, which "
+            "needs a shared vocabulary: use objective sampled_reverse_kl (the sampled tokens' "
+            "logprobs, aligned by byte offsets), a teacher with the student's tokenizer, or "
+            "the local backend (which compares the next byte's distributions)"
+        )
+    if spec.teacher_mixture == "mixture" and len(spec.teacher_specs()) > 1:
+        raise IncompatibleModels(
+            f"{who} has another tokenizer, and objective {kind} compares it with the student "
+            "over the next byte, which a mixture of teachers cannot share: use "
+            "teacher_mixture: route, or objective sampled_reverse_kl"
         )
 
 

@@ -51,8 +51,10 @@ class Prompted:
     def read(self, completion: list[int]) -> dict[str, int]:
         return {self.name: len(self.prompt) + len(completion)}
 
-    def shares(self) -> list[TeacherShare]:
-        return [TeacherShare(self.client, 1.0, self.prompt)]
+    async def trained(
+        self, completion: list[int], student_logprobs: Sequence[float]
+    ) -> tuple[Scored, list[TeacherShare]]:
+        return Scored([], self.read(completion)), [TeacherShare(self.client, 1.0, self.prompt)]
 
 
 async def teacher_scores(

@@ -8,8 +8,9 @@ import pytest
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+from worker.engine.backends.byte_level import TokenBytes
 from worker.engine.backends.local.presets import bpe_tokenizer, tiny_tokenizer
-from worker.engine.teachers.alignment import Run, TokenBytes, align, chained, spread
+from worker.engine.teachers.alignment import Run, align, chained, spread
 from worker.engine.teachers.cross_tokenizer import Tokenizers
 
 

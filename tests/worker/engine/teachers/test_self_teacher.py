@@ -147,7 +147,7 @@ async def test_a_logit_level_objective_reads_the_self_teacher_after_its_context(
             param.add_(torch.randn_like(param) * 0.05)  # the trainer's weights moved on
     item = Item(QUESTIONS[2], ANSWERS[2], pool)
     student_prompt = run.render(item.question, pool.options)
-    [share] = run.scorer(item, student_prompt, sampler).shares()
+    _, [share] = await run.scorer(item, student_prompt, sampler).trained(COMPLETION, [])
     datum = build_opd_datum(
         student_prompt,
         COMPLETION,

@@ -6,7 +6,9 @@ at a time (`position_chunks`), so no [positions, vocabulary] tensor larger than
 POSITION_BUDGET elements exists, whatever the vocabulary (150k tokens) or the batch. Only
 completion positions (a datum's `weights` 1) are compared; the prompt carries no signal.
 Each teacher reads the completion after its own prompt where it has one (its own chat
-template, a self teacher's context): the same completion positions, shifted.
+template, a self teacher's context): the same completion positions, shifted. A teacher with
+another tokenizer reads the completion as its own tokens (`ByteView`), and the two are
+compared over the text's next byte at each position (`next_byte.py`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from torch import Tensor
 from torch.func import functional_call
 
 from kernel.spec import ObjectiveSpec
+from worker.engine.backends.contract import ByteView
 from worker.engine.backends.local.decoding import pad_batch
 from worker.engine.backends.local.divergences import divergence
 from worker.engine.backends.local.losses import Loss
+from worker.engine.backends.local.next_byte import ByteClasses, student_classes, teacher_classes
 
 POSITION_BUDGET = 2**24
 """Most elements of one [positions, vocabulary] tensor of a chunk (64 MiB in float32)."""
@@ -36,11 +40,13 @@ class Scorer:
     """A causal LM as the objective reads it: hidden states, then logits. A self teacher
     reads the student's own model: with its adapter off (`adapter_off`, peft's
     `disable_adapter`) or with a sampler's saved LoRA weights in place of the live ones
-    (`weights`, named as in the decoder)."""
+    (`weights`, named as in the decoder). One with another tokenizer knows its tokens by
+    the byte each begins with (`classes`)."""
 
     model: torch.nn.Module
     adapter_off: Callable[[], AbstractContextManager[Any]] | None = None
     weights: Mapping[str, Tensor] | None = None
+    classes: ByteClasses | None = None
 
     def hidden(self, ids: Tensor, mask: Tensor, positions: Tensor) -> Tensor:
         decoder = self.model.get_decoder()
@@ -56,12 +62,14 @@ class Scorer:
 
 @dataclass(frozen=True)
 class Reading:
-    """One teacher of a row: its scorer, its weight in the row's mixture, and the tokens
-    it reads before the completion (None: the row's own prompt)."""
+    """One teacher of a row: its scorer, its weight in the row's mixture, the tokens it
+    reads before the completion (None: the row's own prompt) and, with another tokenizer,
+    the completion as it reads it (`view`)."""
 
     scorer: Scorer
     weight: float
     prompt: Sequence[int] | None = None
+    view: ByteView | None = None
 
 
 @dataclass(frozen=True)
@@ -98,18 +106,25 @@ def selected(hidden: Tensor, masks: Sequence[Sequence[bool]]) -> Tensor:
 
 
 def teacher_input(
-    sample: PolicyTrainingSample, mask: Sequence[bool], prompt: Sequence[int] | None
-) -> tuple[list[int], list[bool]]:
-    """What a teacher reads of a row, and where its completion positions are: the row
-    itself, or its own prompt followed by the completion (the row's masked positions are
-    its last ones: the completion's tokens but the last)."""
+    sample: PolicyTrainingSample, mask: Sequence[bool], reading: Reading
+) -> tuple[list[int], list[int]]:
+    """What a teacher reads of a row, and the positions of it that predict the row's
+    completion tokens, in order: the row itself; its own prompt followed by the completion
+    (the row's masked positions are its last ones: the completion's tokens but the last);
+    or, with another tokenizer, its own prompt and tokens, each completion token read where
+    the teacher's token its first byte is in is predicted (`ByteView`; the prompt's last
+    position where the two texts have parted, left out of the objective)."""
     ids = sample.model_input.to_ints()
-    if prompt is None:
-        return ids, list(mask)
+    if reading.prompt is None:
+        return ids, [index for index, on in enumerate(mask) if on]
+    prompt = list(reading.prompt)
+    if reading.view is not None:
+        start = len(prompt) - 1
+        return [*prompt, *reading.view.tokens], [start + max(k, 0) for k in reading.view.positions]
     completion = sum(mask)
     tail = ids[len(ids) - completion + 1 :] if completion else []
     own = [*prompt, *tail]
-    return own, [False] * (len(own) - completion) + [True] * completion
+    return own, list(range(len(own) - completion, len(own)))
 
 
 def check_completion_last(mask: Sequence[bool]) -> None:
@@ -139,14 +154,12 @@ def teacher_hidden(rows: Rows, pad_id: int, device: torch.device) -> list[tuple[
     groups = [(r.scorer, place) for mixed in rows.teachers for place, r in enumerate(mixed)]
     for group in dict.fromkeys(groups):
         mine = [(i, r) for i, mixed in enumerate(rows.teachers) if (r := reading_of(mixed, group))]
-        read = [teacher_input(rows.samples[i], rows.masks[i], r.prompt) for i, r in mine]
+        read = [teacher_input(rows.samples[i], rows.masks[i], r) for i, r in mine]
         ids, mask, positions = pad_batch([ids for ids, _ in read], pad_id, device, left=False)
-        hidden = selected(group[0].hidden(ids, mask, positions), [m for _, m in read])
+        hidden = group[0].hidden(ids, mask, positions)
         laid_out = hidden.new_zeros((starts[-1], hidden.shape[-1]))
-        at = 0
-        for i, _ in mine:
-            laid_out[starts[i] : starts[i + 1]] = hidden[at : at + counts[i]]
-            at += counts[i]
+        for at, ((i, _), (_, where)) in enumerate(zip(mine, read, strict=True)):
+            laid_out[starts[i] : starts[i + 1]] = hidden[at, where]
         out.append((group, laid_out))
     return out
 
@@ -160,12 +173,14 @@ def reading_of(mixed: Sequence[Reading], group: Group) -> Reading | None:
 
 
 def teacher_logprobs(
-    rows: Rows, hidden: list[tuple[Group, Tensor]], span: slice, owners: Tensor
+    rows: Rows, hidden: list[tuple[Group, Tensor]], span: Tensor, owners: Tensor
 ) -> Tensor:
     """log sum_i w_i p_i over the vocabulary at the positions `span`, each from its row's
     teachers (one teacher of weight 1 is its own log-softmax, exactly)."""
     out: Tensor | None = None
     for group, states in hidden:
+        if group[0].classes is not None:
+            continue
         weights = torch.tensor(
             [(r.weight if (r := reading_of(mixed, group)) else 0.0) for mixed in rows.teachers],
             dtype=torch.float32,
@@ -178,6 +193,68 @@ def teacher_logprobs(
     return out
 
 
+@dataclass(frozen=True)
+class Positions:
+    """A chunk of rows' completion positions, row after row: each one's row and place in the
+    row, and its completion token's index in the completion."""
+
+    flat: list[tuple[int, int]]
+    owners: Tensor
+    tokens: list[int]
+
+    @classmethod
+    def of(cls, rows: Rows, device: torch.device) -> Positions:
+        flat, tokens = [], []
+        for row, row_mask in enumerate(rows.masks):
+            index = 0
+            for position, on in enumerate(row_mask):
+                if on:
+                    flat.append((row, position))
+                    tokens.append(index)
+                    index += 1
+        owners = torch.tensor([row for row, _ in flat], dtype=torch.long, device=device)
+        return cls(flat, owners, tokens)
+
+
+@dataclass(frozen=True)
+class ByteSide:
+    """The positions of rows read by a teacher of another tokenizer, by that teacher: what
+    its tokens had written there and whether the two texts still agree (`ByteView`)."""
+
+    group: Group
+    positions: Tensor
+    written: list[bytes]
+    valid: Tensor
+
+
+def byte_sides(
+    rows: Rows, hidden: list[tuple[Group, Tensor]], where: Positions, device: torch.device
+) -> list[ByteSide]:
+    """Each teacher of another tokenizer and the positions it alone reads (a row read so
+    has that teacher only: the spec refuses it in a mixture)."""
+    sides = []
+    for group, _ in hidden:
+        if group[0].classes is None:
+            continue
+        chosen, written, valid = [], [], []
+        for index, ((row, _), token) in enumerate(zip(where.flat, where.tokens, strict=True)):
+            reading = reading_of(rows.teachers[row], group)
+            if reading is None or reading.view is None:
+                continue
+            if len(rows.teachers[row]) > 1:
+                raise ValidationError(
+                    "a teacher with another tokenizer is read over the next byte, alone: "
+                    "not in a mixture of teachers",
+                    code="validation.invalid_teachers",
+                )
+            chosen.append(index)
+            written.append(reading.view.written[token])
+            valid.append(reading.view.positions[token] >= 0)
+        tensor = torch.tensor(chosen, dtype=torch.long, device=device)
+        sides.append(ByteSide(group, tensor, written, torch.tensor(valid, device=device)))
+    return sides
+
+
 def accumulate(
     student: Scorer,
     rows: Rows,
@@ -188,10 +265,13 @@ def accumulate(
     pad_id: int,
     device: torch.device,
     totals: Totals,
+    student_bytes: Callable[[], ByteClasses] | None = None,
 ) -> tuple[list[Tensor], list[Tensor]]:
     """Add the gradient of (coef * objective + the policy loss of the datums' advantages)
     summed over the rows' completion positions and divided by `denominator`; returns each
-    row's target logprobs, the student's and the teacher's ([its length], 0 on the prompt)."""
+    row's target logprobs, the student's and the teacher's ([its length], 0 on the prompt;
+    a teacher of another tokenizer's, of the target's first byte). `student_bytes`: the
+    student's tokens by their first byte, for the rows a teacher of another tokenizer reads."""
     # The teachers first: a self teacher's adapter_off turns the student's own LoRA off
     # for a moment, which must not happen with the student's graph in the making.
     teachers = teacher_hidden(rows, pad_id, device)
@@ -199,13 +279,8 @@ def accumulate(
     ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
     student_states = selected(student.hidden(ids, mask, positions), rows.masks)
     leaf = student_states.detach().requires_grad_()
-    flat = [
-        (row, position)
-        for row, row_mask in enumerate(rows.masks)
-        for position, on in enumerate(row_mask)
-        if on
-    ]
-    owners = torch.tensor([row for row, _ in flat], dtype=torch.long, device=device)
+    where = Positions.of(rows, device)
+    flat = where.flat
 
     def column(values: Sequence[Sequence[float]] | Sequence[Sequence[int]]) -> Tensor:
         return torch.tensor([values[row][position] for row, position in flat], device=device)
@@ -219,12 +294,11 @@ def accumulate(
     vocab = student.model.get_output_embeddings().weight.shape[0]
     picked = torch.zeros(len(flat), device=device)
     teacher_picked = torch.zeros(len(flat), device=device)
-    for span in position_chunks(len(flat), vocab):
-        logprobs = student.logprobs(leaf[span])
-        teacher = teacher_logprobs(rows, teachers, span, owners)
-        value, mass = divergence(logprobs, teacher, objective)
+
+    def train(span: Tensor, value: Tensor, mass: Tensor, logprobs: Tensor) -> None:
+        """The chunk's loss at positions `span` (the student's `logprobs` there) back to
+        the student's hidden states, and its totals."""
         chosen = logprobs.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
-        teacher_picked[span] = teacher.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
         chunk_inputs = {name: tensor[span] for name, tensor in policy_inputs.items()}
         loss = (coef * value + loss_fn(chosen, chunk_inputs, options)).sum()
         (loss / denominator).backward()
@@ -232,6 +306,36 @@ def accumulate(
         totals.loss += loss.item()
         totals.objective += value.detach().sum().item()
         totals.mass += mass.sum().item()
+
+    sides = byte_sides(rows, teachers, where, device) if student_bytes is not None else []
+    across = torch.zeros(len(flat), dtype=torch.bool, device=device)
+    for side in sides:
+        across[side.positions] = True
+    same = torch.nonzero(~across).squeeze(-1)
+    for chunk in position_chunks(len(same), vocab):
+        span = same[chunk]
+        logprobs = student.logprobs(leaf[span])
+        teacher = teacher_logprobs(rows, teachers, span, where.owners)
+        value, mass = divergence(logprobs, teacher, objective)
+        teacher_picked[span] = teacher.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
+        train(span, value, mass, logprobs)
+    for side in sides:
+        assert student_bytes is not None
+        states = dict(teachers)[side.group]
+        for chunk in position_chunks(len(side.positions), vocab):
+            span = side.positions[chunk]
+            logprobs = student.logprobs(leaf[span])
+            scorer = side.group[0]
+            assert scorer.classes is not None
+            with torch.no_grad():
+                theirs, kept = teacher_classes(
+                    scorer.classes, scorer.logprobs(states[span]), side.written[chunk]
+                )
+            ours = student_classes(student_bytes(), logprobs, kept)
+            value, mass = divergence(ours, theirs, objective)
+            first = student_bytes().first.to(device)[targets[span]]
+            teacher_picked[span] = theirs.gather(-1, first.unsqueeze(-1)).squeeze(-1)
+            train(span, value * side.valid[chunk], mass, logprobs)
     totals.positions += len(flat)
     if len(flat):
         student_states.backward(leaf.grad)

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from kernel.spec import ObjectiveSpec
 from kernel.spec.loop import LOSS_OPTIONS
+from worker.engine.backends.byte_level import TokenBytes
 from worker.engine.backends.contract import TeacherShare
 from worker.engine.backends.local.checkpoints import (
     ADAPTER_WEIGHTS,
@@ -60,9 +61,14 @@ from worker.engine.backends.local.distillation import (
 )
 from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
 from worker.engine.backends.local.models import Placement
+from worker.engine.backends.local.next_byte import ByteClasses
 from worker.engine.backends.local.presets import drawing_alone
 from worker.engine.backends.local.runner import SerialRunner
-from worker.engine.backends.local.sampler import AdapterOffSamplingClient, LocalSamplingClient
+from worker.engine.backends.local.sampler import (
+    AdapterOffSamplingClient,
+    LocalSamplingClient,
+    end_of_sequence_ids,
+)
 
 NO_LIMITS = TrainingLimits(max_batch_size=None, max_tokens_per_request=None, max_seq_len=None)
 LORA_ALPHA = 32
@@ -101,6 +107,7 @@ class LocalTrainingClient:
         self.optimizer = torch.optim.AdamW(self.trainable.values())
         self.steps = 0
         self.saved_states: set[str] = set()
+        self.byte_tables: dict[int, ByteClasses] = {}
         # PyTRIO accepts load_state only before the first training operation; so do we.
         self.started = False
 
@@ -153,15 +160,22 @@ class LocalTrainingClient:
                 code="validation.invalid_teachers",
             )
         for mask, mixed in zip(masks, teachers, strict=True):
-            if any(share.prompt is not None for share in mixed):
+            if any(share.prompt is not None and share.view is None for share in mixed):
                 check_completion_last(mask)
+            for share in mixed:
+                if share.view is not None and len(share.view.positions) != sum(mask):
+                    raise ValidationError(
+                        f"a teacher's view of a completion places {len(share.view.positions)} "
+                        f"tokens, and the datum has {sum(mask)} completion positions",
+                        code="validation.invalid_teachers",
+                    )
         scorers = {
-            id(share.client): self.teacher_scorer(share.client)
+            id(share.client): self.teacher_scorer(share.client, share.view is not None)
             for mixed in teachers
             for share in mixed
         }
         rows = [
-            [Reading(scorers[id(s.client)], s.weight, s.prompt) for s in mixed]
+            [Reading(scorers[id(s.client)], s.weight, s.prompt, s.view) for s in mixed]
             for mixed in teachers
         ]
         positions = sum(sum(mask) for mask in masks)
@@ -205,11 +219,11 @@ class LocalTrainingClient:
         self.started = True
         return name, options, samples, plan
 
-    def teacher_scorer(self, client: Any) -> Scorer:
+    def teacher_scorer(self, client: Any, across: bool = False) -> Scorer:
         """A teacher of this backend as the objective reads it: a frozen local model over
-        the student's vocabulary, or this client's own model (a self teacher) with its
-        adapter off (`base_sampling_client_async`) or with the LoRA weights a sampler of
-        it holds."""
+        the student's vocabulary (`across`: over its own, read by the next byte), or this
+        client's own model (a self teacher) with its adapter off
+        (`base_sampling_client_async`) or with the LoRA weights a sampler of it holds."""
         teacher = getattr(client, "inner", client)
         if isinstance(teacher, LocalSamplingClient) and teacher.model is self.model:
             base = self.model.get_base_model()
@@ -222,6 +236,8 @@ class LocalTrainingClient:
                 "create_sampling_client (frozen local models) or by this training client",
                 code="validation.invalid_teachers",
             )
+        if across:
+            return Scorer(teacher.model, classes=self.byte_classes(teacher))
         mine = self.model.get_output_embeddings().weight.shape[0]
         theirs = teacher.model.get_output_embeddings().weight.shape[0]
         if mine != theirs:
@@ -231,6 +247,21 @@ class LocalTrainingClient:
                 code="validation.invalid_teachers",
             )
         return Scorer(teacher.model)
+
+    def byte_classes(self, sampler: LocalSamplingClient | None = None) -> ByteClasses:
+        """A model's tokens by the byte each begins with (`next_byte.py`): a teacher's
+        (`sampler`'s) or, without one, the student's own; each made once."""
+        model, tokenizer = (
+            (self.model, self.tokenizer) if sampler is None else (sampler.model, sampler.tokenizer)
+        )
+        if id(tokenizer) not in self.byte_tables:
+            size = model.get_output_embeddings().weight.shape[0]
+            pieces = TokenBytes(tokenizer)
+            self.byte_tables[id(tokenizer)] = ByteClasses(
+                [pieces.piece(index) for index in range(size)],
+                end_of_sequence_ids(model, tokenizer),
+            )
+        return self.byte_tables[id(tokenizer)]
 
     async def optim_step_async(self, adam_params: AdamParams) -> asyncio.Future[OptimStepResponse]:
         self.started = True
@@ -363,6 +394,7 @@ class LocalTrainingClient:
                 self.tokenizer.pad_token_id,
                 self.placement.device,
                 totals,
+                self.byte_classes,
             )
             outputs.extend(
                 {

@@ -1,0 +1,102 @@
+"""Two tokenizers' next-token distributions as distributions over the text's next byte.
+
+A logit-level objective compares the student's and a teacher's distributions position by
+position, which needs one vocabulary. Across tokenizers both models still predict the same
+text, so both say what its next byte is: each token stands for its first byte (an end of
+sequence for the end, `END`), and a byte's mass is that of the tokens that begin with it.
+Where a student position falls inside one of the teacher's tokens, the teacher has already
+written part of that token (`written`): its tokens that go on from there give the next byte,
+and `written` itself as a whole token says only that the teacher's token ends there, which
+is `REST`, as is every byte no token of the teacher goes on with; the student's mass on
+those bytes (and on its end) goes to `REST` too. Both are exact marginals of the two models'
+own distributions, the teacher's given the text written so far as its tokens read it, so a
+divergence between them is zero only where the student predicts the next byte as the
+teacher does (the token within a byte's class is the student's own choice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+import torch
+from torch import Tensor
+
+END = 256
+REST = 257
+BYTE_CLASSES = 258
+"""The 256 byte values, the end of the sequence, and the rest."""
+FLOOR = 1e-12
+"""The least probability a class is given before its log, so that a class both models give
+no mass adds nothing (instead of 0 * log 0) and one only the student uses costs a bounded
+amount (28 nats a unit of mass)."""
+
+
+class ByteClasses:
+    """A vocabulary by the byte each token begins with (`END` for its ends of sequence,
+    `REST` for one that stands for no bytes), and by what follows a prefix written so far."""
+
+    def __init__(self, pieces: Sequence[bytes], ends: Collection[int]) -> None:
+        self.pieces = list(pieces)
+        self.first = torch.tensor(
+            [END if i in ends else piece[0] if piece else REST for i, piece in enumerate(pieces)]
+        )
+        self.after: dict[bytes, tuple[Tensor, Tensor]] = {}
+
+    def following(self, written: bytes) -> tuple[Tensor, Tensor]:
+        """The tokens that begin with `written` and the class each gives the next byte: the
+        byte after `written`, or `REST` for `written` itself (the token ends there)."""
+        if written not in self.after:
+            size = len(written)
+            pairs = [
+                (index, piece[size] if len(piece) > size else REST)
+                for index, piece in enumerate(self.pieces)
+                if piece.startswith(written)
+            ]
+            ids, classes = zip(*pairs, strict=True) if pairs else ((), ())
+            self.after[written] = (
+                torch.tensor(ids, dtype=torch.long),
+                torch.tensor(classes, dtype=torch.long),
+            )
+        return self.after[written]
+
+    def masses(self, logprobs: Tensor) -> Tensor:
+        """Each position's mass of each class ([n, V] log-probabilities to [n, classes]
+        probabilities), with the gradient of the log-probabilities."""
+        first = self.first.to(logprobs.device)
+        return logprobs.new_zeros((logprobs.shape[0], BYTE_CLASSES)).index_add(
+            1, first, logprobs.exp()
+        )
+
+
+def teacher_classes(
+    classes: ByteClasses, logprobs: Tensor, written: Sequence[bytes]
+) -> tuple[Tensor, Tensor]:
+    """The teacher's next-byte log-probabilities at each position ([n, classes]), given
+    what its token there has written so far, and the classes each position keeps apart
+    (the others are `REST`'s)."""
+    masses = classes.masses(logprobs)
+    kept = torch.ones_like(masses, dtype=torch.bool)
+    for row, prefix in enumerate(written):
+        if not prefix:
+            continue
+        ids, after = classes.following(prefix)
+        mass = logprobs.new_zeros(BYTE_CLASSES).index_add(
+            0, after.to(logprobs.device), logprobs[row, ids.to(logprobs.device)].exp()
+        )
+        masses[row] = mass / mass.sum().clamp_min(FLOOR)
+        kept[row] = False
+        kept[row, after] = True
+        kept[row, REST] = True
+    return masses.clamp_min(FLOOR).log(), kept
+
+
+def student_classes(classes: ByteClasses, logprobs: Tensor, kept: Tensor) -> Tensor:
+    """The student's next-byte log-probabilities at each position ([n, classes]), the
+    classes a position does not keep apart (`kept`, the teacher's) folded into `REST`."""
+    masses = classes.masses(logprobs)
+    folded = masses.masked_fill(kept, 0.0).sum(-1)
+    masses = masses.masked_fill(~kept, 0.0)
+    masses = masses + torch.nn.functional.one_hot(
+        torch.tensor(REST, device=masses.device), BYTE_CLASSES
+    ).to(masses.dtype) * folded.unsqueeze(-1)
+    return masses.clamp_min(FLOOR).log()
