@@ -53,6 +53,27 @@ def test_a_prefix_inside_a_token_gives_the_bytes_that_follow_it_and_the_tokens_e
     assert kept[0].nonzero().flatten().tolist() == [ord("6"), ord("7"), REST]
 
 
+def test_right_after_a_token_others_go_on_from_the_text_may_still_go_on_as_they_do():
+    """After the teacher's `5` (where `56` and `57` are tokens too) its next token was
+    predicted knowing the number had ended; one position earlier it gave `56` and `57`
+    their mass, which the next byte keeps."""
+    classes = ByteClasses(PIECES, ends={5})
+    before = torch.tensor([[0.5, 0.3, 0.2, 1e-9, 1e-9, 1e-9, 1e-9]]).log()
+    now = torch.tensor([[1e-9, 1e-9, 1e-9, 0.9, 1e-9, 0.1, 1e-9]]).log()
+
+    alone, _ = teacher_classes(classes, now, [b""])
+    joined, kept = teacher_classes(classes, now, [b""], before, [b"5"])
+
+    assert_close(alone[0, ord("}")].exp().item(), 0.9, rtol=1e-4)
+    expected = {ord("6"): 0.3, ord("7"): 0.2, ord("}"): 0.45, END: 0.05}
+    for byte, mass in expected.items():
+        assert_close(joined[0, byte].exp().item(), mass, rtol=1e-4)
+    assert bool(kept.all())
+    # After a token nothing goes on from (`}`), the next token says it all.
+    unchanged, _ = teacher_classes(classes, now, [b""], before, [b"}"])
+    assert_close(unchanged, alone)
+
+
 def test_the_students_bytes_a_teachers_token_does_not_go_on_with_are_the_rest():
     student = ByteClasses([b"6", b"7", b"}", b"", b"6x"], ends={3})
     logprobs = torch.tensor([[0.2, 0.1, 0.4, 0.2, 0.1]], requires_grad=True)

@@ -109,18 +109,13 @@ def teacher_input(
     sample: PolicyTrainingSample, mask: Sequence[bool], reading: Reading
 ) -> tuple[list[int], list[int]]:
     """What a teacher reads of a row, and the positions of it that predict the row's
-    completion tokens, in order: the row itself; its own prompt followed by the completion
-    (the row's masked positions are its last ones: the completion's tokens but the last);
-    or, with another tokenizer, its own prompt and tokens, each completion token read where
-    the teacher's token its first byte is in is predicted (`ByteView`; the prompt's last
-    position where the two texts have parted, left out of the objective)."""
+    completion tokens, in order: the row itself, or its own prompt followed by the
+    completion (the row's masked positions are its last ones: the completion's tokens but
+    the last)."""
     ids = sample.model_input.to_ints()
     if reading.prompt is None:
         return ids, [index for index, on in enumerate(mask) if on]
     prompt = list(reading.prompt)
-    if reading.view is not None:
-        start = len(prompt) - 1
-        return [*prompt, *reading.view.tokens], [start + max(k, 0) for k in reading.view.positions]
     completion = sum(mask)
     tail = ids[len(ids) - completion + 1 :] if completion else []
     own = [*prompt, *tail]
@@ -153,6 +148,8 @@ def teacher_hidden(rows: Rows, pad_id: int, device: torch.device) -> list[tuple[
     out: list[tuple[Group, Tensor]] = []
     groups = [(r.scorer, place) for mixed in rows.teachers for place, r in enumerate(mixed)]
     for group in dict.fromkeys(groups):
+        if group[0].classes is not None:  # another tokenizer: read by its `ByteSide`
+            continue
         mine = [(i, r) for i, mixed in enumerate(rows.teachers) if (r := reading_of(mixed, group))]
         read = [teacher_input(rows.samples[i], rows.masks[i], r) for i, r in mine]
         ids, mask, positions = pad_batch([ids for ids, _ in read], pad_id, device, left=False)
@@ -179,8 +176,6 @@ def teacher_logprobs(
     teachers (one teacher of weight 1 is its own log-softmax, exactly)."""
     out: Tensor | None = None
     for group, states in hidden:
-        if group[0].classes is not None:
-            continue
         weights = torch.tensor(
             [(r.weight if (r := reading_of(mixed, group)) else 0.0) for mixed in rows.teachers],
             dtype=torch.float32,
@@ -218,40 +213,75 @@ class Positions:
 
 @dataclass(frozen=True)
 class ByteSide:
-    """The positions of rows read by a teacher of another tokenizer, by that teacher: what
-    its tokens had written there and whether the two texts still agree (`ByteView`)."""
+    """A teacher of another tokenizer and the completion positions of the rows it reads (a
+    row read so has that teacher only: the spec refuses it in a mixture), each with its
+    hidden state where the teacher predicts the token the position's byte is in, what that
+    token had written before it, whether the two texts still agree there, and, right after
+    a teacher token, its hidden state where it predicted that token and its bytes
+    (`next_byte.teacher_classes`)."""
 
-    group: Group
+    scorer: Scorer
     positions: Tensor
+    states: Tensor
     written: list[bytes]
     valid: Tensor
+    before: Tensor
+    ended: list[bytes | None]
 
 
-def byte_sides(
-    rows: Rows, hidden: list[tuple[Group, Tensor]], where: Positions, device: torch.device
-) -> list[ByteSide]:
-    """Each teacher of another tokenizer and the positions it alone reads (a row read so
-    has that teacher only: the spec refuses it in a mixture)."""
+@torch.no_grad()
+def byte_sides(rows: Rows, where: Positions, pad_id: int, device: torch.device) -> list[ByteSide]:
+    """Each teacher of another tokenizer over the positions of the rows it reads: one pass
+    of it over each row's own prompt and tokens (`ByteView`)."""
     sides = []
-    for group, _ in hidden:
-        if group[0].classes is None:
-            continue
-        chosen, written, valid = [], [], []
+    scorers = [r.scorer for mixed in rows.teachers for r in mixed if r.view is not None]
+    for scorer in dict.fromkeys(scorers):
+        assert scorer.classes is not None
+        mine = {
+            row: mixed[0]
+            for row, mixed in enumerate(rows.teachers)
+            if any(r.scorer is scorer for r in mixed)
+        }
+        if any(len(rows.teachers[row]) > 1 for row in mine):
+            raise ValidationError(
+                "a teacher with another tokenizer is read over the next byte, alone: not in "
+                "a mixture of teachers",
+                code="validation.invalid_teachers",
+            )
+        order = list(mine)
+        inputs = [[*(mine[row].prompt or []), *mine[row].view.tokens] for row in order]  # type: ignore[union-attr]
+        ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
+        hidden = scorer.hidden(ids, mask, positions)
+        chosen, at, before, written, valid, ended = [], [], [], [], [], []
         for index, ((row, _), token) in enumerate(zip(where.flat, where.tokens, strict=True)):
-            reading = reading_of(rows.teachers[row], group)
-            if reading is None or reading.view is None:
+            if row not in mine:
                 continue
-            if len(rows.teachers[row]) > 1:
-                raise ValidationError(
-                    "a teacher with another tokenizer is read over the next byte, alone: "
-                    "not in a mixture of teachers",
-                    code="validation.invalid_teachers",
-                )
+            reading = mine[row]
+            view = reading.view
+            assert view is not None
+            start = len(reading.prompt or []) - 1
+            k = view.positions[token]
+            inside = view.written[token]
+            after = k >= 1 and not inside
             chosen.append(index)
-            written.append(reading.view.written[token])
-            valid.append(reading.view.positions[token] >= 0)
-        tensor = torch.tensor(chosen, dtype=torch.long, device=device)
-        sides.append(ByteSide(group, tensor, written, torch.tensor(valid, device=device)))
+            at.append((order.index(row), start + max(k, 0)))
+            before.append((order.index(row), start + k - 1 if after else start))
+            written.append(inside)
+            valid.append(k >= 0)
+            ended.append(scorer.classes.pieces[view.tokens[k - 1]] if after else None)
+        rows_at, columns_at = zip(*at, strict=True) if at else ((), ())
+        rows_before, columns_before = zip(*before, strict=True) if before else ((), ())
+        sides.append(
+            ByteSide(
+                scorer,
+                torch.tensor(chosen, dtype=torch.long, device=device),
+                hidden[list(rows_at), list(columns_at)],
+                written,
+                torch.tensor(valid, device=device),
+                hidden[list(rows_before), list(columns_before)],
+                ended,
+            )
+        )
     return sides
 
 
@@ -275,11 +305,12 @@ def accumulate(
     # The teachers first: a self teacher's adapter_off turns the student's own LoRA off
     # for a moment, which must not happen with the student's graph in the making.
     teachers = teacher_hidden(rows, pad_id, device)
+    where = Positions.of(rows, device)
+    sides = byte_sides(rows, where, pad_id, device) if student_bytes is not None else []
     inputs = [s.model_input.to_ints() for s in rows.samples]
     ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
     student_states = selected(student.hidden(ids, mask, positions), rows.masks)
     leaf = student_states.detach().requires_grad_()
-    where = Positions.of(rows, device)
     flat = where.flat
 
     def column(values: Sequence[Sequence[float]] | Sequence[Sequence[int]]) -> Tensor:
@@ -307,7 +338,6 @@ def accumulate(
         totals.objective += value.detach().sum().item()
         totals.mass += mass.sum().item()
 
-    sides = byte_sides(rows, teachers, where, device) if student_bytes is not None else []
     across = torch.zeros(len(flat), dtype=torch.bool, device=device)
     for side in sides:
         across[side.positions] = True
@@ -320,16 +350,17 @@ def accumulate(
         teacher_picked[span] = teacher.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
         train(span, value, mass, logprobs)
     for side in sides:
-        assert student_bytes is not None
-        states = dict(teachers)[side.group]
+        assert student_bytes is not None and side.scorer.classes is not None
         for chunk in position_chunks(len(side.positions), vocab):
             span = side.positions[chunk]
             logprobs = student.logprobs(leaf[span])
-            scorer = side.group[0]
-            assert scorer.classes is not None
             with torch.no_grad():
                 theirs, kept = teacher_classes(
-                    scorer.classes, scorer.logprobs(states[span]), side.written[chunk]
+                    side.scorer.classes,
+                    side.scorer.logprobs(side.states[chunk]),
+                    side.written[chunk],
+                    side.scorer.logprobs(side.before[chunk]),
+                    side.ended[chunk],
                 )
             ours = student_classes(student_bytes(), logprobs, kept)
             value, mass = divergence(ours, theirs, objective)

@@ -4,14 +4,21 @@ A logit-level objective compares the student's and a teacher's distributions pos
 position, which needs one vocabulary. Across tokenizers both models still predict the same
 text, so both say what its next byte is: each token stands for its first byte (an end of
 sequence for the end, `END`), and a byte's mass is that of the tokens that begin with it.
+
 Where a student position falls inside one of the teacher's tokens, the teacher has already
 written part of that token (`written`): its tokens that go on from there give the next byte,
 and `written` itself as a whole token says only that the teacher's token ends there, which
-is `REST`, as is every byte no token of the teacher goes on with; the student's mass on
-those bytes (and on its end) goes to `REST` too. Both are exact marginals of the two models'
-own distributions, the teacher's given the text written so far as its tokens read it, so a
-divergence between them is zero only where the student predicts the next byte as the
-teacher does (the token within a byte's class is the student's own choice).
+is `REST`, as is every byte no token of the teacher goes on with; the student's mass on those
+bytes (and on its end) goes to `REST` too. Where a student position falls right after a
+teacher token that others go on from (`5`, where `56` is a token too), the teacher predicted
+its next token knowing that the number had ended; what it said one position earlier, that
+the text might go on as `56` does, joins in (`before`): the next byte is `6` with the mass
+of `56`, and with the mass of `5` itself whatever its next token begins with.
+
+The student's side is the exact marginal of its distribution; the teacher's is its
+distribution over the text's next byte as its own tokenization of the text so far reads it.
+A divergence between them is zero where the student predicts the next byte as the teacher
+does; which of its tokens that begin with the byte it writes is the student's own choice.
 """
 
 from __future__ import annotations
@@ -69,25 +76,49 @@ class ByteClasses:
 
 
 def teacher_classes(
-    classes: ByteClasses, logprobs: Tensor, written: Sequence[bytes]
+    classes: ByteClasses,
+    logprobs: Tensor,
+    written: Sequence[bytes],
+    before: Tensor | None = None,
+    ended: Sequence[bytes | None] = (),
 ) -> tuple[Tensor, Tensor]:
     """The teacher's next-byte log-probabilities at each position ([n, classes]), given
     what its token there has written so far, and the classes each position keeps apart
-    (the others are `REST`'s)."""
+    (the others are `REST`'s). `before` ([n, V]) and `ended`: at a position right after
+    one of its tokens (those bytes; None elsewhere), its log-probabilities where it
+    predicted that token, so that the tokens going on from it count too."""
     masses = classes.masses(logprobs)
     kept = torch.ones_like(masses, dtype=torch.bool)
     for row, prefix in enumerate(written):
         if not prefix:
             continue
         ids, after = classes.following(prefix)
-        mass = logprobs.new_zeros(BYTE_CLASSES).index_add(
-            0, after.to(logprobs.device), logprobs[row, ids.to(logprobs.device)].exp()
-        )
-        masses[row] = mass / mass.sum().clamp_min(FLOOR)
+        masses[row] = conditional(logprobs[row], ids, after)
         kept[row] = False
         kept[row, after] = True
         kept[row, REST] = True
+    for row, piece in enumerate(ended):
+        if before is None or not piece:
+            continue
+        ids, after = classes.following(piece)
+        if len(ids) < 2:  # nothing goes on from it: its next token says it all
+            continue
+        shares = before[row, ids.to(before.device)].exp()
+        stays = (shares * (after.to(before.device) == REST)).sum()
+        going = before.new_zeros(BYTE_CLASSES).index_add(0, after.to(before.device), shares)
+        going[REST] = 0.0
+        masses[row] = (stays * masses[row] + going) / (stays + going.sum()).clamp_min(FLOOR)
     return masses.clamp_min(FLOOR).log(), kept
+
+
+def conditional(logprobs: Tensor, ids: Tensor, after: Tensor) -> Tensor:
+    """The next byte's distribution over the tokens `ids` that begin with the bytes
+    written so far (each giving the class `after`), renormalised."""
+    device = logprobs.device
+    mass = logprobs.new_zeros(BYTE_CLASSES).index_add(
+        0, after.to(device), logprobs[ids.to(device)].exp()
+    )
+    return mass / mass.sum().clamp_min(FLOOR)
 
 
 def student_classes(classes: ByteClasses, logprobs: Tensor, kept: Tensor) -> Tensor:
