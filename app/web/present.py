@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
-from kernel.spec.documents import flatten
 from kernel.summary import Change
 
 LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
@@ -79,22 +77,6 @@ def progress(steps_done: int, total_steps: int, status: str) -> float:
 
 def is_finished(status: str) -> bool:
     return status in TERMINAL_STATUSES
-
-
-MISSING = object()
-
-
-def differing_fields(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
-    """The spec fields (dotted paths, in first-seen order) whose values are not all equal,
-    each with every spec's value (None where a spec lacks the field)."""
-    flats = [flatten(spec) for spec in specs]
-    paths = list(dict.fromkeys(path for flat in flats for path in flat))
-    rows = []
-    for path in paths:
-        values = [flat.get(path, MISSING) for flat in flats]
-        if any(value != values[0] for value in values[1:]):
-            rows.append((path, [None if value is MISSING else value for value in values]))
-    return rows
 
 
 KL_SHADES = (0.1, 0.5, 1.0, 2.0)

@@ -5,7 +5,7 @@ named by its field (and, in a file, its line).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,23 @@ def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[path] = value
     return flat
+
+
+MISSING = object()
+
+
+def differing_fields(specs: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """The spec fields (dotted paths, in first-seen order) whose values are not all equal,
+    each with every spec's value (None where a spec lacks the field): what a comparison of
+    jobs shows, on the dashboard and in `opd compare`."""
+    flats = [flatten(spec) for spec in specs]
+    paths = list(dict.fromkeys(path for flat in flats for path in flat))
+    rows = []
+    for path in paths:
+        values = [flat.get(path, MISSING) for flat in flats]
+        if any(value != values[0] for value in values[1:]):
+            rows.append((path, [None if value is MISSING else value for value in values]))
+    return rows
 
 
 def not_a_mapping(data: Any, what: str) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernel.spec import load_spec
-from kernel.spec.documents import flatten
+from kernel.spec.documents import differing_fields
 from kernel.summary import Change, summary_lines
 from opd.cli.common import (
     CommandError,
@@ -257,13 +257,8 @@ def compare_lines(jobs: list[JobPublic]) -> list[str]:
         rows.append((name, [changed(getattr(job.summary, field, None)) for job in jobs]))
     teacher = [job.summary.teacher_accuracy if job.summary else None for job in jobs]
     rows.append(("teacher accuracy", ["-" if t is None else f"{t:.3g}" for t in teacher]))
-    specs = [flatten(job.spec) for job in jobs]
-    differing = sorted(
-        key
-        for key in set().union(*specs)
-        if len({json.dumps(spec.get(key), sort_keys=True) for spec in specs}) > 1
-    )
-    rows += [(key, [shown_value(spec.get(key)) for spec in specs]) for key in differing]
+    differing = differing_fields([job.spec.model_dump(mode="json") for job in jobs])
+    rows += [(path, [shown_value(value) for value in values]) for path, values in differing]
     if not differing:
         rows.append(("spec", ["the same"] * len(jobs)))
     first = max(len(name) for name, _ in rows)

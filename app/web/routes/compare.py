@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query, Request, Response
 
 from app.api.deps import MAX_ID, SessionDep
 from app.jobs.rows import get_jobs
-from app.web import present, reads
+from app.web import reads
 from app.web.charts import MAX_POINTS, REVERSE_KL
 from app.web.deps import ViewerDep
 from app.web.errors import WebError
 from app.web.templating import render
+from kernel.spec.documents import differing_fields
 from kernel.team_view import masked_spec
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -54,7 +55,7 @@ async def compare_page(
         "max_points": MAX_POINTS,
         "metric": metric,
         "metrics": sorted(names) or [REVERSE_KL],
-        "differences": present.differing_fields(
+        "differences": differing_fields(
             [job.spec if viewer.is_admin else masked_spec(job.spec) for job in picked]
         ),
     }

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from app.web.charts import chart_keys, job_charts
-from app.web.present import differing_fields, duration, eta_seconds, number, progress
-from kernel.spec.documents import flatten
+from app.web.present import duration, eta_seconds, number, progress
+from kernel.spec.documents import differing_fields, flatten
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

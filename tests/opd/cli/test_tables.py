@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from app.jobs.schemas import JobError, JobPublic
 from kernel.playground import Completion
+from kernel.spec import JobSpec
 from kernel.summary import Change, JobSummary
 from opd.cli.jobs import compare_lines, job_header, job_line
 from opd.cli.outputs import completion_text
@@ -50,7 +51,7 @@ def job(**fields: object) -> JobPublic:
         sweep_id=None,
         sweep_trial=None,
         stop_reason=None,
-        spec=small_spec(),
+        spec=JobSpec.model_validate(small_spec()),
         created_at=datetime(2026, 12, 2, 9, 30, tzinfo=UTC),
         summary=JobSummary(),
     )
@@ -92,7 +93,7 @@ def test_compare_shows_figures_and_only_the_spec_fields_that_differ() -> None:
         name="fast",
         status="succeeded",
         steps_done=10,
-        spec=small_spec(optim={"learning_rate": 1e-3}),
+        spec=JobSpec.model_validate(small_spec(optim={"learning_rate": 1e-3})),
         summary=JobSummary(eval_accuracy=Change(first=0.01, last=0.56)),
     )
     lines = compare_lines([slow, fast])
