@@ -18,7 +18,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from app.files.errors import FileRefused
 from app.files.names import MAX_FILENAME_CHARS
-from app.files.schemas import FileDetail, FileFormat, FormFileDetail, UploadForm
+from app.files.schemas import DEFAULT_PURPOSE, FileFormat, UploadForm
 from app.files.service import Upload
 from kernel.wording import one_line, problems
 
@@ -247,9 +247,9 @@ class Form:
             idempotency_key=asked.idempotency_key,
         )
 
-    def answer(self, file: FileDetail) -> FormFileDetail:
-        """The file as OpenAI's clients read it, with the purpose the form gave."""
-        return FormFileDetail(**file.model_dump(), purpose=self.fields.get("purpose"))
+    def purpose(self) -> str:
+        """The form's `purpose` (read once the file's bytes were: it may follow them)."""
+        return self.fields.get("purpose", DEFAULT_PURPOSE)
 
 
 async def read_form(content_type: str | None, body: AsyncIterator[bytes]) -> Form:

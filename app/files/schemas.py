@@ -8,9 +8,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.core.pages import Page
+from app.core.pages import ObjectList
 
 FILE_ID_PATTERN = r"^file-[1-9][0-9]{0,9}$"
+FILE_CURSOR_PATTERN = r"^(file-)?[1-9][0-9]{0,9}$"
+"""What a list's `after` takes: a file's id (a page's `last_id`), or its number (the old
+`next_cursor`)."""
+DEFAULT_PURPOSE = "fine-tune"
+"""A file's purpose when its upload named none: what this service's files are for."""
+MAX_PURPOSE_CHARS = 64
 
 
 class FileFormat(StrEnum):
@@ -39,7 +45,11 @@ class FileReport(BaseModel):
 
 
 class FilePublic(BaseModel):
+    """A file, with what OpenAI's File object has, so that OpenAI's clients read it
+    (`created_at` stays ISO 8601)."""
+
     id: str = Field(description="`file-<n>`: what a spec names (`dataset.file`).")
+    object: Literal["file"] = "file"
     filename: str
     format: FileFormat
     bytes: int
@@ -47,6 +57,12 @@ class FilePublic(BaseModel):
     rows: int
     question_field: str
     answer_field: str | None
+    purpose: str = Field(
+        description="OpenAI's upload form's `purpose`, as sent; `fine-tune` when none was."
+    )
+    status: Literal["processed"] = Field(
+        "processed", description="Always `processed`: the file was checked and stored."
+    )
     created_at: datetime
 
 
@@ -54,19 +70,15 @@ class FileDetail(FilePublic):
     report: FileReport
 
 
-class FormFileDetail(FileDetail):
-    """The answer to OpenAI's upload form: the file, with what OpenAI's File object has
-    that this body lacks, so that OpenAI's clients read it (`created_at` stays ISO 8601)."""
+class FilesPage(ObjectList[FilePublic]):
+    """Newest first (`order=asc`: oldest first); while `has_more`, pass `last_id` as
+    `after` for the next page."""
 
-    object: Literal["file"] = "file"
-    purpose: str | None = Field(description="The form's `purpose`, as sent; not kept.")
-    status: Literal["processed"] = Field(
-        "processed", description="Always `processed`: the file was checked and stored."
+    next_cursor: int | None = Field(
+        None,
+        description="Deprecated, goes in the next release: the last file's number when more "
+        "follow (`after` takes it, as it takes `last_id`).",
     )
-
-
-class FilesPage(Page[FilePublic]):
-    pass
 
 
 class UploadForm(BaseModel):
@@ -78,9 +90,10 @@ class UploadForm(BaseModel):
     purpose: str | None = Field(
         None,
         min_length=1,
-        max_length=64,
+        max_length=MAX_PURPOSE_CHARS,
         description="What OpenAI's clients send (`fine-tune`, `assistants`, `batch`, ...): "
-        "accepted and answered back, not kept.",
+        "kept and answered back (`fine-tune` when none is sent); `GET /v1/files?purpose=` "
+        "lists a purpose's files.",
     )
     format: FileFormat | None = Field(None, description="Default: from the file name.")
     field: str | None = Field(None, min_length=1, max_length=200)
@@ -108,5 +121,5 @@ def public_id(file_id: int) -> str:
 
 
 def row_id(public: str) -> int:
-    """`file-12` -> 12 (the pattern FILE_ID_PATTERN was checked already)."""
+    """`file-12` (or `12`) -> 12 (FILE_ID_PATTERN or FILE_CURSOR_PATTERN was checked)."""
     return int(public.removeprefix("file-"))

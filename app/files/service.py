@@ -402,5 +402,6 @@ def public_fields(row: UploadedFile) -> dict[str, Any]:
         "rows": row.rows,
         "question_field": row.question_field,
         "answer_field": row.answer_field,
+        "purpose": row.purpose,
         "created_at": row.created_at,
     }

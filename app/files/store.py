@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.db import detach
@@ -23,18 +23,38 @@ async def get_file(session: AsyncSession, file_id: int, team_id: int | None) -> 
 
 
 async def list_files(
-    session: AsyncSession, team_id: int | None, after: int | None, limit: int
-) -> tuple[list[UploadedFile], int | None]:
-    """A page of files, newest first, and the cursor of the next page (None: the last)."""
-    query = select(UploadedFile).order_by(UploadedFile.id.desc()).limit(limit + 1)
+    session: AsyncSession,
+    team_id: int | None,
+    after: int | None,
+    limit: int,
+    *,
+    oldest_first: bool = False,
+    purpose: str | None = None,
+) -> list[UploadedFile]:
+    """Up to `limit + 1` files after the file `after`, newest first (or oldest): the extra
+    one says that more follow. `purpose`: only the files uploaded for it."""
+    order = UploadedFile.id.asc() if oldest_first else UploadedFile.id.desc()
+    query = select(UploadedFile).order_by(order).limit(limit + 1)
     if team_id is not None:
         query = query.where(UploadedFile.team_id == team_id)
     if after is not None:
-        query = query.where(UploadedFile.id < after)
-    rows = [detach(session, row) for row in (await session.execute(query)).scalars()]
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, (rows[-1].id if more and rows else None)
+        query = query.where(UploadedFile.id > after if oldest_first else UploadedFile.id < after)
+    if purpose is not None:
+        query = query.where(UploadedFile.purpose == purpose)
+    return [detach(session, row) for row in (await session.execute(query)).scalars()]
+
+
+async def keep_purpose(session: AsyncSession, row: UploadedFile, purpose: str) -> UploadedFile:
+    """The file just uploaded, with the purpose its form gave (known once its bytes were
+    read: a form may send it after the file)."""
+    if row.purpose == purpose:
+        return row
+    await session.execute(
+        update(UploadedFile).where(UploadedFile.id == row.id).values(purpose=purpose)
+    )
+    await session.commit()
+    row.purpose = purpose  # detached: nothing more is written
+    return row
 
 
 async def team_bytes(session: AsyncSession, team_id: int) -> int:

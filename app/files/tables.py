@@ -9,6 +9,7 @@ from sqlalchemy import JSON, BigInteger, Index, String, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 from app.core.tables import timestamp
+from app.files.schemas import DEFAULT_PURPOSE, MAX_PURPOSE_CHARS
 
 
 class UploadedFile(SQLModel, table=True):
@@ -30,6 +31,8 @@ class UploadedFile(SQLModel, table=True):
     answer_field: str | None = Field(default=None, sa_type=String(200))
     report: dict[str, Any] = Field(sa_type=JSON)
     """The FileReport of the upload."""
+    purpose: str = Field(default=DEFAULT_PURPOSE, sa_type=String(MAX_PURPOSE_CHARS))
+    """OpenAI's upload form's `purpose`, as sent."""
     idempotency_key: str | None = Field(default=None, sa_type=String(255))
     request_hash: str | None = Field(default=None, sa_type=String(64))
     """Of the upload that made it (its parameters and its bytes' sha256): a retry with the

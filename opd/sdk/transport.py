@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel
 
-from app.core.pages import Page
+from app.core.pages import ObjectList, Page
 from kernel.retry import Backoff
 from opd.sdk.errors import APIConnectionError, OPDError, api_error, seconds
 
@@ -51,7 +51,7 @@ class Call:
     sent: Callable[[int], None] | None = None
     """Told the bytes of `upload` sent so far in this attempt (a progress bar)."""
 
-    def after(self, cursor: int) -> Call:
+    def after(self, cursor: int | str) -> Call:
         return replace(self, params={**(self.params or {}), "after": cursor})
 
     def prepared(self) -> Call:
@@ -96,11 +96,11 @@ class Listing:
     """The first page's call of a list operation, and the page type of its answers."""
 
     call: Call
-    page: type[Page[Any]]
+    page: type[Page[Any] | ObjectList[Any]]
     bind: Any = None
     """Applied to each item (e.g. to give a job its client)."""
 
-    def items(self, page: Page[Any]) -> list[Any]:
+    def items(self, page: Page[Any] | ObjectList[Any]) -> list[Any]:
         return [self.bind(item) for item in page.data] if self.bind else page.data
 
 
@@ -288,9 +288,9 @@ class SyncTransport:
         while True:
             page = self.send(call).model(listing.page)
             yield from listing.items(page)
-            if page.next_cursor is None:
+            if (cursor := page.cursor()) is None:
                 return
-            call = call.after(page.next_cursor)
+            call = call.after(cursor)
 
 
 class AsyncTransport:
@@ -345,6 +345,6 @@ class AsyncTransport:
             page = (await self.send(call)).model(listing.page)
             for item in listing.items(page):
                 yield item
-            if page.next_cursor is None:
+            if (cursor := page.cursor()) is None:
                 return
-            call = call.after(page.next_cursor)
+            call = call.after(cursor)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.openai.names import ModelName
+from app.core.pages import ObjectList
 from kernel.json_types import JsonModel
 from kernel.playground import (
     MAX_MESSAGES,
@@ -209,15 +210,8 @@ class Model(BaseModel):
     owned_by: str = Field(description="The team whose job it is.")
 
 
-class ModelList(BaseModel):
-    """One page of models, in OpenAI's list shape with its cursor fields: pass `last_id` as
-    `after` for the next page while `has_more`."""
-
-    object: Literal["list"] = "list"
-    data: list[Model]
-    first_id: str | None = Field(None, description="The first model's id on this page.")
-    last_id: str | None = Field(None, description="The last model's id on this page.")
-    has_more: bool = Field(False, description="More models follow this page.")
+class ModelList(ObjectList[Model]):
+    """One page of models: while `has_more`, pass `last_id` as `after` for the next."""
 
 
 def token_logprobs(completion: Completion) -> ChoiceLogprobs:

@@ -10,16 +10,18 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse, StreamingResponse
 
-from app.api.deps import Cursor, PrincipalDep, SessionDep, SettingsDep, SpoolsDep, StorageDep
+from app.api.deps import PrincipalDep, SessionDep, SettingsDep, SpoolsDep, StorageDep
 from app.api.errors import ApiError, error_responses
+from app.core.pages import Order
 from app.files.form import is_form, read_form
 from app.files.names import MAX_FILENAME_CHARS, content_disposition
 from app.files.schemas import (
+    FILE_CURSOR_PATTERN,
     FILE_ID_PATTERN,
+    MAX_PURPOSE_CHARS,
     FileDetail,
     FileFormat,
     FilesPage,
-    FormFileDetail,
     form_schema,
     public_id,
     row_id,
@@ -33,7 +35,7 @@ from app.files.service import (
     public,
     upload_file,
 )
-from app.files.store import get_file, list_files
+from app.files.store import get_file, keep_purpose, list_files
 from app.files.tables import UploadedFile
 from app.jobs.uploads import remove_file
 from kernel.storage.blobs import BlobMissing
@@ -64,10 +66,8 @@ def declared_length(request: Request) -> int | None:
 @router.post(
     "",
     status_code=201,
-    response_model=FileDetail | FormFileDetail,
-    responses={
-        200: {"model": FileDetail | FormFileDetail, "description": "The team had these bytes."}
-    }
+    response_model=FileDetail,
+    responses={200: {"model": FileDetail, "description": "The team had these bytes."}}
     | error_responses(400, 403, 413, 429),
     openapi_extra={
         "requestBody": {
@@ -100,11 +100,11 @@ async def upload(
     field: Column = None,
     answer_field: Column = None,
     idempotency_key: UploadKey = None,
-) -> FileDetail | FormFileDetail:
+) -> FileDetail:
     """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), or as
     OpenAI's upload form (`multipart/form-data`: `file`, `purpose`, and `format`, `field`,
     `answer_field` before the file or as query parameters; what `client.files.create`
-    sends, answered with OpenAI's `object`, `purpose` and `status` too), up to
+    sends; its `purpose` is kept, `fine-tune` when none is sent), up to
     OPD_MAX_UPLOAD_BYTES and within the team's OPD_TEAM_MAX_FILE_BYTES. It must parse and
     hold a text column of questions (`field`, else guessed: question, prompt, problem, ...)
     with at least one non-empty question; `answer_field` (else guessed: answer,
@@ -124,7 +124,9 @@ async def upload(
     row, created = await upload_file(session, principal, storage, settings, upload_, chunks, spools)
     if not created:
         response.status_code = 200
-    return detail(row) if form is None else form.answer(detail(row))
+    elif form is not None:
+        row = await keep_purpose(session, row, form.purpose())
+    return detail(row)
 
 
 def raw_upload(asked: Upload, request: Request) -> Upload:
@@ -143,12 +145,34 @@ def raw_upload(asked: Upload, request: Request) -> Upload:
 async def get_files(
     session: SessionDep,
     principal: PrincipalDep,
-    after: Cursor = None,
+    after: Annotated[
+        str | None,
+        Query(
+            pattern=FILE_CURSOR_PATTERN,
+            description="List the files after this one: a page's `last_id` (or the old "
+            "`next_cursor`).",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    order: Annotated[Order, Query(description="By creation time: `desc` newest first.")] = (
+        Order.desc
+    ),
+    purpose: Annotated[
+        str | None,
+        Query(min_length=1, max_length=MAX_PURPOSE_CHARS, description="Only this purpose's."),
+    ] = None,
 ) -> FilesPage:
-    """The team's files (every team's for an admin key), newest first."""
-    rows, cursor = await list_files(session, principal.scope, after, limit)
-    return FilesPage(data=[public(row) for row in rows], next_cursor=cursor)
+    """The team's files (every team's for an admin key), newest first, in OpenAI's list
+    shape: while `has_more`, pass `last_id` as `after` (what the `openai` package's
+    `client.files.list()` does as it pages)."""
+    start = None if after is None else row_id(after)
+    rows = await list_files(
+        session, principal.scope, start, limit, oldest_first=order is Order.asc, purpose=purpose
+    )
+    page = FilesPage.of([public(row) for row in rows], limit, lambda file: file.id)
+    if page.has_more:
+        page.next_cursor = row_id(page.data[-1].id)
+    return page
 
 
 @router.get("/{file_id}", response_model=FileDetail, responses=error_responses(404))

@@ -195,14 +195,9 @@ async def list_models(
         Model(
             id=str(name), created=int(weights.created_at.timestamp()), owned_by=teams[name.job_id]
         )
-        for name, weights in named[:limit]
+        for name, weights in named
     ]
-    return ModelList(
-        data=models,
-        first_id=models[0].id if models else None,
-        last_id=models[-1].id if models else None,
-        has_more=len(named) > limit,
-    )
+    return ModelList.of(models, limit, lambda model: model.id)
 
 
 @router.get(

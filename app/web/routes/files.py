@@ -35,8 +35,8 @@ Column = Annotated[str | None, Query(min_length=1, max_length=200)]
 @router.get("/files")
 async def files_page(request: Request, session: SessionDep, viewer: ViewerDep) -> Response:
     """The team's files (every team's for an admin), newest first, and an upload form."""
-    rows, _ = await list_files(session, viewer.scope, None, LISTED)
-    context = {"viewer": viewer, "files": [public(row) for row in rows]}
+    rows = await list_files(session, viewer.scope, None, LISTED)
+    context = {"viewer": viewer, "files": [public(row) for row in rows[:LISTED]]}
     return render(request, "files.html", context)
 
 

@@ -87,7 +87,7 @@ async def test_the_openai_package_uploads_a_dataset_that_a_job_then_names(
     assert (content.status_code, content.content) == (200, data)
     raw_again = await upload(client, key, data, filename="again.jsonl")
     assert (raw_again.status_code, raw_again.json()["id"]) == (200, uploaded.id)
-    assert "purpose" not in raw_again.json()  # a raw body's answer keeps its shape
+    assert raw_again.json()["purpose"] == "fine-tune"  # the file's, as the form gave it
 
     spec = small_spec(dataset={"source": "file", "file": uploaded.id})
     job = await client.post("/v1/jobs", json=spec, headers=auth(key))
@@ -104,6 +104,45 @@ async def test_the_openai_package_uploads_a_dataset_that_a_job_then_names(
     )
 
 
+async def test_the_openai_package_lists_pages_and_retrieves_files_as_openais(
+    openai_client, client, key, make_key
+):
+    """`client.files.list()` pages with `after=<the last id>` while `has_more` (it got a 422
+    before the list had OpenAI's shape), `order` and `purpose` filter as OpenAI's do, and
+    `files.retrieve` reads the file's purpose and status."""
+    purposes = ["fine-tune", "batch", "fine-tune", "user_data", "fine-tune"]
+    made = [
+        await openai_client.files.create(file=(f"t{n}.jsonl", unique_jsonl()), purpose=purpose)
+        for n, purpose in enumerate(purposes)
+    ]
+    other = await make_key()
+    await upload(client, other, unique_jsonl(), filename="theirs.jsonl")
+    newest_first = [file.id for file in reversed(made)]
+
+    first = await openai_client.files.list(limit=2)
+    assert [file.id for file in first.data] == newest_first[:2] and first.has_more
+    assert [file.id async for file in openai_client.files.list(limit=2)] == newest_first
+    oldest = [file.id async for file in openai_client.files.list(limit=2, order="asc")]
+    assert oldest == newest_first[::-1]
+    fine_tune = [file.id async for file in openai_client.files.list(purpose="fine-tune")]
+    assert fine_tune == [made[4].id, made[2].id, made[0].id]
+
+    page = (await client.get("/v1/files", params={"limit": 2}, headers=auth(key))).json()
+    assert (page["object"], page["has_more"]) == ("list", True)
+    assert (page["first_id"], page["last_id"]) == tuple(newest_first[:2])
+    last = await client.get(
+        "/v1/files", params={"limit": 2, "after": newest_first[3]}, headers=auth(key)
+    )
+    assert [file["id"] for file in last.json()["data"]] == newest_first[4:]
+    assert last.json()["has_more"] is False and last.json()["last_id"] == newest_first[4]
+    bad = await client.get("/v1/files", params={"after": "file-x"}, headers=auth(key))
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "after"
+
+    batch = await openai_client.files.retrieve(made[1].id)
+    assert (batch.object, batch.purpose, batch.status) == ("file", "batch", "processed")
+    assert (batch.filename, batch.bytes) == ("t1.jsonl", made[1].bytes)
+
+
 async def test_form_fields_and_query_parameters_say_how_to_read_the_file(client, key):
     csv = b"prompt,ref\nWhat is 3 + 3?,6\nWhat is 4 + 4?,8\n"
     body = form_of(("format", None, b"csv"), ("field", None, b"prompt"), the_file(csv, "sums.txt"))
@@ -115,7 +154,7 @@ async def test_form_fields_and_query_parameters_say_how_to_read_the_file(client,
         "prompt",
         "ref",
     )
-    assert (file["filename"], file["purpose"]) == ("sums.txt", None)
+    assert (file["filename"], file["purpose"]) == ("sums.txt", "fine-tune")  # none sent
 
     named = form_of(the_file(unique_jsonl(), "upload"), ("purpose", None, b"batch"))
     answer = await send_form(client, key, named, params={"filename": "named.jsonl"})
@@ -261,5 +300,4 @@ def test_the_openapi_document_describes_both_bodies(tmp_path: Path):
     assert form["properties"]["file"] == form["properties"]["file"] | {"format": "binary"}
     assert set(form["properties"]) == {"file", "purpose", "format", "field", "answer_field"}
     answers = document["paths"]["/v1/files"]["post"]["responses"]["201"]["content"]
-    shapes = answers["application/json"]["schema"]["anyOf"]
-    assert {shape["$ref"].rsplit("/", 1)[1] for shape in shapes} == {"FileDetail", "FormFileDetail"}
+    assert answers["application/json"]["schema"]["$ref"].endswith("/FileDetail")
