@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from collections.abc import AsyncIterator, Sequence
+from difflib import get_close_matches
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -16,8 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.api.caching import cache_headers, not_modified
 from app.api.curve_params import FromStep, KeysParam, ToStep, parse_keys
 from app.api.deps import JobDep, SessionDep
-from app.api.errors import error_responses
+from app.api.errors import ApiError, error_responses
 from app.curves.store import metric_names, step_texts
+from app.jobs.schemas import TERMINAL_STATUSES
+from app.jobs.tables import Job
+from kernel.wording import did_you_mean
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["metrics"], responses=error_responses(401, 404, 422, 503)
@@ -94,6 +98,17 @@ async def jsonl_text(
         yield "".join(jsonl_line(step, text, keys) for step, text in page)
 
 
+def unknown_metric(job: Job, name: str, recorded: Sequence[str]) -> str:
+    """Why a name is refused: the names closest to it, and every name the job recorded."""
+    close = did_you_mean(get_close_matches(name, recorded, 3, 0.5))
+    if not recorded:
+        return f"job {job.id} has recorded no metrics yet, so none named `{name}`"
+    when = "" if job.status in TERMINAL_STATUSES else " (yet)"
+    return f"job {job.id} recorded no metric `{name}`{when}{close or '.'} Its metrics: " + (
+        ", ".join(recorded)
+    )
+
+
 @router.get(
     "/{job_id}/metrics/export",
     response_class=StreamingResponse,
@@ -119,14 +134,18 @@ async def export_metrics(
     to_step: ToStep = None,
 ) -> Response:
     """Every step of every (or each chosen) metric, streamed; steps that have none of the
-    chosen metrics are left out."""
+    chosen metrics are left out. A name the job never recorded is a 422 `unknown_metric`
+    that lists the names it did."""
     names = parse_keys(keys)
     headers = cache_headers(request, [job], export_format, names, from_step, to_step)
     if unchanged := not_modified(request, headers):
         return unchanged
+    recorded = await metric_names(session, job.id)
+    if names is not None and (unknown := [name for name in names if name not in recorded]):
+        raise ApiError(422, "unknown_metric", unknown_metric(job, unknown[0], recorded), "keys")
     columns = names
     if columns is None and export_format is ExportFormat.csv:
-        columns = tuple(await metric_names(session, job.id))
+        columns = tuple(recorded)
     await session.close()  # hand the connection back: each page takes its own
     rows = pages(request.app.state.sessions, job.id, from_step, to_step)
     if export_format is ExportFormat.csv:

@@ -74,6 +74,25 @@ async def test_chosen_metrics_and_steps(client, key, job_id):
     assert [json.loads(line)["step"] for line in lines.splitlines()] == [3, 6, 9]
 
 
+async def test_a_metric_the_job_never_recorded_is_refused_with_the_names_it_did(
+    client, key, job_id, submit
+):
+    url = f"/v1/jobs/{job_id}/metrics/export"
+    bogus = await client.get(url, params={"keys": "bogus_metric"}, headers=auth(key))
+    assert bogus.status_code == 422, bogus.text
+    error = bogus.json()["error"]
+    assert (error["code"], error["param"]) == ("unknown_metric", "keys")
+    assert error["message"].endswith("Its metrics: data/datums, eval/accuracy, opd/reverse_kl_mean")
+    assert "(yet)" in error["message"], "the job is still running"
+    short = await client.get(url, params={"keys": "reverse_kl"}, headers=auth(key))
+    assert "did you mean `opd/reverse_kl_mean`?" in short.json()["error"]["message"]
+    fresh = await submit()
+    none = await client.get(
+        f"/v1/jobs/{fresh['id']}/metrics/export", params={"keys": "x"}, headers=auth(key)
+    )
+    assert "has recorded no metrics yet" in none.json()["error"]["message"]
+
+
 async def test_a_job_without_steps_exports_a_header(client, key, submit):
     job = await submit()
     response = await client.get(f"/v1/jobs/{job['id']}/metrics/export", headers=auth(key))
