@@ -9,6 +9,8 @@ import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+import httpx
+
 from opd.sdk import Client, PermissionDenied
 
 if TYPE_CHECKING:
@@ -39,6 +41,49 @@ def api_options() -> argparse.ArgumentParser:
 
 def client(args: argparse.Namespace) -> Client:
     return Client(args.url, args.key)
+
+
+PROBE_SECONDS = 2.0
+"""How long an admin command waits for `opd serve`'s service to answer before it writes
+straight in the database instead."""
+
+
+def admin_api(args: argparse.Namespace) -> Client | None:
+    """The service's API, when an admin command (`opd keys`, `opd teams`) goes over HTTP:
+    an address or a key was given (--url, --key, OPD_URL, OPD_API_KEY: an admin key is
+    needed), or `opd serve` wrote its local admin key here and its service answers. None:
+    the command writes straight in the service's database (the first key of a new
+    service, a service that is not running), which needs the `server` extra."""
+    if args.url or args.key or os.environ.get("OPD_URL") or os.environ.get("OPD_API_KEY"):
+        return client(args)
+    from opd.sdk.client import local_key_path  # start-up time: only for admin commands
+
+    try:
+        local = local_key_path(settings().home)
+    except ModuleNotFoundError:  # the bare install: no service of its own here
+        return None
+    if not local.is_file():
+        return None
+    api = client(args)
+    try:
+        api.http.get("/healthz", timeout=PROBE_SECONDS).raise_for_status()
+    except httpx.HTTPError:
+        api.close()
+        return None
+    return api
+
+
+def in_database(what: str) -> None:
+    """Before an admin command writes straight in the database: CommandError (one line
+    that says both ways) where the database layer is not installed."""
+    try:
+        import sqlalchemy  # noqa: F401
+    except ModuleNotFoundError:
+        raise CommandError(
+            f"{what} goes to the service over HTTP with an admin key: give --url URL and "
+            "--key KEY (or set OPD_URL and OPD_API_KEY). Straight in the service's database "
+            "(on its machine) it needs the server extra: pip install 'opd-service[server]'"
+        ) from None
 
 
 def key_hint(args: argparse.Namespace) -> str:

@@ -1,5 +1,6 @@
-"""`opd keys create | list | revoke`: the teams' API keys, straight in the database (no API
-key is needed to make the first one).
+"""`opd keys create | list | revoke`: the teams' API keys, over HTTP with an admin key
+(`--url`/`--key`, OPD_URL/OPD_API_KEY, or `opd serve`'s local key while its service runs),
+else straight in the service's database (no API key is needed to make the first one).
 
 The database layer is imported inside the command, to keep the other commands' start-up fast.
 """
@@ -9,21 +10,82 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opd.cli.common import CommandError, duration, settings
+from app.auth.schemas import KeyPublic, Scope
+from opd.cli.common import CommandError, admin_api, api_options, duration, in_database, settings
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
+    from opd.sdk import Client
 
 
 def keys_command(args: argparse.Namespace) -> int:
+    api = admin_api(args)
+    if api is not None:
+        with api:
+            return http_keys(args, api)
+    in_database("opd keys")
+    return database_keys(args)
+
+
+def scope_of(args: argparse.Namespace) -> Scope:
+    return Scope.admin if args.admin else Scope(args.scope)
+
+
+def whole_days(expires: timedelta | None) -> int | None:
+    """`--expires` as the API takes it: whole days."""
+    if expires is None:
+        return None
+    days, rest = divmod(expires, timedelta(days=1))
+    if rest or not days:
+        raise CommandError(
+            "over HTTP a key expires after whole days: give --expires in days or weeks (e.g. 1d)"
+        )
+    return days
+
+
+def http_keys(args: argparse.Namespace, api: Client) -> int:
+    if args.keys_action == "create":
+        new = api.keys.create(
+            args.team, scope=scope_of(args), expires_in_days=whole_days(args.expires)
+        )
+        print(new.key)
+        print(created_note(new, f"by the service at {api.http.base_url}"), file=sys.stderr)
+    elif args.keys_action == "list":
+        print("\n".join(key_lines(api.keys.list(), datetime.now(UTC))))
+    else:
+        api.keys.revoke(args.prefix)
+    return 0
+
+
+def created_note(new: KeyPublic, where: str) -> str:
+    until = f", expires {new.expires_at:%Y-%m-%d %H:%M} UTC" if new.expires_at else ""
+    return (
+        f"Key for team {new.team!r} (scope {new.scope.value}{until}) made {where}; it is "
+        "shown only this once."
+    )
+
+
+def key_lines(keys: Iterable[KeyPublic], now: datetime) -> list[str]:
+    lines = []
+    for key in keys:
+        state = "revoked" if key.revoked_at else "active"
+        if key.expires_at is not None and not key.revoked_at:
+            state = "expired" if key.expires_at <= now else "active"
+            state += f" (until {key.expires_at:%Y-%m-%d %H:%M} UTC)"
+        lines.append(f"{key.prefix}  team={key.team}  scope={key.scope.value}  {state}")
+    return lines or ["no keys (opd keys create --team NAME)"]
+
+
+def database_keys(args: argparse.Namespace) -> int:
     # start-up time: the database layer
     import app.tables  # noqa: F401  (every table in the metadata before a flush)
     from app.audit.store import record_audit
     from app.auth.keys import create_key, list_keys, revoke_key
-    from app.auth.schemas import Scope
     from app.core.db import migrate, standalone_session
     from app.core.tables import utcnow
 
@@ -33,7 +95,7 @@ def keys_command(args: argparse.Namespace) -> int:
     async def act() -> int:
         async with standalone_session(url) as session:
             if args.keys_action == "create":
-                scope = Scope.admin if args.admin else Scope(args.scope)
+                scope = scope_of(args)
                 expires = utcnow() + args.expires if args.expires else None
                 new = await create_key(
                     session, args.team, scope=scope, expires_at=expires, commit=False
@@ -42,24 +104,33 @@ def keys_command(args: argparse.Namespace) -> int:
                 detail = {"team": args.team, "scope": scope.value}
                 await record_audit(session, None, "key.create", target, 201, detail)
                 print(new.key)
-                until = f", expires {expires:%Y-%m-%d %H:%M} UTC" if expires else ""
+                made = KeyPublic(
+                    prefix=new.api_key.prefix,
+                    team=args.team,
+                    scope=scope,
+                    created_at=new.api_key.created_at,
+                    expires_at=expires,
+                    revoked_at=None,
+                )
                 print(
-                    f"Key for team {args.team!r} (scope {scope.value}{until}) in the database "
-                    f"{shown_url(url)}; it is shown only this once. A service reading another "
-                    "database (OPD_HOME, OPD_DATABASE_URL) refuses it.",
+                    created_note(made, f"in the database {shown_url(url)}")
+                    + " A service reading another database (OPD_HOME, OPD_DATABASE_URL) "
+                    "refuses it.",
                     file=sys.stderr,
                 )
             elif args.keys_action == "list":
-                now = utcnow()
-                keys = await list_keys(session)
-                if not keys:
-                    print("no keys (opd keys create --team NAME)")
-                for key, team in keys:
-                    state = "revoked" if key.revoked_at else "active"
-                    if key.expires_at is not None and not key.revoked_at:
-                        state = "expired" if key.expires_at <= now else "active"
-                        state += f" (until {key.expires_at:%Y-%m-%d %H:%M} UTC)"
-                    print(f"{key.prefix}  team={team.name}  scope={key.scope}  {state}")
+                keys = [
+                    KeyPublic(
+                        prefix=key.prefix,
+                        team=team.name,
+                        scope=Scope(key.scope),
+                        created_at=key.created_at,
+                        expires_at=key.expires_at,
+                        revoked_at=key.revoked_at,
+                    )
+                    for key, team in await list_keys(session)
+                ]
+                print("\n".join(key_lines(keys, utcnow())))
             elif await revoke_key(session, args.prefix, commit=False):
                 await record_audit(session, None, "key.revoke", f"key {args.prefix}", 204)
             else:
@@ -80,11 +151,22 @@ def shown_url(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+ADMIN_HELP = (
+    "Over HTTP with an admin key when --url/--key (or OPD_URL/OPD_API_KEY) is given, or "
+    "when `opd serve`'s service runs here (its local key); else straight in the service's "
+    "database (OPD_HOME, OPD_DATABASE_URL), which makes a new service's first key."
+)
+"""How every admin command (`opd keys`, `opd teams`) reaches the service."""
+
+
 def add_parsers(commands: Commands) -> None:
-    keys = commands.add_parser("keys", help="API keys of teams")
+    http = api_options()
+    keys = commands.add_parser("keys", help="API keys of teams", description=ADMIN_HELP)
     key_actions = keys.add_subparsers(dest="keys_action", required=True, metavar="ACTION")
-    create = key_actions.add_parser("create", help="make a key (printed once)")
-    create.add_argument("--team", required=True)
+    create = key_actions.add_parser(
+        "create", parents=[http], help="make a key (printed once)", description=ADMIN_HELP
+    )
+    create.add_argument("--team", required=True, help="the team's name (made if new)")
     create.add_argument(
         "--scope",
         choices=["read", "submit", "admin"],
@@ -96,7 +178,11 @@ def add_parsers(commands: Commands) -> None:
     create.add_argument(
         "--expires", type=duration, metavar="90d", help="the key stops working then"
     )
-    key_actions.add_parser("list", help="list keys (prefixes only)")
-    revoke = key_actions.add_parser("revoke", help="revoke a key by its prefix")
-    revoke.add_argument("prefix")
+    key_actions.add_parser(
+        "list", parents=[http], help="list keys (prefixes only)", description=ADMIN_HELP
+    )
+    revoke = key_actions.add_parser(
+        "revoke", parents=[http], help="revoke a key by its prefix", description=ADMIN_HELP
+    )
+    revoke.add_argument("prefix", help="the key's prefix, as `opd keys list` shows it")
     keys.set_defaults(handler=keys_command)

@@ -76,3 +76,37 @@ def test_without_its_audit_row_an_operators_change_is_undone(tmp_path):
         teams = db.execute("SELECT name, max_running FROM teams").fetchall()
         keys = db.execute("SELECT prefix, revoked_at FROM api_keys").fetchall()
     assert (teams, keys) == ([("alpha", None)], [(prefix, None)])
+
+
+async def test_a_budget_raised_in_the_database_says_its_paused_jobs_resume(tmp_path):
+    """Without a Redis of its own the command cannot send what it resumed: it says the
+    workers' requeuer will (it used to say the jobs 'stay queued: no Redis is configured'
+    while they had resumed); and a cost budget refused for want of prices here says that
+    the service's own are used over HTTP."""
+    key = opd_keys("create", "--team", "alpha", home=tmp_path).stdout.strip()
+    settings = Settings(
+        home=tmp_path, database_url=f"sqlite:///{tmp_path / 'keys.db'}", migrate_on_start=False
+    )
+    async with serve(settings) as client:
+        job = await client.post(
+            "/v1/jobs", json=small_spec(), headers={"Authorization": f"Bearer {key}"}
+        )
+    job_id = job.json()["id"]
+    with closing(sqlite3.connect(tmp_path / "keys.db")) as db, db:
+        db.execute(
+            "UPDATE jobs SET status = 'paused', stop_reason = 'budget' WHERE id = ?", (job_id,)
+        )
+
+    raised = run_opd("teams", "budget", "alpha", "--tokens", "100000", home=tmp_path)
+    in_cost = run_opd("teams", "budget", "alpha", "--cost", "0.05", home=tmp_path)
+
+    assert raised.returncode == 0, raised.stderr
+    assert "team alpha: 0 tokens of 100,000 tokens this month" in raised.stdout
+    assert f"Resumed jobs [{job_id}]: queued" in raised.stderr
+    assert "stay queued" not in raised.stderr
+    with closing(sqlite3.connect(tmp_path / "keys.db")) as db:
+        assert db.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone() == (
+            "queued",
+        )
+    assert in_cost.returncode == 1
+    assert "this shell has no OPD_PRICES; the service's own are used over HTTP" in in_cost.stderr
