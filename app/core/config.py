@@ -94,7 +94,13 @@ class Settings(BaseSettings):
         "smollm2-135m-instruct, or an operator's file) converted into Hugging Face folders, "
         "one per file's sha256; default <home>/cache/models."
     )
-    worker_concurrency: int = Field(1, ge=1, le=1024, description="Jobs one worker runs at once.")
+    worker_concurrency: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Jobs one worker runs at once (`opd serve`'s worker: one a CPU core, 2 "
+        "to 4, unless this is set).",
+    )
     heartbeat_interval: float = Field(5.0, gt=0, description="Seconds between heartbeats.")
     heartbeat_timeout: float = Field(
         60.0, gt=0, description="Seconds without a heartbeat after which a job is orphaned."

@@ -66,6 +66,27 @@ class JobError(BaseModel):
     message: str
 
 
+class QueuePlace(BaseModel):
+    """Where a queued job stands: its place in the order fair dispatch starts the queued
+    jobs (as if none ended and none were submitted), what runs now and the worker slots."""
+
+    position: int | None = Field(
+        description="1: the next to start; null: behind more queued jobs than one read takes."
+    )
+    ahead: int = Field(description="Queued jobs that start before it.")
+    ahead_in_team: int = Field(description="Of them, its own team's.")
+    running: int = Field(description="Jobs running on the service now.")
+    running_in_team: int = Field(description="Of them, its own team's.")
+    slots: int | None = Field(
+        description="Jobs the live workers can run at once (OPD_WORKER_CONCURRENCY each); "
+        "null: no worker was seen lately."
+    )
+    held_by_team_limit: bool = Field(
+        description="Its team runs as many jobs as it may (`max_running`): it starts when one "
+        "of them ends."
+    )
+
+
 class JobPublic(BaseModel):
     """A job as the API shows it."""
 
@@ -89,7 +110,14 @@ class JobPublic(BaseModel):
     final_weights_path: str | None = Field(description="The trained weights, once succeeded.")
     last_state_path: str | None = Field(description="The saved state a resume continues from.")
     last_state_step: int | None = Field(description="Steps done when that state was saved.")
-    queue_reason: str | None = Field(description="Why a queued job is still waiting, if known.")
+    queue_reason: str | None = Field(
+        description="Why a queued job is still waiting (always said while it is queued)."
+    )
+    queue: QueuePlace | None = Field(
+        None,
+        description="While it is queued: its place in the queue, the jobs ahead of it "
+        "and the worker slots.",
+    )
     priority: int = Field(description="Orders the job among its own team's queued jobs only.")
     mlflow_run_id: str | None = Field(
         None, description="The MLflow run it is mirrored into (trackers.mlflow), once opened."

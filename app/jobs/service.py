@@ -4,7 +4,9 @@ job sent to the queue. Each door maps the refusals to its own answer."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,10 +16,14 @@ from app.auth.keys import Principal
 from app.core.config import Settings
 from app.core.idempotency import Idempotency
 from app.core.queue import JobQueue
+from app.core.tables import utcnow
 from app.jobs.admission import admit
 from app.jobs.dispatch import enqueue_job
 from app.jobs.limits import Limits, QueueFull
+from app.jobs.places import waiting_reason
+from app.jobs.schemas import JobPublic, JobStatus, QueuePlace
 from app.jobs.store import ActionResult, create_job
+from app.jobs.workers import read_board
 from kernel.spec import JobSpec
 
 
@@ -61,3 +67,37 @@ async def submit_spec(
         await record_audit(session, principal, "job.create", target, door.status_code, door.detail)
         await enqueue_job(session, queue, result.job.id)
     return result
+
+
+def live_window(settings: Settings) -> timedelta:
+    """How recently a worker must have noted itself to count: it does on every requeue
+    pass (OPD_SWEEP_INTERVAL), and a pass may wait on the database."""
+    return timedelta(seconds=max(settings.heartbeat_timeout, 2 * settings.sweep_interval))
+
+
+async def queue_places(
+    session: AsyncSession, jobs: Sequence[tuple[int, int]], settings: Settings
+) -> dict[int, QueuePlace]:
+    """Where each queued job of (job id, team id) pairs stands: one read of the queue for
+    them all, none without a queued job."""
+    if not jobs:
+        return {}
+    board = await read_board(session, Limits.of(settings), utcnow() - live_window(settings))
+    return {job_id: board.place(job_id, team_id) for job_id, team_id in jobs}
+
+
+def queue_reason(stored: str | None, place: QueuePlace | None) -> str | None:
+    """Why a queued job waits: what was written on it (Redis away, its team's running
+    limit), else what its place says."""
+    return stored or (None if place is None else waiting_reason(place))
+
+
+async def show_places(
+    session: AsyncSession, bodies: Sequence[JobPublic], settings: Settings
+) -> None:
+    """Say on each queued job of `bodies` where it stands and why it waits."""
+    waiting = [body for body in bodies if body.status == JobStatus.queued]
+    places = await queue_places(session, [(body.id, body.team_id) for body in waiting], settings)
+    for body in waiting:
+        body.queue = places[body.id]
+        body.queue_reason = queue_reason(body.queue_reason, body.queue)

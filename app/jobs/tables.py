@@ -90,6 +90,20 @@ class Job(SQLModel, table=True):
         )
 
 
+class Worker(SQLModel, table=True):
+    """A worker process that runs jobs, and the slots it has: each worker notes itself as
+    it starts and on every requeue pass, and leaves as it stops, so that a queued job can
+    say how many slots the service has (app/jobs/places.py)."""
+
+    __tablename__ = "workers"
+
+    id: str = Field(primary_key=True, sa_type=String(200))
+    """Its `worker_id` (host:pid), as jobs name it."""
+    slots: int
+    """Jobs it runs at once (OPD_WORKER_CONCURRENCY)."""
+    seen_at: datetime = timestamp()
+
+
 class Event(SQLModel, table=True):
     __tablename__ = "events"
     __table_args__ = (Index("ix_events_job_id_id", "job_id", "id"),)

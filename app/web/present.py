@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from app.budgets.rules import BUDGET_STOP
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
 from kernel.summary import Change
 
@@ -73,6 +74,18 @@ def progress(steps_done: int, total_steps: int, status: str) -> float:
     if status == JobStatus.succeeded:
         return 1.0
     return min(steps_done / total_steps, 1.0) if total_steps > 0 else 0.0
+
+
+def paused_reason(status: str, stop_reason: str | None) -> str | None:
+    """Why a paused job waits, and what resumes it."""
+    if status != JobStatus.paused:
+        return None
+    if stop_reason == BUDGET_STOP:
+        return (
+            "Its team's budget for this period is spent: it resumes by itself when the "
+            "budget is raised or the period turns (Resume now pauses it again)"
+        )
+    return "Paused on request: Resume continues from its last saved state"
 
 
 def is_finished(status: str) -> bool:

@@ -43,6 +43,14 @@ def client(args: argparse.Namespace) -> Client:
     return Client(args.url, args.key)
 
 
+ADMIN_HELP = (
+    "Over HTTP with an admin key when --url/--key (or OPD_URL/OPD_API_KEY) is given, or "
+    "when `opd serve`'s service runs here (its local key); else straight in the service's "
+    "database (OPD_HOME, OPD_DATABASE_URL), which makes a new service's first key."
+)
+"""How every admin command (`opd keys`, `opd teams`) reaches the service."""
+
+
 PROBE_SECONDS = 2.0
 """How long an admin command waits for `opd serve`'s service to answer before it writes
 straight in the database instead."""

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.auth.schemas import KeyPublic, Scope
-from opd.cli.common import CommandError, admin_api, api_options, duration, in_database, settings
+from opd.cli.common import (
+    ADMIN_HELP,
+    CommandError,
+    admin_api,
+    api_options,
+    duration,
+    in_database,
+    settings,
+)
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -149,14 +157,6 @@ def shown_url(url: str) -> str:
     if parsed.drivername.startswith("sqlite") and parsed.database:
         return str(Path(parsed.database).resolve())
     return parsed.render_as_string(hide_password=True)
-
-
-ADMIN_HELP = (
-    "Over HTTP with an admin key when --url/--key (or OPD_URL/OPD_API_KEY) is given, or "
-    "when `opd serve`'s service runs here (its local key); else straight in the service's "
-    "database (OPD_HOME, OPD_DATABASE_URL), which makes a new service's first key."
-)
-"""How every admin command (`opd keys`, `opd teams`) reaches the service."""
 
 
 def add_parsers(commands: Commands) -> None:

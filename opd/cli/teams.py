@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from app.budgets.schemas import BudgetPublic
 from app.teams.schemas import TeamPublic
-from opd.cli.common import CommandError, admin_api, api_options, in_database, settings
-from opd.cli.keys import ADMIN_HELP
+from opd.cli.common import (
+    ADMIN_HELP,
+    CommandError,
+    admin_api,
+    api_options,
+    in_database,
+    settings,
+)
 from opd.sdk import NotFound
 
 if TYPE_CHECKING:

@@ -164,6 +164,7 @@ def test_opd_serve_demo_runs_the_demo_job_to_success(tmp_path: Path):
     assert "The demo is over and the service has stopped" in done.stdout
     assert "Start it again with `opd serve`" in done.stdout
     assert f"Dashboard: http://127.0.0.1:{port}/ui/" in done.stdout
+    assert re.search(r"^One worker runs [234] jobs at once", done.stdout, re.M), done.stdout
     assert "held-out accuracy by step: 0: " in done.stdout
     assert re.search(
         r"^held-out accuracy: student \d+% -> \d+% \(teacher \d+%\) in \d+ s$", done.stdout, re.M

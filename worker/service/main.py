@@ -32,6 +32,7 @@ from app.core.queue import TASK_NAME, JobQueue
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.store import release_unrun
+from app.jobs.workers import forget_worker, note_worker
 from worker.service.quick import quick_worker
 from worker.service.requeuer import requeue_lost
 from worker.service.sweep_controller import ControllerThread
@@ -59,12 +60,14 @@ class OPDWorker(Worker):
 
 
 async def requeue_forever(ctx: WorkerContext) -> None:
-    """Every sweep interval: resume what a team's budget paused wherever the team may spend
+    """Every sweep interval: note this worker and its slots (what a queued job says it
+    waits for), resume what a team's budget paused wherever the team may spend
     again (the period turned, or its budget was raised while no API process could send
     them), then re-enqueue what the database says should run but no worker holds."""
     while True:
         try:
             async with ctx.sessions() as session:
+                await note_worker(session, ctx.worker_id, ctx.settings.worker_concurrency, utcnow())
                 prices = PriceTable(ctx.settings.prices)
                 for job_id in await resume_spending(session, ctx.queue, prices, utcnow()):
                     log.info("resumed job %s: its team's budget allows it again", job_id)
@@ -147,6 +150,9 @@ async def serve_worker(settings: Settings) -> None:
             await worker.async_run()
     finally:
         requeuer.cancel()
+        with contextlib.suppress(Exception):  # the database may be away: the row then ages out
+            async with ctx.sessions() as session:
+                await forget_worker(session, ctx.worker_id)
         await asyncio.to_thread(controller.stop)
         answering.cancel()
         await quick.close()

@@ -38,7 +38,7 @@ from app.jobs.filters import JobFilter
 from app.jobs.limits import QueueFull
 from app.jobs.rows import get_job
 from app.jobs.schemas import JobAction, JobPublic, JobsPage, JobStatus
-from app.jobs.service import API, submit_spec
+from app.jobs.service import API, show_places, submit_spec
 from app.jobs.store import ActionResult, apply_action
 from app.jobs.tables import Job
 from app.jobs.visibility import team_job
@@ -133,8 +133,10 @@ class Submitter:
             ) from None
         if not result.changed:
             self.response.status_code = 200
-            return job_body(result.job, self.prices, self.principal)
-        return job_body(await get_job(self.session, result.job.id), self.prices, self.principal)
+        job = result.job if not result.changed else await get_job(self.session, result.job.id)
+        body = job_body(job, self.prices, self.principal)
+        await show_places(self.session, [body], self.settings)
+        return body
 
 
 def get_submitter(
@@ -198,6 +200,7 @@ async def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
     prices: PricesDep,
+    settings: SettingsDep,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
     name: Annotated[
         str, Query(max_length=200, description="Any part of the name, ignoring case.")
@@ -215,7 +218,8 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
 ) -> JobsPage:
     """The caller's jobs (every team's for an admin key), newest first, filtered as the
-    dashboard's table filters them."""
+    dashboard's table filters them; a queued job says where it stands (`queue`) and why it
+    waits (`queue_reason`)."""
     pairs = (pair.partition("=") for pair in (metadata.split(",") if metadata else []))
     labels = tuple((key, value) for key, _, value in pairs)
     chosen = JobFilter(status=status, name=name.strip(), sweep=sweep, metadata=labels)
@@ -226,6 +230,7 @@ async def list_jobs(
         query = query.where(Job.id < after)
     page = await paginate(session, query, limit, JobsPage)
     page.data = [shown(priced(body, prices), principal) for body in page.data]
+    await show_places(session, page.data, settings)
     return page
 
 
@@ -236,12 +241,16 @@ async def read_job(
     principal: PrincipalDep,
     snapshots: SnapshotsDep,
     prices: PricesDep,
+    settings: SettingsDep,
 ) -> Response:
-    """The job. Many dashboards polling one job share one database read per
-    OPD_JOB_CACHE_SECONDS in each API process."""
+    """The job; while it is queued, where it stands (`queue`: its position, the jobs ahead
+    of it, what runs and the worker slots) and why it waits (`queue_reason`). Many
+    dashboards polling one job share one database read per OPD_JOB_CACHE_SECONDS in each
+    API process."""
     snapshot = snapshots.get(job_id)
     if snapshot is None:
         body = priced(JobPublic.model_validate(await get_job(session, job_id)), prices)
+        await show_places(session, [body], settings)
         snapshot = JobSnapshot(
             team_id=body.team_id,
             body=body.model_dump_json().encode(),
@@ -307,6 +316,7 @@ async def resume_job(
     snapshots: SnapshotsDep,
     queue: QueueDep,
     prices: PricesDep,
+    settings: SettingsDep,
 ) -> JobPublic:
     """A paused job is queued again and continues from its last saved state; a `pausing` job
     simply keeps running. Resuming a queued or running job is a no-op."""
@@ -315,4 +325,6 @@ async def resume_job(
         return job_body(result.job, prices, principal)
     await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
-    return job_body(await get_job(session, job_id), prices, principal)
+    body = job_body(await get_job(session, job_id), prices, principal)
+    await show_places(session, [body], settings)
+    return body

@@ -8,16 +8,18 @@ import yaml
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import RedirectResponse
 
-from app.api.deps import JobId, PricesDep, QueueDep, SessionDep, SnapshotsDep
+from app.api.deps import JobId, PricesDep, QueueDep, SessionDep, SettingsDep, SnapshotsDep
 from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.auth.schemas import Scope
 from app.budgets.estimates import estimate_of_job, used_by
+from app.core.config import Settings
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
 from app.jobs.errors import IllegalTransition
 from app.jobs.rows import get_job
 from app.jobs.schemas import EventPublic, JobAction, JobStatus
+from app.jobs.service import queue_places, queue_reason
 from app.jobs.store import apply_action
 from app.jobs.tables import Event, Job
 from app.jobs.transitions import plan_action
@@ -49,12 +51,20 @@ def parse_status(status: str) -> JobStatus | None:
         raise WebError(400, f"Unknown status {status!r}.") from error
 
 
-def table_rows(jobs: list[Job]) -> list[dict[str, Any]]:
-    """What each row of the jobs table shows."""
+async def table_rows(
+    session: SessionDep, jobs: list[Job], settings: Settings
+) -> list[dict[str, Any]]:
+    """What each row of the jobs table shows (a queued job: its place, and why it waits)."""
     now = utcnow()
+    waiting = [(job.id, job.team_id) for job in jobs if job.status == JobStatus.queued]
+    places = await queue_places(session, waiting, settings)
     return [
         {
             "job": job,
+            "place": places.get(job.id),
+            "waiting": queue_reason(job.queue_reason, places.get(job.id))
+            if job.id in places
+            else None,
             "reverse_kl": present.last_value(job.summary.reverse_kl),
             "eval_accuracy": present.last_value(job.summary.eval_accuracy),
             "progress": present.progress(job.steps_done, job.total_steps, job.status),
@@ -71,6 +81,7 @@ async def jobs_page(
     session: SessionDep,
     viewer: ViewerDep,
     prices: PricesDep,
+    settings: SettingsDep,
     status: Annotated[str, Query(max_length=20)] = "",
     q: Annotated[str, Query(max_length=200)] = "",
     page: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1,
@@ -84,7 +95,7 @@ async def jobs_page(
     pages = max(1, -(-total // PAGE_SIZE))
     context = {
         "viewer": viewer,
-        "rows": table_rows(jobs),
+        "rows": await table_rows(session, jobs, settings),
         "statuses": list(JobStatus),
         "status": status,
         "q": q,
@@ -101,12 +112,13 @@ async def job_rows(
     request: Request,
     session: SessionDep,
     viewer: ViewerDep,
+    settings: SettingsDep,
     ids: Annotated[str, Query(max_length=2000, pattern=r"^\d{1,10}(,\d{1,10})*$")],
 ) -> Response:
     """Fresh rows for the jobs table's live rows (the page asks every few seconds)."""
     wanted = sorted({int(part) for part in ids.split(",")})[:MAX_ROWS]
     jobs = await reads.jobs_by_id(session, viewer.scope, wanted)
-    return render(request, "rows.html", {"rows": table_rows(jobs)})
+    return render(request, "rows.html", {"rows": await table_rows(session, jobs, settings)})
 
 
 def allowed_actions(status: str) -> list[JobAction]:
@@ -134,11 +146,17 @@ def seen_text(viewer: Principal, text: str | None) -> str | None:
 
 @router.get("/jobs/{job_id}")
 async def job_page(
-    request: Request, job_id: JobId, session: SessionDep, viewer: ViewerDep, prices: PricesDep
+    request: Request,
+    job_id: JobId,
+    session: SessionDep,
+    viewer: ViewerDep,
+    prices: PricesDep,
+    settings: SettingsDep,
 ) -> Response:
-    """Status, progress and ETA, live charts, events, checkpoints, its estimate beside
-    what it used, spec and actions."""
+    """Status, progress and ETA, why it waits (queued or paused), live charts, events,
+    checkpoints, its estimate beside what it used, spec and actions."""
     job = await get_job(session, job_id, viewer.scope)
+    rows = await table_rows(session, [job], settings)
     recent = await reads.recent_steps(session, job.id, RECENT_STEPS)
     names = await reads.first_metric_names(session, job.id)
     latest = recent[-1][2] if recent else {}
@@ -147,6 +165,7 @@ async def job_page(
     context = {
         "viewer": viewer,
         "job": job,
+        "waiting": rows[0]["waiting"] or present.paused_reason(job.status, job.stop_reason),
         "progress": present.progress(job.steps_done, job.total_steps, job.status),
         "eta": present.eta_seconds([(s, at) for s, at, _ in recent], job.total_steps, job.status),
         "elapsed": present.elapsed(job.started_at, job.finished_at, now),

@@ -21,7 +21,7 @@ async def test_submit_stores_and_queues_the_job(client, key, redis: Redis, queue
     assert job["total_steps"] == 3
     assert job["spec"]["dataset"]["prompts"] == ["What is 1 + 1?"]
     assert job["spec"]["optim"]["learning_rate"] == 4e-5, "defaults are filled in"
-    assert job["queue_reason"] is None
+    assert job["queue_reason"] and job["queue"]["position"] >= 1, "a queued job says why"
     assert await redis.zcard(queue_name) == 1
 
     read = await client.get(f"/v1/jobs/{job['id']}", headers=auth(key))

@@ -1,0 +1,31 @@
+"""Workers note themselves and their slots, so that a queued job says how many slots the
+service has while it waits.
+
+Revision ID: 0017
+Revises: 0016
+Create Date: 2026-12-03
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0017"
+down_revision: str | None = "0016"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "workers",
+        sa.Column("id", sa.String(200), nullable=False),
+        sa.Column("slots", sa.Integer(), nullable=False),
+        sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("workers")
