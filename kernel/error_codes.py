@@ -27,6 +27,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "No such job, file, sweep, checkpoint, key or webhook in the caller's team (another "
         "team's is not found either).",
     ),
+    "unknown_metric": (
+        REQUEST,
+        "A metric name the job never recorded (`opd metrics --keys`, the export's `keys`): the "
+        "message names the closest and lists every one it did.",
+    ),
     "method_not_allowed": (REQUEST, "The route does not take this HTTP method."),
     "conflict": (
         REQUEST,
