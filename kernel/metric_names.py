@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
+REVERSE_KL = "opd/reverse_kl_mean"
+"""The curve OPD drives down: what progress bars and charts show first."""
 STEP_PHASES = ("sampler_refresh", "sample", "teacher", "rollout_wait", "train", "save")
 """Where a step's time goes: its `time/<phase>` metrics, in the order they are listed (the
 eval's, `time/eval`, is recorded with the eval)."""

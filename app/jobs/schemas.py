@@ -3,11 +3,12 @@ events."""
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.core.pages import Page
+from kernel.progress import JobProgress
 from kernel.spec import JobSpec
 from kernel.summary import JobSummary
 
@@ -131,10 +132,23 @@ class JobPublic(BaseModel):
         "`budget`: its team's budget paused it, and it resumes by itself when the budget "
         "is raised or the period turns.",
     )
+    progress: JobProgress | None = Field(
+        None,
+        description="While it runs: what it does now (a step, or a held-out eval and how many "
+        "of its prompts are answered) and the time left, evals included; as its last "
+        "heartbeat said it.",
+    )
     summary: JobSummary = Field(
         description="Reverse KL first and last; held-out eval accuracy and KL before and "
         "after; the teacher's baseline (each present once recorded)."
     )
+
+    @model_validator(mode="after")
+    def _progress_while_running(self) -> Self:
+        """A job that no longer runs does nothing now, whatever its last heartbeat said."""
+        if self.status not in ACTIVE_STATUSES:
+            self.progress = None
+        return self
 
 
 class JobsPage(Page[JobPublic]):

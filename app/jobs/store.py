@@ -35,6 +35,7 @@ from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, EventLevel, Job
 from app.jobs.tables import Job
 from app.jobs.transitions import RELEASED, Plan, plan_action, plan_claim, plan_complete, plan_stop
 from app.jobs.webhook_events import add_transition_deliveries
+from kernel.progress import JobProgress
 from kernel.spec import JobSpec
 
 CAS_ATTEMPTS = 5
@@ -254,12 +255,16 @@ async def claim_next(
     return None
 
 
-async def heartbeat(session: AsyncSession, job_id: int, worker_id: str) -> JobAction | None:
-    """Mark the job alive; returns the action the API requested (cancel/pause) or None."""
+async def heartbeat(
+    session: AsyncSession, job_id: int, worker_id: str, progress: JobProgress | None = None
+) -> JobAction | None:
+    """Mark the job alive, with what it does now; returns the action the API requested
+    (cancel/pause) or None."""
+    now = None if progress is None else progress.model_dump(mode="json")
     result = await session.execute(
         update(Job)
         .where(*held(job_id, worker_id))
-        .values(heartbeat_at=utcnow())
+        .values(heartbeat_at=utcnow(), progress=now)
         .returning(Job.requested_action)
     )
     row = result.one_or_none()

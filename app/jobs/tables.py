@@ -67,6 +67,8 @@ class Job(SQLModel, table=True):
     """The job is trial `sweep_trial` of sweep `sweep_id` (unique per sweep)."""
     stop_reason: str | None = Field(default=None, sa_type=String(32))
     """Why the job was cancelled, when a machine decided it (`early_stopped`)."""
+    progress: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    """What the running job does now (kernel/progress.py), written with its heartbeat."""
     mlflow_run_id: str | None = Field(default=None, sa_type=String(64))
     """The MLflow run the job is mirrored into (trackers.mlflow), once a worker opened it."""
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-REVERSE_KL = "opd/reverse_kl_mean"
+from kernel.metric_names import REVERSE_KL
+
 REVERSE_KL_STD = "opd/reverse_kl_std"
 LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
 TOKENS_PER_SECOND = "data/completion_tokens_per_second"

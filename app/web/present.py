@@ -6,30 +6,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from app.budgets.rules import BUDGET_STOP
 from app.jobs.schemas import ACTIVE_STATUSES, TERMINAL_STATUSES, JobStatus
+from kernel.progress import JobProgress
 from kernel.summary import Change
 
 LIVE_STATUSES = ACTIVE_STATUSES | {JobStatus.queued}
 """Rows in these statuses change by themselves, so the jobs table refreshes them."""
-
-
-def duration(seconds: float | None) -> str:
-    """`42s`, `3m 05s`, `2h 07m`, `3d 4h`; an empty string for unknown."""
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return ""
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h"
 
 
 def number(value: float | None, missing: str = "–") -> str:
@@ -55,18 +40,11 @@ def elapsed(started: datetime | None, finished: datetime | None, now: datetime) 
     return ((finished or now) - started).total_seconds()
 
 
-def eta_seconds(
-    recent: Sequence[tuple[int, datetime]], total_steps: int, status: str
-) -> float | None:
-    """Seconds left at the pace of the recent steps (`(step, recorded_at)`, oldest first);
-    None when the job is not running or there is no pace to go by."""
-    if status not in ACTIVE_STATUSES or len(recent) < 2:
+def now_doing(status: str, progress: dict[str, Any] | None) -> JobProgress | None:
+    """What a running job does now and its time left, as its last heartbeat said."""
+    if status not in ACTIVE_STATUSES or progress is None:
         return None
-    (first_step, first_at), (last_step, last_at) = recent[0], recent[-1]
-    if last_step <= first_step:
-        return None
-    per_step = (last_at - first_at).total_seconds() / (last_step - first_step)
-    return max(total_steps - last_step - 1, 0) * per_step
+    return JobProgress.model_validate(progress)
 
 
 def progress(steps_done: int, total_steps: int, status: str) -> float:

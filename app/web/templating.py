@@ -13,6 +13,7 @@ from starlette.templating import Jinja2Templates
 
 from app.web import present
 from app.web.security import csrf_token, remember_nonce
+from kernel.progress import duration
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(
@@ -23,7 +24,7 @@ templates = Jinja2Templates(
     )
 )
 templates.env.filters.update(
-    duration=present.duration,
+    duration=duration,
     number=present.number,
     when=present.when,
 )

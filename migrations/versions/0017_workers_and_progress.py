@@ -1,5 +1,6 @@
 """Workers note themselves and their slots, so that a queued job says how many slots the
-service has while it waits.
+service has while it waits; a running job's heartbeat carries what it does now (a step, a
+held-out eval prompt by prompt) and the time left.
 
 Revision ID: 0017
 Revises: 0016
@@ -25,7 +26,11 @@ def upgrade() -> None:
         sa.Column("seen_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_workers")),
     )
+    with op.batch_alter_table("jobs") as jobs:
+        jobs.add_column(sa.Column("progress", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as jobs:
+        jobs.drop_column("progress")
     op.drop_table("workers")

@@ -12,6 +12,7 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kernel.progress import duration
 from kernel.spec import load_spec
 from kernel.spec.documents import differing_fields
 from kernel.summary import Change, summary_lines
@@ -149,7 +150,10 @@ def status_command(args: argparse.Namespace) -> int:
     for line in summary_lines(job.summary):
         print(line)
     if job.queue_reason:
-        print(f"queue_reason: {job.queue_reason}")
+        print(f"waiting: {job.queue_reason}")
+    if job.progress:
+        left = duration(job.progress.eta_seconds)
+        print(f"now: {job.progress.line()}" + (f", about {left} left" if left else ""))
     if job.final_weights_path:
         print(f"weights: {weights_hint(job)}")
     return 0
@@ -306,7 +310,7 @@ def list_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="only jobs whose spec has this metadata label (repeatable)",
     )
-    parser.add_argument("--limit", type=count, default=20)
+    parser.add_argument("--limit", type=count, default=20, help="how many (default 20)")
     parser.set_defaults(handler=list_command)
 
 
@@ -345,31 +349,35 @@ def add_parsers(commands: Commands) -> None:
     samples = commands.add_parser(
         "samples", parents=[http], help="rollouts a job kept, tokens shaded by reverse KL"
     )
-    samples.add_argument("job", type=int)
+    samples.add_argument("job", type=int, help="the job's id")
     samples.add_argument("--step", type=int, help="only this step's rollouts")
     samples.add_argument("--limit", type=count, default=4, help="how many (default 4)")
     samples.set_defaults(handler=samples_command)
 
     events = commands.add_parser("events", parents=[http], help="a job's timeline, oldest first")
-    events.add_argument("job", type=int)
+    events.add_argument("job", type=int, help="the job's id")
     events.add_argument("--limit", type=count, default=200, help="how many (default 200)")
     events.set_defaults(handler=events_command)
 
     checkpoints = commands.add_parser(
         "checkpoints", parents=[http], help="a job's saved states and weights"
     )
-    checkpoints.add_argument("job", type=int)
-    checkpoints.add_argument("--kind", choices=["state", "sampler", "final"])
+    checkpoints.add_argument("job", type=int, help="the job's id")
+    checkpoints.add_argument(
+        "--kind", choices=["state", "sampler", "final"], help="only this kind (default: all)"
+    )
     checkpoints.set_defaults(handler=checkpoints_command)
 
     metrics = commands.add_parser(
         "metrics", parents=[http], help="every step a job recorded, as CSV or JSON Lines"
     )
-    metrics.add_argument("job", type=int)
-    metrics.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    metrics.add_argument("job", type=int, help="the job's id")
+    metrics.add_argument(
+        "--format", choices=["csv", "jsonl"], default="csv", help="csv (default) or JSON Lines"
+    )
     metrics.add_argument("--keys", help="comma-separated metric names (default: all)")
-    metrics.add_argument("--from-step", type=int)
-    metrics.add_argument("--to-step", type=int)
+    metrics.add_argument("--from-step", type=int, help="the first step (default: 0)")
+    metrics.add_argument("--to-step", type=int, help="the last step (default: the latest)")
     metrics.add_argument("-o", "--output", help="write to this file (default: stdout)")
     metrics.set_defaults(handler=metrics_command)
 
@@ -380,7 +388,7 @@ def add_action_parsers(commands: Commands) -> None:
     compare = commands.add_parser(
         "compare", parents=[http], help="2-8 jobs side by side: figures and spec differences"
     )
-    compare.add_argument("jobs", type=int, nargs="+", metavar="JOB")
+    compare.add_argument("jobs", type=int, nargs="+", metavar="JOB", help="2 to 8 job ids")
     compare.set_defaults(handler=compare_command)
     for name, handler, text in (
         ("status", status_command, "a job's status and reverse KL"),
@@ -390,5 +398,5 @@ def add_action_parsers(commands: Commands) -> None:
         ("resume", action_command, "resume a paused job"),
     ):
         command = commands.add_parser(name, parents=[http], help=text)
-        command.add_argument("job", type=int)
+        command.add_argument("job", type=int, help="the job's id")
         command.set_defaults(handler=handler, action=name)

@@ -81,7 +81,7 @@ def test_a_job_and_everything_it_made_through_the_sdk(service, client, tmp_path,
 
     assert done.status == "succeeded", done.error
     shown = capsys.readouterr().err
-    assert "6/6" in shown and "reverse_kl=" in shown
+    assert "6/6" in shown and "opd/reverse_kl_mean=" in shown
     frame = client.jobs.metrics(job.id, [KL, LR]).to_pandas()
     assert list(frame.index) == list(range(6)) and list(frame.columns) == [KL, LR]
     exported = pandas.read_csv(io.StringIO(client.jobs.export(job.id, keys=[KL, LR])))
@@ -187,7 +187,7 @@ def test_the_cli_drives_the_api_through_the_sdk(service, tmp_path, capsys):
     assert code == 0 and re.search(rf"^ *{job}  succeeded +3/3 +\S+ \S+ +- +by-cli$", out, re.M), (
         out
     )
-    assert "reverse_kl=" in err
+    assert "opd/reverse_kl_mean=" in err
     code, out, _ = opd("status", job)
     assert code == 0 and "reverse KL" in out
     assert f"weights: `opd export {job} job-{job}-final` downloads them" in out

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernel.metric_names import documented
+from kernel.progress import JobProgress
 from kernel.samples import KeptSample
 from worker.engine.tracking.sinks import RunInfo, Sink
 
@@ -32,6 +33,7 @@ class RecordingSink(Sink):
         self.kept: dict[int, list[KeptSample]] = {}
         self.checkpoints: list[tuple[int, str, str]] = []
         self.events: list[tuple[str, str, dict[str, Any] | None]] = []
+        self.progress_told: list[JobProgress] = []
         self.closed = False
 
     def start(self, info: RunInfo) -> None:
@@ -53,6 +55,9 @@ class RecordingSink(Sink):
 
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.events.append((level, message, data))
+
+    def progress(self, progress: JobProgress) -> None:
+        self.progress_told.append(progress)
 
     def close(self) -> None:
         self.closed = True

@@ -32,6 +32,7 @@ from app.records.store import (
     record_samples,
     record_step,
 )
+from kernel.progress import JobProgress
 from kernel.retry import Backoff, retry
 from kernel.samples import KeptSample
 from worker.engine.tracking.sinks import Sink
@@ -100,6 +101,8 @@ class DatabaseSink(Sink):
         self.backoff = backoff or Backoff()
         self.spending = spending
         self.budgeted = spending is not None and spending.budgeted
+        self.now: JobProgress | None = None
+        """What the run does now, as it last said."""
         self.writes: asyncio.Queue[Write | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write_all(), name=f"db-sink-{job_id}")
 
@@ -157,6 +160,10 @@ class DatabaseSink(Sink):
 
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.writes.put_nowait(lambda s: record_event(s, self.job_id, level, message, data))
+
+    def progress(self, progress: JobProgress) -> None:
+        """Kept for the job's heartbeat to write (a write per eval prompt would be many)."""
+        self.now = progress
 
     def then(self, callback: Callable[[], None]) -> None:
         """Call `callback` once every write queued so far has landed."""

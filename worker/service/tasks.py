@@ -41,6 +41,7 @@ from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost, ServerAway
+from kernel.progress import JobProgress
 from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
@@ -151,13 +152,20 @@ def failure_of(error: BaseException) -> tuple[str, str]:
 
 
 class Heartbeat:
-    """Beats a job's heart every interval while its attempt runs, relays cancel and pause
-    requests, and notices a takeover. `stop` lets the beat in flight finish: a heartbeat
-    cancelled inside its UPDATE would invalidate its connection mid-transaction (on SQLite
-    holding the write lock), and the error its cleanup raises would swallow the cancel."""
+    """Beats a job's heart every interval while its attempt runs (with what the run does
+    now, `progress`), relays cancel and pause requests, and notices a takeover. `stop` lets
+    the beat in flight finish: a heartbeat cancelled inside its UPDATE would invalidate its
+    connection mid-transaction (on SQLite holding the write lock), and the error its
+    cleanup raises would swallow the cancel."""
 
-    def __init__(self, ctx: WorkerContext, job_id: int, control: JobControl) -> None:
-        self.ctx, self.job_id, self.control = ctx, job_id, control
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        job_id: int,
+        control: JobControl,
+        progress: Callable[[], JobProgress | None] = lambda: None,
+    ) -> None:
+        self.ctx, self.job_id, self.control, self.progress = ctx, job_id, control, progress
         self.stopped = asyncio.Event()
         self.task = asyncio.create_task(self.beat_until_stopped(), name=f"heartbeat-{job_id}")
 
@@ -166,7 +174,7 @@ class Heartbeat:
         while not await self.stop_within(ctx.settings.heartbeat_interval):
             try:
                 async with ctx.sessions() as session:
-                    action = await heartbeat(session, self.job_id, ctx.worker_id)
+                    action = await heartbeat(session, self.job_id, ctx.worker_id, self.progress())
             except JobNotHeld:
                 self.control.take_away()
                 return
@@ -280,7 +288,7 @@ async def attempt(
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     if spec.swanlab.enabled:
         sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog", team_view=True))
-    heart = Heartbeat(ctx, job_id, control)
+    heart = Heartbeat(ctx, job_id, control, lambda: db.now)
     control.engine = asyncio.create_task(
         run_engine(
             spec,

@@ -167,7 +167,7 @@ async def job_page(
         "job": job,
         "waiting": rows[0]["waiting"] or present.paused_reason(job.status, job.stop_reason),
         "progress": present.progress(job.steps_done, job.total_steps, job.status),
-        "eta": present.eta_seconds([(s, at) for s, at, _ in recent], job.total_steps, job.status),
+        "now": present.now_doing(job.status, job.progress),
         "elapsed": present.elapsed(job.started_at, job.finished_at, now),
         "summary": job.summary,
         "reverse_kl": present.last_value(job.summary.reverse_kl),

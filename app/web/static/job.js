@@ -100,23 +100,21 @@ function rowsFromCurves(curves) {
   return [...rows.entries()].sort((a, b) => a[0] - b[0]);
 }
 
-const arrivals = [];
 function showProgress(stepsDone) {
   const stepsEl = document.getElementById("job-steps");
   const total = Number(stepsEl.dataset.total);
   stepsEl.textContent = `${stepsDone} / ${total}`;
   document.getElementById("job-progress").value = total ? Math.min(stepsDone / total, 1) : 0;
-  arrivals.push([stepsDone, performance.now()]);
-  if (arrivals.length > 20) arrivals.shift();
+}
+
+// What the job does now (a step, an eval prompt by prompt) and the time left, evals
+// included, as its engine paces it (the API's `progress`, from the job's heartbeat).
+function showDoing(progress) {
+  const nowEl = document.getElementById("job-now");
   const etaEl = document.getElementById("job-eta");
-  if (etaEl && arrivals.length >= 2) {
-    const [firstSteps, firstAt] = arrivals[0];
-    const [lastSteps, lastAt] = arrivals[arrivals.length - 1];
-    if (lastSteps > firstSteps) {
-      const perStep = (lastAt - firstAt) / 1000 / (lastSteps - firstSteps);
-      etaEl.textContent = formatDuration((total - lastSteps) * perStep);
-    }
-  }
+  if (!progress || !nowEl) return;
+  nowEl.textContent = progress.doing;
+  if (etaEl && progress.eta_seconds !== null) etaEl.textContent = formatDuration(progress.eta_seconds);
 }
 
 function formatDuration(seconds) {
@@ -159,6 +157,7 @@ async function watchStatus() {
   if (!response.ok) return;
   const job = await response.json();
   if (job.status !== config.status) location.reload();
+  showDoing(job.progress);
 }
 
 start();

@@ -28,6 +28,7 @@ from app.jobs.schemas import (
 )
 from app.playground.schemas import PlaygroundAnswer
 from app.samples.schemas import SamplePublic, SamplesPage
+from kernel.metric_names import REVERSE_KL
 from kernel.playground import MAX_TIMEOUT_SECONDS, ModelRole
 from kernel.spec import JobSpec
 from opd.sdk.errors import WaitTimeout
@@ -48,9 +49,6 @@ from opd.sdk.results import ComparedCurves, Curves, Download
 from opd.sdk.transport import Call, Listing, Pause, Steps, fetch
 
 J = TypeVar("J", bound=JobPublic)
-
-
-REVERSE_KL = "opd/reverse_kl_mean"
 
 
 class Jobs(Resource[X], Generic[X, J]):

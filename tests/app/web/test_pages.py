@@ -10,9 +10,10 @@ import pytest
 from sqlalchemy import func, select
 
 from app.auth.sessions import NONCE_COOKIE, SESSION_COOKIE
-from app.jobs.store import claim_job
+from app.jobs.store import claim_job, complete_job, heartbeat
 from app.jobs.tables import Job
 from app.records.store import record_checkpoint, record_samples, record_step
+from kernel.progress import JobProgress, Phase
 from kernel.samples import KeptSample
 from tests.app.conftest import auth, small_spec, upgraded_spec
 from tests.app.web.conftest import NAMED_YAML, csrf_of, post_form
@@ -186,6 +187,37 @@ async def test_the_job_page_shows_progress_metrics_events_checkpoints_and_spec(
     assert f'action="/ui/jobs/{job["id"]}/resume"' not in page, "only actions that apply"
     config = re.search(r'id="chart-config">(.*?)</script>', page).group(1)
     assert '"reverse-kl"' in config and '"next_step": 4' in config
+
+
+async def test_a_running_job_says_what_it_does_now_and_the_time_left_evals_included(
+    client, key, sign_in, submit, session
+):
+    """A real model's eval took minutes under "0 / 10 steps · ETA …" with nothing said: the
+    heartbeat now carries what the run does (an eval, prompt by prompt) and its time left."""
+    job = await submit(loop={"steps": 10})
+    await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+    doing = JobProgress(
+        phase=Phase.evaluating, step=0, eval_done=3, eval_total=8, eta_seconds=125.0
+    )
+    await heartbeat(session, job["id"], WORKER, doing)
+    await sign_in(key)
+
+    body = (await client.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()
+    page = (await client.get(f"/ui/jobs/{job['id']}")).text
+    await complete_job(session, job["id"], WORKER, "/weights")
+    ended = (await client.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()
+
+    assert body["progress"] == {
+        "phase": "evaluating",
+        "step": 0,
+        "eval_done": 3,
+        "eval_total": 8,
+        "eta_seconds": 125.0,
+        "doing": "evaluating after step 0: 3/8 prompts",
+    }
+    assert 'id="job-now">evaluating after step 0: 3/8 prompts<' in page
+    assert 'id="job-eta">2m 05s<' in page
+    assert ended["status"] == "succeeded" and ended["progress"] is None
 
 
 async def test_the_table_shows_the_latest_reverse_kl_and_eval_accuracy(

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from app.web.charts import chart_keys, job_charts
-from app.web.present import duration, eta_seconds, number, progress
+from app.web.present import number, progress
+from kernel.progress import duration
 from kernel.spec.documents import differing_fields, flatten
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -22,13 +23,6 @@ def test_duration_and_number():
     ]
     assert number(None) == "–" and number(float("nan")) == "–"
     assert number(1.23456789) == "1.235"
-
-
-def test_eta_follows_the_recent_pace_of_a_running_job():
-    recent = [(10, T0), (20, T0 + timedelta(seconds=20))]  # 2 s a step
-    assert eta_seconds(recent, total_steps=100, status="running") == 79 * 2.0
-    assert eta_seconds(recent, 100, "paused") is None
-    assert eta_seconds(recent[:1], 100, "running") is None, "one step gives no pace"
 
 
 def test_progress():

@@ -47,6 +47,9 @@ def test_tiny_example_runs_and_the_reverse_kl_falls(tmp_path):
     curve = [metrics[s]["opd/reverse_kl_mean"] for s in range(steps)]
     assert np.mean(curve[-5:]) <= 0.85 * np.mean(curve[:5])
     assert "step 000/60 | datums 16 |" in done.stderr
+    assert "[info] Evaluating after step 0: 4 held-out prompts to answer" in done.stderr
+    assert "[info] Evaluated after step 60 in " in done.stderr, "each eval says it ran"
+    assert "held-out eval after step 20" in done.stderr, "and shows its prompts on a bar"
     evaluated = [s for s in sorted(metrics) if "eval/reverse_kl_mean" in metrics[s]]
     assert evaluated == list(range(0, steps + 1, every))
     held_out = [metrics[s]["eval/reverse_kl_mean"] for s in evaluated]

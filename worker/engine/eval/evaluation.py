@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 Grade = Callable[[list[str], list[str]], Awaitable[list[bool]]]
 """Whether each completion's final answer matches its reference answer."""
+Answered = Callable[[], None] | None
+"""Called as each held-out prompt is answered: how an eval's progress is told."""
 EVAL_TOKENS = "usage/eval_tokens"
 """Every token an eval sampled or scored."""
 
@@ -58,11 +60,22 @@ class Evaluation:
     """Whether the grader compares with the reference answers (boxed), so only the
     prompts that have one are graded; a format grader grades every completion."""
 
-    async def student(self, sampler: SamplingClient) -> dict[str, float]:
-        """The student with a sampler of its current weights, against the teacher."""
+    def size(self, step: int) -> int:
+        """The prompts the eval after `step` steps answers: the student's, and at step 0
+        the teacher's baseline's too."""
+        baseline = step == 0 and self.spec.teacher_baseline
+        return len(self.prompts) * (2 if baseline else 1)
+
+    async def student(self, sampler: SamplingClient, answered: Answered = None) -> dict[str, float]:
+        """The student with a sampler of its current weights, against the teacher
+        (`answered` is called as each prompt is answered)."""
         started = time.perf_counter()
         batch = await self.sample(
-            sampler, self.teachers(sampler), self.prompts, range(len(self.prompts))
+            sampler,
+            self.teachers(sampler),
+            self.prompts,
+            range(len(self.prompts)),
+            answered=answered,
         )
         metrics = await self.per_source(batch, self.student_figures)
         metrics[EVAL_TOKENS] = self.tokens(batch)
@@ -72,7 +85,9 @@ class Evaluation:
         metrics = {"eval/reverse_kl_mean": reverse_kl_mean(batch.completions)}
         return metrics | await self.answers_metrics(batch, "eval/")
 
-    async def teacher_baseline(self, sampler: SamplingClient) -> dict[str, float]:
+    async def teacher_baseline(
+        self, sampler: SamplingClient, answered: Answered = None
+    ) -> dict[str, float]:
         """The teachers answering the same prompts, each from its own rendering (a self
         teacher's context): what the student is reaching for. `sampler`: the student's,
         which a self teacher of `current` weights answers with."""
@@ -83,7 +98,7 @@ class Evaluation:
             asked = [i for i, a in enumerate(answerers) if a.scorer.client is client]
             scorers = [answerers[i].scorer for i in asked]
             prompts = [scorer.prompt for scorer in scorers]
-            batch = await self.sample(client, scorers, prompts, asked, first.stop)
+            batch = await self.sample(client, scorers, prompts, asked, first.stop, answered)
             completions += batch.completions
             tokens += self.tokens(batch)
         decodes = [a.decode or self.decode for a in answerers]
@@ -103,6 +118,7 @@ class Evaluation:
         prompts: Sequence[list[int]],
         asked: Sequence[int],
         stop: list[str] | None = None,
+        answered: Answered = None,
     ) -> Batch:
         """The completions of `prompts`, the eval's prompts `asked` (by index), each
         scored by its scorer and knowing its index: the student's prompts scored by their
@@ -114,6 +130,7 @@ class Evaluation:
             prompts,
             self.spec.samples_per_prompt,
             self.params if stop is None else self.params.model_copy(update={"stop": stop}),
+            answered=answered,
         )
         batch.completions = [replace(c, group=asked[c.group]) for c in batch.completions]
         return batch

@@ -28,7 +28,7 @@ from worker.engine.backends.server import ServerKey
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
-from worker.engine.eval.evaluation import Evaluation, Grade, with_baseline
+from worker.engine.eval.evaluation import Answered, Evaluation, Grade, with_baseline
 from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import EVAL_DATASET
 from worker.engine.loop.pipeline import sampler_weights_name
@@ -150,25 +150,28 @@ class Run:
     def decode(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
 
-    async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
+    async def evaluate(
+        self, evaluation: Evaluation, step: int, answered: Answered = None
+    ) -> dict[str, float]:
         """The student's eval at this boundary, from a sampler of its own (the training
         sampler's draws are not shifted; on vLLM an adapter of its own, loaded for the
-        eval); at step 0 the teacher's baseline too."""
+        eval); at step 0 the teacher's baseline too. `answered`: as each prompt is."""
         if self.vllm is None:
             sampler = await self.training.save_weights_and_get_sampling_client_async()
-            return await self.evaluate_with(sampler, evaluation, step)
+            return await self.evaluate_with(sampler, evaluation, step, answered)
         saved_as = f"{self.spec.weights_name}-vllm-eval-{step:06d}"
         saved = await (await self.training.save_weights_for_sampler_async(saved_as))
         async with self.vllm.adapter(f"eval{step}", saved.path) as adapter:
             sampler = VLLMSampler(self.vllm, adapter, self.tokenizer, version=step)
-            return await self.evaluate_with(sampler, evaluation, step)
+            return await self.evaluate_with(sampler, evaluation, step, answered)
 
     async def evaluate_with(
-        self, sampler: SamplingClient, evaluation: Evaluation, step: int
+        self, sampler: SamplingClient, evaluation: Evaluation, step: int, answered: Answered
     ) -> dict[str, float]:
-        metrics = await evaluation.student(sampler)
+        metrics = await evaluation.student(sampler, answered)
         if step == 0 and evaluation.spec.teacher_baseline:
-            metrics = with_baseline(metrics, await evaluation.teacher_baseline(sampler))
+            baseline = await evaluation.teacher_baseline(sampler, answered)
+            metrics = with_baseline(metrics, baseline)
             self.note_a_weak_teacher(metrics.get(TEACHER_ACCURACY))
         return metrics
 

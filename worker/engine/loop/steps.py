@@ -30,6 +30,7 @@ from worker.engine.data.mixing import Item, Mix, Pool, training_pools
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
 from worker.engine.loop.metrics import PhaseTimer, sampler_logprob_diff, step_metrics
+from worker.engine.loop.pace import Pace
 from worker.engine.loop.pipeline import Rollouts
 from worker.engine.loop.probe import check_sampler, probe
 from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
@@ -50,6 +51,7 @@ class Steps:
     latest: SavedState | None
     """The state of the latest boundary saved (or resumed from): a stop right there reuses
     it, since a state name may be saved only once in a run."""
+    pace: Pace
     timer: PhaseTimer = field(default_factory=PhaseTimer)
 
     @classmethod
@@ -86,15 +88,22 @@ class Steps:
             kept=resume.samplers if resume else {},
             vllm=run.vllm,
         )
-        return cls(run, rollouts, evaluation, grade, latest=resume)
+        pace = Pace(
+            spec.loop.steps,
+            spec.eval if evaluation is not None else None,
+            evaluation.size if evaluation is not None else lambda step: 0,
+        )
+        return cls(run, rollouts, evaluation, grade, latest=resume, pace=pace)
 
     async def take(self, step: int) -> None:
         """One step: the eval due at its boundary, the step's rollouts (sampled, scored by
         the teachers), its datums, one forward_backward and optim_step, its metrics and
         kept samples, then the checkpoint due after it."""
-        run, timer = self.run, self.timer
+        run, timer, pace = self.run, self.timer, self.pace
         evaluated = await self.evaluate_if_due(step)
 
+        run.sink.progress(pace.training(step))
+        began = pace.clock()
         step_start = time.time()
         with timer("sampler_refresh"):
             await self.rollouts.refresh(step)
@@ -122,6 +131,7 @@ class Steps:
         if checkpoint_due(run.spec.loop, step + 1):
             with timer("save"):
                 await self.save_checkpoint(step + 1)
+        pace.trained(pace.clock() - began)
 
     async def stop_if_asked(self, step: int, stop: Stop | None) -> RunResult | None:
         """Stop at this boundary if asked and able to (`Stop`); a stop to resume that
@@ -152,7 +162,36 @@ class Steps:
             return {}
         # The eval's scoring must not share the teacher's batches with a step's.
         async with self.rollouts.scoring:
-            return await self.run.evaluate(evaluation, step)
+            return await self.evaluate(evaluation, step)
+
+    async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
+        """The held-out eval after `step` steps, told as it goes: an event as it starts and
+        one as it ends (with its figures), and its progress prompt by prompt (a real
+        model's eval takes minutes)."""
+        sink, pace = self.run.sink, self.pace
+        total = evaluation.size(step)
+        baseline = " (the teacher's baseline among them)" if total > len(evaluation.prompts) else ""
+        sink.event(
+            "info",
+            f"Evaluating after step {step}: {total} held-out prompts to answer{baseline}",
+            {"eval": "started", "step": step, "prompts": total},
+        )
+        answered = 0
+
+        def one_more() -> None:
+            nonlocal answered
+            answered += 1
+            sink.progress(pace.evaluating(step, answered))
+
+        sink.progress(pace.evaluating(step, 0))
+        metrics = await self.run.evaluate(evaluation, step, one_more)
+        seconds = pace.evaluated(step)
+        sink.event(
+            "info",
+            f"Evaluated after step {step} in {seconds:.0f} s: {eval_figures(metrics)}",
+            {"eval": "finished", "step": step, "seconds": seconds},
+        )
+        return metrics
 
     async def datums(self, batch: Batch, items: list[Item]) -> tuple[list[Datum], dict[str, float]]:
         """The step's datums, each token's advantage its negative reverse KL (plus the
@@ -194,7 +233,7 @@ class Steps:
         if stop is Stop.cancel:
             return await self.stop_at(loop.steps, "Cancelled", {})
         if self.evaluation is not None:
-            run.sink.eval(loop.steps, await run.evaluate(self.evaluation, loop.steps))
+            run.sink.eval(loop.steps, await self.evaluate(self.evaluation, loop.steps))
         if not (self.latest and self.latest.step == loop.steps):
             # A final state too, so that another job can continue this one (`init_from`).
             await run.save_state(loop.steps)
@@ -219,6 +258,20 @@ def announce_cold_start(run: Run, start: int) -> None:
         f"Steps {start} to {last} train on {whose} (loop.cold_start)",
         {"cold_start": {"from": start, "to": last, "source": cold.source}},
     )
+
+
+def eval_figures(metrics: dict[str, float]) -> str:
+    """An eval's headline figures, as its end event says them."""
+    shown = [
+        f"{name} {metrics[key]:{form}}"
+        for key, name, form in (
+            ("eval/accuracy", "accuracy", ".0%"),
+            ("eval/reverse_kl_mean", "reverse KL", ".4f"),
+            ("eval/teacher_accuracy", "teacher's accuracy", ".0%"),
+        )
+        if key in metrics
+    ]
+    return ", ".join(shown)
 
 
 async def run_loop(

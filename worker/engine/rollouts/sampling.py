@@ -203,6 +203,7 @@ async def sample_and_score(
     teacher_top_k: int = 0,
     scored: bool = True,
     draw: Draw | None = None,
+    answered: Callable[[], None] | None = None,
 ) -> Batch:
     """`num_samples` completions of each prompt, each scored by the prompt's scorer (its
     teacher after its own rendering of the question, or a mixture); `version` is the
@@ -211,7 +212,8 @@ async def sample_and_score(
     `teacher_top_k` k >= 1 also keeps the teacher's top k at each completion position
     (`teacher_scores`; the scorers are then `Prompted`). `scored` False leaves the
     teacher's logprobs empty, for the trainer to fill in (`with_teacher_logprobs`).
-    `draw`: where the completions come from (default: `sampler` samples them)."""
+    `draw`: where the completions come from (default: `sampler` samples them).
+    `answered` is called as each prompt's completions are sampled and scored."""
     start = time.perf_counter()
     sampled_at: list[float] = []
     turn = ScoringTurn(scoring)
@@ -269,8 +271,14 @@ async def sample_and_score(
             for seq, scored, topk, teachers in zip(sequences, done, topks, shares, strict=True)
         ]
 
+    async def counted(index: int, prompt: list[int]) -> list[Completion]:
+        completions = await group(index, prompt)
+        if answered is not None:
+            answered()
+        return completions
+
     try:
-        groups = await asyncio.gather(*(group(i, prompt) for i, prompt in enumerate(prompts)))
+        groups = await asyncio.gather(*(counted(i, prompt) for i, prompt in enumerate(prompts)))
     finally:
         turn.end()
     done = time.perf_counter()

@@ -15,6 +15,8 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from kernel.metric_names import REVERSE_KL
+from kernel.progress import JobProgress, ProgressBars
 from kernel.samples import KeptSample
 from kernel.spec import JobSpec
 from kernel.summary import SUMMARY_METRICS, FirstLast, JobSummary, summarize
@@ -62,6 +64,9 @@ class Sink:
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
         """Something a person may want to see in the job's timeline."""
 
+    def progress(self, progress: JobProgress) -> None:
+        """What the run does now (a step, an eval prompt by prompt) and the time left."""
+
     def close(self) -> None:
         """The run ended (success, stop or failure); flush and release resources."""
 
@@ -101,6 +106,10 @@ class FanOut(Sink):
         for sink in self.sinks:
             sink.event(level, message, data)
 
+    def progress(self, progress: JobProgress) -> None:
+        for sink in self.sinks:
+            sink.progress(progress)
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
@@ -136,42 +145,43 @@ def eval_line(step: int, metrics: dict[str, float]) -> str | None:
 
 
 class ConsoleSink(Sink):
-    """A progress bar over steps plus the reference's per-step line."""
+    """The job's bars (`ProgressBars`: steps with the time left, an eval's prompts while it
+    runs) plus the reference's per-step line."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
-        self.bar: tqdm | None = None
+        self.bars: ProgressBars | None = None
         self.steps = 0
 
     def start(self, info: RunInfo) -> None:
         self.steps = info.spec.loop.steps
-        self.bar = tqdm(
-            total=self.steps,
-            initial=info.start_step,
-            desc=info.spec.name,
-            unit="step",
-            file=self.stream,
-            dynamic_ncols=True,
-        )
+        self.bars = ProgressBars(info.spec.name, self.steps, self.stream, info.start_step)
 
     def step(self, step: int, metrics: dict[str, float]) -> None:
-        tqdm.write(step_line(step, self.steps, metrics), file=self.stream)
+        self.write(step_line(step, self.steps, metrics))
         self.eval(step, metrics)
-        if self.bar is not None:
-            self.bar.set_postfix(reverse_kl=f"{metrics['opd/reverse_kl_mean']:.4f}")
-            self.bar.update(1)
+        if self.bars is not None:
+            self.bars.figure(REVERSE_KL, f"{metrics[REVERSE_KL]:.4f}")
+            self.bars.steps(step + 1)
 
     def eval(self, step: int, metrics: dict[str, float]) -> None:
         if line := eval_line(step, metrics):
-            tqdm.write(line, file=self.stream)
+            self.write(line)
+
+    def progress(self, progress: JobProgress) -> None:
+        if self.bars is not None:
+            self.bars.show(progress)
 
     def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
-        tqdm.write(f"[{level}] {message}", file=self.stream)
+        self.write(f"[{level}] {message}")
+
+    def write(self, line: str) -> None:
+        tqdm.write(line, file=self.stream)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        if self.bars is not None:
+            self.bars.close()
+            self.bars = None
 
 
 class JsonlSink(Sink):

@@ -89,6 +89,25 @@ async def test_evals_run_on_schedule_and_leave_the_training_as_it_was():
         assert metrics["time/eval"] >= 0
 
 
+async def test_an_eval_is_told_as_it_starts_prompt_by_prompt_and_as_it_ends():
+    """A real model's eval takes minutes: before, nothing said it ran (no event, no bar)."""
+    sink = await run(make_spec({"every": 2, "teacher_baseline": True}), FakeServiceClient())
+
+    evals = [(message, data) for _, message, data in sink.events if data and "eval" in data]
+    assert [(d["eval"], d["step"]) for _, d in evals] == [
+        (edge, step) for step in (0, 2, 4) for edge in ("started", "finished")
+    ]
+    assert evals[0][0] == (
+        "Evaluating after step 0: 4 held-out prompts to answer (the teacher's baseline among them)"
+    )
+    assert evals[1][0].startswith("Evaluated after step 0 in ") and "accuracy" in evals[1][0]
+    told = [(p.phase, p.step, p.eval_done, p.eval_total) for p in sink.progress_told]
+    assert told[:5] == [("evaluating", 0, done, 4) for done in range(5)]
+    assert ("training", 0, None, None) in told and ("evaluating", 4, 2, 2) in told
+    later = [p for p in sink.progress_told if p.phase == "training" and p.step == 3]
+    assert later[0].eta_seconds is not None, "a step and an eval timed: the time left is known"
+
+
 async def test_eval_figures_are_those_of_the_eval_s_own_samples():
     fake = FakeServiceClient()
     sink = await run(make_spec({"every": 0}, steps=2), fake)
