@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import types
 import typing
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from app.core.config import Settings
+from app.core.config import UNDER_HOME, Settings
 from app.main import create_app
 from kernel.error_codes import ERROR_CODES
 from kernel.metric_names import METRICS
@@ -44,13 +45,23 @@ def spec_page() -> str:
         "## Top level",
         "",
     ]
-    groups = {n: i for n, i in JobSpec.model_fields.items() if models_in(i.annotation)}
-    top = [(n, i) for n, i in JobSpec.model_fields.items() if n not in groups]
-    lines += field_table(top)
-    for group, info in groups.items():
+    top, *groups = spec_sections()
+    lines += field_table(top[2])
+    for group, info, rows in groups:
         lines += [f"## `{group}`", "", *described(info), ""]
-        lines += field_table(list(fields_of(group, info)))
+        lines += field_table(rows)
     return "\n".join(lines)
+
+
+def spec_sections() -> list[tuple[str, FieldInfo | None, list[tuple[str, FieldInfo]]]]:
+    """The spec page's sections: the top-level fields, then each group (its name, its field
+    and the (dotted path, field) of everything in it)."""
+    groups = {n: i for n, i in JobSpec.model_fields.items() if models_in(i.annotation)}
+    top = [(n, i) for n, i in JobSpec.model_fields.items() if n not in groups and not i.exclude]
+    return [
+        ("", None, top),
+        *((group, info, list(fields_of(group, info))) for group, info in groups.items()),
+    ]
 
 
 BACKEND_GROUPS = ("local", "trio", "tinker")
@@ -70,6 +81,8 @@ def backends_of(path: str, info: FieldInfo) -> str:
 def fields_of(path: str, info: FieldInfo) -> Iterator[tuple[str, FieldInfo]]:
     """(dotted path, field) of a field and, for a group, of each field inside it (a union of
     groups, such as the dataset sources, gives each member's fields under its name)."""
+    if info.exclude:  # withdrawn from specs (read as absent), so not one to write
+        return
     models = models_in(info.annotation)
     if not models:
         yield path, info
@@ -155,11 +168,34 @@ def bounds_of(info: FieldInfo) -> str:
 def described(info: FieldInfo) -> list[str]:
     models = models_in(info.annotation)
     doc = info.description or (models[0].__doc__ if len(models) == 1 else None) or ""
-    return [" ".join(doc.split())] if doc else []
+    return [prose(" ".join(doc.split()))] if doc else []
+
+
+CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+
+
+def prose(text: str) -> str:
+    """Markdown text as the page must hold it: outside code spans, `<home>` and `<url>` as
+    text (not HTML tags the browser swallows); code spans as written."""
+    kept = CODE_SPAN.split(text)
+    out = []
+    for index, part in enumerate(kept):
+        if index % 3 == 0:
+            out.append(part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+        elif index % 3 == 2:
+            out.append(f"{kept[index - 1]}{part}{kept[index - 1]}")
+    return "".join(out)
 
 
 def cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """A table cell: one line, its pipes escaped where they would end the cell (a code
+    span's need no escape, and would show the backslash)."""
+    kept = CODE_SPAN.split(prose(" ".join(text.split())))
+    return "".join(
+        part.replace("|", "\\|") if index % 3 == 0 else f"{kept[index - 1]}{part}{kept[index - 1]}"
+        for index, part in enumerate(kept)
+        if index % 3 != 1
+    )
 
 
 def cli_page() -> str:
@@ -199,7 +235,10 @@ def settings_page() -> str:
         "|---|---|---|---|---|",
     ]
     for name, info in Settings.model_fields.items():
-        cells = [f"`OPD_{name.upper()}`", type_name(info.annotation), default_of(info)]
+        default = default_of(info)
+        if name in UNDER_HOME:
+            default = f"`{UNDER_HOME[name].format(home='$OPD_HOME')}`"
+        cells = [f"`OPD_{name.upper()}`", type_name(info.annotation), default]
         cells += [bounds_of(info), cell(info.description or "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -225,9 +264,9 @@ def http_page() -> str:
         for method, path, operation in operations:
             lines += [f"### `{method} {path}`", ""]
             if summary := operation.get("summary"):
-                lines += [f"**{summary}**", ""]
+                lines += [f"**{prose(summary)}**", ""]
             if description := operation.get("description"):
-                lines += [description.strip(), ""]
+                lines += [prose(description.strip()), ""]
             lines += parameter_table(operation.get("parameters", []))
             if body := operation.get("requestBody"):
                 lines += [f"Body: {schema_names(body.get('content', {}))}", ""]

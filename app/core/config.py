@@ -27,25 +27,31 @@ DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DEFAULT_MAX_SPEC_BYTES = 256 * 1024
+UNDER_HOME = {
+    "database_url": "sqlite:///{home}/opd.db",
+    "artifact_root": "{home}/artifacts",
+    "data_root": "{home}/data",
+    "model_cache": "{home}/cache/models",
+    "storage_url": "{home}",
+}
+"""The settings that default to a place under OPD_HOME, and where (`{home}`)."""
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPD_", env_file=".env", extra="ignore")
 
     home: Path = Field(DEFAULT_HOME, description="Service data directory.")
-    database_url: str = Field(
-        description="sqlite:///path or postgresql://user@host/db; default <home>/opd.db."
-    )
+    database_url: str = Field(description="sqlite:///path or postgresql://user@host/db.")
     redis_url: str | None = Field(
         None, description="redis://host:port/db; unset = the service starts its own Redis."
     )
     queue_name: str = Field("opd:queue", min_length=1, description="arq queue of job ids.")
-    artifact_root: Path = Field(description="Saved weights and states; default <home>/artifacts.")
-    data_root: Path = Field(description="Dataset files jobs may read; default <home>/data.")
+    artifact_root: Path = Field(description="Saved weights and states.")
+    data_root: Path = Field(description="Dataset files jobs may read.")
     storage_url: str = Field(
         description="Where uploaded files (and, with a bucket, checkpoints) live: a folder, "
         "or s3://bucket/prefix with the endpoint and credentials in the usual AWS_* "
-        "variables; default <home> (its blobs/ folder)."
+        "variables (a folder keeps them in its blobs/ folder)."
     )
     storage_retry_seconds: float = Field(
         60.0, gt=0, le=3600, description="How long a store call is retried with backoff."
@@ -92,7 +98,7 @@ class Settings(BaseSettings):
     model_cache: Path = Field(
         description="Where a worker keeps GGUF models (a packaged preset such as "
         "smollm2-135m-instruct, or an operator's file) converted into Hugging Face folders, "
-        "one per file's sha256; default <home>/cache/models."
+        "one per file's sha256."
     )
     worker_concurrency: int = Field(
         1,
@@ -337,14 +343,9 @@ class Settings(BaseSettings):
         if not isinstance(data, dict):
             return data
         home = Path(data.get("home") or DEFAULT_HOME).expanduser().resolve()
-        defaults = {
-            "database_url": f"sqlite:///{home / 'opd.db'}",
-            "artifact_root": home / "artifacts",
-            "data_root": home / "data",
-            "model_cache": home / "cache" / "models",
-            "storage_url": str(home),
+        derived = {
+            key: where.format(home=home) for key, where in UNDER_HOME.items() if not data.get(key)
         }
-        derived = {key: value for key, value in defaults.items() if not data.get(key)}
         return {**data, **derived, "home": home, "redis_url": data.get("redis_url") or None}
 
 

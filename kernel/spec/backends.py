@@ -14,7 +14,9 @@ from kernel.spec.base import MAX_RETRY_DELAY_SECONDS, SpecModel
 class LocalBackendSpec(SpecModel):
     """Options of the in-process PyTorch backend."""
 
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto = CUDA when the worker has a GPU, else the CPU."
+    )
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="auto = bfloat16 on CUDA, float32 on CPU."
     )
@@ -50,8 +52,12 @@ class RemoteBackendSpec(SpecModel):
 class TrioBackendSpec(RemoteBackendSpec):
     """Timeouts and retries handed to pytrio.configure before the first client is made."""
 
-    request_timeout_seconds: int = Field(600, ge=1, le=86_400)
-    sampling_timeout_seconds: int = Field(600, ge=1, le=86_400)
+    request_timeout_seconds: int = Field(
+        600, ge=1, le=86_400, description="PyTRIO's limit on one training or scoring request."
+    )
+    sampling_timeout_seconds: int = Field(
+        600, ge=1, le=86_400, description="PyTRIO's limit on one sampling request."
+    )
     retry_max_attempts: int = Field(
         5, ge=1, le=100, description="PyTRIO's tries of one HTTP request."
     )

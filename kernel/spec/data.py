@@ -18,6 +18,7 @@ DEEPMATH_SHARDS = 10
 MAX_SAMPLE_SIZE = 10_000_000
 MAX_INLINE_PROMPTS = 10_000
 MAX_PROMPT_CHARS = 100_000
+SHUFFLE_SEED = "Shuffles the rows before `sample_size` are kept (and the held-out ones drawn)."
 
 
 def require_source(schema: dict[str, Any]) -> None:
@@ -38,20 +39,32 @@ class PromptOptions(SpecModel):
         "trained to read (the arithmetic presets and the arithmetic source: `Answer in "
         "\\boxed{}.`), else the reference's DeepMath line.",
     )
-    enable_thinking: bool = False
+    enable_thinking: bool = Field(
+        False,
+        description="Passed to the chat template (Qwen3's thinking switch); templates without "
+        "it ignore it.",
+    )
 
 
 class DeepMathDataset(PromptOptions):
     """DeepMath-103K parquet shards downloaded from ModelScope, as the reference does."""
 
-    source: Literal["deepmath"] = "deepmath"
-    repo: str = Field("AI-ModelScope/DeepMath-103K", pattern=r"^[\w.-]+/[\w.-]+$")
-    revision: str = Field("master", min_length=1, max_length=200)
-    num_shards: int = Field(1, ge=1, le=DEEPMATH_SHARDS)
+    source: Literal["deepmath"] = Field("deepmath", description="Which source this is.")
+    repo: str = Field(
+        "AI-ModelScope/DeepMath-103K",
+        pattern=r"^[\w.-]+/[\w.-]+$",
+        description="The ModelScope dataset repository.",
+    )
+    revision: str = Field(
+        "master", min_length=1, max_length=200, description="Its branch, tag or commit."
+    )
+    num_shards: int = Field(
+        1, ge=1, le=DEEPMATH_SHARDS, description="Parquet shards downloaded, from the first."
+    )
     sample_size: int | None = Field(
         1000, ge=1, le=MAX_SAMPLE_SIZE, description="Prompts kept after shuffling; null = all."
     )
-    seed: int = Field(42, ge=0, le=2**31 - 1)
+    seed: int = Field(42, ge=0, le=2**31 - 1, description=SHUFFLE_SEED)
 
 
 FILE_ID = r"^file-[1-9][0-9]{0,9}$"
@@ -62,8 +75,14 @@ class FileDataset(PromptOptions):
     """A parquet, JSONL or CSV file: one the team uploaded (`file`, POST /v1/files), or one
     under the server's data root (`path`, relative paths resolve there; for operators)."""
 
-    source: Literal["file"] = "file"
-    path: str | None = Field(None, min_length=1, max_length=1000)
+    source: Literal["file"] = Field("file", description="Which source this is.")
+    path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description="A file under the server's data root (OPD_DATA_ROOT; a relative path "
+        "resolves there): for operators. A team names an uploaded `file` instead.",
+    )
     file: str | None = Field(
         None,
         pattern=FILE_ID,
@@ -76,12 +95,19 @@ class FileDataset(PromptOptions):
         description="Filled by the service from `file` (its bytes' sha256 and format); "
         "refused if given.",
     )
-    field: str = Field("question", min_length=1, max_length=200)
+    field: str = Field(
+        "question",
+        min_length=1,
+        max_length=200,
+        description="The column of questions (with `file`: the one its upload found).",
+    )
     answer_field: str | None = Field(
         None, min_length=1, max_length=200, description="The reference answers, for eval."
     )
-    sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
-    seed: int = Field(42, ge=0, le=2**31 - 1)
+    sample_size: int | None = Field(
+        None, ge=1, le=MAX_SAMPLE_SIZE, description="Rows kept after shuffling; null = all."
+    )
+    seed: int = Field(42, ge=0, le=2**31 - 1, description=SHUFFLE_SEED)
 
     @model_validator(mode="after")
     def _one_place(self) -> FileDataset:
@@ -100,9 +126,11 @@ class FileDataset(PromptOptions):
 class InlineDataset(PromptOptions):
     """Prompts written into the spec itself, used in order (no shuffle)."""
 
-    source: Literal["inline"] = "inline"
+    source: Literal["inline"] = Field("inline", description="Which source this is.")
     prompts: list[Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]] = Field(
-        min_length=1, max_length=MAX_INLINE_PROMPTS
+        min_length=1,
+        max_length=MAX_INLINE_PROMPTS,
+        description="The questions, used in this order (each step takes the next ones).",
     )
     answers: list[Annotated[str, Field(max_length=MAX_PROMPT_CHARS)]] | None = Field(
         None, description="The reference answer of each prompt, in order, for eval."
@@ -131,8 +159,12 @@ class ArithmeticDataset(PromptOptions):
     """Generated problems such as "What is 47 + 38?", with their answers: a task small
     models learn on a CPU, for demos and benchmarks that show a student getting better."""
 
-    source: Literal["arithmetic"] = "arithmetic"
-    question_suffix: str = Field(ARITHMETIC_SUFFIX, max_length=MAX_PROMPT_CHARS)
+    source: Literal["arithmetic"] = Field("arithmetic", description="Which source this is.")
+    question_suffix: str = Field(
+        ARITHMETIC_SUFFIX,
+        max_length=MAX_PROMPT_CHARS,
+        description="Text after each question: the arithmetic presets learned to read this one.",
+    )
     ops: list[ArithmeticOp] = Field(
         ["add", "sub", "mul"],
         min_length=1,
@@ -154,7 +186,7 @@ class ArithmeticDataset(PromptOptions):
         le=MAX_SAMPLE_SIZE,
         description="Problems in the training pool; held-out prompts come from the others.",
     )
-    seed: int = Field(42, ge=0, le=2**31 - 1)
+    seed: int = Field(42, ge=0, le=2**31 - 1, description="Draws the problems (and their order).")
 
     @model_validator(mode="after")
     def _unique_ops(self) -> ArithmeticDataset:
@@ -182,7 +214,9 @@ class DatasetShare(SpecModel):
     """What a dataset under `datasets:` adds to its source: a name, its share of each
     step's prompts and, with teacher_mixture: route, the teacher that scores them."""
 
-    name: Name
+    name: Name = Field(
+        description="What its metrics end in (`opd/reverse_kl_mean/<name>`) and its rows say."
+    )
     weight: float = Field(1.0, gt=0.0, le=1e6, description="Its share of each step's prompts.")
     teacher: Name | None = Field(None, description="route: the teacher (under teachers) to use.")
 

@@ -90,7 +90,13 @@ class EvalSpec(SpecModel):
         "reference answer (math-verify); or {regex: ...}, a full match of the stripped "
         "answer (a format, every completion graded).",
     )
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: int = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="Draws the held-out prompts (`holdout`) and seeds the eval's sampling: "
+        "every eval samples alike, so a resumed job reproduces its figures.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> EvalSpec:

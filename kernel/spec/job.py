@@ -109,8 +109,15 @@ class JobSpec(SpecModel):
 
     model_config = ConfigDict(json_schema_extra=one_of_each_required)
 
-    name: Name = "opd-deepmath-qwen35-4b"
-    backend: Literal["local", "trio", "tinker"]
+    name: Name = Field(
+        "opd-deepmath-qwen35-4b",
+        description="What lists and pages call the job (not unique); the saved weights' "
+        "default name.",
+    )
+    backend: Literal["local", "trio", "tinker"] = Field(
+        description="What trains: `local` (PyTorch in the worker, CPU or GPU), `trio` "
+        "(PyTRIO's service, PYTRIO_API_KEY) or `tinker` (Tinker's, TINKER_API_KEY)."
+    )
     student: StudentSpec
     teacher: TeacherSpec = Field(description="The teacher; or several under `teachers`.")
     dataset: DatasetSpec = Field(description="The prompts; or several under `datasets`.")
@@ -140,7 +147,11 @@ class JobSpec(SpecModel):
     local: LocalBackendSpec = Field(default_factory=LocalBackendSpec)
     trio: TrioBackendSpec = Field(default_factory=TrioBackendSpec)
     tinker: TinkerBackendSpec = Field(default_factory=TinkerBackendSpec)
-    metadata: Metadata = Field(default_factory=dict)
+    metadata: Metadata = Field(
+        default_factory=dict,
+        description="Free string labels (`opd jobs --metadata key=value` and the API's "
+        "`metadata` filter find jobs by them).",
+    )
     priority: int = Field(
         0,
         ge=-100,

@@ -155,10 +155,32 @@ class ColdStartSpec(SpecModel):
 
 
 class LoopSpec(SpecModel):
-    steps: int = Field(10, ge=1, le=MAX_STEPS)
-    batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE)
-    group_size: int = Field(2, ge=1, le=MAX_GROUP_SIZE)
-    kl_penalty_coef: float = Field(1.0, ge=0.0, le=1000.0)
+    steps: int = Field(
+        10,
+        ge=1,
+        le=MAX_STEPS,
+        description="Optimizer steps: one forward_backward and optim_step each.",
+    )
+    batch_size: int = Field(
+        2,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="Prompts a step takes from the shuffled pool, in order, wrapping around.",
+    )
+    group_size: int = Field(
+        2,
+        ge=1,
+        le=MAX_GROUP_SIZE,
+        description="Completions the student samples of each prompt: a step trains on "
+        "batch_size x group_size of them.",
+    )
+    kl_penalty_coef: float = Field(
+        1.0,
+        ge=0.0,
+        le=1000.0,
+        description="Each token's advantage is minus this times its reverse KL (student "
+        "logprob minus teacher logprob): how hard a step pulls toward the teacher.",
+    )
     kl_discount_factor: float = Field(
         0.0, ge=0.0, le=1.0, description="0 = the reference (per-token advantage only)."
     )
@@ -168,7 +190,13 @@ class LoopSpec(SpecModel):
         "not: their prompt targets are 0 and they carry no weights).",
     )
     loss_fn_config: LossConfig = Field(default_factory=LossConfig)
-    sampler_refresh_steps: int = Field(1, ge=1, le=MAX_STEPS)
+    sampler_refresh_steps: int = Field(
+        1,
+        ge=1,
+        le=MAX_STEPS,
+        description="Steps between new sampler weights (1: every step samples from the "
+        "latest weights, on-policy, as the reference does).",
+    )
     max_steps_off_policy: int = Field(
         0,
         ge=0,

@@ -12,9 +12,23 @@ MAX_TOKENS = 32_768
 
 
 class SamplingSpec(SpecModel):
-    max_tokens: int = Field(512, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(1.0, gt=0.0, le=10.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(
+        512,
+        ge=1,
+        le=MAX_TOKENS,
+        description="Tokens a rollout may sample; one that reaches it is cut there (a long "
+        "answer costs time on every step: the reference's 512 suits DeepMath).",
+    )
+    temperature: float = Field(
+        1.0,
+        gt=0.0,
+        le=10.0,
+        description="The student's sampling temperature for its rollouts (1 = its own "
+        "distribution, what on-policy distillation corrects).",
+    )
+    top_p: float = Field(
+        1.0, gt=0.0, le=1.0, description="Nucleus sampling: 1 = the whole distribution."
+    )
     engine: Literal["local", "vllm"] = Field(
         "local",
         description="What samples the student's rollouts (local backend): local = the "

@@ -49,7 +49,13 @@ class StudentSpec(SpecModel):
         "backend, a model folder."
     )
     lora_rank: int = Field(32, ge=4, le=64, description="PyTRIO accepts 4..64.")
-    seed: int = Field(42, ge=0, le=2**31 - 1)
+    seed: int = Field(
+        42,
+        ge=0,
+        le=2**31 - 1,
+        description="Seeds the LoRA's initial weights and the rollouts' sampling (a resumed "
+        "job goes on from its saved state's RNG).",
+    )
     init_from: InitFrom | None = Field(
         None, description="Start from another job's saved state instead of a fresh LoRA."
     )

@@ -110,8 +110,12 @@ SELF_BASE_MODEL = "(the student's)"
 class SelfExample(SpecModel):
     """One turn a self teacher reads before the question: a question and its answer."""
 
-    user: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    assistant: str = Field(max_length=MAX_PROMPT_CHARS)
+    user: str = Field(
+        min_length=1, max_length=MAX_PROMPT_CHARS, description="The example's question."
+    )
+    assistant: str = Field(
+        max_length=MAX_PROMPT_CHARS, description="The answer the teacher reads to it."
+    )
 
 
 class SelfTeacher(SpecModel):

@@ -11,10 +11,19 @@ from kernel.spec.base import SpecModel
 
 
 class SwanLabSpec(SpecModel):
-    enabled: bool = False
-    project: str = Field("trio-case", min_length=1, max_length=200)
-    workspace: str | None = Field(None, max_length=200)
-    mode: Literal["online", "local", "offline", "disabled"] | None = None
+    enabled: bool = Field(False, description="Log the run to SwanLab too.")
+    project: str = Field(
+        "trio-case", min_length=1, max_length=200, description="The SwanLab project."
+    )
+    workspace: str | None = Field(
+        None, max_length=200, description="The SwanLab workspace; null = the login's own."
+    )
+    mode: Literal["online", "local", "offline", "disabled"] | None = Field(
+        None,
+        description="SwanLab's mode: offline writes a run folder (`swanlab sync` uploads "
+        "it), online needs a login, local the `swanlab[dashboard]` extra; null = SwanLab's "
+        "default.",
+    )
 
 
 class MlflowSpec(SpecModel):
@@ -26,7 +35,9 @@ class MlflowSpec(SpecModel):
         description="The tracking server, http(s)://host[:port][/path]; credentials come from "
         "the worker's MLFLOW_TRACKING_TOKEN (or _USERNAME/_PASSWORD), never from the spec.",
     )
-    experiment: str = Field("opd", min_length=1, max_length=500)
+    experiment: str = Field(
+        "opd", min_length=1, max_length=500, description="The MLflow experiment (made if new)."
+    )
     run_name: str | None = Field(None, min_length=1, max_length=250, description="null = name.")
     log_final_weights: bool = Field(
         False,

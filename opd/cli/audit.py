@@ -33,7 +33,7 @@ def add_parsers(commands: Commands) -> None:
     audit = commands.add_parser(
         "audit", parents=[http], help="state-changing requests, newest first"
     )
-    audit.add_argument("--limit", type=count, default=50)
+    audit.add_argument("--limit", type=count, default=50, help="how many (default 50)")
     audit.add_argument(
         "--action", help="only this action, e.g. job.cancel (an unknown one lists them all)"
     )

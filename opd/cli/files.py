@@ -70,7 +70,7 @@ def add_parsers(commands: Commands) -> None:
     upload = actions.add_parser(
         "upload", parents=[http], help="upload a JSONL, Parquet or CSV file and show its report"
     )
-    upload.add_argument("path")
+    upload.add_argument("path", help="a JSONL, Parquet or CSV file")
     upload.add_argument("--field", help="the column of questions (default: guessed)")
     upload.add_argument("--answer-field", help="the column of reference answers (default: guessed)")
     upload.add_argument(
@@ -81,7 +81,7 @@ def add_parsers(commands: Commands) -> None:
         "--idempotency-key", help="uploading again with the same key and file is safe"
     )
     listing = actions.add_parser("list", parents=[http], help="the team's files, newest first")
-    listing.add_argument("--limit", type=count, default=20)
+    listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
     for name, text in (
         ("show", "a file's report and preview"),
         ("rm", "delete a file (refused while an unfinished job reads it)"),

@@ -250,7 +250,7 @@ def merge(
 
 
 def playground_options(playground: argparse.ArgumentParser) -> None:
-    playground.add_argument("job", type=int)
+    playground.add_argument("job", type=int, help="the job's id")
     playground.add_argument(
         "prompt", nargs="?", help="a question, rendered as the job rendered its prompts"
     )
@@ -276,9 +276,13 @@ def playground_options(playground: argparse.ArgumentParser) -> None:
     )
     playground.add_argument("--teacher", help="which of several teachers to compare, by name")
     playground.add_argument("-n", type=int, default=1, help="completions per model (default 1)")
-    playground.add_argument("--max-tokens", type=int, default=256)
-    playground.add_argument("--temperature", type=float, default=1.0)
-    playground.add_argument("--top-p", type=float, default=1.0)
+    playground.add_argument(
+        "--max-tokens", type=int, default=256, help="tokens a completion may have (256)"
+    )
+    playground.add_argument(
+        "--temperature", type=float, default=1.0, help="the sampling temperature (1.0)"
+    )
+    playground.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0)")
     playground.add_argument(
         "--stop", action="append", default=[], help="a string that ends a completion (repeatable)"
     )
@@ -301,7 +305,7 @@ def add_parsers(commands: Commands) -> None:
     renamed(playground, "opd sample", "opd playground")
 
     clone = commands.add_parser("clone", parents=[http], help="a new job from a job's spec")
-    clone.add_argument("job", type=int)
+    clone.add_argument("job", type=int, help="the job whose spec to start from")
     clone.add_argument(
         "--set",
         type=assignment,
@@ -324,8 +328,8 @@ def add_parsers(commands: Commands) -> None:
     export = commands.add_parser(
         "export", parents=[http], help="a checkpoint's weights in a folder (--merge: a HF model)"
     )
-    export.add_argument("job", type=int)
-    export.add_argument("out", metavar="OUT_DIR")
+    export.add_argument("job", type=int, help="the job's id")
+    export.add_argument("out", metavar="OUT_DIR", help="a new or empty folder to write into")
     export.add_argument("--checkpoint", type=checkpoint_ref, default="final", help="final or N")
     export.add_argument(
         "--merge",
@@ -335,5 +339,10 @@ def add_parsers(commands: Commands) -> None:
     export.add_argument(
         "--base-model", help="the base model to merge into (default: the saved one's)"
     )
-    export.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    export.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="with --merge: the merged model's (float32)",
+    )
     export.set_defaults(handler=export_command)

@@ -92,8 +92,8 @@ def add_parsers(commands: Commands) -> None:
     serve = commands.add_parser(
         "serve", help="the whole service on one machine: API, a worker, SQLite, its own Redis"
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8000, help="the API's port (8000)")
     serve.add_argument(
         "--demo",
         action="store_true",
@@ -113,8 +113,8 @@ def add_parsers(commands: Commands) -> None:
     serve.set_defaults(handler=serve_command)
 
     api = commands.add_parser("api", help="the HTTP API (scale out: run several)")
-    api.add_argument("--host", default="127.0.0.1")
-    api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    api.add_argument("--port", type=int, default=8000, help="its port (8000)")
     api.add_argument("--quiet", action="store_true", help="log warnings only")
     api.set_defaults(handler=api_command)
 

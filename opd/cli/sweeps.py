@@ -112,14 +112,14 @@ def sweep_actions(sweep: argparse.ArgumentParser) -> None:
     http = api_options()
     actions = sweep.add_subparsers(dest="sweep_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")
-    create.add_argument("file")
+    create.add_argument("file", help="a sweep file (YAML or JSON)")
     create.add_argument("--quiet", action="store_true", help="print the sweep id only")
     listing = actions.add_parser("list", parents=[http], help="sweeps, newest first")
-    listing.add_argument("--limit", type=count, default=20)
+    listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
     for name, text in (
         ("status", "a sweep and its trials, best metric first"),
         ("cancel", "cancel a sweep and its unfinished trials"),
     ):
         action = actions.add_parser(name, parents=[http], help=text)
-        action.add_argument("sweep", type=int)
+        action.add_argument("sweep", type=int, help="the sweep's id")
     sweep.set_defaults(handler=sweep_command)

@@ -75,6 +75,8 @@ def add_parsers(commands: Commands) -> None:
     )
     usage.add_argument("--until", type=day, metavar="DAY", help="the last UTC day (default today)")
     usage.add_argument("--team", help="admin keys: one team (default: every team)")
-    usage.add_argument("--group-by", choices=["job", "day"], default="job")
+    usage.add_argument(
+        "--group-by", choices=["job", "day"], default="job", help="a row per job (default) or day"
+    )
     usage.add_argument("--by", dest="old_by", choices=["job", "day"], help="deprecated: --group-by")
     usage.set_defaults(handler=usage_command)

@@ -122,8 +122,8 @@ def add_parsers(commands: Commands) -> None:
         help="a packaged preset (smollm2-135m-instruct), a Hugging Face model folder or a "
         "GGUF file; served under this name",
     )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8001)
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    serve.add_argument("--port", type=int, default=8001, help="its port (8001)")
     serve.add_argument(
         "--memory-fraction",
         type=fraction,

@@ -48,7 +48,7 @@ def add_parsers(commands: Commands) -> None:
     webhooks = commands.add_parser("webhooks", help="the team's webhooks and their deliveries")
     actions = webhooks.add_subparsers(dest="webhook_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="subscribe a URL to events")
-    create.add_argument("url")
+    create.add_argument("url", help="where the events are POSTed (an http or https URL)")
     create.add_argument(
         "--event",
         action="append",
@@ -56,14 +56,16 @@ def add_parsers(commands: Commands) -> None:
         choices=[event.value for event in WebhookEvent],
         help="an event to send (repeatable)",
     )
-    create.add_argument("--description")
+    create.add_argument("--description", help="a note for people")
     actions.add_parser("list", parents=[http], help="the team's webhooks")
     for name, text in (
         ("delete", "unsubscribe a webhook"),
         ("deliveries", "what was sent to a webhook, newest first"),
     ):
-        actions.add_parser(name, parents=[http], help=text).add_argument("webhook", type=int)
+        actions.add_parser(name, parents=[http], help=text).add_argument(
+            "webhook", type=int, help="the webhook's id"
+        )
     resend = actions.add_parser("resend", parents=[http], help="send a delivery again")
-    resend.add_argument("webhook", type=int)
-    resend.add_argument("delivery", type=int)
+    resend.add_argument("webhook", type=int, help="the webhook's id")
+    resend.add_argument("delivery", type=int, help="the delivery's id, as deliveries lists it")
     webhooks.set_defaults(handler=webhooks_command)
