@@ -79,3 +79,22 @@ def test_no_page_shows_an_escaped_pipe_or_swallows_a_placeholder():
     assert unknown == {}
     settings = pages["reference/settings.md"]
     assert "<code>sqlite:///$OPD_HOME/opd.db</code>" in settings and "required" not in settings
+
+
+def test_the_user_pages_say_how_to_build_the_docs_and_keep_internals_out():
+    pages = {
+        str(page.relative_to(ROOT / "docs")): page.read_text()
+        for folder in ("get-started", "how-to")
+        for page in (ROOT / "docs" / folder).glob("*.md")
+    }
+    install = pages["get-started/install.md"]
+    assert "`docs` (" in install and "`eval` (" in install and "mkdocs serve" in install
+    assert (
+        "`opd vllm setup`" in pages["how-to/cli.md"] and "(see above)" not in pages["how-to/cli.md"]
+    )
+    internal = ("schemathesis", "hypothesis", "the issue", "lent to this project", "test_first_job")
+    assert {
+        name: [word for word in internal if word in text.lower()]
+        for name, text in pages.items()
+        if any(word in text.lower() for word in internal)
+    } == {}
