@@ -7,6 +7,8 @@ what a command raises into one line on stderr and exit status 1.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -62,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     if renamed := getattr(args, "renamed", None):
         deprecation_note(*renamed)
     try:
-        return handler(args)
+        status = handler(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`opd jobs | head -4`): stop quietly, as a command killed by
+        # SIGPIPE does; stdout goes to /dev/null so the exit's flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return SIGPIPE_STATUS
     except AuthenticationError as error:
         message = f"{error}\n{key_hint(args)}"
     except (SpecError, CommandError, OPDError) as error:
@@ -80,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"error: {message}", file=sys.stderr)
     return 1
 
+
+SIGPIPE_STATUS = 128 + signal.SIGPIPE
+"""The status a shell gives a command a closed pipe ended."""
 
 EXTRAS = {"torch": "local", "transformers": "local", "peft": "local", "tinker": "tinker"}
 """The extra that brings a module's package, where it is not `server`."""

@@ -3,6 +3,8 @@ soft-threshold banner other pages show too)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from fastapi import APIRouter, Request, Response
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,12 +16,17 @@ from app.budgets.service import budget_public
 from app.budgets.tables import TeamBudget
 from app.core.pricing import PriceTable
 from app.core.tables import utcnow
+from app.usage.report import summarize, total_of
+from app.usage.schemas import GroupBy
+from app.usage.store import usage_rows
 from app.web.deps import ViewerDep
 from app.web.templating import render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 MAX_TEAMS_SHOWN = 100
+RECENT_DAYS = timedelta(days=29)
+"""The usage table's days before today: 30 in all, as `GET /v1/usage` gives by default."""
 
 
 async def budgets_seen(
@@ -50,11 +57,18 @@ async def budget_banner(
 async def usage_page(
     request: Request, session: SessionDep, viewer: ViewerDep, prices: PricesDep
 ) -> Response:
-    """Spend so far this period, per day, against the budget."""
+    """Spend so far this period, per day, against the budget; and, budget or not, the
+    tokens used per day over the last 30 days (what `opd usage --group-by day` shows)."""
     budgets = await budgets_seen(session, viewer, prices)
+    last = utcnow().date()
+    rows = await usage_rows(session, viewer.scope, last - RECENT_DAYS, last)
+    days = summarize(rows, GroupBy.day, prices)
     context = {
         "viewer": viewer,
         "budgets": budgets,
         "budget_banner": next((b for b in budgets if b.state != "ok"), None),
+        "days": days,
+        "total": total_of(days),
+        "priced": bool(prices),
     }
     return render(request, "usage.html", context)

@@ -220,6 +220,22 @@ async def test_a_running_job_says_what_it_does_now_and_the_time_left_evals_inclu
     assert ended["status"] == "succeeded" and ended["progress"] is None
 
 
+async def test_the_usage_page_shows_the_tokens_of_a_team_without_a_budget(
+    client, key, sign_in, submit, session
+):
+    """It showed only budgets: a team without one saw no usage at all (`opd usage` did)."""
+    job = await submit()
+    await claim_job(session, job["id"], WORKER, heartbeat_timeout=60)
+    usage = {"usage/sampled_tokens": 1200.0, "usage/teacher_tokens": 3400.0}
+    await record_step(session, job["id"], WORKER, 0, {"opd/reverse_kl_mean": 1.0, **usage})
+    await sign_in(key)
+
+    page = (await client.get("/ui/usage")).text
+
+    assert 'id="no-budget"' in page
+    assert re.search(r'id="usage-total">4,600<', page), "1,200 sampled + 3,400 scored"
+
+
 async def test_the_table_shows_the_latest_reverse_kl_and_eval_accuracy(
     client, key, sign_in, submit, session
 ):

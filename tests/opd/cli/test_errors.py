@@ -4,6 +4,9 @@ looked up."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from opd.serve import free_port
-from tests.opd.cli.test_keys import run_opd
+from tests.opd.cli.test_keys import ROOT, run_opd
 from tests.opd.sdk.test_transport import Scripted
 
 REFUSED = (401, {"WWW-Authenticate": "Bearer"})
@@ -77,3 +80,33 @@ def test_an_api_that_does_not_answer_says_where_it_was_looked_for(tmp_path):
     assert down.returncode == 1
     assert f"cannot reach the OPD API at {url}" in down.stderr
     assert "--url or OPD_URL" in down.stderr
+
+
+CHATTY = """
+import argparse, sys
+from opd.cli import entry
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="opd")
+    parser.set_defaults(handler=lambda args: [print(f"row {n}") for n in range(200_000)] and 0)
+    return parser
+
+entry.build_parser = build_parser
+sys.exit(entry.main([]))
+"""
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`opd jobs | head -4` ended with `error: BrokenPipeError`: a closed pipe now ends the
+    command as SIGPIPE ends one, saying nothing."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHATTY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline() == b"row 0\n"
+    process.stdout.close()  # `head -1` has what it wanted
+    status = process.wait(timeout=60)
+    assert (status, process.stderr.read()) == (141, b"")
