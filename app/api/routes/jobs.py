@@ -26,7 +26,7 @@ from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.budgets.estimates import estimate_spec
 from app.budgets.schemas import Estimate
-from app.budgets.service import admit_spending
+from app.budgets.service import admit_spending, refuse_if_exhausted
 from app.core.config import Settings
 from app.core.idempotency import Idempotency
 from app.core.pricing import PriceTable
@@ -319,7 +319,12 @@ async def resume_job(
     settings: SettingsDep,
 ) -> JobPublic:
     """A paused job is queued again and continues from its last saved state; a `pausing` job
-    simply keeps running. Resuming a queued or running job is a no-op."""
+    simply keeps running. Resuming a queued or running job is a no-op. While the job's
+    team has spent its budget, a paused job stays paused: 429 `budget_exceeded` (it would
+    pause again before its first step; it resumes by itself when the budget allows)."""
+    job = await get_job(session, job_id, principal.scope)
+    if job.status == JobStatus.paused:
+        await refuse_if_exhausted(session, job.team_id, prices, utcnow())
     result = await act(session, principal, snapshots, job_id, JobAction.resume)
     if not (result.changed and result.job.status == JobStatus.queued):
         return job_body(result.job, prices, principal)

@@ -12,7 +12,9 @@ from app.api.deps import JobId, PricesDep, QueueDep, SessionDep, SettingsDep, Sn
 from app.audit.store import record_audit
 from app.auth.keys import Principal
 from app.auth.schemas import Scope
+from app.budgets.errors import BudgetExceeded
 from app.budgets.estimates import estimate_of_job, used_by
+from app.budgets.service import refuse_if_exhausted
 from app.core.config import Settings
 from app.core.tables import utcnow
 from app.jobs.dispatch import enqueue_job
@@ -210,9 +212,17 @@ async def act_on_job(
     queue: QueueDep,
     snapshots: SnapshotsDep,
     viewer: ActingViewerDep,
+    prices: PricesDep,
 ) -> Response:
-    """Cancel, pause or resume, exactly as the API does (a resumed job is queued again);
-    needs a key with the `submit` scope, and is audited."""
+    """Cancel, pause or resume, exactly as the API does (a resumed job is queued again;
+    not while its team's budget is spent); needs a key with the `submit` scope, and is
+    audited."""
+    job = await get_job(session, job_id, viewer.scope)
+    if action is JobAction.resume and job.status == JobStatus.paused:
+        try:
+            await refuse_if_exhausted(session, job.team_id, prices, utcnow())
+        except BudgetExceeded as spent:
+            raise WebError(429, f"Job #{job_id} stays paused: {spent}.") from None
     result = await apply_action(session, job_id, action, viewer.scope, commit=False)
     detail = {"status": result.job.status, "changed": result.changed, "via": "dashboard"}
     await record_audit(session, viewer, f"job.{action}", f"job {job_id}", 303, detail)

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from app.jobs.store import claim_job
+from app.budgets.rules import BUDGET_STOP
+from app.budgets.service import check_spending
+from app.core.pricing import PriceTable
+from app.core.tables import utcnow
+from app.jobs.store import claim_job, stop_job
 from app.jobs.tables import Job
 from app.records.store import record_step
 from tests.app.conftest import auth, small_spec
@@ -81,6 +85,32 @@ async def test_a_spent_budget_is_a_429_and_a_replay_still_gets_its_job(
     assert (
         await client.post("/v1/jobs", json=small_spec(), headers=auth(other))
     ).status_code == 201
+
+
+async def test_a_job_its_spent_budget_paused_stays_paused_when_resumed(
+    client, key, make_key, sessions
+):
+    """`opd resume` of such a job answered "queued" and it paused again at once, saying
+    nothing: now a 429 that says why, the job left paused (it resumes by itself)."""
+    admin = await make_key(admin=True)
+    await client.put(f"/v1/teams/{key.team.name}/budget", json={"tokens": 10}, headers=auth(admin))
+    job = (await client.post("/v1/jobs", json=small_spec(), headers=auth(key))).json()
+    async with sessions() as session:
+        await claim_job(session, job["id"], "w1", heartbeat_timeout=60)
+        await record_step(session, job["id"], "w1", 0, usage(5, 5, 5))
+        await check_spending(session, key.team.id, PriceTable([]), utcnow())  # -> pausing
+        await stop_job(session, job["id"], "w1", reason=BUDGET_STOP)
+
+    resumed = await client.post(f"/v1/jobs/{job['id']}/resume", headers=auth(key))
+    after = (await client.get(f"/v1/jobs/{job['id']}", headers=auth(key))).json()
+    await client.put(f"/v1/teams/{key.team.name}/budget", json={"tokens": 100}, headers=auth(admin))
+    raised = await client.post(f"/v1/jobs/{job['id']}/resume", headers=auth(key))
+
+    assert resumed.status_code == 429, resumed.text
+    assert resumed.json()["error"]["code"] == "budget_exceeded"
+    assert "spent 15 tokens of its 10 tokens budget" in resumed.json()["error"]["message"]
+    assert (after["status"], after["stop_reason"]) == ("paused", "budget")
+    assert raised.status_code == 200 and raised.json()["status"] in ("queued", "running")
 
 
 async def test_a_sweeps_replay_still_gets_its_sweep_once_the_budget_is_spent(

@@ -120,3 +120,14 @@ def test_rollout_tokens_are_shaded_by_reverse_kl_and_escaped():
     html = str(macro(Rollout(step=4, prompt="What is <2+3>?", tokens=tokens)))
     assert "What is &lt;2+3&gt;?" in html and "&lt;b&gt;" in html and "<b>" not in html
     assert 'class="tok kl-3"' in html and 'title="reverse KL -1.5"' in html
+
+
+def test_a_paused_job_says_why_and_what_resumes_it():
+    """The job page showed "paused" alone, even for a job its team's budget paused."""
+    from app.web.present import paused_reason
+
+    assert "budget for this period is spent" in (paused_reason("paused", "budget") or "")
+    assert paused_reason("paused", None) == (
+        "Paused on request: Resume continues from its last saved state"
+    )
+    assert paused_reason("running", "budget") is None
