@@ -12,6 +12,8 @@ REVERSE_KL_STD = "opd/reverse_kl_std"
 LOSSES = ("trainer/loss_mean", "trainer/loss_sum")
 TOKENS_PER_SECOND = "data/completion_tokens_per_second"
 TIME_PREFIX = "time/"
+EVAL_TIME = "time/eval"
+"""Recorded at eval steps only: points of their own, not a line across the steps between."""
 EVAL_PREFIX = "eval/"
 BASELINE_PREFIX = "eval/teacher_"
 REWARD = "reward/mean"
@@ -49,10 +51,10 @@ class Chart:
 def job_charts(names: Sequence[str]) -> list[Chart]:
     """Reverse KL (with its std band, and one curve per dataset beside it), a logit-level
     objective's value and kept teacher mass, the fraction of completion bytes a teacher with
-    another tokenizer aligned (and each such teacher's), reward, loss, tokens/s, per-phase times and
-    every eval curve (each dataset's on its figure's chart, the teacher's baseline as a
-    level line on the student's); a chart whose metrics the job never recorded is left
-    out."""
+    another tokenizer aligned (and each such teacher's), reward, loss, tokens/s, per-phase
+    times, each eval's time (points) and every eval curve (each dataset's on its figure's
+    chart, the teacher's baseline as a level line on the student's); a chart whose metrics
+    the job never recorded is left out."""
     present = set(names)
     charts = []
     if REVERSE_KL in present:
@@ -76,9 +78,11 @@ def job_charts(names: Sequence[str]) -> list[Chart]:
         charts.append(Chart("loss", f"Loss ({loss.removeprefix('trainer/')})", [loss]))
     if TOKENS_PER_SECOND in present:
         charts.append(Chart("tokens", "Completion tokens / s", [TOKENS_PER_SECOND]))
-    times = sorted(name for name in present if name.startswith(TIME_PREFIX))
+    times = sorted(n for n in present if n.startswith(TIME_PREFIX) and n != EVAL_TIME)
     if times:
         charts.append(Chart("times", "Time per step and phase (s)", times))
+    if EVAL_TIME in present:
+        charts.append(Chart("eval-time", "Time per held-out eval (s)", [EVAL_TIME], points=True))
     figures: dict[str, list[str]] = {}
     baselines: dict[str, list[str]] = {}
     for name in sorted(name for name in present if name.startswith(EVAL_PREFIX)):

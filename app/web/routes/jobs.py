@@ -180,6 +180,7 @@ async def job_page(
             "keys": charts.chart_keys(shown),
             "max_points": charts.MAX_POINTS,
             "next_step": recent[-1][0] + 1 if recent else 0,
+            "total_steps": job.total_steps,
             "finished": present.is_finished(job.status),
             "status": job.status,
         },

@@ -44,7 +44,7 @@ function makeChart(figure, labels, bands, style) {
     height: 220,
     series: series,
     bands: bands || [],
-    scales: { x: { time: false }, ...(shape.fraction ? { y: { range: [0, 1] } } : {}) },
+    scales: { x: xScale(shape), y: yScale(shape) },
     axes: [{ label: "step" }, {}],
     legend: { live: true },
   };
@@ -53,6 +53,29 @@ function makeChart(figure, labels, bands, style) {
   figure.dataset.style = shape.points ? "points" : "lines";
   window.addEventListener("resize", () => plot.setSize({ width: chartWidth(figure), height: 220 }));
   return plot;
+}
+
+// A job's charts span its steps from the start (a running 10-step job's eval points were
+// drawn on 0..100, uPlot's range for one point); the eval after the last step included.
+function xScale(shape) {
+  return shape.steps ? { time: false, range: [0, shape.steps] } : { time: false };
+}
+
+// A fraction on 0..1; a mean with a ± std band on the mean's own range (the band, often
+// wider than the mean moves, is clipped there), so the mean's course reads.
+function yScale(shape) {
+  if (shape.fraction) return { range: [0, 1] };
+  if (!shape.band) return {};
+  return {
+    range: (u, min, max) => {
+      const mean = (u.data[1] || []).filter((v) => v !== null && v !== undefined);
+      if (!mean.length) return [min, max];
+      const low = Math.min(...mean);
+      const high = Math.max(...mean);
+      const pad = (high - low) * 0.1 || Math.abs(high) * 0.1 || 1;
+      return [low - pad, high + pad];
+    },
+  };
 }
 
 // The legend at the last step, where people read a chart's latest figures.

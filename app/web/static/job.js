@@ -18,7 +18,9 @@ class LiveChart {
     const labels = [...curves, ...this.references];
     const bands = def.band ? [{ series: [2, 3], fill: BAND_FILL }] : [];
     this.figure = document.getElementById(`chart-${def.id}`);
-    this.plot = makeChart(this.figure, labels, bands, { points: def.points, fraction: def.fraction });
+    this.plot = makeChart(this.figure, labels, bands, {
+      points: def.points, fraction: def.fraction, band: Boolean(def.band), steps: config.total_steps,
+    });
   }
 
   add(step, metrics) {

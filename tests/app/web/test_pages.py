@@ -187,6 +187,7 @@ async def test_the_job_page_shows_progress_metrics_events_checkpoints_and_spec(
     assert f'action="/ui/jobs/{job["id"]}/resume"' not in page, "only actions that apply"
     config = re.search(r'id="chart-config">(.*?)</script>', page).group(1)
     assert '"reverse-kl"' in config and '"next_step": 4' in config
+    assert '"total_steps": 10' in config, "the charts span the job's steps from the start"
 
 
 async def test_a_running_job_says_what_it_does_now_and_the_time_left_evals_included(

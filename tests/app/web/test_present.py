@@ -53,14 +53,16 @@ def test_charts_follow_the_metrics_a_job_recorded():
         "data/completion_tokens_per_second",
         "time/step_elapsed_time",
         "time/sample",
+        "time/eval",
         "eval/accuracy",
         "data/datums",
     ]
     charts = {chart.id: chart for chart in job_charts(names)}
-    assert list(charts) == ["reverse-kl", "loss", "tokens", "times", "eval-accuracy"]
+    assert list(charts) == ["reverse-kl", "loss", "tokens", "times", "eval-time", "eval-accuracy"]
     assert charts["reverse-kl"].band == "opd/reverse_kl_std"
     assert charts["loss"].series == ["trainer/loss_mean"], "the mean is preferred"
     assert charts["times"].series == ["time/sample", "time/step_elapsed_time"]
+    assert charts["eval-time"].points, "measured at evals only: points, no line between them"
     assert "data/datums" not in chart_keys(list(charts.values()))
     assert job_charts(["opd/reverse_kl_mean"])[0].band is None
     assert job_charts([]) == []
