@@ -25,11 +25,12 @@ from kernel.errors import OPDError
 from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
 from kernel.spec import stored_spec
+from kernel.summary import summary_lines
 from opd.cli.common import CommandError, api_options, client, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
 if TYPE_CHECKING:
-    from app.jobs.schemas import CheckpointPublic
+    from app.jobs.schemas import CheckpointPublic, JobPublic
     from app.playground.schemas import PlaygroundAnswer
     from kernel.playground import Completion
     from opd.cli.common import Commands
@@ -207,20 +208,61 @@ def export_command(args: argparse.Namespace) -> int:
         sha256 = api.jobs.download(args.job, weights.id, archive).sha256
         folder = unpack(archive, Path(work, "unpacked"), weights.created_at)
         what = f"job {args.job}'s {weights.kind} weights (step {weights.step})"
+        job = api.jobs.get(args.job)
         if not args.merge:
+            Path(folder, "README.md").write_text(model_card(job, weights, merged=False))
             if out.exists():
                 out.rmdir()
             shutil.move(folder, out)
             print(f"Wrote {what} to {out} (archive SHA-256 {sha256})")
             return 0
-        thinking = stored_spec(api.jobs.get(args.job).spec).dataset_shares()[0]
+        thinking = stored_spec(job.spec).dataset_shares()[0]
         merged = merge(folder, out, args.base_model, args.dtype, thinking.enable_thinking)
+        Path(out, "README.md").write_text(model_card(job, weights, merged=True))
     print(
         f"Wrote a Hugging Face model to {out}: {merged.base_model} with the LoRA of {what} "
         f"merged in. Its logprobs match the adapter model's on a probe prompt (relative "
         f"difference {merged.relative_error:.2g}, at most {merged.rtol:g})."
     )
     return 0
+
+
+def model_card(job: JobPublic, weights: CheckpointPublic, merged: bool) -> str:
+    """The exported folder's README: what the weights were trained from and how, the prompt
+    format they learned, and the job's figures (PEFT's own card is a blank template)."""
+    spec = stored_spec(job.spec)
+    student, loop = spec.student, spec.loop
+    teachers = ", ".join(
+        f"`{teacher.base_model}`" + ("" if name == "teacher" else f" ({name})")
+        for name, teacher in spec.teacher_specs().items()
+    )
+    shares = spec.dataset_shares()
+    prompts = [
+        f"- `{share.name}`: questions from `{share.source}`"
+        + (f" (`{share.file}`)" if getattr(share, "file", None) else "")
+        + (f", each followed by {share.question_suffix!r}" if share.question_suffix else "")
+        + f", rendered by the chat template of `{student.base_model}`"
+        + f" (enable_thinking: {str(share.enable_thinking).lower()})"
+        for share in shares
+    ]
+    figures = summary_lines(job.summary) or ["(no figures recorded)"]
+    form = "a Hugging Face model: the LoRA merged into" if merged else "a LoRA adapter (PEFT) for"
+    front = "" if merged else f"---\nbase_model: {student.base_model}\nlibrary_name: peft\n---\n\n"
+    return (
+        f"{front}# {spec.name}: job {job.id}'s {weights.kind} weights after step {weights.step}\n\n"
+        f"This folder is {form} `{student.base_model}`, trained by on-policy distillation "
+        f"(the OPD service) from {teachers}: {loop.steps} steps of {loop.batch_size} prompts "
+        f"x {loop.group_size} completions, objective `{loop.objective.kind}`, learning rate "
+        f"{spec.optim.learning_rate:g}, LoRA rank {student.lora_rank}, seed {student.seed} "
+        f"(job status: {job.status}).\n\n"
+        "## Prompt format\n\nAsk it as it was trained: one user turn holding the question "
+        "and its suffix.\n\n"
+        + "\n".join(prompts)
+        + "\n\n## Figures\n\n"
+        + "\n".join(f"- {line}" for line in figures)
+        + f"\n\nThe job's whole spec: `GET /v1/jobs/{job.id}` (its `spec`); train more like "
+        f"it: `opd clone {job.id}`.\n"
+    )
 
 
 def merge(

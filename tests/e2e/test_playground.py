@@ -248,6 +248,11 @@ def test_opd_export_merges_a_model_that_loads_without_peft(service, cli, trained
     assert len(set(modes.values())) == 1, modes  # the weights as their siblings
     assert plain.returncode == 0, plain.stderr
     assert {"adapter_model.safetensors", "manifest.json"} <= {p.name for p in adapter.iterdir()}
+    card = (adapter / "README.md").read_text()  # PEFT's was a blank template
+    assert card.startswith("---\nbase_model: tiny-student\nlibrary_name: peft\n---")
+    assert f"job {trained['id']}'s sampler weights after step 5" in card
+    assert "trained by on-policy distillation" in card and "## Prompt format" in card
+    assert "reverse KL (training prompts):" in (merged / "README.md").read_text()
     saved = datetime.fromisoformat(trained["finished_at"]).timestamp()
     for path in [adapter, *adapter.iterdir()]:
         assert abs(path.stat().st_mtime - saved) < 3600, (path, path.stat().st_mtime)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from app.jobs.schemas import JobError, JobPublic
+from app.jobs.schemas import CheckpointPublic, JobError, JobPublic
 from kernel.playground import Completion
 from kernel.spec import JobSpec
 from kernel.summary import Change, JobSummary
 from opd.cli.jobs import compare_lines, job_header, job_line
-from opd.cli.outputs import completion_text
+from opd.cli.outputs import completion_text, model_card
 from opd.cli.shading import printable, shaded_tokens, worst_tokens
 from tests.app.conftest import small_spec
 
@@ -102,3 +102,27 @@ def test_compare_shows_figures_and_only_the_spec_fields_that_differ() -> None:
     assert "0.01 -> 0.56" in rows["held-out accuracy"]
     assert [key for key in rows if "." in key] == ["optim.learning_rate"]
     assert rows["optim.learning_rate"].split()[-1] == "0.001"
+
+
+def test_an_exported_folder_says_what_it_was_trained_from_and_how_to_prompt_it() -> None:
+    trained = job(
+        id=12,
+        status="succeeded",
+        spec=JobSpec.model_validate(
+            small_spec(
+                student={"base_model": "tiny-student"},
+                teacher={"base_model": "tiny-teacher"},
+                dataset={"source": "inline", "prompts": ["1+1?"], "question_suffix": " Q"},
+            )
+        ),
+        summary=JobSummary(eval_accuracy=Change(first=0.1, last=0.5)),
+    )
+    weights = CheckpointPublic.model_construct(id=3, step=3, kind="final")
+
+    card = model_card(trained, weights, merged=False)
+
+    assert card.startswith("---\nbase_model: tiny-student\nlibrary_name: peft\n---")
+    assert "job 12's final weights after step 3" in card and "from `tiny-teacher`" in card
+    assert "each followed by ' Q', rendered by the chat template of `tiny-student`" in card
+    assert "- accuracy (held-out prompts): 0.1000 -> 0.5000" in card
+    assert not model_card(trained, weights, merged=True).startswith("---")
