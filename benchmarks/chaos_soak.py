@@ -616,7 +616,7 @@ def deployment(home: Path) -> Iterator[Deployment]:
             "OPD_WORKER_CONCURRENCY": str(SLOTS),
             "OPD_HEARTBEAT_INTERVAL": "1",
             "OPD_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
-            "OPD_SWEEP_INTERVAL": "2",
+            "OPD_REQUEUE_INTERVAL": "2",
             "OPD_WEBHOOK_ALLOW_PRIVATE": "true",
             "OPD_WEBHOOK_POLL_INTERVAL": "0.5",
             "OPD_WEBHOOK_BACKOFF_SECONDS": "0.5",

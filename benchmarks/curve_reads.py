@@ -394,7 +394,7 @@ async def requeue_time(url: str, redis_url: str, queue_name: str, jobs: int) -> 
         database_url=url, redis_url=redis_url, queue_name=queue_name, heartbeat_timeout=86_400
     )
     began = time.perf_counter()
-    sight = DatabaseSight(blind_after(settings.heartbeat_timeout, settings.sweep_interval))
+    sight = DatabaseSight(blind_after(settings.heartbeat_timeout, settings.requeue_interval))
     sent = await requeue_lost(sessions, queue, settings, sight)
     seconds = time.perf_counter() - began
     await queue.close()

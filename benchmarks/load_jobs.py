@@ -58,7 +58,7 @@ from app.jobs.tables import Job
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "examples" / "tiny.yaml"
-SWEEP_INTERVAL = 5.0
+REQUEUE_INTERVAL = 5.0
 HEARTBEAT_TIMEOUT = 60.0
 REQUEST_TIMEOUT = 60.0
 ABANDON_AFTER = 0.005  # seconds a deliberately abandoned request waits for its answer
@@ -163,7 +163,7 @@ def deployment(options: argparse.Namespace) -> Iterator[Deployment]:
             "OPD_REDIS_URL": options.redis,
             "OPD_QUEUE_NAME": queue_name,
             "OPD_WORKER_CONCURRENCY": str(options.concurrency),
-            "OPD_SWEEP_INTERVAL": str(SWEEP_INTERVAL),
+            "OPD_REQUEUE_INTERVAL": str(REQUEUE_INTERVAL),
             "OPD_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
         }
         service = Deployment(home, env, database_url, queue_name)
@@ -411,7 +411,7 @@ async def lost_in_queue(sessions: Sessions, queue: JobQueue) -> tuple[QueuedJobs
     first = await look_at_queued(sessions, queue)
     if not first.neither:
         return first, set()
-    await asyncio.sleep(2 * SWEEP_INTERVAL + 1)
+    await asyncio.sleep(2 * REQUEUE_INTERVAL + 1)
     return first, first.neither & (await look_at_queued(sessions, queue)).neither
 
 

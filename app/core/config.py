@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.pricing import Price
@@ -38,7 +38,9 @@ UNDER_HOME = {
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="OPD_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="OPD_", env_file=".env", extra="ignore", populate_by_name=True
+    )
 
     home: Path = Field(DEFAULT_HOME, description="Service data directory.")
     database_url: str = Field(description="sqlite:///path or postgresql://user@host/db.")
@@ -118,8 +120,14 @@ class Settings(BaseSettings):
         description="Attempts a job gets; a training call whose result was lost resumes the "
         "job from its last saved state until then.",
     )
-    sweep_interval: float = Field(
-        10.0, gt=0, description="Seconds between sweeps for lost or orphaned jobs."
+    requeue_interval: float = Field(
+        10.0,
+        gt=0,
+        validation_alias=AliasChoices("OPD_REQUEUE_INTERVAL", "OPD_SWEEP_INTERVAL"),
+        description="Seconds between a worker's requeue passes: lost or orphaned jobs sent "
+        "again, what a budget paused resumed, the worker's slots noted. (OPD_SWEEP_INTERVAL, "
+        "its old name, beside OPD_SWEEPS_INTERVAL's hyperparameter sweeps, is read for one "
+        "more release.)",
     )
     sweeps_interval: float = Field(
         2.0, gt=0, description="Seconds between a worker's passes over the running sweeps."

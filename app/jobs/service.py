@@ -71,8 +71,8 @@ async def submit_spec(
 
 def live_window(settings: Settings) -> timedelta:
     """How recently a worker must have noted itself to count: it does on every requeue
-    pass (OPD_SWEEP_INTERVAL), and a pass may wait on the database."""
-    return timedelta(seconds=max(settings.heartbeat_timeout, 2 * settings.sweep_interval))
+    pass (OPD_REQUEUE_INTERVAL), and a pass may wait on the database."""
+    return timedelta(seconds=max(settings.heartbeat_timeout, 2 * settings.requeue_interval))
 
 
 async def queue_places(

@@ -160,7 +160,7 @@ def database_budget(args: argparse.Namespace) -> int:
         for jobs in unsent.jobs:
             print(
                 f"Resumed jobs {jobs}: queued, and sent to the workers by their next requeue "
-                "pass (OPD_SWEEP_INTERVAL; this command reaches no Redis itself)",
+                "pass (OPD_REQUEUE_INTERVAL; this command reaches no Redis itself)",
                 file=sys.stderr,
             )
 

@@ -188,7 +188,7 @@ def deployment(
         "OPD_QUEUE_NAME": queue,
         "OPD_HEARTBEAT_INTERVAL": "0.5",
         "OPD_HEARTBEAT_TIMEOUT": "4",
-        "OPD_SWEEP_INTERVAL": "1",
+        "OPD_REQUEUE_INTERVAL": "1",
         "OPD_JOB_CACHE_SECONDS": "0",
         **{f"OPD_{name.upper()}": value for name, value in settings.items()},
     }

@@ -75,7 +75,7 @@ async def requeue_forever(ctx: WorkerContext) -> None:
             await requeue_lost(ctx.sessions, ctx.queue, ctx.settings, ctx.sight)
         except Exception as error:  # Redis or the database may be away; try next time
             log.warning("requeue pass failed: %s", error)
-        await asyncio.sleep(ctx.settings.sweep_interval)
+        await asyncio.sleep(ctx.settings.requeue_interval)
 
 
 async def release_claims_never_run(ctx: WorkerContext) -> None:
@@ -107,6 +107,11 @@ async def serve_worker(settings: Settings) -> None:
     """Run one worker process until it is signalled to stop."""
     if settings.redis_url is None:
         raise RuntimeError("the worker needs a Redis: set OPD_REDIS_URL")
+    if "OPD_SWEEP_INTERVAL" in os.environ:
+        log.warning(
+            "OPD_SWEEP_INTERVAL is deprecated and goes in the next release: use "
+            "OPD_REQUEUE_INTERVAL"
+        )
     engine = create_db_engine(settings.database_url)
     ctx = WorkerContext(
         settings=settings,

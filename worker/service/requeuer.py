@@ -56,7 +56,7 @@ async def requeue_lost(
         candidates = await requeue_candidates(
             session,
             heartbeat_timeout=settings.heartbeat_timeout,
-            queued_for=settings.sweep_interval,
+            queued_for=settings.requeue_interval,
             limits=limits,
         )
     if not sight.watched_for(settings.heartbeat_timeout, time.monotonic()):

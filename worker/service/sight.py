@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def blind_after(heartbeat_timeout: float, sweep_interval: float) -> float:
+def blind_after(heartbeat_timeout: float, requeue_interval: float) -> float:
     """The longest gap between two contacts that still counts as seeing: half the
     timeout (an outage shorter than that leaves a live worker time to beat again), but
     never less than two requeuer passes apart, or heartbeats would never be judged."""
-    return max(heartbeat_timeout / 2, 2 * sweep_interval)
+    return max(heartbeat_timeout / 2, 2 * requeue_interval)
 
 
 @dataclass

@@ -118,7 +118,9 @@ class WorkerContext:
 
     def __post_init__(self) -> None:
         settings = self.settings
-        self.sight = DatabaseSight(blind_after(settings.heartbeat_timeout, settings.sweep_interval))
+        self.sight = DatabaseSight(
+            blind_after(settings.heartbeat_timeout, settings.requeue_interval)
+        )
 
 
 async def saved_state(ctx: WorkerContext, job: Job, spec: JobSpec) -> SavedState | None:

@@ -157,4 +157,4 @@ async def end_runs_forever(sessions: async_sessionmaker[AsyncSession], settings:
             await end_runs(sessions, settings)
         except Exception as error:  # the database may be away; try next time
             log.warning("ending MLflow runs failed: %s", error)
-        await asyncio.sleep(settings.sweep_interval)
+        await asyncio.sleep(settings.requeue_interval)

@@ -40,6 +40,20 @@ def test_environment_overrides(monkeypatch, tmp_path):
     assert settings.migrate_on_start is False
 
 
+def test_the_requeue_interval_is_named_apart_from_the_sweeps_and_its_old_name_still_read(
+    monkeypatch, tmp_path
+):
+    """OPD_SWEEP_INTERVAL (lost jobs) beside OPD_SWEEPS_INTERVAL (hyperparameter sweeps)
+    read as one typo from the other: the first is OPD_REQUEUE_INTERVAL now."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPD_SWEEP_INTERVAL", "3")
+    monkeypatch.setenv("OPD_SWEEPS_INTERVAL", "7")
+    assert (Settings().requeue_interval, Settings().sweeps_interval) == (3.0, 7.0)
+    monkeypatch.setenv("OPD_REQUEUE_INTERVAL", "4")
+    assert Settings().requeue_interval == 4.0, "the new name wins"
+    assert Settings(requeue_interval=2).requeue_interval == 2.0
+
+
 def test_the_default_home_is_dot_opd_made_absolute(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     for name in ("OPD_HOME", "OPD_DATABASE_URL", "OPD_ARTIFACT_ROOT", "OPD_DATA_ROOT"):
