@@ -163,8 +163,8 @@ async def run_cases(cases: list[Case], folder: Path) -> list[dict[str, Any]]:
             pilot = JobSpec.model_validate(pilot_data)
             pilot_used = await used_by(pilot, folder / f"pilot-{index}")
             seen = [m for m in [measured(as_job(10_000 + index, pilot, pilot_used), pilot)] if m]
-        _, cold = estimate_of(spec, [], prices)
-        _, warm = estimate_of(spec, seen, prices)
+        _, cold = estimate_of(spec, [], prices, {})
+        _, warm = estimate_of(spec, seen, prices, {})
         results.append(
             {
                 "case": case.name,

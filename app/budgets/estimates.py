@@ -10,6 +10,7 @@ completions that stop at their first token and completions that run to max_token
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,13 +24,16 @@ from app.budgets.schemas import BudgetFit, CostSpan, Estimate, TokenSpan
 from app.budgets.service import standing
 from app.core.config import Settings
 from app.core.pricing import PriceTable
+from app.files.errors import FileNotFound
+from app.files.schemas import FileReport, row_id
+from app.files.store import get_file
 from app.jobs.admission import admit
 from app.jobs.schemas import JobStatus
 from app.jobs.tables import Job
 from app.usage.store import models_of
 from kernel.model_names import preset_tokenizer, text_tokens
 from kernel.spec import JobSpec, stored_spec
-from kernel.spec.data import ArithmeticDataset, InlineDataset
+from kernel.spec.data import ArithmeticDataset, FileDataset, InlineDataset
 
 HISTORY_SCAN = 200
 """The team's latest jobs looked through for earlier runs like the one estimated."""
@@ -158,27 +162,42 @@ async def history(
     return found
 
 
-def question_bytes(spec: JobSpec) -> Span | None:
-    """The bytes of a training question with its suffix, where the spec holds the text."""
-    sizes: list[int] = []
+FileQuestions = Mapping[str, FileReport]
+"""The reports of the uploaded files a spec reads, by file id."""
+
+
+def question_bytes(spec: JobSpec, files: FileQuestions) -> Span | None:
+    """The bytes of a training question with its suffix, where the spec holds the text or
+    an uploaded file's report measured it (each question counted once)."""
+    shortest, longest, total, count = float("inf"), 0.0, 0.0, 0
     for share in spec.dataset_shares():
         suffix = len(share.question_suffix.encode()) + 2 if share.question_suffix else 0
+        sizes: list[tuple[float, float, float, int]] = []
+        report = files.get(share.file) if isinstance(share, FileDataset) and share.file else None
         if isinstance(share, InlineDataset):
-            sizes += [len(p.strip().encode()) + suffix for p in share.prompts]
+            sizes = [
+                (size, size, size, 1) for size in (len(p.strip().encode()) for p in share.prompts)
+            ]
         elif isinstance(share, ArithmeticDataset):
             digits = max(share.digits, share.multiplier_digits)
             question = len("What is  + ?")  # and the operands' digits
-            sizes += [question + 2 + suffix, question + 2 * digits + suffix]
+            sizes = [(q, q, q, 1) for q in (question + 2, question + 2 * digits)]
+        elif report is not None and report.question_bytes is not None:
+            lengths, rows = report.question_bytes, report.rows - report.empty_questions
+            sizes = [(lengths.shortest, lengths.mean, lengths.longest, rows)]
         else:
             return None
-    return Span(min(sizes), sum(sizes) / len(sizes), max(sizes))
+        for low, point, high, weight in sizes:
+            shortest, longest = min(shortest, low + suffix), max(longest, high + suffix)
+            total, count = total + (point + suffix) * weight, count + weight
+    return Span(shortest, total / count, longest)
 
 
-def cold_prompt(spec: JobSpec, model: str) -> tuple[Span, str]:
-    """A prompt's length without history: from its text where the spec holds it, in the
-    tokens of `model` where its tokenizer says how many (the byte-level presets'), else at
-    about BYTES_PER_TOKEN bytes a token."""
-    text = question_bytes(spec)
+def cold_prompt(spec: JobSpec, model: str, files: FileQuestions) -> tuple[Span, str]:
+    """A prompt's length without history: from its text where the spec holds it (or an
+    uploaded file's report measured it), in the tokens of `model` where its tokenizer says
+    how many (the byte-level presets'), else at about BYTES_PER_TOKEN bytes a token."""
+    text = question_bytes(spec, files)
     if text is None:
         return UNKNOWN_PROMPT, (
             "prompt length: not measured yet and not in the spec: assumed "
@@ -236,16 +255,18 @@ def mean(values: list[float], weights: list[int]) -> float:
     return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
 
 
-def lengths_of(spec: JobSpec, seen: list[Measured]) -> tuple[Lengths, list[str]]:
+def lengths_of(
+    spec: JobSpec, seen: list[Measured], files: FileQuestions
+) -> tuple[Lengths, list[str]]:
     """Each length's span, and the basis of each in words."""
     most, most_eval = spec.sampling.max_tokens, max_eval_tokens(spec)
     stops = f"completions of 1 to max_tokens {most} tokens"
     if not seen:
-        prompt, prompt_basis = cold_prompt(spec, spec.student.base_model)
+        prompt, prompt_basis = cold_prompt(spec, spec.student.base_model, files)
         teacher_prompt, ratio = prompt, Span.exactly(1)
         teachers_basis = "teacher prompts: as long as the student's"
         if other := another_tokenizer(spec):
-            teacher_prompt, ratio = cold_prompt(spec, other)[0], per_student_token(spec)
+            teacher_prompt, ratio = cold_prompt(spec, other, files)[0], per_student_token(spec)
             teachers_basis = (
                 f"teacher {other} reads the text in tokens of its own: its prompt about "
                 f"{teacher_prompt.point:.0f} tokens, {ratio.point:g} of its tokens a student "
@@ -330,10 +351,13 @@ def span_public(span: Span) -> TokenSpan:
     return TokenSpan(low=int(span.low), point=int(span.point), high=int(span.high))
 
 
-def estimate_of(spec: JobSpec, seen: list[Measured], prices: PriceTable) -> tuple[Tokens, Estimate]:
-    """The estimate of an admitted spec, given what was measured before (no budget yet)."""
+def estimate_of(
+    spec: JobSpec, seen: list[Measured], prices: PriceTable, files: FileQuestions
+) -> tuple[Tokens, Estimate]:
+    """The estimate of an admitted spec, given what was measured before and the reports
+    of the files it reads (no budget yet)."""
     shape = shape_of(spec)
-    lengths, basis = lengths_of(spec, seen)
+    lengths, basis = lengths_of(spec, seen, files)
     figures = tokens(shape, lengths)
     cost = priced(prices, spec, figures)
     models = models_of(spec.model_dump(mode="json"))
@@ -370,7 +394,8 @@ async def estimate_spec(
     """Admit `spec` as a job of the team would be (SpecRefused as for a job), then
     estimate it against what the team has left; nothing is stored."""
     spec = await admit(session, team_id, spec, settings)
-    _, estimate = estimate_of(spec, await history(session, team_id, spec), prices)
+    seen, files = await history(session, team_id, spec), await file_reports(session, team_id, spec)
+    _, estimate = estimate_of(spec, seen, prices, files)
     await with_budget(session, team_id, estimate, prices, now)
     return estimate
 
@@ -406,7 +431,20 @@ async def estimate_of_job(session: AsyncSession, job: Job, prices: PriceTable) -
         return None
     assert job.id is not None
     seen = await history(session, job.team_id, spec, before=job.id)
-    return estimate_of(spec, seen, prices)[1]
+    return estimate_of(spec, seen, prices, await file_reports(session, job.team_id, spec))[1]
+
+
+async def file_reports(session: AsyncSession, team_id: int, spec: JobSpec) -> dict[str, FileReport]:
+    """The reports of the team's uploaded files the spec reads (a file deleted since: none)."""
+    reports = {}
+    for share in spec.dataset_shares():
+        if isinstance(share, FileDataset) and share.file and share.file not in reports:
+            try:
+                row = await get_file(session, row_id(share.file), team_id)
+            except FileNotFound:
+                continue
+            reports[share.file] = FileReport.model_validate(row.report)
+    return reports
 
 
 def used_by(job: Job, prices: PriceTable) -> dict[str, Any]:

@@ -86,6 +86,7 @@ def report_of(batches: Batches, field: str | None, answers: str | None) -> FileR
         empty_questions=tally.empty,
         duplicate_questions=tally.duplicates,
         preview=preview(first),
+        question_bytes=tally.question_bytes(),
     )
 
 

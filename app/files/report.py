@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.files.errors import FileRefused
+from app.files.schemas import QuestionBytes
 
 QUESTION_NAMES = ("question", "prompt", "problem", "query", "instruction", "input")
 ANSWER_NAMES = ("answer", "final_answer", "solution", "reference", "target", "output")
@@ -83,6 +84,8 @@ class QuestionTally:
     empty: int = 0
     duplicates: int = 0
     seen: set[bytes] = field(default_factory=set)
+    lengths: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """The non-empty questions' bytes: the fewest, the total, the most."""
 
     def add(self, questions: Iterable[str | None]) -> None:
         for question in questions:
@@ -90,11 +93,19 @@ class QuestionTally:
             if question is None or not question.strip():
                 self.empty += 1
                 continue
+            size = len(question.strip().encode())  # as a prompt is rendered
+            fewest, total, most = self.lengths
+            first = self.rows - self.empty == 1
+            self.lengths = [size if first else min(fewest, size), total + size, max(most, size)]
             digest = hashlib.blake2b(question.encode(), digest_size=16).digest()
             if digest in self.seen:
                 self.duplicates += 1
             else:
                 self.seen.add(digest)
+
+    def question_bytes(self) -> QuestionBytes:
+        fewest, total, most = self.lengths
+        return QuestionBytes(shortest=fewest, mean=total / (self.rows - self.empty), longest=most)
 
     def check(self, question: str) -> None:
         """A file without one usable question trains nothing: refused."""

@@ -30,6 +30,14 @@ class FileColumn(BaseModel):
     type: str = Field(description="Its Arrow type, e.g. `string`, `int64`.")
 
 
+class QuestionBytes(BaseModel):
+    """The non-empty questions' lengths in UTF-8 bytes."""
+
+    shortest: int
+    mean: float
+    longest: int
+
+
 class FileReport(BaseModel):
     """What the upload found: the shape, the fields a dataset reads, and a few rows."""
 
@@ -42,6 +50,11 @@ class FileReport(BaseModel):
     empty_questions: int = Field(description="Rows whose question is null or blank (skipped).")
     duplicate_questions: int = Field(description="Rows whose question an earlier row has.")
     preview: list[dict[str, Any]] = Field(description="The first rows, long values cut short.")
+    question_bytes: QuestionBytes | None = Field(
+        None,
+        description="The questions' lengths (what an estimate counts a prompt from); null for "
+        "a file uploaded before they were measured.",
+    )
 
 
 class FilePublic(BaseModel):

@@ -15,7 +15,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import Principal
 from app.budgets.counts import Span, early_stopping_saving, share_run
-from app.budgets.estimates import Measured, alike, estimate_of, history, with_budget
+from app.budgets.estimates import (
+    Measured,
+    alike,
+    estimate_of,
+    file_reports,
+    history,
+    with_budget,
+)
 from app.budgets.schemas import CostSpan, Estimate, SweepEstimate, TokenSpan, TrialEstimate
 from app.core.config import Settings
 from app.core.pricing import PriceTable
@@ -106,7 +113,8 @@ async def estimate_sweep(
         key = alike(spec)
         if key not in seen:
             seen[key] = await history(session, principal.team_id, spec)
-        _, estimate = estimate_of(spec, seen[key], prices)
+        files = await file_reports(session, principal.team_id, spec)
+        _, estimate = estimate_of(spec, seen[key], prices, files)
         trials.append((spec, estimate))
         public.append(TrialEstimate(number=number, values=dict(values), estimate=estimate))
     basis = [f"{len(trials)} trials, each estimated as a job (see each trial's basis)"]

@@ -5,6 +5,8 @@ is admitted like a job and stores nothing."""
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import func, select
 
 from app.budgets.rules import BUDGET_STOP
@@ -160,3 +162,27 @@ async def test_an_estimate_is_admitted_like_a_job_and_stores_nothing(client, key
     async with sessions() as session:
         stored = select(func.count(Job.id)).where(Job.team_id == key.team.id)
         assert (await session.execute(stored)).scalar_one() == 0
+
+
+async def test_an_estimate_counts_an_uploaded_files_questions_as_its_report_measured(client, key):
+    """It assumed 128 tokens a prompt for any file (point 388,896 tokens where a job used
+    236,212 on questions of 15 bytes): the upload measures its questions now."""
+    rows = [{"question": f"What is {n} + 1?", "answer": str(n + 1)} for n in range(10, 30)]
+    data = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    uploaded = await client.post(
+        "/v1/files", params={"filename": "sums.jsonl"}, content=data, headers=auth(key)
+    )
+    assert uploaded.status_code == 201, uploaded.text
+    assert uploaded.json()["report"]["question_bytes"] == {
+        "shortest": 15, "mean": 15.0, "longest": 15,
+    }  # fmt: skip
+    dataset = {"source": "file", "file": uploaded.json()["id"], "question_suffix": ""}
+
+    answer = await client.post(
+        "/v1/jobs/estimate", json=small_spec(dataset=dataset), headers=auth(key)
+    )
+
+    assert answer.status_code == 200, answer.text
+    basis = answer.json()["basis"]
+    assert not any("assumed" in line for line in basis), basis
+    assert any("the questions' 15 bytes" in line for line in basis), basis

@@ -21,7 +21,7 @@ def example(name: str) -> JobSpec:
 
 def test_a_byte_level_students_prompt_is_its_bytes_and_its_template() -> None:
     spec = example("arith.yaml")
-    prompt, basis = cold_prompt(spec, spec.student.base_model)
+    prompt, basis = cold_prompt(spec, spec.student.base_model, {})
     # "What is 7 * 8?\n\nAnswer in \\boxed{}." is 35 bytes, 73 tokens rendered.
     assert prompt.low <= 73 <= prompt.high and abs(prompt.point - 73) <= 2
     assert "1 token a byte" in basis
@@ -31,9 +31,9 @@ def test_a_teacher_with_another_tokenizer_reads_its_own_tokens() -> None:
     same, bpe = example("arith.yaml"), example("arith-bpe.yaml")
     assert another_tokenizer(same) is None
     assert another_tokenizer(bpe) == "arith-teacher-bpe"
-    lengths, basis = lengths_of(bpe, [])
+    lengths, basis = lengths_of(bpe, [], {})
     ratio = lengths.teacher_per_token
     assert ratio.low < 0.3 < ratio.high  # "\\boxed{56}": 10 student tokens, 3 of the BPE's
     assert lengths.teacher_prompt.low <= 17 <= lengths.teacher_prompt.high  # its prompt: 17
     assert any("tokens of its own" in line for line in basis)
-    assert lengths_of(same, [])[0].teacher_per_token.point == 1
+    assert lengths_of(same, [], {})[0].teacher_per_token.point == 1
