@@ -6,7 +6,7 @@ import argparse
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from opd.cli.common import api_options, client, count, page_size
+from opd.cli.common import api_options, client, count, example, page_size
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -37,4 +37,5 @@ def add_parsers(commands: Commands) -> None:
     audit.add_argument(
         "--action", help="only this action, e.g. job.cancel (an unknown one lists them all)"
     )
+    example(audit, "opd audit --limit 5 --action job.create")
     audit.set_defaults(handler=audit_command)

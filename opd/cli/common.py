@@ -115,6 +115,15 @@ def key_hint(args: argparse.Namespace) -> str:
     )
 
 
+def example(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """The command's example, run as written: `opd COMMAND --help` ends with it, the
+    reference page shows it, and tests/e2e/test_newcomer.py runs every one against a
+    service from the bare install (ids as a new service gives them; an UPPER word stands
+    for what the user has, such as a key's PREFIX)."""
+    parser.epilog = f"example: {command}"
+    return parser
+
+
 def renamed(parser: argparse.ArgumentParser, old: str, new: str) -> None:
     """Make `parser` (a command's old name, kept for one release) say, when used, that
     `new` replaces it (`main` prints the note)."""

@@ -9,7 +9,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from app.files.schemas import FileDetail, FilePublic
-from opd.cli.common import api_options, client, count, page_size
+from opd.cli.common import api_options, client, count, example, page_size
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -80,15 +80,19 @@ def add_parsers(commands: Commands) -> None:
     upload.add_argument(
         "--idempotency-key", help="uploading again with the same key and file is safe"
     )
+    example(upload, "opd files upload train.jsonl --field question --answer-field answer")
     listing = actions.add_parser("list", parents=[http], help="the team's files, newest first")
     listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
+    example(listing, "opd files list")
     for name, text in (
         ("show", "a file's report and preview"),
         ("rm", "delete a file (refused while an unfinished job reads it)"),
     ):
         action = actions.add_parser(name, parents=[http], help=text)
         action.add_argument("file", help="its id, file-N")
+        example(action, f"opd files {name} file-1")
     download = actions.add_parser("download", parents=[http], help="a file's bytes, as uploaded")
     download.add_argument("file", help="its id, file-N")
     download.add_argument("out", help="where to write them")
+    example(download, "opd files download file-1 copy.jsonl")
     files.set_defaults(handler=files_command)

@@ -21,6 +21,7 @@ from opd.cli.common import (
     api_options,
     client,
     count,
+    example,
     one_line,
     page_size,
     renamed,
@@ -234,6 +235,8 @@ def watch_command(args: argparse.Namespace) -> int:
     return 0 if job.status == "succeeded" else 1
 
 
+ACTION_EXAMPLE_JOBS = {"status": 1, "watch": 1, "cancel": 2, "pause": 2, "resume": 2}
+"""The job each one-job command's example names: 1 is a finished job, 2 its clone."""
 MAX_COMPARED = 8
 COMPARED = (
     ("reverse KL", "reverse_kl"),
@@ -340,9 +343,12 @@ def add_parsers(commands: Commands) -> None:
         "jobs", parents=[http], help="jobs: list (the default, newest first) or create"
     )
     list_options(jobs)
+    example(jobs, "opd jobs --status succeeded")
     actions = jobs.add_subparsers(dest="jobs_action", metavar="ACTION")
-    list_options(actions.add_parser("list", parents=[http], help="jobs, newest first"))
-    create_parser(actions, "create", http, "create a job from a spec file")
+    listing = actions.add_parser("list", parents=[http], help="jobs, newest first")
+    list_options(example(listing, "opd jobs list --name tiny --limit 5"))
+    create = create_parser(actions, "create", http, "create a job from a spec file")
+    example(create, "opd jobs create examples/tiny.yaml --estimate --yes")
     old = create_parser(commands, "submit", http, "deprecated: opd jobs create")
     renamed(old, "opd submit", "opd jobs create")
 
@@ -352,11 +358,13 @@ def add_parsers(commands: Commands) -> None:
     samples.add_argument("job", type=int, help="the job's id")
     samples.add_argument("--step", type=int, help="only this step's rollouts")
     samples.add_argument("--limit", type=count, default=4, help="how many (default 4)")
+    example(samples, "opd samples 1 --limit 2")
     samples.set_defaults(handler=samples_command)
 
     events = commands.add_parser("events", parents=[http], help="a job's timeline, oldest first")
     events.add_argument("job", type=int, help="the job's id")
     events.add_argument("--limit", type=count, default=200, help="how many (default 200)")
+    example(events, "opd events 1 --limit 10")
     events.set_defaults(handler=events_command)
 
     checkpoints = commands.add_parser(
@@ -366,6 +374,7 @@ def add_parsers(commands: Commands) -> None:
     checkpoints.add_argument(
         "--kind", choices=["state", "sampler", "final"], help="only this kind (default: all)"
     )
+    example(checkpoints, "opd checkpoints 1 --kind final")
     checkpoints.set_defaults(handler=checkpoints_command)
 
     metrics = commands.add_parser(
@@ -379,6 +388,7 @@ def add_parsers(commands: Commands) -> None:
     metrics.add_argument("--from-step", type=int, help="the first step (default: 0)")
     metrics.add_argument("--to-step", type=int, help="the last step (default: the latest)")
     metrics.add_argument("-o", "--output", help="write to this file (default: stdout)")
+    example(metrics, "opd metrics 1 --keys opd/reverse_kl_mean,eval/accuracy -o job-1.csv")
     metrics.set_defaults(handler=metrics_command)
 
 
@@ -389,6 +399,7 @@ def add_action_parsers(commands: Commands) -> None:
         "compare", parents=[http], help="2-8 jobs side by side: figures and spec differences"
     )
     compare.add_argument("jobs", type=int, nargs="+", metavar="JOB", help="2 to 8 job ids")
+    example(compare, "opd compare 1 2")
     compare.set_defaults(handler=compare_command)
     for name, handler, text in (
         ("status", status_command, "a job's status and reverse KL"),
@@ -400,3 +411,4 @@ def add_action_parsers(commands: Commands) -> None:
         command = commands.add_parser(name, parents=[http], help=text)
         command.add_argument("job", type=int, help="the job's id")
         command.set_defaults(handler=handler, action=name)
+        example(command, f"opd {name} {ACTION_EXAMPLE_JOBS[name]}")

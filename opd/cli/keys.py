@@ -22,6 +22,7 @@ from opd.cli.common import (
     admin_api,
     api_options,
     duration,
+    example,
     in_database,
     settings,
 )
@@ -178,11 +179,14 @@ def add_parsers(commands: Commands) -> None:
     create.add_argument(
         "--expires", type=duration, metavar="90d", help="the key stops working then"
     )
-    key_actions.add_parser(
+    example(create, "opd keys create --team beta --scope read --expires 90d")
+    listing = key_actions.add_parser(
         "list", parents=[http], help="list keys (prefixes only)", description=ADMIN_HELP
     )
+    example(listing, "opd keys list")
     revoke = key_actions.add_parser(
         "revoke", parents=[http], help="revoke a key by its prefix", description=ADMIN_HELP
     )
+    example(revoke, "opd keys revoke PREFIX")
     revoke.add_argument("prefix", help="the key's prefix, as `opd keys list` shows it")
     keys.set_defaults(handler=keys_command)

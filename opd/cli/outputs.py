@@ -26,7 +26,7 @@ from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
 from kernel.spec import stored_spec
 from kernel.summary import summary_lines
-from opd.cli.common import CommandError, api_options, client, renamed
+from opd.cli.common import CommandError, api_options, client, example, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
 if TYPE_CHECKING:
@@ -344,6 +344,7 @@ def add_parsers(commands: Commands) -> None:
             else "deprecated: opd playground",
         )
         playground_options(playground)
+        example(playground, 'opd playground 1 "What is 2 + 3?" --compare teacher --seed 1')
     renamed(playground, "opd sample", "opd playground")
 
     clone = commands.add_parser("clone", parents=[http], help="a new job from a job's spec")
@@ -365,6 +366,7 @@ def add_parsers(commands: Commands) -> None:
     clone.add_argument("--with-optimizer", action="store_true", help="restore Adam's state too")
     clone.add_argument("--idempotency-key", help="cloning again with the same key is safe")
     clone.add_argument("--quiet", action="store_true", help="print the new job's id only")
+    example(clone, "opd clone 1 --set optim.learning_rate=2e-3 --set loop.steps=200")
     clone.set_defaults(handler=clone_command)
 
     export = commands.add_parser(
@@ -387,4 +389,5 @@ def add_parsers(commands: Commands) -> None:
         default="float32",
         help="with --merge: the merged model's (float32)",
     )
+    example(export, "opd export 1 job-1-final")
     export.set_defaults(handler=export_command)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from kernel.errors import OPDError
 from kernel.spec import load_spec
 from kernel.summary import summary_lines
-from opd.cli.common import CommandError, settings
+from opd.cli.common import CommandError, example, settings
 
 if TYPE_CHECKING:
     from kernel.spec import JobSpec
@@ -149,6 +149,7 @@ async def end_mirror(mirror: MlflowSink, outcome: str) -> None:
 
 def add_parsers(commands: Commands) -> None:
     run = commands.add_parser("run", help="run one job spec in the foreground")
+    example(run, "opd run examples/tiny.yaml --metrics-out metrics.jsonl")
     run.add_argument("spec", help="job spec file (YAML or JSON)")
     run.add_argument("--metrics-out", metavar="FILE.jsonl", help="append one JSON line per step")
     run.add_argument(

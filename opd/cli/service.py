@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from opd.cli.common import CommandError, settings
+from opd.cli.common import CommandError, example, settings
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -111,21 +111,26 @@ def add_parsers(commands: Commands) -> None:
         help="the spec --demo submits (default: examples/arith.yaml)",
     )
     serve.set_defaults(handler=serve_command)
+    example(serve, "opd serve --demo --keep-serving")
 
     api = commands.add_parser("api", help="the HTTP API (scale out: run several)")
     api.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     api.add_argument("--port", type=int, default=8000, help="its port (8000)")
     api.add_argument("--quiet", action="store_true", help="log warnings only")
     api.set_defaults(handler=api_command)
+    example(api, "opd api --host 0.0.0.0 --port 8000")
 
-    commands.add_parser(
+    worker = commands.add_parser(
         "worker", help="a worker that runs queued jobs (needs OPD_REDIS_URL)"
-    ).set_defaults(handler=worker_command)
-    commands.add_parser("migrate", help="bring the database to the latest schema").set_defaults(
-        handler=migrate_command
     )
+    example(worker, "OPD_REDIS_URL=redis://127.0.0.1:6379/0 opd worker").set_defaults(
+        handler=worker_command
+    )
+    migrate = commands.add_parser("migrate", help="bring the database to the latest schema")
+    example(migrate, "opd migrate").set_defaults(handler=migrate_command)
 
-    commands.add_parser(
+    rotate = commands.add_parser(
         "rotate-secrets",
         help="re-encrypt stored secrets under OPD_SECRET_KEY's first key (then drop old keys)",
-    ).set_defaults(handler=rotate_secrets_command)
+    )
+    example(rotate, "opd rotate-secrets").set_defaults(handler=rotate_secrets_command)

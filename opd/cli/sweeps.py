@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from app.sweeps.schemas import SweepDetail, SweepPublic, TrialPublic
 from app.web.present import number
 from kernel.spec.documents import read_document
-from opd.cli.common import api_options, client, count, page_size, renamed
+from opd.cli.common import api_options, client, count, example, page_size, renamed
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -114,12 +114,15 @@ def sweep_actions(sweep: argparse.ArgumentParser) -> None:
     create = actions.add_parser("create", parents=[http], help="start a sweep from a YAML file")
     create.add_argument("file", help="a sweep file (YAML or JSON)")
     create.add_argument("--quiet", action="store_true", help="print the sweep id only")
+    example(create, "opd sweeps create examples/sweep-tiny.yaml")
     listing = actions.add_parser("list", parents=[http], help="sweeps, newest first")
     listing.add_argument("--limit", type=count, default=20, help="how many (default 20)")
+    example(listing, "opd sweeps list")
     for name, text in (
         ("status", "a sweep and its trials, best metric first"),
         ("cancel", "cancel a sweep and its unfinished trials"),
     ):
         action = actions.add_parser(name, parents=[http], help=text)
         action.add_argument("sweep", type=int, help="the sweep's id")
+        example(action, f"opd sweeps {name} 1")
     sweep.set_defaults(handler=sweep_command)

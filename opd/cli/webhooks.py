@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from app.webhooks.schemas import WebhookEvent
-from opd.cli.common import api_options, client, one_line
+from opd.cli.common import api_options, client, example, one_line
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def webhooks_command(args: argparse.Namespace) -> int:
     hooks = client(args).webhooks
     if args.webhook_action == "create":
-        made = hooks.create(args.url, args.event, description=args.description)
+        made = hooks.create(args.hook_url, args.event, description=args.description)
         print(f"Created webhook {made.id} for {', '.join(made.events)} -> {made.url}")
         print(f"signing secret (shown only now): {made.secret}")
     elif args.webhook_action == "list":
@@ -48,7 +48,9 @@ def add_parsers(commands: Commands) -> None:
     webhooks = commands.add_parser("webhooks", help="the team's webhooks and their deliveries")
     actions = webhooks.add_subparsers(dest="webhook_action", required=True, metavar="ACTION")
     create = actions.add_parser("create", parents=[http], help="subscribe a URL to events")
-    create.add_argument("url", help="where the events are POSTed (an http or https URL)")
+    create.add_argument(  # not `url`, which is the API's address (--url)
+        "hook_url", metavar="URL", help="where the events are POSTed (an http or https URL)"
+    )
     create.add_argument(
         "--event",
         action="append",
@@ -57,15 +59,19 @@ def add_parsers(commands: Commands) -> None:
         help="an event to send (repeatable)",
     )
     create.add_argument("--description", help="a note for people")
-    actions.add_parser("list", parents=[http], help="the team's webhooks")
+    example(create, "opd webhooks create https://hooks.example.com/opd --event job.succeeded")
+    example(
+        actions.add_parser("list", parents=[http], help="the team's webhooks"), "opd webhooks list"
+    )
     for name, text in (
         ("delete", "unsubscribe a webhook"),
         ("deliveries", "what was sent to a webhook, newest first"),
     ):
-        actions.add_parser(name, parents=[http], help=text).add_argument(
-            "webhook", type=int, help="the webhook's id"
-        )
+        action = actions.add_parser(name, parents=[http], help=text)
+        action.add_argument("webhook", type=int, help="the webhook's id")
+        example(action, f"opd webhooks {name} 1")
     resend = actions.add_parser("resend", parents=[http], help="send a delivery again")
     resend.add_argument("webhook", type=int, help="the webhook's id")
     resend.add_argument("delivery", type=int, help="the delivery's id, as deliveries lists it")
+    example(resend, "opd webhooks resend 1 1")
     webhooks.set_defaults(handler=webhooks_command)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid
+import venv
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -148,12 +150,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
             yield url
 
 
-def team_key(home: Path, database_url: str, team: str) -> str:
-    """A submit key of `team` in the migrated database, made in this process as `opd keys
-    create` makes it (tests/opd/cli tests the command): two processes less to start for
-    every deployment, whose imports cost seconds of a shared core."""
+def team_key(home: Path, database_url: str, team: str, scope: str = "submit") -> str:
+    """A key of `team` (a submit key, or of `scope`) in the migrated database, made in this
+    process as `opd keys create` makes it (tests/opd/cli tests the command): two processes
+    less to start for every deployment, whose imports cost seconds of a shared core."""
     import app.tables  # noqa: F401  (every table in the metadata before a flush)
     from app.auth.keys import create_key
+    from app.auth.schemas import Scope
     from app.core.config import Settings
     from app.core.db import migrate, standalone_session
 
@@ -161,7 +164,7 @@ def team_key(home: Path, database_url: str, team: str) -> str:
 
     async def make() -> str:
         async with standalone_session(database_url) as session:
-            return (await create_key(session, team)).key
+            return (await create_key(session, team, scope=Scope(scope))).key
 
     # A thread of its own: a caller may hold a running event loop (Playwright's sync API).
     with ThreadPoolExecutor(1) as thread:
@@ -211,3 +214,41 @@ def deployment(
 def service(tmp_path: Path, database_url: str) -> Iterator[Service]:
     with deployment(tmp_path, database_url) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new venv with the bare package installed from a copy of the checkout (no .venv, no
+    caches), as `pip install opd-service` would install it (test_light_install.py and
+    test_newcomer.py share it)."""
+    base = tmp_path_factory.mktemp("light")
+    source = base / "src"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "runs"),
+    )
+    env = base / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--progress-bar", "off", str(source)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return env
+
+
+def run_light(
+    env: Path, *args: str | Path, cwd: Path, **variables: str
+) -> subprocess.CompletedProcess[str]:
+    """A command in the bare install's environment (PATH, HOME and `variables` alone)."""
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,  # not the checkout: the installed package, not the source tree, is imported
+        env={"PATH": f"{env / 'bin'}:/usr/bin:/bin", "HOME": str(cwd), **variables},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

@@ -6,14 +6,10 @@ then driven against a running service."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import venv
 from pathlib import Path
 
-import pytest
-
-from tests.e2e.conftest import ROOT, TINY, Service, deployment
+from tests.e2e.conftest import TINY, Service, deployment, run_light
 
 SERVER_PACKAGES = {
     "fastapi", "starlette", "uvicorn", "sqlalchemy", "sqlmodel", "alembic", "arq", "redis",
@@ -30,29 +26,6 @@ print(json.dumps({"id": job.id, "status": job.status, "listed": listed}))
 """
 
 
-@pytest.fixture(scope="module")
-def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new venv with the bare package installed from a copy of the checkout (no .venv, no
-    caches), as `pip install opd-service` would install it."""
-    base = tmp_path_factory.mktemp("light")
-    source = base / "src"
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "runs"),
-    )
-    env = base / "venv"
-    venv.create(env, with_pip=True)
-    python = env / "bin" / "python"
-    subprocess.run(
-        [python, "-m", "pip", "install", "-q", "--progress-bar", "off", str(source)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    return env
-
-
 def installed(env: Path) -> set[str]:
     listed = subprocess.run(
         [env / "bin" / "python", "-m", "pip", "list", "--format", "json"],
@@ -61,17 +34,6 @@ def installed(env: Path) -> set[str]:
         text=True,
     ).stdout
     return {package["name"].lower().replace("_", "-") for package in json.loads(listed)}
-
-
-def run_light(env: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,  # not the checkout: the installed package, not the source tree, is imported
-        env={"PATH": f"{env / 'bin'}:/usr/bin:/bin", "HOME": str(cwd)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_the_bare_package_installs_the_sdk_and_cli_without_the_service(
