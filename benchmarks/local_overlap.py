@@ -31,7 +31,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from kernel.spec import JobSpec
 from worker.engine.backends import connect
 from worker.engine.backends.local.presets import tiny_tokenizer
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.steps import run_loop
 from worker.engine.tracking.sinks import Sink
 

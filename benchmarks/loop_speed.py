@@ -54,7 +54,7 @@ from tests.fakes.trio import (
 )
 from worker.engine.backends.resilient import resilient
 from worker.engine.backends.trio import ERRORS
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.steps import run_loop
 from worker.engine.tracking.sinks import Sink
 

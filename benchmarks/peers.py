@@ -56,11 +56,11 @@ from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.engine.backends.local.models import load_model
 from worker.engine.data.datasets import load_datasets
 from worker.engine.data.mixing import training_pools
+from worker.engine.data.prompts import render
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.prompts import load_eval_prompts
 from worker.engine.loop.run import Run, eval_pools, evaluation_for, open_run
-from worker.engine.rollouts.datums import build_prompt
 
 DIVERGENCES = {1.0: "reverse KL", 0.0: "forward KL", 0.5: "JSD"}
 OBJECTIVES = [
@@ -186,11 +186,8 @@ def trl_prompts(run: Run, spec: JobSpec, prompts: Any) -> Dataset:
     the same ids."""
     texts = []
     for pool in training_pools(spec, prompts):
-        for question in pool.prompts.questions:
-            options = pool.options
-            ids = build_prompt(
-                run.tokenizer, question, options.question_suffix, options.enable_thinking
-            )
+        for prompt in pool.prompts.prompts:
+            ids = render(run.tokenizer, prompt, pool.options)
             text = run.tokenizer.decode(ids)
             assert run.tokenizer(text=text)["input_ids"] == ids, text
             texts.append(text)

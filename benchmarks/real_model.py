@@ -58,14 +58,14 @@ from peers import cpu_name, trainer_settings
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
-from worker.engine.data.datasets import Prompts, load_datasets
+from worker.engine.data.datasets import load_datasets
 from worker.engine.data.mixing import Item, training_pools
+from worker.engine.data.prompts import Prompts, as_chat
 from worker.engine.eval.evaluation import Evaluation
 from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import load_eval_prompts
 from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import question_text
 from worker.engine.rollouts.sampling import sample_and_score
 from worker.engine.tracking.sinks import Sink
 
@@ -328,13 +328,13 @@ async def teacher_samples(task: Task, training: LocalTrainingClient) -> list[tup
     rollouts are (the spec's temperature and tokens, the chat's stop)."""
     run = await opened(task.spec, training, task)
     items = [
-        Item(question, answer, pool)
+        Item(prompt, answer, pool)
         for pool in training_pools(task.spec, task.prompts)
-        for question, answer in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
+        for prompt, answer in zip(pool.prompts.prompts, pool.prompts.answers, strict=True)
     ]
     sampler = await training.save_weights_and_get_sampling_client_async()
     answerers = [
-        run.answerer(item, run.render(item.question, item.pool.options), sampler) for item in items
+        run.answerer(item, run.render(item.prompt, item.pool.options), sampler) for item in items
     ]
     scorers = [a.scorer for a in answerers]
     batch = await sample_and_score(
@@ -348,7 +348,7 @@ async def teacher_samples(task: Task, training: LocalTrainingClient) -> list[tup
     await close_teachers(run.teachers)
     return [
         (
-            question_text(items[c.group].question, items[c.group].pool.options.question_suffix),
+            as_chat(items[c.group].prompt, items[c.group].pool.options).messages[-1].text(),
             run.decode(c.tokens),
         )
         for c in batch.completions

@@ -48,7 +48,7 @@ from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.gguf import default_model_cache
 from worker.engine.backends.local.models import ModelCache, located
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import build_prompt
 from worker.engine.rollouts.sampling import stop_sequences
 
 CHECKED = 8

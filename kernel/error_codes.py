@@ -154,6 +154,12 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "did not answer); nothing was kept: send it again.",
     ),
     "not_utf8": (REQUEST, "A JSONL or CSV upload that is not UTF-8; the message names the byte."),
+    "invalid_chat_file": (
+        REQUEST,
+        "A file of conversations with rows OpenAI's fine-tuning validator would refuse: the "
+        "message lists the first problems, each with its line (or row) and field; nothing was "
+        "stored (docs/how-to/chats.md).",
+    ),
     "unusable_file": (
         REQUEST,
         "The upload cannot serve as a dataset (it does not parse, or has no text column for "

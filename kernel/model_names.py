@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kernel.datapaths import is_model_path
@@ -121,6 +122,24 @@ def preset_tokenizer(name: str) -> str | None:
     if name not in PRESETS:
         return None
     return OWN_TOKENIZERS.get(name, "byte-level")
+
+
+BYTE_LEVEL_MESSAGE_TOKENS = 4
+"""What the byte-level presets' chat template adds to each message's role and text, a
+token each: its opening and closing special tokens and two newlines
+(tests/worker/engine/data/test_rendering.py holds it to the tokenizer)."""
+
+
+def chat_tokens(name: str, messages: Iterable[tuple[str, str]]) -> int | None:
+    """A chat's tokens, its messages given as (role, text), as preset `name`'s chat
+    template renders it, where its tokenizer says without loading it (the byte-level
+    presets with the common template); None for any other model."""
+    if preset_tokenizer(name) != "byte-level" or name == ARITH_TEACHER_TEMPLATE:
+        return None
+    return sum(
+        BYTE_LEVEL_MESSAGE_TOKENS + len(role.encode()) + len(text.encode())
+        for role, text in messages
+    )
 
 
 def text_tokens(name: str) -> tuple[float, int] | None:

@@ -8,6 +8,7 @@ from typing import Annotated, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kernel.chats.conversation import OPEN_ENDED, ChatMessage, Conversation, Tool
 from kernel.spec import JobSpec, TeacherSpec
 from kernel.spec.base import CheckpointRef, Name, SpecModel, field_error
 from kernel.spec.data import MAX_PROMPT_CHARS
@@ -24,12 +25,8 @@ MAX_STOPS = 4
 MAX_STOP_CHARS = 256
 MAX_SEED = 2**63 - 1
 MAX_TOP_LOGPROBS = 20
+MAX_TOOLS = 128
 ModelRole = Literal["checkpoint", "teacher", "base"]
-
-
-class Message(SpecModel):
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(max_length=MAX_PROMPT_CHARS)
 
 
 class SampleRequest(SpecModel):
@@ -57,12 +54,19 @@ class SampleRequest(SpecModel):
         description="A question, rendered as the job rendered its training prompts (its "
         "question_suffix and enable_thinking).",
     )
-    messages: list[Message] | None = Field(
+    messages: list[ChatMessage] | None = Field(
         None,
         min_length=1,
         max_length=MAX_MESSAGES,
-        description="Or a chat, rendered by each model with its own tokenizer's chat "
-        "template, as given; the last message is the user's.",
+        description="Or a chat in OpenAI's message format (tool calls and a tool's reply "
+        "too), rendered by each model with its own tokenizer's chat template as training "
+        "renders a conversation; the last message is the user's or a tool's.",
+    )
+    tools: list[Tool] | None = Field(
+        None,
+        max_length=MAX_TOOLS,
+        description="With messages: the tools the chat may call, passed to each model's chat "
+        "template (one that has no place for them leaves them out).",
     )
     text: str | None = Field(
         None,
@@ -147,6 +151,12 @@ class SampleRequest(SpecModel):
         description="How long to wait for a worker; default OPD_SAMPLE_TIMEOUT (60 s).",
     )
 
+    def conversation(self) -> Conversation | None:
+        """The chat asked for, with its tools (None: another kind of prompt)."""
+        if self.messages is None:
+            return None
+        return Conversation.model_construct(messages=self.messages, tools=self.tools)
+
     @model_validator(mode="after")
     def _one_prompt(self) -> SampleRequest:
         given = [self.prompt, self.messages, self.text, self.prompt_token_ids]
@@ -156,8 +166,14 @@ class SampleRequest(SpecModel):
             )
         if self.max_tokens == 0 and not self.prompt_logprobs:
             raise field_error(("max_tokens",), "0 only with prompt_logprobs (nothing to answer)")
-        if self.messages is not None and self.messages[-1].role != "user":
-            raise field_error(("messages",), "the last message must be the user's")
+        if self.messages is not None:
+            Conversation(messages=self.messages, tools=self.tools)  # its rules, by field
+            if self.messages[-1].role not in OPEN_ENDED:
+                raise field_error(
+                    ("messages",), "the last message must be the user's or a tool's reply"
+                )
+        elif self.tools is not None:
+            raise field_error(("tools",), "only with messages")
         if len(set(self.compare)) != len(self.compare):
             raise field_error(("compare",), "each model at most once")
         if self.model in self.compare:

@@ -61,9 +61,9 @@ from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.local.trained import WEIGHTS_DIR, save_trained, trained_model
 from worker.engine.backends.local.trainer import attach_lora
 from worker.engine.data.arithmetic import Problem, training_problems
+from worker.engine.data.prompts import build_prompt
 from worker.engine.eval.grading import Grader
 from worker.engine.eval.sampler_accuracy import answer
-from worker.engine.rollouts.datums import build_prompt
 
 SUFFIX = ArithmeticDataset().question_suffix
 ALL_OPS: tuple[ArithmeticOp, ...] = ("add", "sub", "mul")

@@ -1,5 +1,5 @@
 """OpenAI's upload form: a `multipart/form-data` body with a `file` part and a few text
-fields (`purpose`, and this service's `format`, `field`, `answer_field`), read as it
+fields (`purpose`, and this service's `format`, `field`, `answer_field`, `model`), read as it
 arrives with python-multipart's streaming parser. The fields before the file are gathered
 (each small, the form's bytes besides the file bounded), the file's bytes are passed on
 chunk by chunk, for the upload to spool as it spools a raw body (with its limits, as they
@@ -232,7 +232,12 @@ class Form:
                 f"the file name is longer than {MAX_FILENAME_CHARS} characters",
                 "filename",
             )
-        given = {"format": asked.format, "field": asked.field, "answer_field": asked.answer_field}
+        given = {
+            "format": asked.format,
+            "field": asked.field,
+            "answer_field": asked.answer_field,
+            "model": asked.model,
+        }
         for name, value in given.items():
             if value is not None and name in self.fields:
                 raise unfit(
@@ -244,6 +249,7 @@ class Form:
             format=asked.format or (FileFormat(form_format) if form_format else None),
             field=asked.field or self.fields.get("field"),
             answer_field=asked.answer_field or self.fields.get("answer_field"),
+            model=asked.model or self.fields.get("model"),
             idempotency_key=asked.idempotency_key,
         )
 

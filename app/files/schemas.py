@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.pages import ObjectList
+from kernel.chats.files import ChatFormat
 
 FILE_ID_PATTERN = r"^file-[1-9][0-9]{0,9}$"
 FILE_CURSOR_PATTERN = r"^(file-)?[1-9][0-9]{0,9}$"
@@ -27,7 +28,41 @@ class FileFormat(StrEnum):
 
 class FileColumn(BaseModel):
     name: str
-    type: str = Field(description="Its Arrow type, e.g. `string`, `int64`.")
+    type: str = Field(
+        description="Its Arrow type, e.g. `string`, `int64` (a JSONL file of conversations: "
+        "its first row's JSON type, e.g. `array`)."
+    )
+
+
+class ChatReport(BaseModel):
+    """What the upload found in a file of conversations (docs/how-to/chats.md)."""
+
+    format: ChatFormat = Field(
+        description="By the rows' shape: `messages` (OpenAI's fine-tuning format, TRL's "
+        "conversational language modeling), `prompt_completion` or `prompt` (TRL's "
+        "conversational prompt-completion and prompt-only)."
+    )
+    conversations: int
+    messages: int
+    roles: dict[str, int] = Field(description="Messages by role.")
+    assistant_turns: int
+    trained_turns: int = Field(description="Assistant turns with weight 1 (the default).")
+    prompts_last: int = Field(description="Prompts with `dataset.turns: last` (the default).")
+    prompts_each: int = Field(description="Prompts with `dataset.turns: each`.")
+    without_prompts: int = Field(
+        description="Conversations that give no prompt (every assistant turn weight 0)."
+    )
+    tool_calls: int
+    with_tools: int = Field(description="Conversations that declare `tools`.")
+    duplicates: int = Field(description="Conversations an earlier row has whole.")
+    longest_chars: int = Field(description="The longest conversation's text, in characters.")
+    longest_tokens: int | None = Field(
+        None,
+        description="The longest conversation in tokens of the upload's `model`, rendered by "
+        "its chat template, where the service counts them without loading it (the byte-level "
+        "presets); null otherwise.",
+    )
+    tokens_of: str | None = Field(None, description="The model `longest_tokens` counts in.")
 
 
 class QuestionBytes(BaseModel):
@@ -43,17 +78,27 @@ class FileReport(BaseModel):
 
     rows: int
     columns: list[FileColumn]
-    question_field: str = Field(description="The column of questions, given or guessed.")
-    answer_field: str | None = Field(
-        description="The column of reference answers (for eval), given or guessed; null = none."
+    question_field: str = Field(
+        description="The column of questions, given or guessed (of conversations: `messages` "
+        "or `prompt`)."
     )
-    empty_questions: int = Field(description="Rows whose question is null or blank (skipped).")
+    answer_field: str | None = Field(
+        description="The column of reference answers (for eval), given or guessed (of "
+        "conversations: the one whose assistant turns are answered); null = none."
+    )
+    empty_questions: int = Field(
+        description="Rows whose question is null or blank (skipped); conversations that give "
+        "no prompt."
+    )
     duplicate_questions: int = Field(description="Rows whose question an earlier row has.")
     preview: list[dict[str, Any]] = Field(description="The first rows, long values cut short.")
     question_bytes: QuestionBytes | None = Field(
         None,
         description="The questions' lengths (what an estimate counts a prompt from); null for "
         "a file uploaded before they were measured.",
+    )
+    chat: ChatReport | None = Field(
+        None, description="A file of conversations: what its conversations hold; else null."
     )
 
 
@@ -111,6 +156,13 @@ class UploadForm(BaseModel):
     format: FileFormat | None = Field(None, description="Default: from the file name.")
     field: str | None = Field(None, min_length=1, max_length=200)
     answer_field: str | None = Field(None, min_length=1, max_length=200)
+    model: str | None = Field(
+        None,
+        min_length=1,
+        max_length=500,
+        description="A file of conversations: the model whose tokens the report counts the "
+        "longest one in (where the service can: the byte-level presets).",
+    )
     file: bytes = Field(
         description="The file; its name is the part's `filename` (else the `filename` query "
         "parameter's)."

@@ -68,6 +68,8 @@ class Upload:
     answer_field: str | None = None
     declared_bytes: int | None = None
     idempotency_key: str | None = None
+    model: str | None = None
+    """A file of conversations: the model its report counts the longest one's tokens in."""
 
     def idempotency(self, sha256: str) -> Idempotency | None:
         """The request, its bytes included, that a retry with the same key must repeat."""
@@ -75,6 +77,8 @@ class Upload:
             return None
         asked = {"filename": self.filename, "format": self.format, "field": self.field}
         body = asked | {"answer_field": self.answer_field, "sha256": sha256}
+        if self.model is not None:  # absent otherwise: a key stored before it keeps matching
+            body["model"] = self.model
         return Idempotency(self.idempotency_key, ROUTE, body)
 
 
@@ -288,6 +292,7 @@ async def store(
             upload.field,
             upload.answer_field,
             TableLimits.for_uploads(receiving.settings.max_upload_bytes),
+            upload.model,
         )
         await claims.claim_object(session, claim.id, team_id, spooled.sha256)
         await team_files(receiving.storage, team_id).put_file(spooled.path, spooled.sha256)

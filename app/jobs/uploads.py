@@ -75,10 +75,21 @@ def check_holdout(holdout: int, dataset: FileDataset, row: UploadedFile) -> None
 
 def resolved(at: str, dataset: FileDataset, row: UploadedFile) -> FileDataset:
     """The dataset with its file's stored object, and the columns its upload found where it
-    names none."""
+    names none (a file of conversations: always its own, which its rows' shape says)."""
     given = dataset.model_fields_set
     field = dataset.field if "field" in given else row.question_field
     answers = dataset.answer_field if "answer_field" in given else row.answer_field
+    if row.report.get("chat") is not None:
+        for param, column, own in (
+            ("field", field, row.question_field),
+            ("answer_field", answers, row.answer_field),
+        ):
+            if column != own:
+                raise SpecRefused(
+                    f"{at}.{param}",
+                    f"{dataset.file} holds conversations, whose prompts and answers its rows' "
+                    "shape says: leave field and answer_field out",
+                )
     columns = {column["name"]: column["type"] for column in row.report["columns"]}
     for param, column in (("field", field), ("answer_field", answers)):
         if column is not None and column not in columns:

@@ -19,6 +19,8 @@ MAX_SAMPLE_SIZE = 10_000_000
 MAX_INLINE_PROMPTS = 10_000
 MAX_PROMPT_CHARS = 100_000
 SHUFFLE_SEED = "Shuffles the rows before `sample_size` are kept (and the held-out ones drawn)."
+Turns = Literal["last", "each"]
+"""Which assistant turns of a conversation are prompts: the last one, or each one."""
 
 
 def require_source(schema: dict[str, Any]) -> None:
@@ -73,7 +75,9 @@ BLOB = r"^[0-9a-f]{64}\.(jsonl|parquet|csv)$"
 
 class FileDataset(PromptOptions):
     """A parquet, JSONL or CSV file: one the team uploaded (`file`, POST /v1/files), or one
-    under the server's data root (`path`, relative paths resolve there; for operators)."""
+    under the server's data root (`path`, relative paths resolve there; for operators). A
+    table of questions, or conversations (OpenAI's fine-tuning format, TRL's conversational
+    formats), told apart by the shape of its rows."""
 
     source: Literal["file"] = Field("file", description="Which source this is.")
     path: str | None = Field(
@@ -108,6 +112,16 @@ class FileDataset(PromptOptions):
         None, ge=1, le=MAX_SAMPLE_SIZE, description="Rows kept after shuffling; null = all."
     )
     seed: int = Field(42, ge=0, le=2**31 - 1, description=SHUFFLE_SEED)
+    sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+    turns: Turns = Field(
+        "last",
+        description="A file of conversations: the prompts each gives. `last`: the messages "
+        "before its last assistant turn trained on (OpenAI's weight 1, the default), that "
+        "turn the reference answer; `each`: one such prompt for every such turn. A "
+        "conversation that ends with a user's turn is a prompt as a whole. The question "
+        "suffix is not added to conversations.",
+    )
 
     @model_validator(mode="after")
     def _one_place(self) -> FileDataset:

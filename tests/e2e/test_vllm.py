@@ -608,7 +608,7 @@ async def self_teacher_scores(
     from kernel.spec import LocalBackendSpec, PromptOptions
     from worker.engine.backends.local import LocalServiceClient
     from worker.engine.backends.vllm import VLLMSampler, VLLMServer
-    from worker.engine.rollouts.datums import build_prompt
+    from worker.engine.data.prompts import build_prompt
     from worker.engine.teachers.views import self_view
 
     service = LocalServiceClient(LocalBackendSpec(device="cpu"), work, model_cache)

@@ -4,14 +4,16 @@ is asked) its reverse KL against the teacher, as the training loop measures it.
 
 Each model reads the prompt as its own tokenizer renders it, as training renders each
 teacher's prompts: a question as the job rendered its training prompts (its
-`question_suffix`) and a chat as given, with its own chat template; a text tokenized by its
-own tokenizer; token ids as given. The teacher scores the student's completion as training
-scores it (`teachers.TeacherView`): after its own prompt, the completion's tokens or, with
-another tokenizer, their text as its own tokens, its logprobs mapped onto the student's by
-byte offsets (`cross_tokenizer.Retokenized`). A self teacher (`teacher.self`) reads its
-context first, as training renders it: its system line and example turns before the
-question or chat, and the request's `reference` after it if it reads one; its output's
-`prompt` is that context, beside the student's own.
+`question_suffix`) and a chat (its tools, calls and replies too) as a training
+conversation is rendered, by the same renderer (`teachers.Renderer`), with its own chat
+template; a text tokenized by its own tokenizer; token ids as given. The teacher scores the
+student's completion as training scores it (`teachers.TeacherView`): after its own prompt,
+the completion's tokens or, with another tokenizer, their text as its own tokens, its
+logprobs mapped onto the student's by byte offsets (`cross_tokenizer.Retokenized`). A self
+teacher (`teacher.self`) reads its context first, as training renders it: its system line
+and example turns where the template puts a system line, and the request's `reference`
+after the last user turn if it reads one; its output's `prompt` is that context, beside
+the student's own.
 """
 
 from __future__ import annotations
@@ -40,13 +42,12 @@ from kernel.playground import (
 from kernel.spec import TeacherSpec
 from kernel.spec.teachers import SelfTeacher
 from worker.engine.backends.contract import SamplingClient
-from worker.engine.rollouts.datums import build_chat, build_prompt
 from worker.engine.rollouts.sampler_cache import Loaded, SamplerCache
 from worker.engine.rollouts.sampling import Scored, Scorer, stop_sequences
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers, top_k_of
 from worker.engine.teachers.preflight import tokenizer_difference
 from worker.engine.teachers.scoring import TOPK_SCORING, Prompted
-from worker.engine.teachers.views import context_turns, referenced, self_messages
+from worker.engine.teachers.views import Renderer
 
 
 def finite(value: float | None) -> float | None:
@@ -94,10 +95,10 @@ def compared_teacher(task: SampleTask) -> tuple[str, TeacherSpec]:
 
 
 def render(task: SampleTask, tokenizer: Any, context: SelfTeacher | None = None) -> list[int]:
-    """The prompt tokens a model with `tokenizer` completes: its own rendering (its chat
-    template, as the compared teacher's dataset, the first routed to it or the first,
-    renders its prompts; after a self teacher's `context`), its own tokens of a text, or
-    the token ids as given."""
+    """The prompt tokens a model with `tokenizer` completes: its own rendering of a
+    question or a chat, by training's own renderer (its chat template, as the compared
+    teacher's dataset, the first routed to it or the first, renders its prompts; after a
+    self teacher's `context`), its own tokens of a text, or the token ids as given."""
     request, spec = task.request, task.spec
     name, _ = compared_teacher(task)
     shares = spec.dataset_shares()
@@ -107,21 +108,9 @@ def render(task: SampleTask, tokenizer: Any, context: SelfTeacher | None = None)
     try:
         if request.text is not None:
             return list(tokenizer.encode(request.text, add_special_tokens=True))
-        if request.prompt is not None and context is None:
-            return build_prompt(
-                tokenizer, request.prompt, dataset.question_suffix, dataset.enable_thinking
-            )
-        if request.prompt is not None:
-            assert context is not None
-            messages = self_messages(context, request.prompt, dataset, request.reference)
-        else:
-            assert request.messages is not None
-            messages = [message.model_dump() for message in request.messages]
-            if context is not None:
-                *chat, last = messages
-                last = {**last, "content": referenced(context, last["content"], request.reference)}
-                messages = [*context_turns(context), *chat, last]
-        return build_chat(tokenizer, messages, dataset.enable_thinking)
+        prompt = request.prompt if request.prompt is not None else request.conversation()
+        assert prompt is not None
+        return Renderer(tokenizer, context)(prompt, dataset, request.reference)
     except (ValueError, TemplateError) as error:
         raise OPDError(f"cannot render the prompt: {error}", code="invalid_prompt") from error
 

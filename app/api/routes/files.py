@@ -99,6 +99,15 @@ async def upload(
     format: Annotated[FileFormat | None, Query(description="Default: from the name.")] = None,
     field: Column = None,
     answer_field: Column = None,
+    model: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=500,
+            description="A file of conversations: the model whose tokens the report counts the "
+            "longest one in (the byte-level presets; null for others).",
+        ),
+    ] = None,
     idempotency_key: UploadKey = None,
 ) -> FileDetail:
     """Upload a JSONL, Parquet or CSV file as the request body (`curl -T data.jsonl`), or as
@@ -108,13 +117,18 @@ async def upload(
     OPD_MAX_UPLOAD_BYTES and within the team's OPD_TEAM_MAX_FILE_BYTES. It must parse and
     hold a text column of questions (`field`, else guessed: question, prompt, problem, ...)
     with at least one non-empty question; `answer_field` (else guessed: answer,
-    final_answer, solution, ...) names the reference answers. A file refused (422, 413)
+    final_answer, solution, ...) names the reference answers. Or it holds conversations,
+    told by its first row's shape (OpenAI's fine-tuning format and TRL's `messages`; TRL's
+    `prompt` and `completion` as lists of messages): every row is checked as OpenAI's
+    fine-tuning validator checks a line, and a file with problems is a 422
+    (`invalid_chat_file`) listing the first ones, each with its line; the report's `chat`
+    counts its conversations, turns, roles and tool calls. A file refused (422, 413)
     leaves nothing behind. The same bytes again, with the same fields, answer 200 with the
     file they made; so does a retry with the same `Idempotency-Key`. Past the bytes of
     uploads one team (OPD_TEAM_MAX_SPOOL_BYTES) or all (OPD_MAX_SPOOL_BYTES) may have
     arriving at once in an API process: 429 with Retry-After. A form that does not parse
     is a 400, one with another field, or without its file, a 422 (`invalid_form`)."""
-    asked = Upload(filename or "", format, field, answer_field, None, idempotency_key)
+    asked = Upload(filename or "", format, field, answer_field, None, idempotency_key, model)
     content_type = request.headers.get("content-type")
     form = await read_form(content_type, request.stream()) if is_form(content_type) else None
     if form is not None:

@@ -298,6 +298,13 @@ def test_the_openapi_document_describes_both_bodies(tmp_path: Path):
     form = body["multipart/form-data"]["schema"]
     assert form["required"] == ["file"] and form["additionalProperties"] is False
     assert form["properties"]["file"] == form["properties"]["file"] | {"format": "binary"}
-    assert set(form["properties"]) == {"file", "purpose", "format", "field", "answer_field"}
+    assert set(form["properties"]) == {
+        "file",
+        "purpose",
+        "format",
+        "field",
+        "answer_field",
+        "model",
+    }
     answers = document["paths"]["/v1/files"]["post"]["responses"]["201"]["content"]
     assert answers["application/json"]["schema"]["$ref"].endswith("/FileDetail")

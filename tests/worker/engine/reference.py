@@ -9,7 +9,7 @@ from pytrio.types import AdamParams, Datum, SamplingParams
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient, TrainingClient
 from worker.engine.data.mixing import batch_indices
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import build_prompt
 from worker.engine.rollouts.sampling import opd_datums, sample_and_score, stop_sequences
 from worker.engine.teachers.scoring import Prompted
 

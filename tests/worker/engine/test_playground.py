@@ -21,8 +21,8 @@ from tests.worker.engine.conftest import Trained
 from worker.engine.backends import connect
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
+from worker.engine.data.prompts import build_prompt
 from worker.engine.playground import answer
-from worker.engine.rollouts.datums import build_prompt
 from worker.engine.rollouts.sampler_cache import SamplerCache
 from worker.engine.rollouts.sampling import stop_sequences
 from worker.engine.teachers.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers

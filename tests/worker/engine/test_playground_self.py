@@ -16,8 +16,8 @@ from kernel.spec import JobSpec
 from tests.support import assert_close
 from tests.worker.engine.conftest import Trained
 from tests.worker.engine.test_playground import QUESTION, cache_for, scores, tokenizer_of
+from worker.engine.data.prompts import build_chat, build_prompt
 from worker.engine.playground import answer
-from worker.engine.rollouts.datums import build_chat, build_prompt
 
 SYSTEM = "Answer with the number only, no words."
 EXAMPLE = {"user": "What is 3 + 4?", "assistant": "7"}

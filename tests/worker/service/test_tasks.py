@@ -36,7 +36,7 @@ from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient, patch_pytrio
 from tests.support import REDIS_URL, temporary_bucket
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.steps import run_loop
 from worker.service.tasks import (
     Heartbeat,

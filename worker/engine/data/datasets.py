@@ -1,6 +1,7 @@
 """The prompt pool of a job: DeepMath-103K from ModelScope, a local file, a file the team
 uploaded (read from the store into the worker's bounded cache), inline prompts, or
-generated arithmetic problems.
+generated arithmetic problems. A file of conversations (by its rows' shape) gives the
+prompts conversations.py takes from it.
 
 DeepMath is fetched and sampled exactly as the reference scripts do (same shards, same
 URL, same `datasets` reader, `shuffle(seed)` then the first `sample_size` rows), so a job
@@ -27,6 +28,7 @@ from datasets import Dataset, Features, Value, load_dataset
 from datasets.exceptions import DatasetsError
 from tqdm import tqdm
 
+from kernel.chats.files import ChatFormat, file_format
 from kernel.datapaths import DataPathError, confine_data_path, resolve_data_path
 from kernel.errors import DatasetUnavailable, OPDError
 from kernel.spec import (
@@ -40,8 +42,11 @@ from kernel.spec import (
 from kernel.spec.data import DEEPMATH_SHARDS
 from kernel.storage.blobs import BlobMissing
 from kernel.storage.cache import BlobCache
+from kernel.tables.bounds import TableLimits
 from kernel.tables.reading import check_table
 from worker.engine.data.arithmetic import Problem, held_out_problems, training_problems
+from worker.engine.data.conversations import check_file, file_holdout, file_prompts
+from worker.engine.data.prompts import Prompt, Prompts
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +56,11 @@ DOWNLOAD_CHUNK = 1 << 20
 DOWNLOAD_TIMEOUT_SECONDS = 60
 PARQUET_MAGIC = b"PAR1"
 FILE_LOADERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+CHAT_KINDS = {".parquet": "parquet", ".jsonl": "jsonl"}
+"""The files that may hold conversations (one a row), by suffix (an upload's is its kind)."""
 UPLOAD_LOADERS = {**FILE_LOADERS, ".csv": "csv"}
 TEXT_TYPES = ("string", "large_string")
 DEEPMATH_ANSWERS = "final_answer"
-
-
-@dataclass(frozen=True)
-class Prompts:
-    """Questions in the order the loop takes them, each with its reference answer (None
-    where the source has none)."""
-
-    questions: list[str]
-    answers: list[str | None]
-
-    def __len__(self) -> int:
-        return len(self.questions)
 
 
 @dataclass(frozen=True)
@@ -91,6 +86,9 @@ def load_prompts(
         return Prompts([dataset.prompts[i] for i in keep], [answers[i] for i in keep])
     if isinstance(dataset, ArithmeticDataset):
         return problem_prompts(training_problems(dataset))
+    chats = chat_file(dataset, data_root, confine, blobs)
+    if chats is not None:
+        return file_prompts(*chats, table_limits(blobs))
     table = open_table(dataset, data_root, confine, blobs)
     rows = shuffled(table)
     if table.sample_size is not None:
@@ -126,6 +124,9 @@ def load_holdout(
         )
     if isinstance(dataset, ArithmeticDataset):
         return problem_prompts(held_out_problems(dataset, count, seed))
+    chats = chat_file(dataset, data_root, confine, blobs)
+    if chats is not None:
+        return file_holdout(*chats, count, seed, table_limits(blobs))
     table = open_table(dataset, data_root, confine, blobs)
     rows = shuffled(table)
     rest = range(table.sample_size or len(rows), len(rows))
@@ -144,6 +145,41 @@ def problem_prompts(problems: list[Problem]) -> Prompts:
     return Prompts([p.question for p in problems], [p.answer for p in problems])
 
 
+def table_limits(blobs: BlobCache | None) -> TableLimits:
+    """The bounds a dataset file is read within: the uploads' (a file under the data root
+    is the operator's, read within the defaults)."""
+    return blobs.table_limits if blobs is not None else TableLimits()
+
+
+def file_of(dataset: FileDataset, data_root: Path, confine: bool, blobs: BlobCache | None) -> Path:
+    """Where a file dataset's file lies here: an upload fetched from the store (and
+    checked), or a file under the data root."""
+    if dataset.file:
+        return uploaded(dataset, blobs)
+    return locate(dataset.path or "", data_root, confine)
+
+
+def chat_file(
+    dataset: DeepMathDataset | FileDataset,
+    data_root: Path,
+    confine: bool,
+    blobs: BlobCache | None,
+) -> tuple[Path, str, ChatFormat, FileDataset] | None:
+    """A file of conversations (by its rows' shape): where it lies, its kind and format,
+    and the dataset; None for a table of questions."""
+    if not isinstance(dataset, FileDataset):
+        return None
+    path = file_of(dataset, data_root, confine, blobs)
+    kind = CHAT_KINDS.get(path.suffix.lower())
+    found = None if kind is None else chat_format(path, kind, table_limits(blobs))
+    return None if found is None or kind is None else (path, kind, found, dataset)
+
+
+def chat_format(path: Path, kind: str, limits: TableLimits) -> ChatFormat | None:
+    """The format of a file that may hold conversations (a JSONL or Parquet file)."""
+    return file_format(path, kind, limits) if kind in CHAT_KINDS.values() else None
+
+
 def open_table(
     dataset: DeepMathDataset | FileDataset,
     data_root: Path,
@@ -154,9 +190,7 @@ def open_table(
         rows = read_deepmath(dataset, data_root)
         answers = DEEPMATH_ANSWERS if DEEPMATH_ANSWERS in rows.column_names else None
         return Table(rows, "question", answers, "DeepMath", dataset.seed, dataset.sample_size)
-    path = (
-        uploaded(dataset, blobs) if dataset.file else locate(dataset.path or "", data_root, confine)
-    )
+    path = file_of(dataset, data_root, confine, blobs)
     name = dataset.where()
     rows = read_table(UPLOAD_LOADERS[path.suffix.lower()], [path], data_root / "datasets", name)
     return Table(rows, dataset.field, dataset.answer_field, name, dataset.seed, dataset.sample_size)
@@ -175,7 +209,13 @@ def uploaded(dataset: FileDataset, blobs: BlobCache | None) -> Path:
         path = blobs.path(sha256, f".{suffix}")
     except BlobMissing as error:
         raise DatasetUnavailable(f"{dataset.file} is no longer in the store: {error}") from error
-    check_table(path, suffix, blobs.table_limits)  # a file no reader survives fails the job
+    format = (
+        file_format(path, suffix, blobs.table_limits) if suffix in CHAT_KINDS.values() else None
+    )
+    if format is None:  # a file no reader survives fails the job
+        check_table(path, suffix, blobs.table_limits)
+    else:
+        check_file(path, suffix, format, blobs.table_limits)
     return path
 
 
@@ -220,7 +260,7 @@ def shuffled(table: Table) -> Dataset:
 
 
 def prompts_of(rows: Dataset, table: Table) -> Prompts:
-    questions = list(rows[table.field])
+    questions: list[Prompt] = list(rows[table.field])
     if table.answer_field is None:
         return Prompts(questions, [None] * len(questions))
     return Prompts(questions, list(rows[table.answer_field]))

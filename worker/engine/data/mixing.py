@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kernel.spec import JobSpec, PromptOptions, SharedDataset
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompt, Prompts
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,9 @@ class Pool:
 
 @dataclass(frozen=True)
 class Item:
-    """One prompt of a step: its question, reference answer and pool."""
+    """One prompt of a step: a question or a conversation, its reference answer and pool."""
 
-    question: str
+    prompt: Prompt
     answer: str | None
     pool: Pool
 
@@ -74,7 +74,7 @@ class Mix:
         for pool, count in zip(self.pools, self.counts, strict=True):
             prompts = pool.prompts
             for i in batch_indices(step, count, len(prompts)):
-                items.append(Item(prompts.questions[i], prompts.answers[i], pool))
+                items.append(Item(prompts.prompts[i], prompts.answers[i], pool))
         return items
 
     def __len__(self) -> int:

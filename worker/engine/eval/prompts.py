@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kernel.spec import JobSpec
 from kernel.storage.cache import BlobCache
-from worker.engine.data.datasets import Prompts, load_holdout, load_prompts
+from worker.engine.data.datasets import load_holdout, load_prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.eval.evaluation import Grade
 
 EVAL_DATASET = "eval"

@@ -13,9 +13,9 @@ from pytrio.types import ModelInput, SamplingParams
 
 from worker.engine.backends.contract import SamplingClient
 from worker.engine.data.arithmetic import Problem
+from worker.engine.data.prompts import build_prompt
 from worker.engine.eval.evaluation import Grade
 from worker.engine.eval.grading import last_boxed
-from worker.engine.rollouts.datums import build_prompt
 
 MAX_ANSWER_TOKENS = 16
 

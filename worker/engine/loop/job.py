@@ -11,7 +11,7 @@ from kernel.spec import JobSpec
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.server import ServerKey
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.run import info_to, warning_to
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.loop.steps import run_loop

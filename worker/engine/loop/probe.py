@@ -34,12 +34,12 @@ async def probe(run: Run, pools: list[Pool], start: int) -> None:
             )
         return
     sampler = await run.training.save_weights_and_get_sampling_client_async()
-    firsts = [Item(pool.prompts.questions[0], pool.prompts.answers[0], pool) for pool in pools]
-    prompts = [run.render(item.question, item.pool.options) for item in firsts]
+    firsts = [Item(pool.prompts.prompts[0], pool.prompts.answers[0], pool) for pool in pools]
+    prompts = [run.render(item.prompt, item.pool.options) for item in firsts]
     first = next(iter(run.teachers.values()))
 
     def prompted(view: TeacherView, item: Item, prompt: list[int]) -> Scorer:
-        return view.prompted(item.question, item.pool.options, prompt, item.answer, sampler)
+        return view.prompted(item.prompt, item.pool.options, prompt, item.answer, sampler)
 
     scorers = [prompted(first, item, p) for item, p in zip(firsts, prompts, strict=True)]
     completions = (await sample_and_score(sampler, scorers, prompts, 1, run.params)).completions
@@ -81,7 +81,7 @@ async def check_sampler(run: Run, pools: list[Pool]) -> None:
     SAMPLER_TOLERANCE fails before its first step (`sampler_mismatch`, with the figures)."""
     if run.vllm is None or not pools:
         return
-    prompt = ModelInput.from_ints(run.render(pools[0].prompts.questions[0], pools[0].options))
+    prompt = ModelInput.from_ints(run.render(pools[0].prompts.prompts[0], pools[0].options))
     name = f"{run.spec.weights_name}-vllm-probe"
     saved = await (await run.training.save_weights_for_sampler_async(name))
     served = VLLMSampler(run.vllm, await run.vllm.load(-1, saved.path, set()), run.tokenizer)

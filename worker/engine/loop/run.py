@@ -26,8 +26,8 @@ from worker.engine.backends.contract import (
 from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
-from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Pool, pools_of
+from worker.engine.data.prompts import Prompt, Prompts, prompt_text
 from worker.engine.eval.evaluation import Answered, Evaluation, Grade, with_baseline
 from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import EVAL_DATASET
@@ -65,9 +65,9 @@ class Run:
     vllm: VLLMServer | None = None
     """sampling.engine: vllm: the server the student's rollouts are sampled on."""
 
-    def render(self, question: str, options: PromptOptions) -> list[int]:
-        """A question as the student's prompt tokens, rendered as its dataset says."""
-        return self.renderer(question, options)
+    def render(self, prompt: Prompt, options: PromptOptions) -> list[int]:
+        """A prompt as the student's tokens, rendered as its dataset says."""
+        return self.renderer(prompt, options)
 
     def scorer(self, item: Item, prompt: list[int], sampler: SamplingClient) -> Scorer:
         """What scores the completions of an item (`prompt`: the student's) that `sampler`
@@ -76,8 +76,7 @@ class Run:
         pool = item.pool
         views = [self.teachers[pool.teacher]] if pool.teacher else list(self.teachers.values())
         scorers = [
-            view.prompted(item.question, pool.options, prompt, item.answer, sampler)
-            for view in views
+            view.prompted(item.prompt, pool.options, prompt, item.answer, sampler) for view in views
         ]
         if pool.teacher is not None:
             return scorers[0]
@@ -89,7 +88,7 @@ class Run:
         (a self teacher of `current` weights with `sampler`'s)."""
         pool = item.pool
         view = self.teachers[pool.teacher or next(iter(self.teachers))]
-        return view.answerer(item.question, pool.options, prompt, item.answer, sampler)
+        return view.answerer(item.prompt, pool.options, prompt, item.answer, sampler)
 
     async def train(
         self, datums: list[Datum], teachers: list[list[TeacherShare]]
@@ -130,7 +129,7 @@ class Run:
         return state, saved.path
 
     def kept(self, completions: list[Completion], items: list[Item]) -> list[KeptSample]:
-        """Completions as people read them: the question, the text, each token's KL."""
+        """Completions as people read them: the prompt, the text, each token's KL."""
         decode = self.tokenizer.decode
         kept: list[KeptSample] = []
         for completion in completions:
@@ -138,7 +137,7 @@ class Run:
             pieces = {token: decode([token]) for token in set(tokens)}
             kept.append(
                 KeptSample(
-                    prompt=items[completion.group].question[:MAX_PROMPT_CHARS],
+                    prompt=prompt_text(items[completion.group].prompt)[:MAX_PROMPT_CHARS],
                     completion=decode(tokens, skip_special_tokens=True),
                     tokens=[pieces[token] for token in tokens],
                     reverse_kl=completion.reverse_kl[: len(tokens)].tolist(),
@@ -232,9 +231,9 @@ async def open_run(
         await start_from(training, spec.student.init_from, sink)
     tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
     checked = [
-        (question, pool.options)
+        (prompt, pool.options)
         for pool in pools or []
-        for question in pool.prompts.questions[:PROMPTS_CHECKED]
+        for prompt in pool.prompts.prompts[:PROMPTS_CHECKED]
     ]
     teachers: dict[str, TeacherView] = {}
     stop = stop_sequences(tokenizer)
@@ -296,7 +295,7 @@ async def loaded_view(
     name: str,
     service: ServiceClient,
     tokenizer: Any,
-    checked: list[tuple[str, PromptOptions]],
+    checked: list[tuple[Prompt, PromptOptions]],
     who: str,
 ) -> TeacherView:
     """Teacher `name` as the backend loads it, in the mode the preflight finds it in."""
@@ -401,11 +400,11 @@ def evaluation_for(run: Run, pools: list[Pool], grade: Grade | None) -> Evaluati
     spec = run.spec.eval
     assert spec is not None
     items = [
-        Item(q, a, pool)
+        Item(prompt, answer, pool)
         for pool in pools
-        for q, a in zip(pool.prompts.questions, pool.prompts.answers, strict=True)
+        for prompt, answer in zip(pool.prompts.prompts, pool.prompts.answers, strict=True)
     ]
-    prompts = [run.render(item.question, item.pool.options) for item in items]
+    prompts = [run.render(item.prompt, item.pool.options) for item in items]
     formed = spec.grader.regex
     return Evaluation(
         spec=spec,

@@ -25,8 +25,8 @@ from kernel.samples import keeps_samples
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.backends.server import ServerKey
-from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, Mix, Pool, training_pools
+from worker.engine.data.prompts import Prompts
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
 from worker.engine.loop.metrics import PhaseTimer, sampler_logprob_diff, step_metrics
@@ -81,7 +81,7 @@ class Steps:
             run.scorer,
             run.answerer,
             run.params,
-            lambda item: run.render(item.question, item.pool.options),
+            lambda item: run.render(item.prompt, item.pool.options),
             mix,
             run.sink,
             start=start,

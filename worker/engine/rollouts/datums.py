@@ -1,4 +1,4 @@
-"""Small pure helpers of the OPD algorithm: prompts, advantages and datums.
+"""Small pure helpers of the OPD algorithm: advantages and datums.
 
 These reproduce the reference scripts exactly (docs/algorithm.md#the-datum): the datum is
 shifted for next-token prediction and padded with zeros over the prompt.
@@ -8,37 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from pytrio.types import Datum, ModelInput, TensorData
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import TopK
-
-
-def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:
-    """Render one question as chat-prompt tokens with the student's template."""
-    return build_chat(
-        tokenizer, [{"role": "user", "content": question_text(question, suffix)}], enable_thinking
-    )
-
-
-def question_text(question: str, suffix: str) -> str:
-    """A question as the user's turn says it: stripped, then its suffix."""
-    return f"{question.strip()}\n\n{suffix}" if suffix else question.strip()
-
-
-def build_chat(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool) -> list[int]:
-    """Render a chat as prompt tokens with a tokenizer's template, the assistant's turn
-    opened."""
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=enable_thinking
-    )
-    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
-    if not prompt_ids:
-        raise ValueError("Prompt tokens are empty")
-    return list(prompt_ids)
 
 
 def completion_slice(all_logprobs: Sequence[float | None], prompt_len: int, n: int) -> list[float]:

@@ -23,11 +23,7 @@ from pytrio.types import Datum, ModelInput, SampleSequence, SamplingParams, Tens
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import SamplingClient, TeacherShare
-from worker.engine.rollouts.datums import (
-    TopK,
-    build_opd_datum,
-    kl_advantages,
-)
+from worker.engine.rollouts.datums import TopK, build_opd_datum, kl_advantages
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A teacher that agrees with the student on what each id is (the whole token -> id
 only its size; a model's padding rows beyond its tokenizer never occur) and on the
 end-of-sequence and special tokens reads the student's completion tokens themselves:
 after the student's prompt when their chat templates agree, else after its own rendering
-of the question (`teachers.TeacherView`). Any other teacher has another tokenizer: it reads
+of the prompt (`teachers.TeacherView`). Any other teacher has another tokenizer: it reads
 the completion's text as its own tokens, its logprobs aligned to the student's by byte
 offsets (`cross_tokenizer`). The logit-level objectives need a shared vocabulary
 (`check_objective`). The playground scores with a teacher in each mode as training does.
@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from kernel.errors import IncompatibleModels
 from kernel.spec import JobSpec, PromptOptions
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import Prompt, render
 
 PROMPTS_CHECKED = 2
 """Prompts of each dataset rendered by both tokenizers."""
@@ -59,19 +59,20 @@ def tokenizer_difference(
     return None
 
 
-def teacher_mode(student: Any, teacher: Any, prompts: Sequence[tuple[str, PromptOptions]]) -> Mode:
+def teacher_mode(
+    student: Any, teacher: Any, prompts: Sequence[tuple[Prompt, PromptOptions]]
+) -> Mode:
     """Which mode a teacher scores in (`Mode`): `cross` if its tokenizer differs in any
     way (`tokenizer_difference`), else `same` if its chat template is the student's and
     renders `prompts` to the same tokens, else `own`. Both render every prompt checked, so
     a template that cannot render fails here."""
     if tokenizer_difference(student, teacher) is not None:
-        for question, options in prompts:
-            build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
+        for prompt, options in prompts:
+            render(teacher, prompt, options)
         return "cross"
     alike = [
-        build_prompt(student, question, options.question_suffix, options.enable_thinking)
-        == build_prompt(teacher, question, options.question_suffix, options.enable_thinking)
-        for question, options in prompts
+        render(student, prompt, options) == render(teacher, prompt, options)
+        for prompt, options in prompts
     ]
     return "same" if all(alike) and student.chat_template == teacher.chat_template else "own"
 

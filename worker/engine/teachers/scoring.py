@@ -12,11 +12,7 @@ from pytrio.types import ModelInput, SamplingParams
 
 from kernel.errors import BackendFailure
 from worker.engine.backends.contract import SamplingClient, TeacherShare
-from worker.engine.rollouts.datums import (
-    TopK,
-    completion_slice,
-    completion_topk,
-)
+from worker.engine.rollouts.datums import TopK, completion_slice, completion_topk
 from worker.engine.rollouts.sampling import Scored
 
 TOPK_SCORING = SamplingParams(max_tokens=1)

@@ -1,16 +1,18 @@
-"""The teachers as a run scores with them: each one's client, and how it renders a question.
+"""The teachers as a run scores with them: each one's client, and how it renders a prompt.
 
 A teacher whose chat template is the student's reads the student's prompt itself, so its
 requests are those of a run that never heard of templates. One with its own template reads
-the question as that template renders it, then the student's completion tokens: its
+the prompt (a question, or a conversation with its tools) as that template renders it,
+then the student's completion tokens: its
 input is `teacher_prompt + completion`, the completion's logprobs from len(teacher_prompt)
 on (the preflight has checked that the two tokenizers agree on every token). One with
 another tokenizer reads its own rendering, then the completion's text as its own tokens
 (`cross_tokenizer.Retokenized`). A teacher on an inference server (`server_view`) is in one
 of these modes too, and reads the same tokens over HTTP. A self teacher (`self_view`) is
 the student's own model reading its own rendering too: a context the student does not see
-(a system line, example turns, the reference answer) before the question; with the student's
-rollouts on vLLM it scores there too (the served base model, or each completion's adapter).
+(a system line, example turns: where the template puts a system line; the reference answer
+after the last user turn); with the student's rollouts on vLLM it scores there too (the
+served base model, or each completion's adapter).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, Literal, cast
 
 from jinja2 import TemplateError
 
+from kernel.chats.conversation import ChatMessage, Conversation
 from kernel.errors import IncompatibleModels, OPDError
 from kernel.spec import JobSpec, PromptOptions, TeacherServer
 from kernel.spec.teachers import SelfTeacher
@@ -35,7 +38,7 @@ from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey, ServerTeacher
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.mixing import Pool
-from worker.engine.rollouts.datums import build_chat, build_prompt, question_text
+from worker.engine.data.prompts import Prompt, as_chat, prompt_key, render
 from worker.engine.rollouts.sampling import Scorer
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.teachers.preflight import (
@@ -54,36 +57,32 @@ PROBE_QUESTION = "What is 12 + 30?"
 
 REFERENCE_LINE = "Reference answer: "
 """What a self teacher with `reference: true` reads after the question, then the answer."""
+SYSTEM_ROLES = ("system", "developer")
 
 
-def self_messages(
-    context: SelfTeacher, question: str, options: PromptOptions, answer: str | None
-) -> list[dict[str, str]]:
-    """The chat a self teacher reads: its context's turns, then the question as the
-    student reads it, followed by the reference answer if it reads one."""
-    content = question_text(question, options.question_suffix)
-    return [
-        *context_turns(context),
-        {"role": "user", "content": referenced(context, content, answer)},
-    ]
-
-
-def context_turns(context: SelfTeacher) -> list[dict[str, str]]:
-    """A self teacher's system line and example turns, as chat messages."""
-    turns = [] if context.system is None else [{"role": "system", "content": context.system}]
+def in_context(chat: Conversation, context: SelfTeacher, answer: str | None) -> Conversation:
+    """The chat a self teacher reads: its context where the template puts a system line
+    (its system line after the chat's own, if the chat has one, then its example turns),
+    then the chat, the reference answer after its last user turn if it reads one."""
+    messages = list(chat.messages)
+    system = messages.pop(0) if messages and messages[0].role in SYSTEM_ROLES else None
+    lines = [text for text in (system and system.text(), context.system) if text]
+    head = [ChatMessage(role="system", content="\n\n".join(lines))] if lines else []
     for example in context.examples:
-        turns += [
-            {"role": "user", "content": example.user},
-            {"role": "assistant", "content": example.assistant},
+        head += [
+            ChatMessage(role="user", content=example.user),
+            ChatMessage(role="assistant", content=example.assistant),
         ]
-    return turns
+    if context.reference:
+        last = max(i for i, message in enumerate(messages) if message.role == "user")
+        turn = messages[last]
+        messages[last] = turn.model_copy(update={"content": referenced(turn.text(), answer)})
+    return Conversation.model_construct(messages=[*head, *messages], tools=chat.tools)
 
 
-def referenced(context: SelfTeacher, content: str, answer: str | None) -> str:
-    """A user turn as a self teacher reads it: with the reference answer after it, if it
-    reads one (and then one must be given)."""
-    if not context.reference:
-        return content
+def referenced(content: str, answer: str | None) -> str:
+    """A user turn as a self teacher that reads reference answers reads it: the answer
+    after it (and then one must be given)."""
     if answer is None:
         raise OPDError(
             f"the self teacher reads each prompt's reference answer, and {content[:80]!r} has none",
@@ -94,31 +93,29 @@ def referenced(context: SelfTeacher, content: str, answer: str | None) -> str:
 
 @dataclass
 class Renderer:
-    """A tokenizer's chat template rendering questions as prompt tokens (after a self
-    teacher's context, `context`), those rendered recently kept: each step renders its
-    own, again for its samples, and every eval the same ones."""
+    """A tokenizer's chat template rendering prompts as tokens (after a self teacher's
+    context, `context`), those rendered recently kept: each step renders its own, again
+    for its samples, and every eval the same ones."""
 
     tokenizer: Any
     context: SelfTeacher | None = None
-    rendered: dict[tuple[str, str, bool, str | None], list[int]] = field(default_factory=dict)
+    rendered: dict[tuple[Any, str, bool, str | None], list[int]] = field(default_factory=dict)
 
     def __call__(
-        self, question: str, options: PromptOptions, answer: str | None = None
+        self, prompt: Prompt, options: PromptOptions, answer: str | None = None
     ) -> list[int]:
         """`answer`: the reference answer, read by a self teacher with `reference: true`."""
         context = self.context
         reference = answer if context is not None and context.reference else None
-        key = (question, options.question_suffix, options.enable_thinking, reference)
+        key = (prompt_key(prompt), options.question_suffix, options.enable_thinking, reference)
         if key not in self.rendered:
             if len(self.rendered) >= RENDERED_KEPT:
                 self.rendered.clear()
             if context is None:
-                self.rendered[key] = build_prompt(
-                    self.tokenizer, question, options.question_suffix, options.enable_thinking
-                )
+                self.rendered[key] = render(self.tokenizer, prompt, options)
             else:
-                messages = self_messages(context, question, options, reference)
-                self.rendered[key] = build_chat(self.tokenizer, messages, options.enable_thinking)
+                chat = in_context(as_chat(prompt, options), context, reference)
+                self.rendered[key] = render(self.tokenizer, chat, options)
         return self.rendered[key]
 
 
@@ -160,14 +157,14 @@ class TeacherView:
 
     def prompt(
         self,
-        question: str,
+        prompt: Prompt,
         options: PromptOptions,
         student_prompt: list[int],
         answer: str | None = None,
     ) -> list[int]:
-        """The prompt this teacher reads before a completion of `question` (whose
-        reference answer a self teacher may read)."""
-        return student_prompt if self.own is None else self.own(question, options, answer)
+        """The tokens this teacher reads before a completion of `prompt` (whose reference
+        answer a self teacher may read)."""
+        return student_prompt if self.own is None else self.own(prompt, options, answer)
 
     def client_for(self, sampler: SamplingClient | None) -> SamplingClient:
         """What scores with this teacher the completions `sampler` sampled."""
@@ -178,32 +175,32 @@ class TeacherView:
 
     def prompted(
         self,
-        question: str,
+        prompt: Prompt,
         options: PromptOptions,
         student_prompt: list[int],
         answer: str | None = None,
         sampler: SamplingClient | None = None,
     ) -> Scorer:
-        """This teacher, ready to score the completions of `question` that `sampler`
+        """This teacher, ready to score the completions of `prompt` that `sampler`
         sampled."""
-        prompt = self.prompt(question, options, student_prompt, answer)
+        tokens = self.prompt(prompt, options, student_prompt, answer)
         client = self.client_for(sampler)
         if self.tokenizers is not None:
-            return Retokenized(self.name, client, prompt, self.tokenizers)
-        return Prompted(self.name, client, prompt)
+            return Retokenized(self.name, client, tokens, self.tokenizers)
+        return Prompted(self.name, client, tokens)
 
     def answerer(
         self,
-        question: str,
+        prompt: Prompt,
         options: PromptOptions,
         student_prompt: list[int],
         answer: str | None = None,
         sampler: SamplingClient | None = None,
     ) -> Answerer:
-        """This teacher answering `question` in its own tokens (a self teacher of `current`
+        """This teacher answering `prompt` in its own tokens (a self teacher of `current`
         weights with `sampler`'s)."""
-        prompt = self.prompt(question, options, student_prompt, answer)
-        scorer = Prompted(self.name, self.client_for(sampler), prompt)
+        tokens = self.prompt(prompt, options, student_prompt, answer)
+        scorer = Prompted(self.name, self.client_for(sampler), tokens)
         if self.tokenizers is None:
             return Answerer(scorer)
         tokenizer = self.tokenizers.teacher.tokenizer
@@ -262,10 +259,10 @@ async def self_view(
                 "prompts without one",
                 code="bad_dataset",
             )
-        checked = zip(pool.prompts.questions[:PROMPTS_CHECKED], answers, strict=False)
-        for question, answer in checked:
+        checked = zip(pool.prompts.prompts[:PROMPTS_CHECKED], answers, strict=False)
+        for prompt, answer in checked:
             try:
-                renderer(question, pool.options, answer)
+                renderer(prompt, pool.options, answer)
             except (ValueError, TemplateError) as error:
                 raise IncompatibleModels(
                     f"the student's chat template cannot render {who}'s context: {error}"
@@ -298,7 +295,7 @@ async def server_view(
     name: str,
     service: ServiceClient,
     student: Any,
-    checked: Sequence[tuple[str, PromptOptions]],
+    checked: Sequence[tuple[Prompt, PromptOptions]],
     warn: Warn,
     stop: list[str],
     key: ServerKey | None = None,
@@ -328,9 +325,8 @@ async def server_view(
         Tokenizers.of(student, tokenizer, stop, served_top_k(server)) if mode == "cross" else None,
         server.url,
     )
-    question, options = checked[0] if checked else (PROBE_QUESTION, PromptOptions())
-    rendered = build_prompt(student, question, options.question_suffix, options.enable_thinking)
-    probe = view.prompt(question, options, rendered)
+    prompt, options = checked[0] if checked else (PROBE_QUESTION, PromptOptions())
+    probe = view.prompt(prompt, options, render(student, prompt, options))
     try:
         if (difference := await client.probe(probe)) is not None:
             raise IncompatibleModels(

@@ -8,7 +8,7 @@ from kernel.spec import JobSpec
 from tests.fakes.sinks import REFERENCE_METRICS, RecordingSink
 from tests.support import named
 from worker.engine.backends.contract import ServiceClient
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import RunResult
 from worker.engine.loop.steps import run_loop
 

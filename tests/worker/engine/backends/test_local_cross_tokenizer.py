@@ -18,9 +18,8 @@ from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.backends.local.trained import trained_model
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts, build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_prompt
 from worker.engine.rollouts.sampling import stop_sequences
 from worker.engine.teachers.cross_tokenizer import CROSS_TOP_K, Retokenized, Tokenizers
 from worker.engine.teachers.preflight import teacher_mode

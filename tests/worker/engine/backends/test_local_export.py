@@ -15,7 +15,7 @@ from tests.support import assert_close, score_without_peft
 from worker.engine.backends import connect
 from worker.engine.backends.local.export import ExportError, merge_adapter
 from worker.engine.backends.local.presets import tiny_tokenizer
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import build_prompt
 
 TEXT = "<|im_start|>user\nWhat is 7 * 8?<|im_end|>\n<|im_start|>assistant\nIt is 56."
 

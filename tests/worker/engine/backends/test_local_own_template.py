@@ -14,9 +14,8 @@ from tests.fakes.sinks import RecordingSink
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.data.arithmetic import training_problems
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts, build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_prompt
 from worker.engine.teachers.scoring import teacher_logprobs
 
 SUFFIX = ArithmeticDataset().question_suffix

@@ -11,7 +11,7 @@ from kernel.model_names import BYTE_LEVEL_TEMPLATE_TOKENS
 from kernel.spec import LocalBackendSpec, PromptOptions
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import build_prompt
 from worker.engine.teachers.preflight import teacher_mode, tokenizer_difference
 
 TEXT = "Solve 2x + 3 = 7 — café ✓\n"

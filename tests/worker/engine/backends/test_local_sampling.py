@@ -16,7 +16,8 @@ from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.local.sampler import LocalSamplingClient
 from worker.engine.backends.sampling_request import stop_token_ids
-from worker.engine.rollouts.datums import build_opd_datum, build_prompt
+from worker.engine.data.prompts import build_prompt
+from worker.engine.rollouts.datums import build_opd_datum
 
 TOKENIZER = tiny_tokenizer()
 PROMPTS = [build_prompt(TOKENIZER, q, "", False) for q in ("What is 2+3?", "Name a prime.", "x")]

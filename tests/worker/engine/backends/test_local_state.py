@@ -17,7 +17,7 @@ from tests.support import assert_close
 from tests.worker.engine.reference import reference_run
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.checkpoints import CheckpointError
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.loop.steps import run_loop
 from worker.engine.tracking.sinks import Sink

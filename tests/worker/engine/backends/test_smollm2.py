@@ -19,7 +19,7 @@ from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.models import ModelCache, load_tokenizer, located
 from worker.engine.backends.local.packaged import packaged_file
 from worker.engine.backends.local.presets import preset_tokenizer
-from worker.engine.rollouts.datums import build_prompt
+from worker.engine.data.prompts import build_prompt
 from worker.engine.teachers.preflight import teacher_mode
 
 QUESTION = "7 + 8 = ?"

@@ -26,7 +26,7 @@ from tests.support import temporary_bucket
 from tests.worker.engine.backends.test_local_state import PROMPTS, Recorder, spec
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.stored import StoredService
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import SavedState
 from worker.engine.loop.steps import run_loop
 

@@ -24,7 +24,7 @@ from tests.support import assert_close
 from tests.worker.engine.reference import reference_run
 from worker.engine.backends import connect
 from worker.engine.backends.local.divergences import divergence
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import RunResult, SavedState
 from worker.engine.loop.steps import run_loop
 from worker.engine.rollouts.datums import build_opd_datum

@@ -55,11 +55,11 @@ def test_held_out_prompts_never_meet_the_pool_and_carry_answers(tmp_path: Path) 
     held_out = load_holdout(dataset, 40, 2, tmp_path, True)
 
     assert len(pool) == 150 and len(held_out) == 40
-    assert not set(pool.questions) & set(held_out.questions)
+    assert not set(pool.prompts) & set(held_out.prompts)
     assert held_out == load_holdout(dataset, 40, 2, tmp_path, True)
     assert held_out != load_holdout(dataset, 40, 3, tmp_path, True)
     by_question = {p.question: p.answer for p in held_out_problems(dataset, 40, 2)}
-    assert dict(zip(held_out.questions, held_out.answers, strict=True)) == by_question
+    assert dict(zip(held_out.prompts, held_out.answers, strict=True)) == by_question
     with pytest.raises(OPDError, match="leave 50 outside the training pool") as caught:
         load_holdout(dataset, 51, 2, tmp_path, True)
     assert caught.value.code == "bad_eval"

@@ -24,7 +24,8 @@ from kernel.storage.cache import BlobCache
 from kernel.storage.hashing import file_sha256
 from tests.hostile_uploads import deep_jsonl
 from tests.support import temporary_storage
-from worker.engine.data.datasets import Prompts, load_holdout, load_prompts
+from worker.engine.data.datasets import load_holdout, load_prompts
+from worker.engine.data.prompts import Prompts
 
 QUESTIONS = [f"question {i}" for i in range(20)]
 
@@ -63,7 +64,7 @@ def test_parquet_prompts_come_from_the_named_field(root: Path) -> None:
 
     prompts = load_prompts(
         FileDataset(path="math.parquet", field="problem", seed=3), root, True
-    ).questions
+    ).prompts
 
     assert prompts == reference_order(QUESTIONS, seed=3, sample_size=None)
 
@@ -73,7 +74,7 @@ def test_jsonl_prompts_come_from_the_named_field(root: Path) -> None:
 
     prompts = load_prompts(
         FileDataset(path="sub/math.jsonl", field="q", seed=5), root, True
-    ).questions
+    ).prompts
 
     assert prompts == reference_order(QUESTIONS, seed=5, sample_size=None)
 
@@ -83,7 +84,7 @@ def test_shuffle_is_deterministic_and_sample_size_keeps_the_first_rows(root: Pat
 
     def load(seed: int, sample_size: int | None) -> list[str]:
         dataset = FileDataset(path="math.parquet", seed=seed, sample_size=sample_size)
-        return load_prompts(dataset, root, True).questions
+        return load_prompts(dataset, root, True).prompts
 
     assert load(42, 5) == load(42, 5) == reference_order(QUESTIONS, 42, 5)
     assert load(42, 5) == load(42, None)[:5]
@@ -110,7 +111,7 @@ def test_null_and_blank_prompts_are_dropped_before_shuffling(root: Path) -> None
     dirty = [*QUESTIONS[:10], None, "   ", *QUESTIONS[10:]]
     write_parquet(root / "dirty.parquet", {"question": dirty})
 
-    prompts = load_prompts(FileDataset(path="dirty.parquet", sample_size=8), root, True).questions
+    prompts = load_prompts(FileDataset(path="dirty.parquet", sample_size=8), root, True).prompts
 
     assert prompts == reference_order(QUESTIONS, seed=42, sample_size=8)
 
@@ -125,7 +126,7 @@ def test_a_source_without_any_prompt_is_refused(root: Path) -> None:
 def test_inline_prompts_keep_their_order(root: Path) -> None:
     dataset = InlineDataset(prompts=["c", "a", " ", "b"])
 
-    assert load_prompts(dataset, root, True).questions == ["c", "a", "b"]
+    assert load_prompts(dataset, root, True).prompts == ["c", "a", "b"]
 
 
 def test_missing_file_names_the_path(root: Path) -> None:
@@ -186,14 +187,14 @@ def test_paths_inside_the_root_are_accepted(root: Path) -> None:
     (root / "alias.jsonl").symlink_to(inside)
 
     for path in (str(inside), "a/math.jsonl", "a/../a/math.jsonl", "alias.jsonl"):
-        assert load_prompts(FileDataset(path=path), root, confine=True).questions == ["inside"]
+        assert load_prompts(FileDataset(path=path), root, confine=True).prompts == ["inside"]
 
 
 def test_without_confinement_any_path_is_read(root: Path, outside: Path) -> None:
-    assert load_prompts(FileDataset(path=str(outside)), root, confine=False).questions == [
+    assert load_prompts(FileDataset(path=str(outside)), root, confine=False).prompts == [
         "private"
     ]
-    assert load_prompts(FileDataset(path="../secret/math.jsonl"), root, False).questions == [
+    assert load_prompts(FileDataset(path="../secret/math.jsonl"), root, False).prompts == [
         "private"
     ]
 
@@ -225,7 +226,7 @@ def test_deepmath_reuses_finished_shards_without_downloading(
 
     prompts = load_prompts(
         DeepMathDataset(num_shards=2, sample_size=6, seed=1), root, True
-    ).questions
+    ).prompts
 
     assert prompts == reference_order(QUESTIONS, seed=1, sample_size=6)
 
@@ -305,7 +306,7 @@ def test_deepmath_downloads_missing_shards_from_the_reference_url(
     server = serve(body)
     write_parquet(shard(root, 0), {"question": ["already here"]})
 
-    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=None), root, True).questions
+    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=None), root, True).prompts
 
     assert sorted(prompts) == sorted([*QUESTIONS, "already here"])
     assert shard(root, 1).read_bytes() == body
@@ -329,7 +330,7 @@ def test_other_repos_and_revisions_get_their_own_folder(root: Path, tmp_path: Pa
     server = serve(body)
     write_parquet(shard(root, 0), {"question": ["master"]})
 
-    prompts = load_prompts(DeepMathDataset(revision="v1.0"), root, True).questions
+    prompts = load_prompts(DeepMathDataset(revision="v1.0"), root, True).prompts
 
     assert prompts == ["pinned"]
     assert "Revision=v1.0" in server.paths[0]
@@ -353,7 +354,7 @@ def test_answers_come_along_with_their_prompts(root: Path) -> None:
 
     prompts = load_prompts(dataset, root, True)
 
-    assert [q.replace("question", "answer") for q in prompts.questions] == prompts.answers
+    assert [q.replace("question", "answer") for q in prompts.prompts] == prompts.answers
     inline = InlineDataset(prompts=["a", " ", "c"], answers=["1", "2", "3"])
     assert load_prompts(inline, root, True) == Prompts(["a", "c"], ["1", "3"])
     assert load_prompts(InlineDataset(prompts=["a"]), root, True).answers == [None]
@@ -367,11 +368,11 @@ def test_a_holdout_is_seeded_and_never_meets_the_training_pool(root: Path) -> No
     pool = load_prompts(dataset, root, True)
     held_out = load_holdout(dataset, 6, 9, root, True)
 
-    assert len(held_out) == 6 and not set(held_out.questions) & set(pool.questions)
-    assert set(held_out.questions) | set(pool.questions) <= set(QUESTIONS)
+    assert len(held_out) == 6 and not set(held_out.prompts) & set(pool.prompts)
+    assert set(held_out.prompts) | set(pool.prompts) <= set(QUESTIONS)
     assert held_out == load_holdout(dataset, 6, 9, root, True)
     assert held_out != load_holdout(dataset, 6, 10, root, True)
-    assert [q.replace("question", "answer") for q in held_out.questions] == held_out.answers
+    assert [q.replace("question", "answer") for q in held_out.prompts] == held_out.answers
     with pytest.raises(OPDError, match="has 8 rows outside the training pool") as caught:
         load_holdout(dataset, 9, 9, root, True)
     assert caught.value.code == "bad_eval"
@@ -411,8 +412,8 @@ async def test_an_uploaded_file_is_read_from_the_store_through_the_cache(
     dataset = FileDataset(file="file-7", blob=f"{sha}.{suffix}", answer_field="answer", seed=5)
 
     prompts = await asyncio.to_thread(load_prompts, dataset, root, True, cache)
-    assert prompts.questions == reference_order(QUESTIONS, 5, None)
-    assert prompts.answers == [str(QUESTIONS.index(q)) for q in prompts.questions]
+    assert prompts.prompts == reference_order(QUESTIONS, 5, None)
+    assert prompts.answers == [str(QUESTIONS.index(q)) for q in prompts.prompts]
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [f"{sha}.{suffix}"]
 
 

@@ -12,7 +12,7 @@ from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient
 from tests.support import assert_close
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import SavedState
 from worker.engine.loop.steps import run_loop
 

@@ -16,12 +16,12 @@ from tests.fakes.trio import FakeServiceClient, patch_pytrio
 from tests.support import assert_close, named
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.backends.trio import connect_trio
-from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import batch_indices
+from worker.engine.data.prompts import Prompts, build_prompt
 from worker.engine.loop.job import run_job
 from worker.engine.loop.state import SavedState, Stop
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_opd_datum, build_prompt
+from worker.engine.rollouts.datums import build_opd_datum
 
 PROMPTS = ["What is 1 + 1?", "Name a prime.", "Is 9 square?"]
 

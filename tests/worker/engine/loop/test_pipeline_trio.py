@@ -14,7 +14,7 @@ from kernel.spec import JobSpec
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, FakeTrainingClient
 from tests.worker.engine.reference import reference_run
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.loop.steps import run_loop
 

@@ -8,12 +8,8 @@ import pytest
 from kernel.errors import BackendFailure
 from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.data.mixing import batch_indices
-from worker.engine.rollouts.datums import (
-    build_opd_datum,
-    build_prompt,
-    completion_slice,
-    kl_advantages,
-)
+from worker.engine.data.prompts import build_prompt
+from worker.engine.rollouts.datums import build_opd_datum, completion_slice, kl_advantages
 
 
 def test_datum_is_shifted_for_next_token_prediction_and_padded_over_the_prompt() -> None:

@@ -19,8 +19,8 @@ from tests.fakes.trio import FakeServiceClient, base_weights
 from tests.support import assert_close
 from worker.engine.backends import connect
 from worker.engine.backends.local.presets import tiny_tokenizer
-from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import step_counts
+from worker.engine.data.prompts import Prompts
 from worker.engine.loop.state import RunResult, SavedState
 from worker.engine.loop.steps import run_loop
 from worker.engine.playground import answer

@@ -22,12 +22,12 @@ from tests.worker.engine.backends.test_local_state import assert_same_training, 
 from worker.engine.backends.contract import TeacherShare
 from worker.engine.backends.local import LocalServiceClient
 from worker.engine.backends.local.presets import tiny_model, tiny_tokenizer
-from worker.engine.data.datasets import Prompts
 from worker.engine.data.mixing import Item, training_pools
+from worker.engine.data.prompts import Prompts, build_chat, build_prompt
 from worker.engine.loop.run import evaluation_for, open_run
 from worker.engine.loop.state import SavedState
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_chat, build_opd_datum, build_prompt
+from worker.engine.rollouts.datums import build_opd_datum
 from worker.engine.teachers.scoring import teacher_logprobs
 
 SYSTEM = "Answer with the number only, no words."
@@ -95,7 +95,7 @@ async def test_a_base_self_teacher_scores_as_the_base_model_after_its_context(tm
     sampler = await run.training.save_weights_and_get_sampling_client_async()
     before = await sampler.compute_logprobs_async(ModelInput.from_ints([*b"hello", 258]))
     item = Item(QUESTIONS[0], ANSWERS[0], pool)
-    student_prompt = run.render(item.question, pool.options)
+    student_prompt = run.render(item.prompt, pool.options)
 
     scorer = run.scorer(item, student_prompt, sampler)
     scored = await scorer.score(COMPLETION, [0.0] * len(COMPLETION))
@@ -124,7 +124,7 @@ async def test_a_current_self_teacher_scores_with_the_sampler_of_the_completion(
     sampler = await run.training.save_weights_and_get_sampling_client_async()
     item = Item(QUESTIONS[1], ANSWERS[1], pool)
 
-    scorer = run.scorer(item, run.render(item.question, pool.options), sampler)
+    scorer = run.scorer(item, run.render(item.prompt, pool.options), sampler)
     scored = await scorer.score(COMPLETION, [0.0] * len(COMPLETION))
 
     mine = context_prompt(run.tokenizer, QUESTIONS[1], spec.dataset.question_suffix)
@@ -146,7 +146,7 @@ async def test_a_logit_level_objective_reads_the_self_teacher_after_its_context(
         for param in training.trainable.values():
             param.add_(torch.randn_like(param) * 0.05)  # the trainer's weights moved on
     item = Item(QUESTIONS[2], ANSWERS[2], pool)
-    student_prompt = run.render(item.question, pool.options)
+    student_prompt = run.render(item.prompt, pool.options)
     _, [share] = await run.scorer(item, student_prompt, sampler).trained(COMPLETION, [])
     datum = build_opd_datum(
         student_prompt,

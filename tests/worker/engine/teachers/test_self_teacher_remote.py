@@ -16,9 +16,8 @@ from tests.fakes import tinker as tinker_fake
 from tests.fakes.sinks import RecordingSink
 from tests.fakes.trio import FakeServiceClient, base_weights
 from worker.engine.backends import connect
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts, build_chat, build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_chat, build_prompt
 
 QUESTIONS = ["What is 1 + 2?", "What is 4 + 4?", "What is 3 * 3?"]
 ANSWERS = ["3", "8", "9"]

@@ -26,9 +26,8 @@ from tests.worker.engine.teachers.test_teacher_template import completions_of
 from worker.engine.backends import connect
 from worker.engine.backends.local.presets import bpe_tokenizer, preset_tokenizer
 from worker.engine.backends.server import ServerTeacher
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts, build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_prompt
 from worker.engine.rollouts.sampling import stop_sequences
 from worker.engine.teachers.alignment import chained, spread
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers

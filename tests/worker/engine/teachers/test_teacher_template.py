@@ -19,9 +19,8 @@ from tests.fakes.trio import Call, FakeServiceClient, base_weights
 from tests.support import assert_close
 from worker.engine.backends import connect
 from worker.engine.backends.local.presets import SYSTEM_CHAT_TEMPLATE, tiny_tokenizer
-from worker.engine.data.datasets import Prompts
+from worker.engine.data.prompts import Prompts, build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_prompt
 
 QUESTIONS = ["What is 1 + 2?", "What is 4 + 4?", "What is 3 * 3?"]
 ANSWERS = ["3", "8", "9"]

@@ -1,0 +1,91 @@
+"""What a prompt is and how a model reads it: a question (a table's row, an inline prompt, an
+arithmetic problem) or a conversation up to the turn the student answers
+(`conversations.py`), rendered by each model's own chat template, the assistant's turn
+opened. A question becomes the user's turn (stripped, then its dataset's suffix); a
+conversation is rendered as written, its tools passed to the template (a template that
+has no place for tools or calls leaves them out, as it would when serving). Training,
+eval, every teacher and the playground render with these, so one conversation reads the
+same to each model wherever it is rendered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kernel.chats.conversation import ChatMessage, Conversation
+from kernel.spec import PromptOptions
+
+Prompt = str | Conversation
+"""A question, or a conversation up to the turn the student answers."""
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """Prompts in the order the loop takes them, each with its reference answer (None
+    where the source has none)."""
+
+    prompts: list[Prompt]
+    answers: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def question_text(question: str, suffix: str) -> str:
+    """A question as the user's turn says it: stripped, then its suffix."""
+    return f"{question.strip()}\n\n{suffix}" if suffix else question.strip()
+
+
+def as_chat(prompt: Prompt, options: PromptOptions) -> Conversation:
+    """A prompt as a conversation: a question as the user's one turn, with its suffix."""
+    if isinstance(prompt, Conversation):
+        return prompt
+    turn = ChatMessage(role="user", content=question_text(prompt, options.question_suffix))
+    return Conversation.model_construct(messages=[turn], tools=None)
+
+
+def render(tokenizer: Any, prompt: Prompt, options: PromptOptions) -> list[int]:
+    """A prompt as prompt tokens by a tokenizer's chat template, as its dataset says."""
+    chat = as_chat(prompt, options)
+    return build_chat(
+        tokenizer, chat.template_messages(), options.enable_thinking, chat.template_tools()
+    )
+
+
+def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:
+    """Render one question as chat-prompt tokens with the student's template."""
+    return build_chat(
+        tokenizer, [{"role": "user", "content": question_text(question, suffix)}], enable_thinking
+    )
+
+
+def build_chat(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    enable_thinking: bool,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
+    """Render a chat (and the tools it may call) as prompt tokens with a tokenizer's
+    template, the assistant's turn opened."""
+    text = tokenizer.apply_chat_template(
+        messages,
+        tools=tools,
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=enable_thinking,
+    )
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    if not prompt_ids:
+        raise ValueError("Prompt tokens are empty")
+    return list(prompt_ids)
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """A prompt as a person reads it: the question, or each message as `role: text`."""
+    return prompt if isinstance(prompt, str) else prompt.text()
+
+
+def prompt_key(prompt: Prompt) -> str | tuple[str, str]:
+    """A prompt as a cache's key: equal for equal prompts, a question's never a chat's."""
+    return prompt if isinstance(prompt, str) else ("chat", prompt.key())
