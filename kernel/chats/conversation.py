@@ -132,12 +132,14 @@ class ChatMessage(ChatPart):
     def text(self) -> str:
         return content_text(self.content)
 
-    def template(self) -> dict[str, Any]:
+    def template(self, calls_as_text: bool = False) -> dict[str, Any]:
         """The message as chat templates read it: text content (empty, not null, beside a
-        call), a developer's as a system line, calls in transformers' form."""
+        call; with `calls_as_text`, for a template that has no place for calls, the calls
+        as its reference writes them), a developer's as a system line, calls in
+        transformers' form."""
         message: dict[str, Any] = {
             "role": "system" if self.role == "developer" else self.role,
-            "content": self.text(),
+            "content": self.reference() if calls_as_text else self.text(),
         }
         if self.tool_calls:
             message["tool_calls"] = [call.template() for call in self.tool_calls]
@@ -226,8 +228,8 @@ class Conversation(ChatPart):
         """The turn at `point` as a reference answer; None at the end."""
         return self.messages[point].reference() if point < len(self.messages) else None
 
-    def template_messages(self) -> list[dict[str, Any]]:
-        return [message.template() for message in self.messages]
+    def template_messages(self, calls_as_text: bool = False) -> list[dict[str, Any]]:
+        return [message.template(calls_as_text) for message in self.messages]
 
     def template_tools(self) -> list[dict[str, Any]] | None:
         """The tools as chat templates take them (OpenAI's form), None without any."""

@@ -1,6 +1,8 @@
 """OpenAI's chat-completions wire format, and how it maps onto the playground's request and
-answer (kernel/playground.py). Only what the playground can honour is accepted: anything
-else (tools, penalties, top-k logprobs) is a 400 that names it, not silently ignored."""
+answer (kernel/playground.py). A chat's messages and tools are a conversation
+(kernel/chats), rendered as training renders one. Only what the playground can honour is
+accepted: anything else (penalties, top-k logprobs, a `tool_choice` but `auto`) is a 400
+that names it, not silently ignored."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.openai.names import ModelName
 from app.core.pages import ObjectList
+from kernel.chats.conversation import ChatMessage, Tool
 from kernel.json_types import JsonModel
 from kernel.playground import (
     MAX_MESSAGES,
@@ -64,22 +67,6 @@ class Strict(JsonModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TextPart(Strict):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
-    name: str | None = Field(None, description="Accepted and not used.")
-
-    def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(part.text for part in self.content)
-
-
 class StreamOptions(Strict):
     include_usage: bool = False
 
@@ -89,7 +76,21 @@ class ChatCompletionRequest(Strict):
     4096 tokens each, 4 stop strings); `max_tokens` defaults to 256."""
 
     model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
-    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
+    messages: list[ChatMessage] = Field(
+        min_length=1,
+        max_length=MAX_MESSAGES,
+        description="OpenAI's messages, tool calls and a tool's replies too, rendered by the "
+        "model's chat template as training renders a conversation.",
+    )
+    tools: list[Tool] | None = Field(
+        None,
+        description="Passed to the model's chat template, as training passes a "
+        "conversation's; the answer is the model's text (a call it writes is not parsed "
+        "into `tool_calls`).",
+    )
+    tool_choice: Literal["auto"] | None = Field(
+        None, description="Only `auto`: the model chooses, as it does with tools given."
+    )
     max_tokens: int | None = Field(None, ge=1, le=MAX_PLAYGROUND_TOKENS)
     max_completion_tokens: int | None = Field(
         None, ge=1, le=MAX_PLAYGROUND_TOKENS, description="The same as max_tokens."
@@ -132,10 +133,10 @@ class ChatCompletionRequest(Strict):
             | ({} if max_tokens is None else {"max_tokens": max_tokens})
             | ({} if stop is None else {"stop": stop})
             | {
-                "messages": [
-                    {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                    for m in self.messages
-                ],
+                "messages": [m.model_dump(exclude_none=True) for m in self.messages],
+                "tools": None
+                if self.tools is None
+                else [tool.model_dump(exclude_none=True) for tool in self.tools],
                 "checkpoint": name.checkpoint,
                 "model": name.role,
             }

@@ -113,6 +113,22 @@ SWEEP: dict[str, Any] = {
     "early_stop": {"type": "asha", "min_steps": 1, "eta": 2},
 }
 """A sweep, but for its base."""
+TOOL = {
+    "type": "function",
+    "function": {"name": "add", "parameters": {"type": "object"}, "strict": True},
+}
+TOOL_CHAT = [
+    {"role": "user", "content": "Hi"},
+    {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+        ],
+        "weight": 1,
+    },
+    {"role": "tool", "tool_call_id": "c", "content": "3"},
+]
+"""A chat with a tool's call and its reply, and the tool it calls."""
 MODEL = "job-{job}"
 """The OpenAI routes' model: the test's job (filled in per test)."""
 PLAYGROUND = [
@@ -140,7 +156,9 @@ BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
         [
             {
                 "model": MODEL,
-                "messages": [{"role": "user", "content": "Hi"}],
+                "messages": TOOL_CHAT,
+                "tools": [TOOL],
+                "tool_choice": "auto",
                 "max_tokens": 4,
                 "max_completion_tokens": 4,
                 "temperature": 1.0,

@@ -3,7 +3,8 @@ arithmetic problem) or a conversation up to the turn the student answers
 (`conversations.py`), rendered by each model's own chat template, the assistant's turn
 opened. A question becomes the user's turn (stripped, then its dataset's suffix); a
 conversation is rendered as written, its tools passed to the template (a template that
-has no place for tools or calls leaves them out, as it would when serving). Training,
+has no place for tools leaves them out, as it would when serving; one that has no place
+for an assistant's calls reads them as text, `reads_calls`). Training,
 eval, every teacher and the playground render with these, so one conversation reads the
 same to each model wherever it is rendered.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.chats.conversation import ChatMessage, Conversation
+from kernel.chats.conversation import ChatMessage, Conversation, ToolCall
 from kernel.spec import PromptOptions
 
 Prompt = str | Conversation
@@ -48,9 +49,40 @@ def as_chat(prompt: Prompt, options: PromptOptions) -> Conversation:
 def render(tokenizer: Any, prompt: Prompt, options: PromptOptions) -> list[int]:
     """A prompt as prompt tokens by a tokenizer's chat template, as its dataset says."""
     chat = as_chat(prompt, options)
-    return build_chat(
-        tokenizer, chat.template_messages(), options.enable_thinking, chat.template_tools()
-    )
+    calls = any(message.tool_calls for message in chat.messages)
+    messages = chat.template_messages(calls_as_text=calls and not reads_calls(tokenizer))
+    return build_chat(tokenizer, messages, options.enable_thinking, chat.template_tools())
+
+
+CALL_PROBE = [
+    {"role": "user", "content": "?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            ToolCall.model_validate(
+                {"id": "probe", "function": {"name": "probe", "arguments": "{}"}}
+            ).template()
+        ],
+    },
+    {"role": "tool", "content": "!"},
+]
+templates_reading_calls: dict[str, bool] = {}
+
+
+def reads_calls(tokenizer: Any) -> bool:
+    """Whether a tokenizer's chat template writes an assistant's tool calls (its rendering
+    of a call differs from the same turn without it), found once per template. One that
+    does not (SmolLM2's) reads a call as its text, the same text a student answering with
+    a call is compared with, so a conversation's calls are never dropped."""
+    template = tokenizer.chat_template or ""
+    if template not in templates_reading_calls:
+        without = [{k: v for k, v in m.items() if k != "tool_calls"} for m in CALL_PROBE]
+        renderings = [
+            tokenizer.apply_chat_template(chat, tokenize=False) for chat in (CALL_PROBE, without)
+        ]
+        templates_reading_calls[template] = renderings[0] != renderings[1]
+    return templates_reading_calls[template]
 
 
 def build_prompt(tokenizer: Any, question: str, suffix: str, enable_thinking: bool) -> list[int]:

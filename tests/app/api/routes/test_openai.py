@@ -102,7 +102,7 @@ def test_a_chat_request_maps_onto_the_playgrounds():
     )
     request = body.playground_request(parse_model(body.model))
 
-    assert [m.model_dump() for m in request.messages] == [
+    assert [m.template() for m in request.messages or []] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "a\nb"},
     ]
@@ -193,7 +193,8 @@ def chat(model: str, **body: Any) -> dict[str, Any]:
     [
         ({"top_logprobs": 5}, "top_logprobs", "only 0 is supported"),
         ({"presence_penalty": 0.5}, "presence_penalty", "only 0 is supported"),
-        ({"tools": []}, "tools", "tools: unknown field"),
+        ({"tool_choice": "required"}, "tool_choice", "should be 'auto'"),
+        ({"parallel_tool_calls": True}, "parallel_tool_calls", "unknown field"),
         ({"max_token": 4}, "max_token", "max_token: unknown field; did you mean `max_tokens`?"),
         ({"n": 100}, "n", "less than or equal to 16, not 100"),
         ({"temperature": 2.5}, "temperature", "less than or equal to 2, not 2.5"),
@@ -208,11 +209,17 @@ def chat(model: str, **body: Any) -> dict[str, Any]:
         ({"max_tokens": 0}, "max_tokens", "greater than or equal to 1"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "at most 4"),
         (
-            {"messages": [{"role": "assistant", "content": "a"}]},
+            {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
             "messages",
-            "messages: the last message must be the user's",
+            "messages: the last message must be the user's or a tool's reply",
         ),
-        ({"messages": [{"role": "tool", "content": "a"}]}, "messages.0.role", "'system'"),
+        ({"messages": [{"role": "assistant", "content": "a"}]}, "messages", "has no user turn"),
+        (
+            {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "a"}]},
+            "messages.1",
+            "a tool's reply answers no call",
+        ),
+        ({"messages": [{"role": "bot", "content": "a"}]}, "messages.0.role", "'tool'"),
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content", "a list, not 5"),
         ({"messages": []}, "messages", "at least 1"),
     ],

@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 
 from kernel.errors import BackendFailure
-from worker.engine.backends.local.presets import tiny_tokenizer
 from worker.engine.data.mixing import batch_indices
-from worker.engine.data.prompts import build_prompt
 from worker.engine.rollouts.datums import build_opd_datum, completion_slice, kl_advantages
 
 
@@ -79,29 +77,3 @@ def test_completion_slice_needs_one_value_per_completion_token() -> None:
         completion_slice([None, -1.0, -2.0, None], prompt_len=2, n=2)
     with pytest.raises(BackendFailure, match="Invalid teacher logprobs"):
         completion_slice([None, -1.0, -2.0], prompt_len=2, n=2)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_tokenizer()
-
-
-def test_prompt_joins_question_and_suffix_with_a_blank_line(tokenizer) -> None:
-    ids = build_prompt(tokenizer, "  What is 2+2?  ", "Box it.", enable_thinking=True)
-
-    assert tokenizer.decode(ids) == (
-        "<|im_start|>user\nWhat is 2+2?\n\nBox it.<|im_end|>\n<|im_start|>assistant\n"
-    )
-
-
-def test_prompt_without_suffix_is_the_stripped_question(tokenizer) -> None:
-    ids = build_prompt(tokenizer, "Hi\n", "", enable_thinking=True)
-
-    assert tokenizer.decode(ids) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-
-
-def test_enable_thinking_reaches_the_chat_template(tokenizer) -> None:
-    thinking = build_prompt(tokenizer, "Hi", "", enable_thinking=True)
-    no_thinking = build_prompt(tokenizer, "Hi", "", enable_thinking=False)
-
-    assert tokenizer.decode(no_thinking) == tokenizer.decode(thinking) + "<think>\n\n</think>\n\n"
