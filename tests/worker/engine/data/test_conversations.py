@@ -66,7 +66,9 @@ def test_the_holdout_draws_whole_conversations_outside_the_pool(root: Path):
     asked = {first_question(p) for p in pool.prompts}
     assert len({first_question(p) for p in held_out.prompts}) == 2
     assert not asked & {first_question(p) for p in held_out.prompts}
-    with pytest.raises(OPDError, match=r"asks for 4 conversations but train\.jsonl has 3") as refused:
+    with pytest.raises(
+        OPDError, match=r"asks for 4 conversations but train\.jsonl has 3"
+    ) as refused:
         load_holdout(dataset, 4, 7, root, True)
     assert refused.value.code == "bad_eval"
 

@@ -191,9 +191,7 @@ def test_paths_inside_the_root_are_accepted(root: Path) -> None:
 
 
 def test_without_confinement_any_path_is_read(root: Path, outside: Path) -> None:
-    assert load_prompts(FileDataset(path=str(outside)), root, confine=False).prompts == [
-        "private"
-    ]
+    assert load_prompts(FileDataset(path=str(outside)), root, confine=False).prompts == ["private"]
     assert load_prompts(FileDataset(path="../secret/math.jsonl"), root, False).prompts == [
         "private"
     ]
@@ -224,9 +222,7 @@ def test_deepmath_reuses_finished_shards_without_downloading(
     write_parquet(shard(root, 0), {"question": QUESTIONS[:10], "answer": ["x"] * 10})
     write_parquet(shard(root, 1), {"question": QUESTIONS[10:], "answer": ["y"] * 10})
 
-    prompts = load_prompts(
-        DeepMathDataset(num_shards=2, sample_size=6, seed=1), root, True
-    ).prompts
+    prompts = load_prompts(DeepMathDataset(num_shards=2, sample_size=6, seed=1), root, True).prompts
 
     assert prompts == reference_order(QUESTIONS, seed=1, sample_size=6)
 
