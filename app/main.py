@@ -28,6 +28,7 @@ from app.api.routes import (
     events,
     export,
     files,
+    fine_tuning,
     health,
     jobs,
     keys,
@@ -58,7 +59,19 @@ api_router = APIRouter(dependencies=[Depends(one_value_each)])
 for module in (health, jobs, metrics, export, compare, checkpoints, events, samples, prometheus):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
-for module in (usage, webhooks, audit, teams, keys, playground, clone, downloads, sweeps, openai):
+for module in (
+    usage,
+    webhooks,
+    audit,
+    teams,
+    keys,
+    playground,
+    clone,
+    downloads,
+    sweeps,
+    openai,
+    fine_tuning,
+):
     document_scopes(module.router.routes)
     api_router.include_router(module.router)
 document_scopes(files.router.routes)

@@ -109,7 +109,7 @@ def chat_report(
         )
 
     def tokens(conversation: Conversation) -> int | None:
-        messages = conversation.template_messages()
+        messages = conversation.template_messages(calls_as_text=True)  # as the presets read
         return chat_tokens(model, ((m["role"], m["content"]) for m in messages)) if model else None
 
     try:

@@ -191,10 +191,17 @@ class JobSpec(SpecModel):
         for options in self.prompt_options():
             if suffix is not None and "question_suffix" not in options.model_fields_set:
                 options.question_suffix = suffix
-        rate = PRESET_LEARNING_RATES.get(student)
-        if self.backend == "local" and rate and "learning_rate" not in self.optim.model_fields_set:
-            self.optim.learning_rate = rate
+        if "learning_rate" not in self.optim.model_fields_set:
+            self.optim.learning_rate = self.default_learning_rate()
         return self
+
+    def default_learning_rate(self) -> float:
+        """The learning rate a spec that gives none gets: its preset student's on the local
+        backend, else the reference's."""
+        rate = PRESET_LEARNING_RATES.get(self.student.base_model)
+        if self.backend == "local" and rate:
+            return rate
+        return float(OptimSpec.model_fields["learning_rate"].default)
 
     @model_validator(mode="after")
     def _teachers_and_datasets_fit(self) -> JobSpec:

@@ -14,6 +14,8 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
+import httpx2
+import openai
 import pytest
 from pydantic.fields import FieldInfo
 from redis.asyncio import Redis
@@ -215,3 +217,17 @@ async def events_of(session, job_id: int) -> list[str]:
     query = select(Event.message).where(Event.job_id == job_id).order_by(Event.id)
     rows = await session.execute(query)
     return list(rows.scalars())
+
+
+@pytest.fixture
+async def openai_client(settings: Settings, key: NewKey) -> AsyncIterator[openai.AsyncOpenAI]:
+    """The official `openai` package's client on the app, as the key's team."""
+    app = create_app(settings)
+    transport = httpx2.ASGITransport(app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(transport=transport, base_url="http://opd") as http,
+    ):
+        yield openai.AsyncOpenAI(
+            base_url="http://opd/v1", api_key=key.key, http_client=http, max_retries=0
+        )

@@ -5,6 +5,7 @@ OpenAI's statuses (an invalid request is a 400, not a 422)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -17,7 +18,14 @@ from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.api.errors import STATUS_CODES, ApiError, body_type, describe_status, explain
+from app.api.errors import (
+    STATUS_CODES,
+    ApiError,
+    ErrorDetail,
+    body_type,
+    describe_status,
+    explain,
+)
 from app.budgets.errors import BudgetExceeded
 from app.core.tables import utcnow
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
@@ -120,8 +128,30 @@ class OpenAIRoute(APIRoute):
                 message = "the database is unavailable; retry shortly"
                 return openai_error(503, message, code="database_unavailable")
             except Exception as error:
+                handler = handler_for(request, error)
+                if handler is not None:  # a domain error the API answers (app/api/errors.py)
+                    return in_openai_shape(await handler(request, error))
                 log.error("unhandled error", exc_info=error)
                 message = "internal error; the server log has the details"
                 return openai_error(500, message, code="internal_error")
 
         return answer
+
+
+Handler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
+
+
+def handler_for(request: Request, error: Exception) -> Handler | None:
+    """The app's handler of a domain error (a job or file not found, a spec refused, ...),
+    by its class or the nearest it derives from; None for any other error."""
+    handlers = request.app.exception_handlers
+    return next((handlers[kind] for kind in type(error).__mro__ if kind in handlers), None)
+
+
+def in_openai_shape(answer: Response) -> JSONResponse:
+    """A refusal in the API's own shape as OpenAI's, with its status and headers."""
+    detail = ErrorDetail.model_validate(json.loads(bytes(answer.body))["error"])
+    kept = {name: value for name, value in answer.headers.items() if name.lower() == "retry-after"}
+    return openai_error(
+        answer.status_code, detail.message, detail.param, code=detail.code, headers=kept or None
+    )

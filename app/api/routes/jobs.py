@@ -109,7 +109,8 @@ class Submitter:
     async def submit(
         self, spec: JobSpec, idempotency_key: str | None, route: str, body: Any
     ) -> JobPublic:
-        """`submit_job`'s work; `body` is the request as sent (what a retry must repeat)."""
+        """`submit_job`'s work, for every route that makes a job (this one's, OpenAI's
+        fine-tuning door's); `body` is the request as sent (what a retry must repeat)."""
         idempotency = None if idempotency_key is None else Idempotency(idempotency_key, route, body)
         await admit_spending(
             self.session, self.principal.team_id, spec, self.prices, utcnow(), idempotency_key
@@ -322,14 +323,29 @@ async def resume_job(
     simply keeps running. Resuming a queued or running job is a no-op. While the job's
     team has spent its budget, a paused job stays paused: 429 `budget_exceeded` (it would
     pause again before its first step; it resumes by itself when the budget allows)."""
+    body = job_body(
+        await resume(session, principal, snapshots, queue, prices, job_id), prices, principal
+    )
+    await show_places(session, [body], settings)
+    return body
+
+
+async def resume(
+    session: AsyncSession,
+    principal: Principal,
+    snapshots: SnapshotsDep,
+    queue: JobQueue,
+    prices: PriceTable,
+    job_id: int,
+) -> Job:
+    """Resume the job (audited), sending it to the queue once it is queued again; a paused
+    job of a team that has spent its budget stays paused (BudgetExceeded)."""
     job = await get_job(session, job_id, principal.scope)
     if job.status == JobStatus.paused:
         await refuse_if_exhausted(session, job.team_id, prices, utcnow())
     result = await act(session, principal, snapshots, job_id, JobAction.resume)
     if not (result.changed and result.job.status == JobStatus.queued):
-        return job_body(result.job, prices, principal)
+        return result.job
     await enqueue_job(session, queue, job_id)
     snapshots.drop(job_id)
-    body = job_body(await get_job(session, job_id), prices, principal)
-    await show_places(session, [body], settings)
-    return body
+    return await get_job(session, job_id)

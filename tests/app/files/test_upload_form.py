@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-import httpx2
-import openai
 import pytest
 from sqlalchemy import select
 
@@ -54,20 +52,6 @@ async def send_form(client, key, body, params=None, headers=None) -> httpx.Respo
 async def nothing_kept(client, key, settings) -> None:
     assert (await client.get("/v1/files", headers=auth(key))).json()["data"] == []
     assert objects(settings) == [] and spooled(settings) == []
-
-
-@pytest.fixture
-async def openai_client(settings, key) -> AsyncIterator[openai.AsyncOpenAI]:
-    """The official `openai` package's client on the app, as the key's team."""
-    app = create_app(settings)
-    transport = httpx2.ASGITransport(app)
-    async with (
-        app.router.lifespan_context(app),
-        httpx2.AsyncClient(transport=transport, base_url="http://opd") as http,
-    ):
-        yield openai.AsyncOpenAI(
-            base_url="http://opd/v1", api_key=key.key, http_client=http, max_retries=0
-        )
 
 
 async def test_the_openai_package_uploads_a_dataset_that_a_job_then_names(
