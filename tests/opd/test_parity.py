@@ -42,6 +42,20 @@ NOT_FOR_PEOPLE = {
     ("POST", "/v1/completions"): "the OpenAI door: the openai package is its SDK",
     ("GET", "/v1/models"): "the OpenAI door: the openai package is its SDK",
     ("GET", "/v1/models/{model}"): "the OpenAI door: the openai package is its SDK",
+    **{
+        (method, f"/v1/fine_tuning/jobs{path}"): "the OpenAI door: the openai package is its "
+        "SDK (opd's jobs.* reach the same jobs)"
+        for method, path in [
+            ("POST", ""),
+            ("GET", ""),
+            ("GET", "/{fine_tuning_job_id}"),
+            ("POST", "/{fine_tuning_job_id}/cancel"),
+            ("POST", "/{fine_tuning_job_id}/pause"),
+            ("POST", "/{fine_tuning_job_id}/resume"),
+            ("GET", "/{fine_tuning_job_id}/events"),
+            ("GET", "/{fine_tuning_job_id}/checkpoints"),
+        ]
+    },
     ("POST", "/v1/jobs/{job_id}/sample"): "the old name of /playground (one release)",
     ("GET", "/v1/jobs/{job_id}/metrics/stream"): "Server-Sent Events for the dashboard's "
     "live charts; jobs.wait and opd watch follow a job by polling /metrics",

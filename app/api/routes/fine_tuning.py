@@ -7,13 +7,13 @@ team is listed here."""
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from app.api.deps import PrincipalDep, QueueDep, SessionDep, SnapshotsDep
+from app.api.deps import MAX_ID, PrincipalDep, QueueDep, SessionDep, SnapshotsDep
 from app.api.errors import ApiError, error_responses
 from app.api.openai.errors import OpenAIRoute, openai_error_responses
 from app.api.routes.jobs import IdempotencyKey, SubmitterDep, act, resume
@@ -49,14 +49,20 @@ Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
 READ_RESPONSES = openai_error_responses(400, 401, 403, 404)
 
 
+def cursor(prefix: str) -> Any:
+    """A page's `after`: the previous page's `last_id`, an id of this prefix."""
+    return Query(
+        max_length=32,
+        pattern=f"^{prefix}[1-9][0-9]{{0,9}}$",
+        description=f"A page's `last_id` ({prefix}N): the page after it.",
+    )
+
+
 def after_id(after: str | None, prefix: str) -> int | None:
-    """A page's cursor (the previous page's `last_id`) as the row id it follows."""
+    """A page's cursor as the row id it follows (one past every id: the first page)."""
     if after is None:
         return None
-    number = public_number(after, prefix)
-    if number is None:
-        raise ApiError(400, "invalid_request", f"after: {after!r} is no {prefix}N id", "after")
-    return number
+    return min(int(after.removeprefix(prefix)), MAX_ID)
 
 
 def job_number(fine_tuning_job_id: str) -> int:
@@ -77,8 +83,8 @@ def not_found(fine_tuning_job_id: str) -> ApiError:
 
 
 def in_request_terms(error: SpecRefused) -> SpecRefused:
-    """A refusal of the spec's field as a refusal of the request's (`dataset.file`:
-    `training_file`)."""
+    """Admission's refusal of the spec's field as a refusal of the request's
+    (`dataset.file`: `training_file`)."""
     param = openai_param(error.param)
     kind = SpecNotFound if isinstance(error, SpecNotFound) else SpecRefused
     return kind(param, error.message)
@@ -113,8 +119,6 @@ async def create_fine_tuning_job(
         raise RequestValidationError(
             [e | {"loc": ("body", *openai_loc(tuple(e["loc"])))} for e in invalid.errors()]
         ) from None
-    except SpecRefused as refused:
-        raise in_request_terms(refused) from None
     raw = await request.json() if idempotency_key is not None else None
     try:
         job = await submitter.submit(spec, idempotency_key, ROUTE, raw)
@@ -129,7 +133,7 @@ async def list_fine_tuning_jobs(
     request: Request,
     session: SessionDep,
     principal: PrincipalDep,
-    after: Annotated[str | None, Query(max_length=32, description="A page's `last_id`.")] = None,
+    after: Annotated[str | None, cursor(JOB)] = None,
     limit: Limit = 20,
 ) -> FineTuningJobs:
     """The team's jobs, newest first, whichever door made them (every team's for an admin
@@ -228,7 +232,7 @@ async def list_fine_tuning_events(
     fine_tuning_job_id: FineTuningJobId,
     session: SessionDep,
     principal: PrincipalDep,
-    after: Annotated[str | None, Query(max_length=32, description="A page's `last_id`.")] = None,
+    after: Annotated[str | None, cursor(EVENT)] = None,
     limit: Limit = 20,
 ) -> FineTuningEvents:
     """The job's events, newest first: every state change and what its worker reported."""
@@ -248,7 +252,7 @@ async def list_fine_tuning_checkpoints(
     fine_tuning_job_id: FineTuningJobId,
     session: SessionDep,
     principal: PrincipalDep,
-    after: Annotated[str | None, Query(max_length=32, description="A page's `last_id`.")] = None,
+    after: Annotated[str | None, cursor(CHECKPOINT)] = None,
     limit: Limit = 10,
 ) -> FineTuningCheckpoints:
     """The job's saved sampler and final weights, newest first, each a model of

@@ -276,7 +276,8 @@ class Jobs(Resource[X], Generic[X, J]):
         job_id: int,
         prompt: str | None = None,
         *,
-        messages: Sequence[Mapping[str, str]] | None = None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
         text: str | None = None,
         prompt_token_ids: Sequence[int] | None = None,
         prompt_logprobs: bool = False,
@@ -295,12 +296,13 @@ class Jobs(Resource[X], Generic[X, J]):
         timeout_seconds: float | None = None,
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
-        """The playground: complete `prompt` (or a chat of `messages`, a `text` read as
-        given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt too, `top_logprobs`
-        adds the likeliest tokens at each position) with the `model` (the `checkpoint`, the
-        `teacher` or the untrained `base`), and with the models in `compare`; `teacher` names
-        which of several is compared; `reference` is the answer a self teacher with
-        `reference: true` reads after the question.
+        """The playground: complete `prompt` (or a chat of `messages` in OpenAI's format,
+        with the `tools` it may call, rendered as training renders a conversation; a
+        `text` read as given, or `prompt_token_ids`; `prompt_logprobs` scores the prompt
+        too, `top_logprobs` adds the likeliest tokens at each position) with the `model`
+        (the `checkpoint`, the `teacher` or the untrained `base`), and with the models in
+        `compare`; `teacher` names which of several is compared; `reference` is the answer
+        a self teacher with `reference: true` reads after the question.
         A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
         not retried. Retried safely otherwise (a lost answer, a read timeout): the request
         carries an `Idempotency-Key` (one of its own unless you give one), and the API
@@ -309,6 +311,7 @@ class Jobs(Resource[X], Generic[X, J]):
         body = query(
             prompt=prompt,
             messages=messages and [dict(m) for m in messages],
+            tools=tools and [dict(tool) for tool in tools],
             text=text,
             prompt_token_ids=None if prompt_token_ids is None else list(prompt_token_ids),
             prompt_logprobs=prompt_logprobs or None,

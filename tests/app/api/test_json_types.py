@@ -24,6 +24,7 @@ from app.api.openai.wire import ChatCompletionRequest
 from app.auth.keys import NewKey
 from app.auth.schemas import KeyCreate
 from app.budgets.schemas import BudgetUpdate
+from app.fine_tuning.schemas import FineTuningJobCreate
 from app.main import create_app
 from app.sweeps.schemas import SweepCreate
 from app.teams.schemas import LimitsUpdate
@@ -172,6 +173,28 @@ BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "timeout_seconds": 5.0,
+            }
+        ],
+    ),
+    "POST /v1/fine_tuning/jobs": (
+        FineTuningJobCreate,
+        [
+            {
+                "model": "arith-student",
+                "training_file": "file-1",
+                "validation_file": "file-1",
+                "suffix": "typed",
+                "seed": 1,
+                "metadata": {"a": "b"},
+                "hyperparameters": {
+                    "n_epochs": 1,
+                    "batch_size": 2,
+                    "learning_rate_multiplier": 0.5,
+                },
+                "method": {
+                    "type": "distillation",
+                    "distillation": {"teacher": {"base_model": "arith-teacher"}},
+                },
             }
         ],
     ),
