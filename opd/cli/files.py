@@ -30,10 +30,26 @@ def report_lines(file: FileDetail) -> list[str]:
         file_line(file),
         f"sha256: {file.sha256}",
         f"columns: {columns}",
+        *chat_lines(file),
         f"empty questions: {report.empty_questions}; "
         f"duplicate questions: {report.duplicate_questions}",
         "preview:",
         *(f"  {json.dumps(row, ensure_ascii=False)}" for row in report.preview),
+    ]
+
+
+def chat_lines(file: FileDetail) -> list[str]:
+    """A file of conversations: its format and what its conversations hold."""
+    chat = file.report.chat
+    if chat is None:
+        return []
+    roles = ", ".join(f"{role} {count}" for role, count in chat.roles.items())
+    tokens = f", {chat.longest_tokens} tokens of {chat.tokens_of}" if chat.tokens_of else ""
+    return [
+        f"conversations ({chat.format}): {chat.conversations}; messages: {roles}; tool calls: "
+        f"{chat.tool_calls}",
+        f"prompts: {chat.prompts_last} with turns: last, {chat.prompts_each} with turns: each; "
+        f"longest: {chat.longest_chars} characters{tokens}",
     ]
 
 
@@ -45,6 +61,7 @@ def files_command(args: argparse.Namespace) -> int:
             field=args.field,
             answer_field=args.answer_field,
             format=args.format,
+            model=args.model,
             progress=not args.quiet,
             idempotency_key=args.idempotency_key,
         )
@@ -75,6 +92,10 @@ def add_parsers(commands: Commands) -> None:
     upload.add_argument("--answer-field", help="the column of reference answers (default: guessed)")
     upload.add_argument(
         "--format", choices=["jsonl", "parquet", "csv"], help="default: from the name"
+    )
+    upload.add_argument(
+        "--model",
+        help="conversations: the model whose tokens the report counts the longest one in",
     )
     upload.add_argument("--quiet", action="store_true", help="no progress bar; print the id only")
     upload.add_argument(

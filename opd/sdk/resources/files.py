@@ -22,17 +22,22 @@ class Files(Resource[X]):
         field: str | None = None,
         answer_field: str | None = None,
         format: str | None = None,
+        model: str | None = None,
         progress: bool = True,
         idempotency_key: str | None = None,
     ) -> Steps[FileDetail]:
-        """Upload a JSONL, Parquet or CSV file, streamed from disk (a progress bar on stderr
-        unless `progress` is False); the answer is its report. Sent again on a lost answer,
+        """Upload a JSONL, Parquet or CSV file (a table of questions, or conversations in
+        OpenAI's or TRL's chat formats: `model` names the model whose tokens the report
+        counts the longest one in), streamed from disk (a progress bar on stderr unless
+        `progress` is False); the answer is its report. Sent again on a lost answer,
         with the same `Idempotency-Key` (one of its own unless you give one): the API
         answers a repeat with the file the first made, and refuses the key with another file
         (422 `idempotency_key_reused`)."""
         path = Path(path)
         bar = UploadProgress(path.name, path.stat().st_size) if progress else None
-        params = query(filename=path.name, field=field, answer_field=answer_field, format=format)
+        params = query(
+            filename=path.name, field=field, answer_field=answer_field, format=format, model=model
+        )
         call = Call(
             "POST",
             "/v1/files",
