@@ -11,6 +11,7 @@ import json
 from app.auth.schemas import Scope
 from tests.app.conftest import auth, small_spec
 from tests.app.web.conftest import csrf_of, post_form
+from tests.chats import INVALID_LINES, OPENAI_EACH, OPENAI_FILE, jsonl_bytes
 
 DATA = (
     "".join(
@@ -90,3 +91,22 @@ async def test_a_read_key_sees_the_pages_but_not_the_upload(client, make_key, si
     page = await client.get("/ui/files")
     assert page.status_code == 200 and 'id="upload-file"' not in page.text
     assert (await upload(client, page)).status_code == 403
+
+
+async def test_a_file_of_conversations_shows_what_they_hold_and_a_bad_one_its_lines(
+    client, key, sign_in
+):
+    await sign_in(key)
+    page = await client.get("/ui/files")
+    answer = await upload(client, page, jsonl_bytes(OPENAI_FILE), "chats.jsonl")
+    assert answer.status_code == 200, answer.text
+    report = await client.get(answer.json()["url"])
+    assert (
+        "<code>messages</code>: 6 conversations, 3 system, 8 user, 9 assistant, 1 tool"
+        in report.text
+    )
+    assert f"{len(OPENAI_FILE)} with <code>turns: last</code>, {OPENAI_EACH} with" in report.text
+    refused = await upload(
+        client, page, jsonl_bytes([OPENAI_FILE[0], INVALID_LINES[0][0]]), "b.jsonl"
+    )
+    assert refused.status_code == 422 and "line 2: messages.0.role" in refused.json()["error"]
