@@ -47,6 +47,17 @@ from app.jobs.visibility import team_checkpoint, team_event, team_job
 from kernel.spec import JobSpec
 
 
+async def newest_first(
+    session: AsyncSession, query: Any, column: Any, after: int | None, limit: int
+) -> list[Any]:
+    """Up to `limit + 1` rows of `query` (one more says that more follow), newest first,
+    those before the row `after`."""
+    query = query.order_by(column.desc()).limit(limit + 1)
+    if after is not None:
+        query = query.where(column < after)
+    return list((await session.execute(query)).scalars())
+
+
 async def spec_for(session: AsyncSession, team_id: int, create: FineTuningJobCreate) -> JobSpec:
     """The spec a create request asks for, its training file the team's (SpecNotFound
     naming `training_file` otherwise; SpecRefused, or pydantic's ValidationError by the
@@ -122,12 +133,10 @@ async def jobs_page(
 ) -> FineTuningJobs:
     """The team's jobs (every team's for an admin key), newest first, those after job
     `after`; with `metadata`, those whose spec's metadata holds each pair."""
-    query = select(Job).where(*JobFilter(metadata=metadata).where()).order_by(Job.id.desc())
+    query = select(Job).where(*JobFilter(metadata=metadata).where())
     if principal.scope is not None:
         query = query.where(Job.team_id == principal.scope)
-    if after is not None:
-        query = query.where(Job.id < after)
-    jobs = list((await session.execute(query.limit(limit + 1))).scalars())
+    jobs = await newest_first(session, query, Job.id, after, limit)
     answers = await as_jobs(session, [seen_by(job, principal) for job in jobs])
     return FineTuningJobs.of(answers, limit, lambda job: job.id)
 
@@ -137,12 +146,10 @@ async def events_page(
 ) -> FineTuningEvents:
     """A job's events, newest first, those before event `after`."""
     job = await get_job(session, job_id, principal.scope)
-    query = select(Event).where(Event.job_id == job.id).order_by(Event.id.desc())
-    if after is not None:
-        query = query.where(Event.id < after)
+    query = select(Event).where(Event.job_id == job.id)
     events = [
         EventPublic.model_validate(event)
-        for event in (await session.execute(query.limit(limit + 1))).scalars()
+        for event in await newest_first(session, query, Event.id, after, limit)
     ]
     if not principal.is_admin:
         events = [team_event(event) for event in events]
@@ -157,16 +164,10 @@ async def checkpoints_page(
     it."""
     job = await get_job(session, job_id, principal.scope)
     kinds = [CheckpointKind.sampler.value, CheckpointKind.final.value]
-    query = (
-        select(Checkpoint)
-        .where(Checkpoint.job_id == job.id, Checkpoint.kind.in_(kinds))
-        .order_by(Checkpoint.id.desc())
-    )
-    if after is not None:
-        query = query.where(Checkpoint.id < after)
+    query = select(Checkpoint).where(Checkpoint.job_id == job.id, Checkpoint.kind.in_(kinds))
     saved = [
         CheckpointPublic.model_validate(row)
-        for row in (await session.execute(query.limit(limit + 1))).scalars()
+        for row in await newest_first(session, query, Checkpoint.id, after, limit)
     ]
     if not principal.is_admin:
         saved = [team_checkpoint(checkpoint) for checkpoint in saved]

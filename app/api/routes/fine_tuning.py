@@ -7,16 +7,28 @@ team is listed here."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import MAX_ID, PrincipalDep, QueueDep, SessionDep, SnapshotsDep
+from app.api.deps import (
+    MAX_ID,
+    JobSnapshot,
+    PrincipalDep,
+    QueueDep,
+    SessionDep,
+    SnapshotsDep,
+)
 from app.api.errors import ApiError, error_responses
 from app.api.openai.errors import OpenAIRoute, openai_error_responses
 from app.api.routes.jobs import IdempotencyKey, SubmitterDep, act, resume
+from app.auth.keys import Principal
+from app.core.cache import TTLCache
+from app.core.queue import JobQueue
 from app.fine_tuning.mapping import CHECKPOINT, EVENT, JOB, openai_loc, openai_param, public_number
 from app.fine_tuning.schemas import (
     FineTuningCheckpoints,
@@ -158,27 +170,37 @@ async def retrieve_fine_tuning_job(
     return await fine_tuning_job(session, principal, job)
 
 
-async def acted(
-    fine_tuning_job_id: str,
-    action: JobAction,
-    session: SessionDep,
-    principal: PrincipalDep,
-    snapshots: SnapshotsDep,
-    queue: QueueDep,
-) -> FineTuningJob:
-    """The job once `action` is asked of it, as `POST /v1/jobs/{id}/<action>` asks it
-    (audited; a status that does not allow it: 409)."""
-    job_id = job_number(fine_tuning_job_id)
-    try:
-        if action == JobAction.resume:
-            job = await resume(session, principal, snapshots, queue, job_id)
-        else:
-            job = (await act(session, principal, snapshots, job_id, action)).job
-    except JobNotFound:
-        raise not_found(fine_tuning_job_id) from None
-    return await fine_tuning_job(session, principal, job)
+@dataclass
+class Acting:
+    """What asking an action of a job needs."""
+
+    session: AsyncSession
+    principal: Principal
+    snapshots: TTLCache[int, JobSnapshot]
+    queue: JobQueue
+
+    async def __call__(self, fine_tuning_job_id: str, action: JobAction) -> FineTuningJob:
+        """The job once `action` is asked of it, as `POST /v1/jobs/{id}/<action>` asks it
+        (audited; a status that does not allow it: 409)."""
+        job_id = job_number(fine_tuning_job_id)
+        session, principal, snapshots = self.session, self.principal, self.snapshots
+        try:
+            if action == JobAction.resume:
+                job = await resume(session, principal, snapshots, self.queue, job_id)
+            else:
+                job = (await act(session, principal, snapshots, job_id, action)).job
+        except JobNotFound:
+            raise not_found(fine_tuning_job_id) from None
+        return await fine_tuning_job(session, principal, job)
 
 
+def get_acting(
+    session: SessionDep, principal: PrincipalDep, snapshots: SnapshotsDep, queue: QueueDep
+) -> Acting:
+    return Acting(session, principal, snapshots, queue)
+
+
+ActingDep = Annotated[Acting, Depends(get_acting)]
 ACTION_RESPONSES = openai_error_responses(400, 401, 403, 404, 409)
 
 
@@ -186,43 +208,31 @@ ACTION_RESPONSES = openai_error_responses(400, 401, 403, 404, 409)
     "/jobs/{fine_tuning_job_id}/cancel", response_model=FineTuningJob, responses=ACTION_RESPONSES
 )
 async def cancel_fine_tuning_job(
-    fine_tuning_job_id: FineTuningJobId,
-    session: SessionDep,
-    principal: PrincipalDep,
-    snapshots: SnapshotsDep,
-    queue: QueueDep,
+    fine_tuning_job_id: FineTuningJobId, acting: ActingDep
 ) -> FineTuningJob:
     """Cancel: a queued or paused job at once, a running one at its next step boundary
     (`running` until then)."""
-    return await acted(fine_tuning_job_id, JobAction.cancel, session, principal, snapshots, queue)
+    return await acting(fine_tuning_job_id, JobAction.cancel)
 
 
 @router.post(
     "/jobs/{fine_tuning_job_id}/pause", response_model=FineTuningJob, responses=ACTION_RESPONSES
 )
 async def pause_fine_tuning_job(
-    fine_tuning_job_id: FineTuningJobId,
-    session: SessionDep,
-    principal: PrincipalDep,
-    snapshots: SnapshotsDep,
-    queue: QueueDep,
+    fine_tuning_job_id: FineTuningJobId, acting: ActingDep
 ) -> FineTuningJob:
     """Pause: a running job saves its state at its next step boundary (then `paused`)."""
-    return await acted(fine_tuning_job_id, JobAction.pause, session, principal, snapshots, queue)
+    return await acting(fine_tuning_job_id, JobAction.pause)
 
 
 @router.post(
     "/jobs/{fine_tuning_job_id}/resume", response_model=FineTuningJob, responses=ACTION_RESPONSES
 )
 async def resume_fine_tuning_job(
-    fine_tuning_job_id: FineTuningJobId,
-    session: SessionDep,
-    principal: PrincipalDep,
-    snapshots: SnapshotsDep,
-    queue: QueueDep,
+    fine_tuning_job_id: FineTuningJobId, acting: ActingDep
 ) -> FineTuningJob:
     """Resume a paused job from its last saved state."""
-    return await acted(fine_tuning_job_id, JobAction.resume, session, principal, snapshots, queue)
+    return await acting(fine_tuning_job_id, JobAction.resume)
 
 
 @router.get(

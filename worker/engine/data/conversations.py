@@ -26,6 +26,7 @@ from kernel.spec import FileDataset
 from kernel.spec.data import Turns
 from kernel.tables.bounds import TableLimits
 from kernel.tables.reading import confined_read
+from worker.engine.data.holdout import PoolName, held_out
 from worker.engine.data.prompts import Prompt, Prompts
 
 logger = logging.getLogger(__name__)
@@ -109,13 +110,6 @@ def file_holdout(
     """The prompts of `count` conversations, drawn with `seed` from those the training
     pool does not hold (each one's `turns`)."""
     conversations = shuffled(path, kind, format, dataset, limits)
-    rest = conversations[dataset.sample_size or len(conversations) :]
-    if len(rest) < count:
-        raise OPDError(
-            f"eval.holdout asks for {count} conversations but {dataset.where()} has {len(rest)} "
-            "outside the training pool: lower dataset.sample_size or eval.holdout, or give "
-            "eval a dataset of its own",
-            code="bad_eval",
-        )
-    picked = np.random.default_rng(seed).choice(len(rest), size=count, replace=False)
-    return conversation_prompts([rest[i] for i in sorted(picked)], dataset.turns)
+    pool = PoolName("conversations", dataset.where())
+    places = held_out(len(conversations), dataset.sample_size, count, seed, pool)
+    return conversation_prompts([conversations[i] for i in places], dataset.turns)

@@ -22,7 +22,6 @@ from csv import reader
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow
 from datasets import Dataset, Features, Value, load_dataset
 from datasets.exceptions import DatasetsError
@@ -46,6 +45,7 @@ from kernel.tables.bounds import TableLimits
 from kernel.tables.reading import check_table
 from worker.engine.data.arithmetic import Problem, held_out_problems, training_problems
 from worker.engine.data.conversations import check_file, file_holdout, file_prompts
+from worker.engine.data.holdout import PoolName, held_out
 from worker.engine.data.prompts import Prompt, Prompts
 
 logger = logging.getLogger(__name__)
@@ -129,16 +129,8 @@ def load_holdout(
         return file_holdout(*chats, count, seed, table_limits(blobs))
     table = open_table(dataset, data_root, confine, blobs)
     rows = shuffled(table)
-    rest = range(table.sample_size or len(rows), len(rows))
-    if len(rest) < count:
-        raise OPDError(
-            f"eval.holdout asks for {count} prompts but {table.name} has {len(rest)} rows "
-            "outside the training pool: lower dataset.sample_size or eval.holdout, or give "
-            "eval a dataset of its own",
-            code="bad_eval",
-        )
-    picked = np.random.default_rng(seed).choice(len(rest), size=count, replace=False)
-    return prompts_of(rows.select([rest[i] for i in sorted(picked)]), table)
+    pool = PoolName("prompts", table.name, "rows ")
+    return prompts_of(rows.select(held_out(len(rows), table.sample_size, count, seed, pool)), table)
 
 
 def problem_prompts(problems: list[Problem]) -> Prompts:
