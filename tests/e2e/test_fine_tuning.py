@@ -22,6 +22,7 @@ from kernel.chats.conversation import Conversation
 from kernel.spec import PromptOptions
 from tests.chats import MULTIPLY, OPENAI_FILE, TRL_MESSAGES, jsonl_bytes, write_jsonl
 from tests.e2e.conftest import Service, deployment
+from tests.e2e.test_openai import client_of
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.teachers.views import Renderer
 
@@ -44,12 +45,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with deployment(home, f"sqlite:///{home / 'opd.db'}") as running:
         running.start_worker()
         yield running
-
-
-def client_of(service: Service) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"{service.url}/v1", api_key=service.key, max_retries=0, timeout=120
-    )
 
 
 def followed(client: openai.OpenAI, job_id: str, service: Service):
