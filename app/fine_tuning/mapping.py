@@ -54,8 +54,9 @@ DISTILS = (
     "this service distils: its jobs train a student on-policy against a teacher's logprobs "
     "(no supervised targets, preferences or grader). Send method {type: distillation, "
     "distillation: {teacher: {base_model: ...}}} (the openai package: method=... or "
-    "extra_body); its other fields are the job spec's (docs/how-to/openai-clients.md, "
-    "Fine-tuning jobs)"
+    "extra_body); its other fields are the job spec's, and loop.cold_start {steps: N, "
+    "source: reference} first trains on the file's own answers "
+    "(docs/how-to/openai-clients.md, Fine-tuning jobs)"
 )
 CHECKPOINT_METRICS = ("opd/reverse_kl_mean", "eval/accuracy", "eval/reverse_kl_mean")
 """A checkpoint's figures (of the step that made its weights), by the service's names."""

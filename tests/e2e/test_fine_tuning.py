@@ -2,11 +2,11 @@
 official `openai` package as the client: a fine-tuning file written by hand (a system
 line, two-turn chats whose first answer weighs 0, a tool call and its reply) uploaded with
 `files.create(purpose="fine-tune")`, trained for two steps on the arithmetic presets by
-`fine_tuning.jobs.create`, followed with `list_events` and `checkpoints.list`, and its
-`fine_tuned_model` answering a chat with the tool's reply at once, read in the tokens
-training read such a prompt in. A TRL `messages` dataset takes the same path through the
-SDK, its held-out conversations graded on their references, and is listed among the
-fine-tuning jobs."""
+`fine_tuning.jobs.create` (the first on the file's own assistant turns, `loop.cold_start`),
+followed with `list_events` and `checkpoints.list`, and its `fine_tuned_model` answering a
+chat with the tool's reply at once, read in the tokens training read such a prompt in. A
+TRL `messages` dataset takes the same path through the SDK, its held-out conversations
+graded on their references, and is listed among the fine-tuning jobs."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ DISTILLATION = {
     "distillation": {
         "teacher": {"base_model": "arith-teacher"},
         "dataset": {"turns": "each"},
-        "loop": LOOP,
+        "loop": LOOP | {"cold_start": {"steps": 1, "source": "reference"}},
         "sampling": {"max_tokens": 8},
     },
 }
@@ -48,7 +48,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 
 
 def followed(client: openai.OpenAI, job_id: str, service: Service):
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     while (job := client.fine_tuning.jobs.retrieve(job_id)).status not in ENDED:
         assert time.monotonic() < deadline, f"{job}\n{service.logs()}"
         time.sleep(0.5)
@@ -123,7 +123,7 @@ def test_a_trl_messages_dataset_trains_through_the_sdk_and_is_listed_by_the_door
                 "eval": {"holdout": 2},
             }
         )
-    done = service.wait(job.id, timeout=240)
+    done = service.wait(job.id, timeout=600)
     assert done["status"] == "succeeded", service.logs()
     assert done["spec"]["dataset"]["answer_field"] == "messages"
     curve = service.curve(job.id, "eval/accuracy")

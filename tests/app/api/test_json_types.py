@@ -61,6 +61,7 @@ LOCAL_JOB: dict[str, Any] = {
         "loss_fn_config": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
         "objective": {"kind": "reverse_kl", "top_k": 8, "tail": True},
         "reward": {"coef": 0.5},
+        "cold_start": {"steps": 1, "source": "teacher"},
     },
     "eval": {"every": 2, "holdout": 1, "teacher_baseline": True},
     "local": {},
