@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api.deps import (
     MAX_ID,
     JobSnapshot,
+    PricesDep,
     PrincipalDep,
     QueueDep,
     SessionDep,
@@ -28,6 +29,7 @@ from app.api.openai.errors import OpenAIRoute, openai_error_responses
 from app.api.routes.jobs import IdempotencyKey, SubmitterDep, act, resume
 from app.auth.keys import Principal
 from app.core.cache import TTLCache
+from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.fine_tuning.mapping import CHECKPOINT, EVENT, JOB, openai_loc, openai_param, public_number
 from app.fine_tuning.schemas import (
@@ -178,15 +180,17 @@ class Acting:
     principal: Principal
     snapshots: TTLCache[int, JobSnapshot]
     queue: JobQueue
+    prices: PriceTable
 
     async def __call__(self, fine_tuning_job_id: str, action: JobAction) -> FineTuningJob:
         """The job once `action` is asked of it, as `POST /v1/jobs/{id}/<action>` asks it
-        (audited; a status that does not allow it: 409)."""
+        (audited; a status that does not allow it: 409; resuming a paused job of a team
+        that spent its budget: 429 `budget_exceeded`)."""
         job_id = job_number(fine_tuning_job_id)
         session, principal, snapshots = self.session, self.principal, self.snapshots
         try:
             if action == JobAction.resume:
-                job = await resume(session, principal, snapshots, self.queue, job_id)
+                job = await resume(session, principal, snapshots, self.queue, self.prices, job_id)
             else:
                 job = (await act(session, principal, snapshots, job_id, action)).job
         except JobNotFound:
@@ -195,9 +199,13 @@ class Acting:
 
 
 def get_acting(
-    session: SessionDep, principal: PrincipalDep, snapshots: SnapshotsDep, queue: QueueDep
+    session: SessionDep,
+    principal: PrincipalDep,
+    snapshots: SnapshotsDep,
+    queue: QueueDep,
+    prices: PricesDep,
 ) -> Acting:
-    return Acting(session, principal, snapshots, queue)
+    return Acting(session, principal, snapshots, queue, prices)
 
 
 ActingDep = Annotated[Acting, Depends(get_acting)]
