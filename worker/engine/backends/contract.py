@@ -164,11 +164,14 @@ class ByteView:
     """How a teacher with another tokenizer reads a completion, for a logit-level objective
     over the next byte (`local/next_byte.py`): the completion as its own tokens and, for each
     of the student's completion tokens, the teacher token its first byte falls in (-1 where
-    the two texts have parted before it) and the bytes of that teacher token before it."""
+    the two texts have parted before it), the bytes of that teacher token before it, and the
+    teacher's logprob of the student token's bytes (the chain rule's mapping, which judges
+    the bytes after its first)."""
 
     tokens: Sequence[int]
     positions: Sequence[int]
     written: Sequence[bytes]
+    logprobs: Sequence[float]
 
 
 @dataclass(frozen=True)

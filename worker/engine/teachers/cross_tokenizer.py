@@ -89,11 +89,12 @@ class Tokenizers:
             return [*body[0], b""], [*body[1], b""]
         return self.student.pieces(completion), self.teacher.pieces(teacher)
 
-    def view(self, completion: Sequence[int]) -> ByteView:
+    def view(self, completion: Sequence[int], logprobs: Sequence[float]) -> ByteView:
         """The completion as the teacher's tokens, and for each student token the teacher
         token its first byte is in and that token's bytes before it (-1 and none once the
         two texts have parted, and for a piece that begins inside a character); the
-        student's end of sequence is the teacher's, where the two texts are one."""
+        student's end of sequence is the teacher's, where the two texts are one.
+        `logprobs`: the teacher's, mapped onto the student's tokens (`Retokenized.score`)."""
         teacher, ended = self.teacher_tokens(completion)
         ours, theirs = self.pieces(completion, teacher, ended)
         text, read = b"".join(ours), b"".join(theirs)
@@ -116,7 +117,7 @@ class Tokenizers:
                 positions.append(k)
                 written.append(read[starts[k] : offset])
             offset += len(piece)
-        return ByteView(teacher, positions, written)
+        return ByteView(teacher, positions, written, [float(v) for v in logprobs])
 
     def align(self, completion: Sequence[int], teacher: Sequence[int], ended: bool) -> Alignment:
         """The runs of `completion` against its teacher tokens (`ended`: both end with
@@ -172,5 +173,5 @@ class Retokenized:
         the completion as its tokens (`ByteView`): the trainer compares the two models'
         next bytes."""
         scored = await self.score(completion, student_logprobs)
-        view = self.tokenizers.view(completion)
+        view = self.tokenizers.view(completion, scored.logprobs)
         return scored, [TeacherShare(self.client, 1.0, self.prompt, view)]

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
-from pytrio.types import AdamParams
+from pytrio.types import AdamParams, ModelInput, SamplingParams
 
 from kernel.model_names import ARITH_STUDENT, ARITH_TEACHER, ARITH_TEACHER_BPE
 from kernel.spec import JobSpec, LocalBackendSpec, ObjectiveSpec
@@ -27,10 +28,11 @@ from worker.engine.backends.local.next_byte import (
 )
 from worker.engine.backends.local.presets import preset_tokenizer
 from worker.engine.data.datasets import load_datasets
+from worker.engine.data.prompts import build_prompt
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.datums import build_opd_datum, build_prompt
+from worker.engine.rollouts.datums import build_opd_datum
 from worker.engine.rollouts.sampling import stop_sequences
-from worker.engine.teachers.cross_tokenizer import Tokenizers
+from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers
 
 PIECES = [b"5", b"56", b"57", b"}", b"6", b"", b"x"]
 """A teacher's tokens: `5`, two numbers it extends to, `}`, `6`, an end of sequence, `x`."""
@@ -95,17 +97,20 @@ def test_a_view_places_each_student_byte_in_the_teachers_tokens():
     tokenizers = Tokenizers.of(student, teacher, stop_sequences(student))
     completion = student.encode("\\boxed{56}<|im_end|>", add_special_tokens=False)
 
-    view = tokenizers.view(completion)
+    view = tokenizers.view(completion, [-1.0] * len(completion))
 
     assert [teacher.decode([t]) for t in view.tokens] == ["\\boxed{", "56", "}", "<|end|>"]
     assert list(view.positions) == [0] * 7 + [1, 1, 2, 3]
     assert list(view.written[6:]) == [b"\\boxed", b"", b"5", b"", b""]
 
 
-def share_view(completion: list[int], prompt: list[int]) -> ByteView:
+async def share_view(teacher: Any, completion: list[int], prompt: list[int]) -> ByteView:
     """A byte-level teacher of the student's own tokens, read as one of another tokenizer:
-    each token a teacher token of its own, nothing written before it."""
-    return ByteView(completion, list(range(len(completion))), [b""] * len(completion))
+    each token a teacher token of its own, nothing written before it, its logprob the
+    teacher's own."""
+    logprobs = await teacher.compute_logprobs_async(ModelInput.from_ints(prompt + completion))
+    mapped = [float(v) for v in logprobs[len(prompt) :]]
+    return ByteView(completion, list(range(len(completion))), [b""] * len(completion), mapped)
 
 
 @pytest.mark.parametrize("kind", ["reverse_kl", "jsd"])
@@ -122,9 +127,10 @@ async def test_over_one_byte_level_vocabulary_the_next_byte_is_the_next_token(tm
     )
     objective = ObjectiveSpec(kind=kind)
     results = []
-    for view in (None, share_view(completion, prompt)):
+    for across in (False, True):
         training = await service.create_lora_training_client_async(ARITH_STUDENT, 4, seed=1)
         teacher = await service.create_sampling_client_async(ARITH_TEACHER)
+        view = await share_view(teacher, completion, prompt) if across else None
         share = TeacherShare(teacher, 1.0, prompt, view)
         output = await (await training.forward_backward_logits_async([datum], [[share]], objective))
         grads = [p.grad.clone() for p in training.trainable.values() if p.grad is not None]
@@ -136,6 +142,54 @@ async def test_over_one_byte_level_vocabulary_the_next_byte_is_the_next_token(tm
     assert len(byte_grads) == len(token_grads) > 0
     for ours, theirs in zip(byte_grads, token_grads, strict=True):
         assert_close(ours, theirs, rtol=1e-3)
+
+
+async def test_the_bytes_after_a_tokens_first_are_judged_by_the_sampled_token(tmp_path):
+    """A BPE student (`arith-teacher-bpe`'s model and tokens), asked 7 * 8, answers with its
+    token `56`; its teacher (byte-level `arith-teacher`) reads 2 + 3 instead, so it expects
+    `5` and then the end of the number. Over the next byte alone `56` is as right as `5`
+    (both begin with the byte 5); the sampled token's share of the reverse KL (its bytes by
+    the chain rule) is what makes a step move the student from `56` to `5`."""
+    service = LocalServiceClient(LocalBackendSpec(device="cpu"), tmp_path)
+    training = await service.create_lora_training_client_async(ARITH_TEACHER_BPE, 8, seed=1)
+    teacher = await service.create_sampling_client_async(ARITH_TEACHER)
+    ours, theirs = preset_tokenizer(ARITH_TEACHER_BPE), preset_tokenizer(ARITH_TEACHER)
+    suffix = "Answer in \\boxed{}."
+    prompt = build_prompt(ours, "What is 7 * 8?", suffix, False)
+    completion = [*ours.encode("\\boxed{56}", add_special_tokens=False), ours.eos_token_id]
+    five, fifty_six = ours.encode("5", add_special_tokens=False)[0], completion[1]
+    tokenizers = Tokenizers.of(ours, theirs, stop_sequences(ours), 100)
+    teacher_prompt = build_prompt(theirs, "What is 2 + 3?", suffix, False)
+    scored = await Retokenized("teacher", teacher, teacher_prompt, tokenizers).score(
+        completion, [-1.0] * len(completion)
+    )
+    assert scored.logprobs[1] < -5  # the teacher: 56 is wrong
+    datum = build_opd_datum(
+        prompt, completion, [-1.0] * len(completion), [0.0] * len(completion), weighted=True
+    )
+    share = TeacherShare(teacher, 1.0, teacher_prompt, tokenizers.view(completion, scored.logprobs))
+
+    async def odds() -> float:
+        """log p(56) - log p(5) where the student answers."""
+        sampler = await training.save_weights_and_get_sampling_client_async()
+        response = await sampler.sample_async(
+            ModelInput.from_ints(prompt + completion[:2]),
+            num_samples=1,
+            sampling_params=SamplingParams(max_tokens=1),
+            include_prompt_logprobs=True,
+            topk_prompt_logprobs=len(ours),
+        )
+        ranked = dict(response.topk_prompt_logprobs[-1])
+        return ranked[fifty_six] - ranked[five]
+
+    before = await odds()
+    output = await (
+        await training.forward_backward_logits_async([datum], [[share]], ObjectiveSpec(kind="jsd"))
+    )
+    await (await training.optim_step_async(AdamParams(learning_rate=0.01)))
+
+    assert before > 5 and output.metrics["objective_mean"] >= 0
+    assert await odds() < before - 5
 
 
 def cross_job(**loop: object) -> JobSpec:

@@ -29,7 +29,12 @@ from worker.engine.backends.contract import ByteView
 from worker.engine.backends.local.decoding import pad_batch
 from worker.engine.backends.local.divergences import divergence
 from worker.engine.backends.local.losses import Loss
-from worker.engine.backends.local.next_byte import ByteClasses, student_classes, teacher_classes
+from worker.engine.backends.local.next_byte import (
+    REST,
+    ByteClasses,
+    student_classes,
+    teacher_classes,
+)
 
 POSITION_BUDGET = 2**24
 """Most elements of one [positions, vocabulary] tensor of a chunk (64 MiB in float32)."""
@@ -227,6 +232,8 @@ class ByteSide:
     valid: Tensor
     before: Tensor
     ended: list[bytes | None]
+    mapped: Tensor
+    """The teacher's logprob of each position's sampled token, by the chain rule on bytes."""
 
 
 @torch.no_grad()
@@ -252,7 +259,7 @@ def byte_sides(rows: Rows, where: Positions, pad_id: int, device: torch.device) 
         inputs = [[*(mine[row].prompt or []), *mine[row].view.tokens] for row in order]  # type: ignore[union-attr]
         ids, mask, positions = pad_batch(inputs, pad_id, device, left=False)
         hidden = scorer.hidden(ids, mask, positions)
-        chosen, at, before, written, valid, ended = [], [], [], [], [], []
+        chosen, at, before, written, valid, ended, mapped = [], [], [], [], [], [], []
         for index, ((row, _), token) in enumerate(zip(where.flat, where.tokens, strict=True)):
             if row not in mine:
                 continue
@@ -269,6 +276,7 @@ def byte_sides(rows: Rows, where: Positions, pad_id: int, device: torch.device) 
             written.append(inside)
             valid.append(k >= 0)
             ended.append(scorer.classes.pieces[view.tokens[k - 1]] if after else None)
+            mapped.append(view.logprobs[token])
         rows_at, columns_at = zip(*at, strict=True) if at else ((), ())
         rows_before, columns_before = zip(*before, strict=True) if before else ((), ())
         sides.append(
@@ -280,6 +288,7 @@ def byte_sides(rows: Rows, where: Positions, pad_id: int, device: torch.device) 
                 torch.tensor(valid, device=device),
                 hidden[list(rows_before), list(columns_before)],
                 ended,
+                torch.tensor(mapped, dtype=torch.float32, device=device),
             )
         )
     return sides
@@ -326,11 +335,16 @@ def accumulate(
     picked = torch.zeros(len(flat), device=device)
     teacher_picked = torch.zeros(len(flat), device=device)
 
-    def train(span: Tensor, value: Tensor, mass: Tensor, logprobs: Tensor) -> None:
+    def train(
+        span: Tensor, value: Tensor, mass: Tensor, logprobs: Tensor, within: Tensor | None = None
+    ) -> None:
         """The chunk's loss at positions `span` (the student's `logprobs` there) back to
-        the student's hidden states, and its totals."""
+        the student's hidden states, and its totals; `within`: advantages the sampled tokens
+        add to their datums' (the part of a divergence the objective's classes leave out)."""
         chosen = logprobs.gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
         chunk_inputs = {name: tensor[span] for name, tensor in policy_inputs.items()}
+        if within is not None:
+            chunk_inputs["advantages"] = chunk_inputs["advantages"] + within
         loss = (coef * value + loss_fn(chosen, chunk_inputs, options)).sum()
         (loss / denominator).backward()
         picked[span] = chosen.detach()
@@ -364,9 +378,18 @@ def accumulate(
                 )
             ours = student_classes(student_bytes(), logprobs, kept)
             value, mass = divergence(ours, theirs, objective)
-            first = student_bytes().first.to(device)[targets[span]]
-            teacher_picked[span] = theirs.gather(-1, first.unsqueeze(-1)).squeeze(-1)
-            train(span, value * side.valid[chunk], mass, logprobs)
+            first = student_bytes().first.to(device)[targets[span]].unsqueeze(-1)
+            kind = torch.where(kept.gather(-1, first), first, REST)
+            chosen = logprobs.detach().gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
+            # The reverse KL over tokens is the one over their classes plus, in the class of
+            # the sampled token, the sampled token's share of it: its log-ratio to its class
+            # on each side (the teacher's from the chain rule's logprob of its bytes).
+            within = (chosen - ours.detach().gather(-1, kind).squeeze(-1)) - (
+                side.mapped[chunk] - theirs.gather(-1, kind).squeeze(-1)
+            )
+            teacher_picked[span] = side.mapped[chunk]
+            valid = side.valid[chunk]
+            train(span, value * valid, mass, logprobs, -coef * within * valid)
     totals.positions += len(flat)
     if len(flat):
         student_states.backward(leaf.grad)
