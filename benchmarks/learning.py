@@ -196,12 +196,15 @@ def job_spec(base: dict[str, Any], setting: str, value: Any, seed: int) -> JobSp
 
 
 def set_setting(data: dict[str, Any], setting: str, value: Any) -> None:
-    """Set a dotted setting (`loop.loss_fn`) of a spec's data."""
+    """Set a dotted setting (`loop.loss_fn`, `datasets.1.weight`) of a spec's data."""
     *groups, key = setting.split(".")
-    target = data
+    target: Any = data
     for group in groups:
-        target = target.setdefault(group, {})
-    target[key] = value
+        target = target[int(group)] if isinstance(target, list) else target.setdefault(group, {})
+    if isinstance(target, list):
+        target[int(key)] = value
+    else:
+        target[key] = value
 
 
 def study_base(name: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -1,31 +1,34 @@
-"""A real model learns what its prompt said: SmolLM2-135M-Instruct trained by opd's
-self-distillation (examples/smollm2-prompt-bake.yaml) beside supervised fine-tuning on the
-prompted teacher's own samples (TRL's SFTTrainer), at equal wall time, graded alike.
+"""A real model learns what its prompt said and keeps what it knew: SmolLM2-135M-Instruct
+trained by opd's self-distillation (examples/smollm2-prompt-bake.yaml: the prompted base
+teaches the format on arithmetic, the base as it was teaches everyday prompts) beside what a
+user would pick instead, TRL 1.16's SFTTrainer and SDFTTrainer, at equal wall time, graded
+alike.
 
-    python benchmarks/real_model.py [--seeds 3] [--steps 10] [--objective reverse_kl]
-                                    [--count 150] [--holdout 60] [--general 50]
-                                    [--reference-seeds 1] [--json out.json]
+    python benchmarks/real_model.py [--seeds 3] [--peers sft sdft] [--steps 10]
+                                    [--objective reverse_kl] [--set loop.batch_size=16 ...]
+                                    [--holdout 60] [--general 100] [--json out.json]
                                     [--vllm http://127.0.0.1:8001/v1]
     python benchmarks/real_model.py --tables out.json   # the tables again, from the figures
 
 Per seed (student.seed 1, 2, ...): opd's loop trains the example (the engine's `run_loop`
 over the local backend, as `opd run` does, its in-loop eval left to the measure below), and
-its steps' wall time (sampling, teacher scoring, training) is the budget SFT gets: the
-prompted teacher (the base, adapter off, reading the system line and examples) answers each
-training question once, then SFTTrainer trains the same LoRA (rank, init seed, learning
-rate, 16 sequences a step) until the next step would pass the budget; sampling, tokenising
-and training all count. Both students are then measured by the eval's own code on the same
-held-out problems (never in the training pool, nor among the teacher's examples): format
-compliance (a bare integer, the example's regex grader), the reverse KL to the prompted
-teacher (per answer, as the targets read it, and per token), correctness (the stripped
-answer is the reference) and the reverse KL to the untrained base on general questions
-that need no number (what the student keeps). The untrained student is the same for every
-seed (LoRA's B starts at zero, the eval's seed is fixed), so it and the prompted teacher
-are measured once. The first --reference-seeds seeds also train with
-`teacher.self.reference: true` (correctness, no target). The last lines check issue 38's
-targets; the exit status is 1 when one is missed. With `--vllm URL` opd's rollouts sample on
-that vLLM server (`sampling.engine: vllm`; `opd vllm serve smollm2-135m-instruct
---max-lora-rank 16` for the example's rank), measured alike by the local eval. See
+its steps' wall time (sampling, teacher scoring, training) is the budget each peer gets:
+SFT: the prompted teacher (the base, adapter off, reading the system line and examples)
+answers each arithmetic training question once, then SFTTrainer trains the same LoRA (rank,
+init seed, learning rate, 16 sequences a step) until the next step would pass the budget;
+SDFT: SDFTTrainer (its defaults: top-100 logit distillation from the base, `teacher_model_kind:
+base`) samples the student on the same questions and distils the base reading the same system
+line and examples (its privileged context, in the same chat turns). Sampling, tokenising and
+training all count. Every student is then measured by the eval's own code: on held-out
+arithmetic problems (never in the training pool, nor among the teacher's examples) its format
+compliance (a bare integer, the example's regex grader), its reverse KL to the prompted
+teacher (per answer and per token) and its correctness; and what it keeps: the reverse KL to
+the untrained base on 100 general questions that need no number (none of them in the
+example's everyday prompts), and the share of simple facts the base answers right (greedy,
+the expected word in its answer) that it still answers right. The untrained student is the
+same for every seed (LoRA's B starts at zero, the eval's seed is fixed), so it and the
+prompted teacher are measured once. The last lines check issue 46's targets; the exit status
+is 1 when one is missed. With `--vllm URL` opd's rollouts sample on that vLLM server. See
 benchmarks/README.md.
 """
 
@@ -36,11 +39,13 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -48,28 +53,37 @@ from typing import Any, cast
 import torch
 import yaml
 from datasets import Dataset
+from pytrio.types import ModelInput
 from transformers import PrinterCallback, TrainerCallback, TrainerControl, TrainerState
 from trl import SFTConfig, SFTTrainer
+from trl.experimental.sdft import SDFTConfig, SDFTTrainer
+from trl.experimental.sdft.sdft_trainer import DemonstrationTeacherContextBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from learning import set_setting
 from peers import cpu_name, trainer_settings
 
+from kernel.chats.conversation import Conversation
 from kernel.spec import JobSpec
 from worker.engine.backends.contract import ServiceClient
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
 from worker.engine.data.datasets import load_datasets
 from worker.engine.data.mixing import Item, training_pools
-from worker.engine.data.prompts import Prompts, as_chat
+from worker.engine.data.prompts import Prompts, question_text
 from worker.engine.eval.evaluation import Evaluation
 from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import load_eval_prompts
 from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
 from worker.engine.loop.steps import run_loop
 from worker.engine.rollouts.sampling import sample_and_score
+from worker.engine.teachers.views import in_context
 from worker.engine.tracking.sinks import Sink
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "smollm2-prompt-bake.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "smollm2-prompt-bake.yaml"
+LEARNED, TASK = "prompted", "arithmetic"
+"""The example's teacher of the format and the dataset it teaches on."""
 GENERAL_QUESTIONS = [
     "What colour is the sky on a clear day?",
     "Name a fruit that is yellow.",
@@ -121,11 +135,146 @@ GENERAL_QUESTIONS = [
     "Describe the smell of rain.",
     "What is a good way to stay healthy?",
     "Translate 'thank you' into French.",
+    "What is the capital of England?",
+    "Name a color that is made by mixing blue and yellow.",
+    "Why do we wear sunglasses?",
+    "Write a short invitation to a picnic.",
+    "What does a teacher do?",
+    "Describe a snowy morning in one sentence.",
+    "What is the opposite of cold?",
+    "Give me a synonym for quick.",
+    "Which animal is the largest on Earth?",
+    "What language is spoken in Germany?",
+    "How do you plant a seed?",
+    "Suggest a name for a goldfish.",
+    "What is the smallest planet in our solar system?",
+    "Why do we wash our hands?",
+    "What is cheese made from?",
+    "Name an instrument with black and white keys.",
+    "What is the chemical symbol for oxygen?",
+    "What do you call a baby horse?",
+    "Which season has the longest days?",
+    "How do you make pancakes?",
+    "Who wrote Hamlet?",
+    "What does a dentist do?",
+    "Name a country in South America.",
+    "What is the plural of goose?",
+    "Tell me a fun fact about penguins.",
+    "What is the capital of Australia?",
+    "What do frogs eat?",
+    "Which organ pumps blood around the body?",
+    "Give an example of a green vegetable.",
+    "What is the weather like in a rainforest?",
+    "How would you describe the taste of sugar?",
+    "What is an adjective?",
+    "Name a famous composer.",
+    "What do rabbits eat?",
+    "What colour is an orange?",
+    "Where do penguins live?",
+    "What is the past tense of swim?",
+    "Recommend a hobby for a rainy day.",
+    "What is the job of the stomach?",
+    "Name something you find in a classroom.",
+    "What do you use to take a photo?",
+    "What are clouds made of?",
+    "Who discovered gravity?",
+    "What is an ocean?",
+    "Which continent is India in?",
+    "What is the opposite of loud?",
+    "Describe the smell of fresh bread.",
+    "What is a good way to make friends?",
+    "Translate 'please' into French.",
+    "Write a one-line description of summer.",
 ]
-"""Questions that need no number: the student should answer them as it did before."""
-TARGET_GAP = 0.9
-TARGET_SECONDS = 600.0
-TARGET_KL_FALL = 0.5
+FACTS = [
+    ("What is the capital of France?", "Paris"),
+    ("What is the capital of Japan?", "Tokyo"),
+    ("What is the capital of Italy?", "Rome"),
+    ("What is the capital of Germany?", "Berlin"),
+    ("What is the capital of Spain?", "Madrid"),
+    ("What is the capital of England?", "London"),
+    ("What is the capital of Russia?", "Moscow"),
+    ("What is the capital of China?", "Beijing"),
+    ("What is the capital of Egypt?", "Cairo"),
+    ("What is the capital of Greece?", "Athens"),
+    ("What is the capital of Canada?", "Ottawa"),
+    ("What is the capital of Ireland?", "Dublin"),
+    ("What is the capital of Portugal?", "Lisbon"),
+    ("What is the capital of Austria?", "Vienna"),
+    ("What is the capital of Norway?", "Oslo"),
+    ("Who wrote Romeo and Juliet?", "Shakespeare"),
+    ("Who wrote Hamlet?", "Shakespeare"),
+    ("Who painted the Mona Lisa?", "Vinci"),
+    ("Who discovered gravity?", "Newton"),
+    ("Who developed the theory of relativity?", "Einstein"),
+    ("Who was the first person to walk on the Moon?", "Armstrong"),
+    ("Who invented the light bulb?", "Edison"),
+    ("Who invented the telephone?", "Bell"),
+    ("What is the largest planet in our solar system?", "Jupiter"),
+    ("Which planet is known as the red planet?", "Mars"),
+    ("What is the closest star to Earth?", "Sun"),
+    ("What is the largest ocean on Earth?", "Pacific"),
+    ("What is the tallest mountain in the world?", "Everest"),
+    ("What is the longest river in Africa?", "Nile"),
+    ("What is the largest desert in the world?", "Sahara"),
+    ("Which continent is Egypt in?", "Africa"),
+    ("Which continent is Brazil in?", "South America"),
+    ("Which continent is France in?", "Europe"),
+    ("What do bees make?", "honey"),
+    ("What do cows drink?", "water"),
+    ("What do cows produce that people drink?", "milk"),
+    ("What gas do humans breathe in to live?", "oxygen"),
+    ("What gas do plants take in from the air?", "carbon dioxide"),
+    ("What is the chemical symbol for gold?", "Au"),
+    ("What is the chemical symbol for water?", "H2O"),
+    ("What is frozen water called?", "ice"),
+    ("What is the colour of grass?", "green"),
+    ("What colour is the sky on a clear day?", "blue"),
+    ("What colour is a banana?", "yellow"),
+    ("What colour is snow?", "white"),
+    ("What is the opposite of hot?", "cold"),
+    ("What is the opposite of up?", "down"),
+    ("What is the opposite of day?", "night"),
+    ("What is the opposite of big?", "small"),
+    ("What is the plural of mouse?", "mice"),
+    ("What is the plural of child?", "children"),
+    ("What is the past tense of run?", "ran"),
+    ("What is the past tense of eat?", "ate"),
+    ("What is the past tense of go?", "went"),
+    ("What do you call a baby dog?", "puppy"),
+    ("What do you call a baby cat?", "kitten"),
+    ("What do you call a baby cow?", "calf"),
+    ("Which animal is known as the king of the jungle?", "lion"),
+    ("Which animal has a trunk?", "elephant"),
+    ("Which bird is a symbol of peace?", "dove"),
+    ("What language is spoken in Spain?", "Spanish"),
+    ("What language is spoken in France?", "French"),
+    ("What language is spoken in Germany?", "German"),
+    ("What language is spoken in Brazil?", "Portuguese"),
+    ("Which organ pumps blood around the body?", "heart"),
+    ("Which organ do we use to breathe?", "lungs"),
+    ("How many legs does a spider have?", "eight"),
+    ("How many days are in a week?", "seven"),
+    ("How many continents are there?", "seven"),
+    ("What season comes after summer?", "autumn"),
+    ("What is the main ingredient of bread?", "flour"),
+    ("What fruit is used to make wine?", "grape"),
+    ("What is the hardest natural substance?", "diamond"),
+    ("What is the boiling point of water in Celsius?", "100"),
+    ("What is the freezing point of water in Celsius?", "0"),
+    ("Translate 'thank you' into French.", "merci"),
+    ("Translate 'hello' into Spanish.", "hola"),
+    ("What is the largest animal on Earth?", "whale"),
+    ("What do caterpillars turn into?", "butterfl"),
+    ("Where does the sun rise?", "east"),
+]
+"""GENERAL_QUESTIONS: questions that need no number, none of them among the example's
+everyday prompts: the student should answer them as it did before. FACTS: simple questions
+and a word the right answer holds; the base's right ones should stay right."""
+ARMS = ("opd", "sft", "sdft")
+ARM_NAMES = {"opd": "OPD", "sft": "SFT (TRL SFTTrainer)", "sdft": "SDFT (TRL SDFTTrainer)"}
+TARGET_COMPLIANCE = 0.95
+TARGET_DRIFT_OF_SFT = 0.5
 
 
 class Keeping(LocalServiceClient):
@@ -178,21 +327,37 @@ class Timing(Sink):
         self.seconds.append(metrics["time/step_elapsed_time"])
 
 
-def example_data(args: argparse.Namespace, seed: int, reference: bool = False) -> dict[str, Any]:
-    """The example's job with this run's seed, steps and held-out problems."""
+def example_data(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """The example's job with this run's seed, steps, objective and settings."""
     data = yaml.safe_load(EXAMPLE.read_text())
     data["student"]["seed"] = seed
     data["loop"]["steps"] = args.steps
     data["loop"]["objective"] = yaml.safe_load(args.objective)
-    data["dataset"]["count"] = args.count
-    data["eval"] |= {"holdout": args.holdout, "every": 0}
-    data["teacher"]["self"]["reference"] = reference
+    data["eval"] |= {"every": 0}
+    for setting in args.set:
+        key, value = setting.split("=", 1)
+        set_setting(data, key, yaml.safe_load(value))
     return data
 
 
+def measured_data(data: dict[str, Any], holdout: int) -> dict[str, Any]:
+    """The example's format task alone: its arithmetic dataset, taught by its prompted
+    teacher, with `holdout` problems held out; what every student is measured on and what
+    the peers train on."""
+    measured = json.loads(json.dumps(data))
+    [arithmetic] = [d for d in measured.pop("datasets") if d["name"] == TASK]
+    measured["dataset"] = {
+        k: v for k, v in arithmetic.items() if k not in ("name", "teacher", "weight")
+    }
+    measured["teacher"] = measured.pop("teachers")[LEARNED]
+    measured.pop("teacher_mixture")
+    measured["eval"] |= {"holdout": holdout, "every": 0}
+    return measured
+
+
 def general_spec(data: dict[str, Any], count: int) -> JobSpec:
-    """The example with the untrained base as its teacher (adapter off, no context) and
-    the general questions as its eval: the eval's reverse KL is then the distance from
+    """The format task with the untrained base as its teacher (adapter off, no context)
+    and the general questions as its eval: the eval's reverse KL is then the distance from
     what the student answered before."""
     general = json.loads(json.dumps(data))
     general["teacher"] = {"self": {"weights": "base"}}
@@ -209,36 +374,60 @@ def general_spec(data: dict[str, Any], count: int) -> JobSpec:
 
 @dataclass(frozen=True)
 class Task:
-    """A seed's specs and prompts, loaded once for every run and measure of it."""
+    """A seed's specs and prompts, loaded once for every run and measure of it: the
+    example as opd trains it (`spec`, `prompts`), the format task every student is
+    measured on and the peers train on (`measured`), and the general questions."""
 
     spec: JobSpec
-    general: JobSpec
     prompts: dict[str, Prompts]
+    measured: JobSpec
+    measured_prompts: dict[str, Prompts]
     eval_prompts: dict[str, Prompts]
+    general: JobSpec
     general_prompts: dict[str, Prompts]
 
     @classmethod
-    def load(cls, data: dict[str, Any], general: int, artifacts: Path) -> Task:
+    def load(cls, data: dict[str, Any], args: argparse.Namespace, folder: Path) -> Task:
+        """`folder`: the data root, where the example's files are copied (its datasets'
+        cache goes there, not into the repository)."""
         spec = JobSpec.model_validate(data)
-        general_spec_ = general_spec(data, general)
-        prompts = load_datasets(spec, artifacts, False)
-        eval_prompts = load_eval_prompts(spec, artifacts, False)
-        held_out = {q for p in eval_prompts.values() for q in p.questions}
-        trained = {q for p in prompts.values() for q in p.questions}
-        examples = {e.user for e in spec.teacher.self.examples}  # type: ignore[union-attr]
+        measured = JobSpec.model_validate(measured_data(data, args.holdout))
+        general = general_spec(measured_data(data, args.holdout), args.general)
+        shutil.copytree(ROOT / "examples" / "data", folder / "examples" / "data")
+        prompts = load_datasets(spec, folder, False)
+        measured_prompts = load_datasets(measured, folder, False)
+        eval_prompts = load_eval_prompts(measured, folder, False)
+        held_out = {q for p in eval_prompts.values() for q in p.prompts}
+        trained = {q for p in prompts.values() for q in p.prompts}
+        examples = {e.user for e in measured.teacher.self.examples}  # type: ignore[union-attr]
         assert not held_out & (trained | examples), "held-out problems must be unseen"
+        asked = set(GENERAL_QUESTIONS) | {question for question, _ in FACTS}
+        everyday = [
+            json.loads(line)["question"] for line in everyday_file(spec).read_text().splitlines()
+        ]
+        assert not asked & set(everyday), (
+            "the general questions must be none of the everyday prompts"
+        )
         return cls(
             spec,
-            general_spec_,
             prompts,
+            measured,
+            measured_prompts,
             eval_prompts,
-            load_eval_prompts(general_spec_, artifacts, False),
+            general,
+            load_eval_prompts(general, folder, False),
         )
 
 
-async def opened(spec: JobSpec, training: LocalTrainingClient, task: Task) -> Run:
+def everyday_file(spec: JobSpec) -> Path:
+    """The example's everyday prompts (its file dataset)."""
+    [everyday] = [d for d in spec.dataset_shares() if getattr(d, "path", None)]
+    return ROOT / everyday.path  # type: ignore[union-attr]
+
+
+async def opened(spec: JobSpec, training: LocalTrainingClient, prompts: dict[str, Prompts]) -> Run:
     service = cast(ServiceClient, Reused(training))
-    return await open_run(spec, service, Sink(), None, training_pools(spec, task.prompts))
+    return await open_run(spec, service, Sink(), None, training_pools(spec, prompts))
 
 
 async def measure(
@@ -246,16 +435,16 @@ async def measure(
     training: LocalTrainingClient,
     steps: int,
     teacher: bool = False,
-    general: bool = True,
 ) -> dict[str, float]:
-    """The student's figures on the held-out problems and (`general`) the general
-    questions, by the eval's own code (`steps`: the optimizer steps its weights took, which
-    seed the eval's sampler as in a run); with `teacher`, the prompted teacher's answers too."""
+    """The student's figures by the eval's own code (`steps`: the optimizer steps its
+    weights took, which seed the eval's sampler as in a run): on the held-out problems, on
+    the general questions and on the facts; with `teacher`, the prompted teacher's answers
+    to the problems too."""
     training.steps = steps
-    run = await opened(task.spec, training, task)
-    graded = Graded(cast(str, task.spec.eval.grader.regex))  # type: ignore[union-attr]
+    run = await opened(task.measured, training, task.measured_prompts)
+    graded = Graded(cast(str, task.measured.eval.grader.regex))  # type: ignore[union-attr]
     evaluation = replace(
-        evaluation_for(run, eval_pools(task.spec, task.eval_prompts), None), grade=graded
+        evaluation_for(run, eval_pools(task.measured, task.eval_prompts), None), grade=graded
     )
     metrics = await run.evaluate(evaluation, 0 if teacher else steps)
     figures = {
@@ -271,22 +460,40 @@ async def measure(
             "teacher_tokens": metrics["eval/teacher_completion_tokens_mean"],
         }
     await close_teachers(run.teachers)
-    if not general:
-        return figures
-    base = await opened(task.general, training, task)
+    base = await opened(task.general, training, task.measured_prompts)
     kept: Evaluation = evaluation_for(base, eval_pools(task.general, task.general_prompts), None)
     sampler = await training.save_weights_and_get_sampling_client_async()
     figures["general_kl"] = (await kept.student(sampler))["eval/reverse_kl_mean"]
+    figures["facts"] = await facts_right(base, sampler)
     await close_teachers(base.teachers)
     return figures
 
 
-async def run_opd(
-    task: Task, artifacts: Path, general: bool = True, vllm: str | None = None
-) -> dict[str, float]:
+FACT_TOKENS = 32
+
+
+async def facts_right(run: Run, sampler: Any) -> list[bool]:
+    """Whether each fact's greedy answer (`FACT_TOKENS` at most) holds its word."""
+    options = task_options(run)
+    params = run.params.model_copy(update={"temperature": 0.0, "max_tokens": FACT_TOKENS})
+
+    async def answer(question: str) -> str:
+        prompt = ModelInput.from_ints(run.render(question, options))
+        response = await sampler.sample_async(prompt=prompt, num_samples=1, sampling_params=params)
+        return run.decode(list(response.sequences[0].tokens))
+
+    answers = await asyncio.gather(*(answer(question) for question, _ in FACTS))
+    return [word.lower() in text.lower() for (_, word), text in zip(FACTS, answers, strict=True)]
+
+
+def task_options(run: Run) -> Any:
+    return run.spec.dataset_shares()[0]
+
+
+async def run_opd(task: Task, artifacts: Path, vllm: str | None = None) -> dict[str, Any]:
     """The example through opd's loop (its rollouts on the `vllm` server when given): its
     wall time in all (model load, preflight, steps) and its steps' own, then the trained
-    student's figures (`general`: with what it keeps)."""
+    student's figures."""
     service = Keeping(task.spec.local, artifacts)
     timing = Timing()
     spec, servers = task.spec, None
@@ -300,12 +507,12 @@ async def run_opd(
     await run_loop(spec, service, task.prompts, timing, vllm_servers=servers, job_folder=artifacts)
     wall = time.perf_counter() - started
     assert service.student is not None
-    figures = await measure(task, service.student, task.spec.loop.steps, general=general)
+    figures = await measure(task, service.student, task.spec.loop.steps)
     return figures | {"wall_seconds": wall, "step_seconds": sum(timing.seconds)}
 
 
 class Budget(TrainerCallback):
-    """Stops SFT when its next step (as long as its last) would pass the budget, which
+    """Stops a peer when its next step (as long as its last) would pass the budget, which
     counts from `started` (the teacher's samples and the tokenising included)."""
 
     def __init__(self, started: float, seconds: float) -> None:
@@ -326,11 +533,11 @@ class Budget(TrainerCallback):
 async def teacher_samples(task: Task, training: LocalTrainingClient) -> list[tuple[str, str]]:
     """Each training question and the prompted teacher's answer to it, sampled as opd's
     rollouts are (the spec's temperature and tokens, the chat's stop)."""
-    run = await opened(task.spec, training, task)
+    run = await opened(task.measured, training, task.measured_prompts)
     items = [
-        Item(prompt, answer, pool)
-        for pool in training_pools(task.spec, task.prompts)
-        for prompt, answer in zip(pool.prompts.prompts, pool.prompts.answers, strict=True)
+        Item(question, answer, pool)
+        for pool in training_pools(task.measured, task.measured_prompts)
+        for question, answer in zip(pool.prompts.prompts, pool.prompts.answers, strict=True)
     ]
     sampler = await training.save_weights_and_get_sampling_client_async()
     answerers = [
@@ -348,50 +555,41 @@ async def teacher_samples(task: Task, training: LocalTrainingClient) -> list[tup
     await close_teachers(run.teachers)
     return [
         (
-            as_chat(items[c.group].prompt, items[c.group].pool.options).messages[-1].text(),
+            question_text(str(items[c.group].prompt), items[c.group].pool.options.question_suffix),
             run.decode(c.tokens),
         )
         for c in batch.completions
     ]
 
 
-async def run_sft(
-    task: Task, artifacts: Path, budget: float, before: dict[str, float] | None
-) -> tuple[dict[str, float], dict[str, float]]:
-    """SFT on the prompted teacher's samples for `budget` seconds of wall time, sampling
-    included; the untrained student's figures first unless `before` has them."""
-    spec = task.spec
+def training_questions(task: Task) -> list[str]:
+    """The format task's training questions as the student reads them."""
+    return [
+        question_text(str(question), pool.options.question_suffix)
+        for pool in training_pools(task.measured, task.measured_prompts)
+        for question in pool.prompts.prompts
+    ]
+
+
+async def a_peer(
+    task: Task,
+    artifacts: Path,
+    budget: float,
+    trainer_of: Callable[[LocalTrainingClient, Budget, Any], Any],
+    prepare: Callable[[LocalTrainingClient], Any] | None = None,
+) -> tuple[LocalTrainingClient, dict[str, float]]:
+    """A TRL trainer (`trainer_of`: from the student's training client and the budget's
+    callback) training the same LoRA as opd for `budget` seconds of wall time, counted
+    from before `prepare` (the teacher's samples, for SFT); its steps taken and time."""
+    spec = task.measured
     service = LocalServiceClient(spec.local, artifacts)
     training = await service.create_lora_training_client_async(
         spec.student.base_model, spec.student.lora_rank, spec.student.seed
     )
-    if before is None:
-        before = await measure(task, training, 0, teacher=True)
     started = time.perf_counter()
-    samples = await teacher_samples(task, training)
+    prepared = await prepare(training) if prepare is not None else None
     sampled = time.perf_counter() - started
-    dataset = Dataset.from_dict(
-        {
-            "prompt": [[{"role": "user", "content": q}] for q, _ in samples],
-            "completion": [[{"role": "assistant", "content": a}] for _, a in samples],
-        }
-    )
-    config = SFTConfig(
-        output_dir=str(artifacts / "sft"),
-        per_device_train_batch_size=spec.loop.batch_size * spec.loop.group_size,
-        max_steps=10_000,  # the budget stops it
-        learning_rate=spec.optim.learning_rate,
-        lr_scheduler_type="constant",
-        seed=spec.student.seed,
-        **trainer_settings(),
-    )
-    trainer = SFTTrainer(
-        model=training.model,
-        args=config,
-        train_dataset=dataset,
-        processing_class=training.tokenizer,
-        callbacks=[Budget(started, budget)],
-    )
+    trainer = trainer_of(training, Budget(started, budget), prepared)
     trainer.remove_callback(PrinterCallback)
 
     def train() -> None:
@@ -401,40 +599,148 @@ async def run_sft(
     await asyncio.to_thread(train)
     wall = time.perf_counter() - started
     steps = trainer.state.global_step
-    after = await measure(task, training, steps)
-    return after | {"wall_seconds": wall, "sample_seconds": sampled, "steps": steps}, before
+    return training, {"wall_seconds": wall, "sample_seconds": sampled, "steps": steps}
+
+
+def peer_config(task: Task) -> dict[str, Any]:
+    """What every TRL peer is told as opd is: 16 sequences a step, the learning rate and
+    its constant schedule, the seed; the budget stops it."""
+    spec = task.measured
+    return {
+        "per_device_train_batch_size": spec.loop.batch_size * spec.loop.group_size,
+        "max_steps": 10_000,
+        "learning_rate": spec.optim.learning_rate,
+        "lr_scheduler_type": "constant",
+        "seed": spec.student.seed,
+        **trainer_settings(),
+    }
+
+
+async def run_sft(task: Task, artifacts: Path, budget: float) -> dict[str, float]:
+    """SFT on the prompted teacher's samples for `budget` seconds of wall time, sampling
+    included."""
+
+    def trainer(training: LocalTrainingClient, stop: Budget, samples: Any) -> SFTTrainer:
+        dataset = Dataset.from_dict(
+            {
+                "prompt": [[{"role": "user", "content": q}] for q, _ in samples],
+                "completion": [[{"role": "assistant", "content": a}] for _, a in samples],
+            }
+        )
+        config = SFTConfig(output_dir=str(artifacts / "sft"), **peer_config(task))
+        return SFTTrainer(
+            model=training.model,
+            args=config,
+            train_dataset=dataset,
+            processing_class=training.tokenizer,
+            callbacks=[stop],
+        )
+
+    training, took = await a_peer(
+        task, artifacts, budget, trainer, lambda training: teacher_samples(task, training)
+    )
+    return await measure(task, training, int(took["steps"])) | took
+
+
+class ContextTurns(DemonstrationTeacherContextBuilder):
+    """SDFT's teacher prompt as opd's self teacher reads it: the context's chat turns (its
+    system line, its example turns), then the student's prompt, instead of TRL's default
+    text template ("{prompt}\n\n{privileged_context}" in one user turn)."""
+
+    def __init__(self, trainer: Any, turns: list[dict[str, str]]) -> None:
+        super().__init__(trainer)
+        self.turns = turns
+
+    def _compose_teacher_prompt(self, prompt: Any, privileged_context: Any) -> Any:
+        return [*self.turns, *prompt]
+
+
+async def run_sdft(task: Task, artifacts: Path, budget: float) -> dict[str, float]:
+    """TRL's SDFTTrainer (its defaults: the base as teacher, top-100 logit distillation)
+    for `budget` seconds, the example's system line and examples as its privileged
+    context, `group_size` samples a prompt as opd draws them."""
+    spec = task.measured
+    context = spec.teacher.self
+    assert context is not None
+    questions = training_questions(task)
+
+    def trainer(training: LocalTrainingClient, stop: Budget, _: None) -> SDFTTrainer:
+        dataset = Dataset.from_dict(
+            {
+                "prompt": [[{"role": "user", "content": q}] for q in questions],
+                "privileged_context": ["(the context's chat turns)"] * len(questions),
+            }
+        )
+        config = SDFTConfig(
+            output_dir=str(artifacts / "sdft"),
+            num_generations=spec.loop.group_size,
+            max_completion_length=spec.sampling.max_tokens,
+            temperature=spec.sampling.temperature,
+            teacher_model_kind="base",
+            **peer_config(task),
+        )
+        sdft = SDFTTrainer(
+            model=training.model,
+            args=config,
+            train_dataset=dataset,
+            processing_class=training.tokenizer,
+            callbacks=[stop],
+        )
+        empty = Conversation.model_construct(messages=[], tools=None)
+        turns = [
+            {"role": turn.role, "content": turn.text()}
+            for turn in in_context(empty, context, None).messages
+        ]
+        sdft.teacher_context_builder = ContextTurns(sdft, turns)
+        return sdft
+
+    training, took = await a_peer(task, artifacts, budget, trainer)
+    return await measure(task, training, int(took["steps"])) | took
+
+
+async def untrained(task: Task, artifacts: Path) -> dict[str, float]:
+    """The untrained student and the prompted teacher, with the facts the base gets right."""
+    spec = task.measured
+    training = await LocalServiceClient(spec.local, artifacts).create_lora_training_client_async(
+        spec.student.base_model, spec.student.lora_rank, spec.student.seed
+    )
+    return await measure(task, training, 0, teacher=True)
+
+
+PEERS = {"sft": run_sft, "sdft": run_sdft}
 
 
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
-    """Every seed's OPD, SFT and (the first --reference-seeds) reference runs, added to
-    `figures` seed by seed (and written to --json after each, so a long run cut short
-    keeps its finished seeds)."""
+    """Every seed's OPD and peers, added to `figures` seed by seed (and written to --json
+    after each, so a long run cut short keeps its finished seeds)."""
     for seed in range(1, args.seeds + 1):
         row: dict[str, Any] = {"seed": seed}
         with tempfile.TemporaryDirectory() as folder:
             artifacts = Path(folder)
-            task = Task.load(example_data(args, seed), args.general, artifacts)
+            task = Task.load(example_data(args, seed), args, artifacts)
+            if figures["before"] is None:
+                figures["before"] = await untrained(task, artifacts)
+                progress(seed, "untrained student and prompted teacher", figures["before"])
             row["opd"] = await run_opd(task, artifacts, vllm=args.vllm)
             progress(seed, "OPD", row["opd"])
-            row["sft"], figures["before"] = await run_sft(
-                task, artifacts, row["opd"]["step_seconds"], figures["before"]
-            )
-            progress(seed, "untrained student and prompted teacher", figures["before"])
-            progress(seed, "SFT", row["sft"])
-            if seed <= args.reference_seeds:
-                referenced = Task.load(example_data(args, seed, True), args.general, artifacts)
-                row["reference"] = await run_opd(
-                    referenced, artifacts, general=False, vllm=args.vllm
-                )
-                progress(seed, "reference: true", row["reference"])
+            for peer in args.peers:
+                row[peer] = await PEERS[peer](task, artifacts, row["opd"]["step_seconds"])
+                progress(seed, ARM_NAMES[peer], row[peer])
         figures["seeds"].append(row)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
 
 
-def progress(seed: int, what: str, figures: dict[str, float]) -> None:
-    shown = ", ".join(f"{k} {v:.3g}" for k, v in figures.items())
+def progress(seed: int, what: str, figures: dict[str, Any]) -> None:
+    shown = ", ".join(f"{k} {kept_share(v) if k == 'facts' else v:.3g}" for k, v in figures.items())
     print(f"  seed {seed}, {what}: {shown}", flush=True)
+
+
+def kept_share(facts: Sequence[bool], base: Sequence[bool] | None = None) -> float:
+    """The share of the facts the base answers right (all of them without `base`) that
+    these answers get right."""
+    counted = [now for now, then in zip(facts, base or facts, strict=True) if then]
+    return statistics.mean(counted) if counted else math.nan
 
 
 def gap_closed(after: float, before: float, teacher: float) -> float:
@@ -453,114 +759,135 @@ def mean(values: list[float]) -> float:
     return statistics.mean(values) if values else math.nan
 
 
+LABEL_WIDTH = 44
+
+
+def table_head(seeds: list[int]) -> str:
+    """A table's head: a column a seed, then their mean."""
+    columns = "".join(f"{'seed ' + str(s):>10}" for s in seeds)
+    return f"{'':<{LABEL_WIDTH}}{columns}{'mean':>10}"
+
+
+def table_line(label: str, values: list[float], style: str) -> str:
+    cells = "".join(f"{format(v, style):>10}" for v in values)
+    return f"{label:<{LABEL_WIDTH}}{cells}{mean(values):>10{style}}"
+
+
 def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
     """The tables and the targets' lines; whether every target was met."""
     before, rows = figures["before"], figures["seeds"]
+    arms = [arm for arm in ARMS if all(arm in row for row in rows)]
     seeds = [r["seed"] for r in rows]
-    width = 44
-    head = f"{'':<{width}}" + "".join(f"{'seed ' + str(s):>10}" for s in seeds) + f"{'mean':>10}"
+    head = table_head(seeds)
 
-    def line(label: str, values: list[float], style: str) -> str:
-        cells = [format(v, style) for v in values]
-        return (
-            f"{label:<{width}}" + "".join(f"{c:>10}" for c in cells) + f"{mean(values):>10{style}}"
-        )
+    def side(arm: str, key: str) -> list[float]:
+        return [r[arm][key] for r in rows]
 
-    def side(name: str, key: str) -> list[float]:
-        return [r[name][key] for r in rows]
+    def of(arm: str, measure_: Callable[[dict[str, Any]], float]) -> list[float]:
+        return [measure_(r[arm]) for r in rows]
 
-    every = [before[k] for k in ("compliance",)] * len(rows)
-    teacher = [before["teacher_compliance"]] * len(rows)
+    def untrained_row(value: float) -> list[float]:
+        return [value] * len(rows)
+
+    def kept(figures_: dict[str, Any]) -> float:
+        return kept_share(figures_["facts"], before["facts"])
+
     settings = figures["settings"]
     lines = [
-        f"opd: {settings['steps']} steps of {settings['objective']}; SFT: TRL's SFTTrainer for "
-        "as long",
+        f"OPD: {settings['steps']} steps of {settings['objective']}; peers: TRL's "
+        f"{', '.join(ARM_NAMES[a] for a in arms[1:])} for as long",
         "",
         f"held-out format compliance (a bare integer), {settings['holdout']} problems",
         head,
+        table_line("untrained student", untrained_row(before["compliance"]), ".1%"),
+        table_line("prompted teacher", untrained_row(before["teacher_compliance"]), ".1%"),
     ]
-    lines.append(line("untrained student", every, ".1%"))
-    lines.append(line("prompted teacher", teacher, ".1%"))
-    lines.append(line("OPD", side("opd", "compliance"), ".1%"))
-    lines.append(line("SFT, equal wall time", side("sft", "compliance"), ".1%"))
-    opd_gap = [
-        gap_closed(r["opd"]["compliance"], before["compliance"], before["teacher_compliance"])
-        for r in rows
-    ]
-    sft_gap = [
-        gap_closed(r["sft"]["compliance"], before["compliance"], before["teacher_compliance"])
-        for r in rows
-    ]
-    lines.append(line("gap closed, OPD", opd_gap, ".0%"))
-    lines.append(line("gap closed, SFT", sft_gap, ".0%"))
+    lines += [table_line(ARM_NAMES[a], side(a, "compliance"), ".1%") for a in arms]
     lines += ["", "held-out reverse KL to the prompted teacher, per answer (nats)", head]
-    lines.append(line("untrained student", [per_answer(before)] * len(rows), ".2f"))
-    opd_kl, sft_kl = [per_answer(r["opd"]) for r in rows], [per_answer(r["sft"]) for r in rows]
-    lines.append(line("OPD", opd_kl, ".2f"))
-    lines.append(line("SFT", sft_kl, ".2f"))
+    lines.append(table_line("untrained student", untrained_row(per_answer(before)), ".2f"))
+    lines += [table_line(ARM_NAMES[a], of(a, per_answer), ".2f") for a in arms]
     lines.append("... per token (eval/reverse_kl_mean)")
-    lines.append(line("untrained student", [before["reverse_kl"]] * len(rows), ".3f"))
-    lines.append(line("OPD", side("opd", "reverse_kl"), ".3f"))
-    lines.append(line("SFT", side("sft", "reverse_kl"), ".3f"))
+    lines.append(table_line("untrained student", untrained_row(before["reverse_kl"]), ".3f"))
+    lines += [table_line(ARM_NAMES[a], side(a, "reverse_kl"), ".3f") for a in arms]
     lines.append("... the answers' length (tokens)")
-    lines.append(line("untrained student", [before["tokens"]] * len(rows), ".1f"))
-    lines.append(line("prompted teacher", [before["teacher_tokens"]] * len(rows), ".1f"))
-    lines.append(line("OPD", side("opd", "tokens"), ".1f"))
-    lines.append(line("SFT", side("sft", "tokens"), ".1f"))
+    lines.append(table_line("untrained student", untrained_row(before["tokens"]), ".1f"))
+    lines.append(table_line("prompted teacher", untrained_row(before["teacher_tokens"]), ".1f"))
+    lines += [table_line(ARM_NAMES[a], side(a, "tokens"), ".1f") for a in arms]
+    lines += ["", "held-out correctness (the answer is the reference)", head]
+    lines.append(table_line("untrained student", untrained_row(before["correct"]), ".1%"))
+    lines.append(table_line("prompted teacher", untrained_row(before["teacher_correct"]), ".1%"))
+    lines += [table_line(ARM_NAMES[a], side(a, "correct"), ".1%") for a in arms]
     general = settings["general"]
     lines += [
         "",
         f"what it keeps: reverse KL to the untrained base, {general} general questions "
         "(nats/token)",
         head,
+        table_line("untrained student", untrained_row(before["general_kl"]), ".3f"),
     ]
-    lines.append(line("untrained student", [before["general_kl"]] * len(rows), ".3f"))
-    lines.append(line("OPD", side("opd", "general_kl"), ".3f"))
-    lines.append(line("SFT", side("sft", "general_kl"), ".3f"))
+    lines += [table_line(ARM_NAMES[a], side(a, "general_kl"), ".3f") for a in arms]
+    right = sum(before["facts"])
+    lines += [
+        "",
+        f"what it keeps: of the {right} of {len(FACTS)} facts the base answers right "
+        "(greedy), those still right",
+        head,
+    ]
+    lines += [table_line(ARM_NAMES[a], of(a, kept), ".1%") for a in arms]
     lines += ["", "wall time (s)", head]
-    lines.append(line("OPD run (load, preflight, steps)", side("opd", "wall_seconds"), ".0f"))
-    lines.append(line("OPD steps: the budget", side("opd", "step_seconds"), ".0f"))
-    lines.append(
-        line("SFT (teacher samples, tokenising, steps)", side("sft", "wall_seconds"), ".0f")
-    )
-    lines.append(line("  of which the teacher's samples", side("sft", "sample_seconds"), ".0f"))
-    lines.append(line("SFT steps taken", [float(s) for s in side("sft", "steps")], ".0f"))
-    lines += ["", "held-out correctness (the answer is the reference)", head]
-    lines.append(line("untrained student", [before["correct"]] * len(rows), ".1%"))
-    lines.append(line("prompted teacher", [before["teacher_correct"]] * len(rows), ".1%"))
-    lines.append(line("OPD", side("opd", "correct"), ".1%"))
-    lines.append(line("SFT", side("sft", "correct"), ".1%"))
-    referenced = [r for r in rows if "reference" in r]
-    for r in referenced:
-        ref = r["reference"]
+    lines.append(table_line("OPD run (load, preflight, steps)", side("opd", "wall_seconds"), ".0f"))
+    lines.append(table_line("OPD steps: the budget", side("opd", "step_seconds"), ".0f"))
+    for arm in arms[1:]:
         lines.append(
-            f"reference: true, seed {r['seed']}: compliance {ref['compliance']:.1%}, "
-            f"correctness {ref['correct']:.1%} (untrained {before['correct']:.1%})"
+            table_line(f"{arm.upper()} (its samples and steps)", side(arm, "wall_seconds"), ".0f")
         )
+        lines.append(
+            table_line(f"{arm.upper()} steps taken", [float(s) for s in side(arm, "steps")], ".0f")
+        )
+    opd = {key: mean(side("opd", key)) for key in ("compliance", "general_kl")}
+    opd_kl = mean(of("opd", per_answer))
     checks = [
         (
-            f"compliance closes >= {TARGET_GAP:.0%} of the gap within {TARGET_SECONDS / 60:.0f} "
-            "minutes of the run (load and steps)",
-            mean(opd_gap) >= TARGET_GAP and mean(side("opd", "wall_seconds")) <= TARGET_SECONDS,
-            f"{mean(opd_gap):.0%} in {mean(side('opd', 'wall_seconds')):.0f} s",
-        ),
-        (
-            f"held-out reverse KL per answer falls by at least {TARGET_KL_FALL:.0%}",
-            mean(opd_kl) <= TARGET_KL_FALL * per_answer(before),
-            f"{per_answer(before):.2f} -> {mean(opd_kl):.2f} nats",
-        ),
-        (
-            "OPD >= SFT on compliance at equal wall time",
-            mean(side("opd", "compliance")) >= mean(side("sft", "compliance")),
-            f"{mean(side('opd', 'compliance')):.1%} vs {mean(side('sft', 'compliance')):.1%}",
-        ),
-        (
-            "OPD <= SFT on held-out reverse KL per answer at equal wall time",
-            mean(opd_kl) <= mean(sft_kl),
-            f"{mean(opd_kl):.2f} vs {mean(sft_kl):.2f} nats",
-        ),
+            f"OPD's compliance >= {TARGET_COMPLIANCE:.0%}",
+            opd["compliance"] >= TARGET_COMPLIANCE,
+            f"{opd['compliance']:.1%}",
+        )
     ]
-    lines.append("")
+    if "sft" in arms:
+        sft_drift = mean(side("sft", "general_kl"))
+        checks.append(
+            (
+                f"OPD's drift on general questions <= {TARGET_DRIFT_OF_SFT:g} x SFT's",
+                opd["general_kl"] <= TARGET_DRIFT_OF_SFT * sft_drift,
+                f"{opd['general_kl']:.3f} vs {sft_drift:.3f}",
+            )
+        )
+    if "sdft" in arms:
+        sdft = {key: mean(side("sdft", key)) for key in ("compliance", "general_kl")}
+        sdft_kl = mean(of("sdft", per_answer))
+        checks += [
+            (
+                "OPD's drift on general questions <= SDFT's",
+                opd["general_kl"] <= sdft["general_kl"],
+                f"{opd['general_kl']:.3f} vs {sdft['general_kl']:.3f}",
+            ),
+            (
+                "OPD >= SDFT on compliance",
+                opd["compliance"] >= sdft["compliance"],
+                f"{opd['compliance']:.1%} vs {sdft['compliance']:.1%}",
+            ),
+            (
+                "OPD <= SDFT on the reverse KL to the prompted teacher, per answer",
+                opd_kl <= sdft_kl,
+                f"{opd_kl:.2f} vs {sdft_kl:.2f} nats",
+            ),
+        ]
+    return targets(lines, checks)
+
+
+def targets(lines: list[str], checks: list[tuple[str, bool, str]]) -> tuple[list[str], bool]:
+    """The tables' lines with a line a target after them, and whether every one was met."""
+    lines = [*lines, ""]
     lines += [
         f"target: {what}: {'met' if ok else 'NOT met'} ({shown})" for what, ok, shown in checks
     ]
@@ -568,48 +895,73 @@ def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="student.seed 1..N")
+    parser = benchmark_parser(__doc__, list(PEERS), "datasets.1.weight=0.5")
     parser.add_argument("--steps", type=int, default=10, help="opd's steps")
     parser.add_argument(
         "--objective",
         default=str(yaml.safe_load(EXAMPLE.read_text())["loop"]["objective"]),
         help="opd's loop.objective (YAML); default: the example's",
     )
-    parser.add_argument("--count", type=int, default=150, help="problems in the training pool")
-    parser.add_argument("--holdout", type=int, default=60, help="held-out problems")
     parser.add_argument("--general", type=int, default=len(GENERAL_QUESTIONS))
-    parser.add_argument("--reference-seeds", type=int, default=1)
-    parser.add_argument("--json", type=Path, help="keep every figure in this file")
-    parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
     parser.add_argument("--vllm", help="opd's rollouts on this vLLM server (its /v1 URL)")
     args = parser.parse_args()
+    return benchmark_run(
+        args,
+        f"real_model: {EXAMPLE.name}, {args.steps} steps of {args.objective}, seeds "
+        f"1..{args.seeds}, peers {' '.join(args.peers)}, {args.holdout} held-out problems, "
+        f"{args.general} general questions, {len(FACTS)} facts",
+        {
+            "seeds": args.seeds,
+            "steps": args.steps,
+            "objective": args.objective,
+            "set": args.set,
+            "holdout": args.holdout,
+            "general": args.general,
+            "engine": "vllm" if args.vllm else "local",
+        },
+        run_all,
+        report,
+    )
+
+
+def benchmark_parser(doc: str | None, peers: list[str], example: str) -> argparse.ArgumentParser:
+    """The options every benchmark of a real model takes."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3, help="student.seed 1..N")
+    parser.add_argument("--peers", nargs="*", default=peers, choices=peers)
+    parser.add_argument("--holdout", type=int, default=60, help="held-out problems")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help=f"another example setting, dotted ({example}; YAML values)",
+    )
+    parser.add_argument("--json", type=Path, help="keep every figure in this file")
+    parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
+    return parser
+
+
+def benchmark_run(
+    args: argparse.Namespace,
+    header: str,
+    settings: dict[str, Any],
+    run_all: Callable[[argparse.Namespace, dict[str, Any]], Awaitable[None]],
+    report: Callable[[dict[str, Any]], tuple[list[str], bool]],
+) -> int:
+    """One benchmark's run (or, with --tables, a kept run's figures): its tables, and 0 when
+    its targets were met, 1 when one was missed (the exit status)."""
     if args.tables:
         lines, met = report(json.loads(args.tables.read_text()))
         print("\n".join(lines))
         return 0 if met else 1
     warnings.filterwarnings("ignore", category=FutureWarning)
     load = os.getloadavg()[0]
-    print(
-        f"real_model: {EXAMPLE.name}, {args.steps} steps of {args.objective}, seeds "
-        f"1..{args.seeds}, {args.holdout} held-out problems, {args.general} general "
-        f"questions; {cpu_name()}, {os.cpu_count()} CPUs, load average {load:.2f}",
-        flush=True,
-    )
+    machine = f"{cpu_name()}, {os.cpu_count()} CPUs"
+    print(f"{header}; {machine}, load average {load:.2f}", flush=True)
     started = time.perf_counter()
     figures: dict[str, Any] = {
-        "settings": {
-            "seeds": args.seeds,
-            "steps": args.steps,
-            "objective": args.objective,
-            "count": args.count,
-            "holdout": args.holdout,
-            "general": args.general,
-            "reference_seeds": args.reference_seeds,
-            "engine": "vllm" if args.vllm else "local",
-            "machine": f"{cpu_name()}, {os.cpu_count()} CPUs",
-            "load_average": [load],
-        },
+        "settings": settings | {"machine": machine, "load_average": [load]},
         "before": None,
         "seeds": [],
     }

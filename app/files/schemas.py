@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.pages import ObjectList
-from kernel.chats.files import ChatFormat
+from kernel.chats.conversation import ChatFormat
 
 FILE_ID_PATTERN = r"^file-[1-9][0-9]{0,9}$"
 FILE_CURSOR_PATTERN = r"^(file-)?[1-9][0-9]{0,9}$"

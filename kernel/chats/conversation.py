@@ -24,6 +24,9 @@ from kernel.spec.data import Turns
 from kernel.wording import shown
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+ChatFormat = Literal["messages", "prompt_completion", "prompt"]
+"""The shapes a file of conversations takes (here, not beside the files' reader, so the
+SDK's schemas name it without pyarrow)."""
 MAX_MESSAGES = 1024
 MAX_NAME_CHARS = 256
 OPEN_ENDED = ("user", "tool")
@@ -69,6 +72,8 @@ class FunctionCall(ChatPart):
             parsed = json.loads(arguments)
         except json.JSONDecodeError as error:
             raise ValueError(f"is not valid JSON ({error.msg} at character {error.pos})") from None
+        except (ValueError, RecursionError):  # a number past 4,300 digits, nesting too deep
+            raise ValueError("is JSON this service does not read") from None
         if not isinstance(parsed, dict):
             raise ValueError(
                 f"should be a JSON object of the arguments by name, not {shown(parsed)}"

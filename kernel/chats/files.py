@@ -20,19 +20,18 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow
 import pyarrow.parquet
 from pydantic import Field, ValidationError
 
-from kernel.chats.conversation import ChatMessage, ChatPart, Conversation, Tool
+from kernel.chats.conversation import ChatFormat, ChatMessage, ChatPart, Conversation, Tool
 from kernel.errors import OPDError
 from kernel.tables.bounds import TableLimits, check_text
 from kernel.tables.reading import open_batches
 from kernel.wording import problems, shown
 
-ChatFormat = Literal["messages", "prompt_completion", "prompt"]
 FORMAT_WORDS: dict[ChatFormat, str] = {
     "messages": "conversations (`messages`: OpenAI's fine-tuning format, TRL's "
     "conversational language modeling)",
@@ -84,7 +83,7 @@ def file_format(path: Path, kind: str, limits: TableLimits) -> ChatFormat | None
                 if line.strip():
                     try:
                         return row_format(json.loads(line))
-                    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                    except (ValueError, RecursionError):  # a 5,000-digit number is a ValueError
                         return None
         return None
     if kind != "parquet":
@@ -177,7 +176,7 @@ def listed_tools(tools: Any) -> Any:
     if isinstance(tools, str):
         try:
             return json.loads(tools)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             return tools  # refused as not a list
     return tools
 
@@ -222,6 +221,8 @@ def rows(path: Path, kind: str, limits: TableLimits) -> Iterator[tuple[int, Any]
                     yield number, json.loads(line)
                 except json.JSONDecodeError as error:
                     yield number, BadJson(f"{error.msg} at column {error.colno}")
+                except (ValueError, RecursionError) as error:  # a number past 4,300 digits
+                    yield number, BadJson(str(error) or "nested too deep")
         return
     _, batches = open_batches(path, "parquet", limits, 0)
     number = 0

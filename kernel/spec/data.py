@@ -112,8 +112,6 @@ class FileDataset(PromptOptions):
         None, ge=1, le=MAX_SAMPLE_SIZE, description="Rows kept after shuffling; null = all."
     )
     seed: int = Field(42, ge=0, le=2**31 - 1, description=SHUFFLE_SEED)
-    sample_size: int | None = Field(None, ge=1, le=MAX_SAMPLE_SIZE)
-    seed: int = Field(42, ge=0, le=2**31 - 1)
     turns: Turns = Field(
         "last",
         description="A file of conversations: the prompts each gives. `last`: the messages "
