@@ -37,6 +37,7 @@ from app.api.routes import (
     playground,
     prometheus,
     samples,
+    stored_completions,
     sweeps,
     teams,
     usage,
@@ -70,6 +71,7 @@ for module in (
     downloads,
     sweeps,
     openai,
+    stored_completions,
     fine_tuning,
 ):
     document_scopes(module.router.routes)

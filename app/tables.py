@@ -12,13 +12,15 @@ from app.files.tables import FileClaim, UploadedFile
 from app.jobs.tables import Checkpoint, Event, Job, MlflowEnding
 from app.playground.tables import Replay
 from app.samples.tables import Sample
+from app.stored_completions.tables import Feedback, StoredCompletion
 from app.sweeps.tables import Sweep, SweepRung
 from app.usage.tables import TeamSpendDay, UsageDay
 from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
-    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "FileClaim", "Job", "MetricSummary",
-    "MlflowEnding", "Replay", "Sample", "StepMetric", "Sweep", "SweepRung", "Team",
+    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "Feedback", "FileClaim", "Job",
+    "MetricSummary", "MlflowEnding", "Replay", "Sample", "StepMetric", "StoredCompletion", "Sweep",
+    "SweepRung", "Team",
     "TeamBudget", "TeamSpendDay", "UploadedFile", "UsageDay", "Webhook", "WebhookAttempt",
     "WebhookDelivery",
 ]  # fmt: skip

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     team_max_file_bytes: int = Field(
         10 * GIB, ge=1024, description="Bytes of uploaded files one team may keep."
     )
+    team_max_stored_completions: int = Field(
+        100_000,
+        ge=1,
+        description="Completions one team may keep (`store: true`); past it a request that "
+        "asks to store one is a 429.",
+    )
     team_max_spool_bytes: int = Field(
         2 * GIB,
         ge=1024,

@@ -15,6 +15,7 @@ from kernel.spec.data import (
     InlineDataset,
     PromptOptions,
     SharedDataset,
+    StoredCompletionsDataset,
 )
 from kernel.spec.documents import (
     SpecError,
@@ -55,6 +56,7 @@ __all__ = [
     "SavedWeights",
     "SharedDataset",
     "SpecError",
+    "StoredCompletionsDataset",
     "StudentSpec",
     "SwanLabSpec",
     "TeacherServer",

@@ -4,9 +4,10 @@ arithmetic task; how questions become chat prompts; several datasets with their 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from kernel.model_names import ARITHMETIC_SUFFIX
 from kernel.spec.base import Name, SpecModel, field_error
@@ -216,8 +217,101 @@ class ArithmeticDataset(PromptOptions):
         return first * operand_count(self.multiplier_digits)
 
 
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+MAX_STORED_ROWS = 5000
+"""The most stored completions one dataset reads (their conversations are in the spec)."""
+STORED_ID = r"^(chatcmpl|cmpl)-[0-9a-f]{32}$"
+
+
+def bounded_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """OpenAI's bounds: at most 16 pairs, keys of 1 to 64 characters, values of 512."""
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise ValueError(f"at most {MAX_METADATA_PAIRS} pairs ({len(metadata)} given)")
+    for key, value in metadata.items():
+        if not key or len(key) > MAX_METADATA_KEY:
+            raise ValueError(f"key {key[:80]!r}: 1 to {MAX_METADATA_KEY} characters")
+        if len(value) > MAX_METADATA_VALUE:
+            raise ValueError(f"the value of {key!r}: at most {MAX_METADATA_VALUE} characters")
+    return metadata
+
+
+Metadata = Annotated[
+    dict[str, str],
+    AfterValidator(bounded_metadata),
+    Field(description="Up to 16 string pairs (keys up to 64 characters, values up to 512)."),
+]
+"""A stored completion's labels, as OpenAI bounds them."""
+Rating = Literal[-1, 0, 1]
+"""Feedback's rating of a stored completion: -1 bad, 0 neutral, 1 good."""
+
+
+class StoredCompletionFilter(SpecModel):
+    """Which of the team's stored chat completions: every condition given holds."""
+
+    model: str | None = Field(
+        None, max_length=64, description="The model the request named, e.g. job-12."
+    )
+    metadata: Metadata = Field(
+        default_factory=dict, description="Pairs the completion's metadata holds, each exactly."
+    )
+    rating: Rating | None = Field(None, description="Some feedback on it gave this rating.")
+    has_feedback: bool | None = Field(
+        None, description="true: some feedback on it; false: none; null: either."
+    )
+    since: datetime | None = Field(None, description="Stored at or after this time.")
+    until: datetime | None = Field(None, description="Stored before this time.")
+    limit: int = Field(
+        1000,
+        ge=1,
+        le=MAX_STORED_ROWS,
+        description="The most completions read: the newest that match.",
+    )
+
+
+class StoredRow(SpecModel):
+    """One stored completion as a job reads it (filled by the service)."""
+
+    id: str = Field(pattern=STORED_ID, description="The stored completion's id.")
+    messages: list[dict[str, Any]] = Field(
+        min_length=1, description="The conversation up to the answered turn."
+    )
+    tools: list[dict[str, Any]] | None = Field(None, description="The tools it offered.")
+    answer: str = Field(description="The answer served (the row's reference answer).")
+    feedback: list[str] = Field(
+        default_factory=list, description="The corrections and notes given on it, oldest first."
+    )
+
+
+class StoredCompletionsDataset(PromptOptions):
+    """The team's stored chat completions (`store: true` on /v1/chat/completions): each
+    one's conversation up to the answered turn is a prompt, the answer served its
+    reference, and the corrections given on it (POST /v1/chat/completions/{id}/feedback)
+    what a `teacher.self` with `context: feedback` reads. The service reads the rows the
+    filter picks when the job is submitted and records their ids, so that a clone reads
+    the same rows."""
+
+    source: Literal["stored_completions"] = Field(
+        "stored_completions", description="Which source this is."
+    )
+    filter: StoredCompletionFilter = Field(
+        default_factory=StoredCompletionFilter, description="Which stored completions."
+    )
+    ids: list[Annotated[str, Field(pattern=STORED_ID)]] | None = Field(
+        None,
+        max_length=MAX_STORED_ROWS,
+        description="The completions read: filled by the service from the filter; given (a "
+        "clone's), exactly these are read again.",
+    )
+    rows: list[StoredRow] | None = Field(
+        None,
+        description="Filled by the service from ids: each completion as read; refused if given.",
+    )
+
+
 DatasetSpec = Annotated[
-    DeepMathDataset | FileDataset | InlineDataset | ArithmeticDataset,
+    DeepMathDataset | FileDataset | InlineDataset | ArithmeticDataset | StoredCompletionsDataset,
     Field(discriminator="source"),
 ]
 
@@ -249,8 +343,12 @@ class SharedArithmetic(ArithmeticDataset, DatasetShare):
     pass
 
 
+class SharedStoredCompletions(StoredCompletionsDataset, DatasetShare):
+    pass
+
+
 SharedDataset = Annotated[
-    SharedDeepMath | SharedFile | SharedInline | SharedArithmetic,
+    SharedDeepMath | SharedFile | SharedInline | SharedArithmetic | SharedStoredCompletions,
     Field(discriminator="source"),
 ]
 
@@ -266,5 +364,6 @@ def named(dataset: DatasetSpec, name: str) -> SharedDataset:
         FileDataset: SharedFile,
         InlineDataset: SharedInline,
         ArithmeticDataset: SharedArithmetic,
+        StoredCompletionsDataset: SharedStoredCompletions,
     }[type(dataset)]
     return shared.model_construct(**dict(dataset), name=name)

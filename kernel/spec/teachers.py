@@ -120,7 +120,8 @@ class SelfExample(SpecModel):
 
 class SelfTeacher(SpecModel):
     """The student's own model as its teacher, reading a privileged context the student
-    does not see (a system line, example turns, the datum's reference answer): the
+    does not see (a system line, example turns, the datum's reference answer, the
+    feedback given on it): the
     student learns to answer as if it had read it (self-distillation, context
     distillation: "bake a prompt into the weights")."""
 
@@ -148,6 +149,13 @@ class SelfTeacher(SpecModel):
         description="Also put the datum's reference answer after the question, as "
         '"Reference answer: ..." (every prompt then needs one).',
     )
+    context: Literal["feedback"] | None = Field(
+        None,
+        description="feedback: also put the feedback given on the row (a stored "
+        "completion's corrections and notes, `dataset.source: stored_completions`) after the "
+        'question, as "Feedback: ..." (hindsight self-distillation); rows without feedback '
+        "are left out.",
+    )
 
     @model_validator(mode="after")
     def _some_context(self) -> SelfTeacher:
@@ -160,7 +168,12 @@ class SelfTeacher(SpecModel):
         return self
 
     def has_context(self) -> bool:
-        return self.system is not None or bool(self.examples) or self.reference
+        return (
+            self.system is not None
+            or bool(self.examples)
+            or self.reference
+            or self.context is not None
+        )
 
 
 class TeacherSpec(SpecModel):

@@ -27,6 +27,8 @@ from app.api.openai.wire import (
     FLOOR_LOGPROB,
     Choices,
     Penalty,
+    Store,
+    StoredMetadata,
     Strict,
     Temperature,
     TopP,
@@ -91,6 +93,8 @@ class CompletionRequest(Strict):
     stream: Literal[False] | None = Field(None, description="Only false: no streaming.")
     user: str | None = Field(None, description="Accepted and not used.")
     timeout_seconds: WorkerTimeout = None
+    store: Store = False
+    metadata: StoredMetadata = None
 
     @field_validator("prompt", mode="before")
     @classmethod

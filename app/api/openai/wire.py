@@ -28,6 +28,7 @@ from kernel.playground import (
     SampleAnswer,
 )
 from kernel.playground import SampleRequest as PlaygroundRequest
+from kernel.spec.data import Metadata
 
 FLOOR_LOGPROB = -9999.0
 """A logprob that is not finite (a token the model gives no chance) travels as this, as
@@ -59,6 +60,17 @@ Penalty = Annotated[
 ]
 """The sampling parameters OpenAI bounds, bounded alike on both doors (temperature, top_p,
 n, penalties); `max_tokens` and `stop` take the playground's bounds."""
+Store = Annotated[
+    bool | None,
+    Field(
+        description="Keep the completion for the team (GET /v1/chat/completions lists "
+        "it), within its quota (OPD_TEAM_MAX_STORED_COMPLETIONS)."
+    ),
+]
+StoredMetadata = Annotated[
+    Metadata | None, Field(description="Labels kept with a stored completion: up to 16 pairs.")
+]
+"""A door's `store` and `metadata`, the same for chat and text completions."""
 
 
 class Strict(JsonModel):
@@ -112,6 +124,8 @@ class ChatCompletionRequest(Strict):
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, description="Accepted and not used.")
     timeout_seconds: WorkerTimeout = None
+    store: Store = False
+    metadata: StoredMetadata = None
 
     @field_validator("top_logprobs", "frequency_penalty", "presence_penalty")
     @classmethod

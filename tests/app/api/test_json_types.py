@@ -20,12 +20,14 @@ import pytest
 from pydantic import BaseModel
 
 from app.api.openai.completions import CompletionRequest
+from app.api.openai.stored import MetadataUpdate
 from app.api.openai.wire import ChatCompletionRequest
 from app.auth.keys import NewKey
 from app.auth.schemas import KeyCreate
 from app.budgets.schemas import BudgetUpdate
 from app.fine_tuning.schemas import FineTuningJobCreate
 from app.main import create_app
+from app.stored_completions.schemas import FeedbackCreate
 from app.sweeps.schemas import SweepCreate
 from app.teams.schemas import LimitsUpdate
 from app.webhooks.schemas import WebhookCreate
@@ -98,12 +100,26 @@ MIXED_JOB: dict[str, Any] = {
         {"source": "deepmath", "name": "d"},
         {"source": "file", "name": "f", "path": "x.jsonl"},
         {"source": "arithmetic", "name": "r"},
+        {
+            "source": "stored_completions",
+            "name": "s",
+            "weight": 1.0,
+            "enable_thinking": False,
+            "filter": {"rating": -1, "has_feedback": True, "limit": 10},
+        },
     ],
-    "loop": {"batch_size": 4},
+    "loop": {"batch_size": 5},
     "eval": {"dataset": {"source": "inline", "prompts": ["What is 2 + 2?"]}},
 }
 """Several teachers (one the student itself) and datasets, one of each source; prompts of
 its own to evaluate on."""
+FEEDBACK_JOB: dict[str, Any] = {
+    "backend": "local",
+    "student": {"base_model": "tiny-student"},
+    "teacher": {"self": {"context": "feedback"}},
+    "dataset": {"source": "stored_completions", "enable_thinking": False},
+}
+"""A self teacher reading the feedback on the team's stored completions."""
 SWEEP: dict[str, Any] = {
     "name": "typed",
     "parameters": {"optim.learning_rate": {"min": 1e-4, "max": 1e-2}},
@@ -146,7 +162,7 @@ PLAYGROUND = [
 ]
 """Playground requests: a prompt, and token ids with every option."""
 BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
-    "POST /v1/jobs": (JobSpec, [LOCAL_JOB, SERVER_JOB, MIXED_JOB]),
+    "POST /v1/jobs": (JobSpec, [LOCAL_JOB, SERVER_JOB, MIXED_JOB, FEEDBACK_JOB]),
     "POST /v1/jobs/{job_id}/playground": (SampleRequest, PLAYGROUND),
     "POST /v1/jobs/{job_id}/sample": (SampleRequest, PLAYGROUND),  # its old name
     "POST /v1/sweeps": (SweepCreate, [SWEEP | {"base_job": 1}]),
@@ -174,8 +190,15 @@ BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
                 "stream": True,
                 "stream_options": {"include_usage": True},
                 "timeout_seconds": 5.0,
+                "store": True,
+                "metadata": {"a": "b"},
             }
         ],
+    ),
+    "POST /v1/chat/completions/{completion_id}": (MetadataUpdate, [{"metadata": {"a": "b"}}]),
+    "POST /v1/chat/completions/{completion_id}/feedback": (
+        FeedbackCreate,
+        [{"rating": 1, "correction": "Answer with the number only", "author": "ana"}],
     ),
     "POST /v1/fine_tuning/jobs": (
         FineTuningJobCreate,
@@ -217,6 +240,7 @@ BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
                 "frequency_penalty": 0.0,
                 "presence_penalty": 0.0,
                 "timeout_seconds": 5.0,
+                "store": True,
             },
             {"model": MODEL, "prompt": [[5]]},
         ],
@@ -406,7 +430,9 @@ async def refusals(
 ) -> list[str]:
     """What is wrong with each case's answer (none: a 4xx naming the field and the value)."""
     method, template = route.split(" ")[:2]
-    url = template.format(job_id=job, name=key.team.name, team=key.team.name)
+    url = template.format(
+        job_id=job, name=key.team.name, team=key.team.name, completion_id="chatcmpl-none"
+    )
     wrong = []
     for path, value in cases:
         sent = with_value(filled(body, job), path, value)

@@ -1,0 +1,55 @@
+"""The feedback given on a stored completion (the filter that picks completions, and the
+team's `metadata`, are the job spec's: kernel/spec/data.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kernel.json_types import JsonModel
+from kernel.spec.data import Rating
+
+MAX_CORRECTION_CHARS = 100_000
+MAX_AUTHOR_CHARS = 200
+FEEDBACK_PREFIX = "fb-"
+
+
+class FeedbackCreate(JsonModel):
+    """`POST /v1/chat/completions/{id}/feedback`: a rating, a correction, or both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rating: Rating | None = Field(None, description="-1 (bad), 0 (neutral) or 1 (good).")
+    correction: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_CORRECTION_CHARS,
+        description="The answer it should have given, or a note on what was wrong: what a "
+        "`teacher.self` with `context: feedback` reads.",
+    )
+    author: str | None = Field(
+        None, min_length=1, max_length=MAX_AUTHOR_CHARS, description="Who gave it."
+    )
+
+    @model_validator(mode="after")
+    def _says_something(self) -> FeedbackCreate:
+        if self.rating is None and self.correction is None:
+            raise ValueError("give a rating, a correction or both")
+        return self
+
+
+class FeedbackPublic(BaseModel):
+    """One piece of feedback on a stored completion."""
+
+    id: str = Field(description="`fb-N`.")
+    object: Literal["chat.completion.feedback"] = "chat.completion.feedback"
+    completion_id: str
+    rating: Rating | None
+    correction: str | None
+    author: str | None
+    created_at: int = Field(description="Unix time.")
+
+
+def feedback_id(row_id: int) -> str:
+    return f"{FEEDBACK_PREFIX}{row_id}"

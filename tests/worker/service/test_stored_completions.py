@@ -1,0 +1,230 @@
+"""Stored completions with the official `openai` package as the client, on the API with a
+worker's quick tasks beside it and a job trained on the PyTRIO fake, on SQLite and
+Postgres: `store: true` keeps what a chat or text completion served (its conversation,
+settings, tokens and logprobs), which the list door pages and filters (model, metadata,
+order) and the read, update, messages and delete doors answer in OpenAI's shapes; feedback
+is listed with its completion; another team's id reads as missing on every door; a team
+past its quota is refused before anything is sampled; a replayed request keeps nothing
+more."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from sqlalchemy import delete, func, select
+
+from app.auth.tables import ApiKey, Team
+from app.stored_completions.tables import Feedback, StoredCompletion
+from tests.app.conftest import auth
+from tests.worker.service.test_quick import job_spec, pytrio_fake  # noqa: F401 (fixtures)
+
+CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 + 1?"}]
+
+
+def openai_on(api: Any, key: Any) -> openai.AsyncOpenAI:
+    """The `openai` package's client on the app `api` serves, as `key`'s team."""
+    http = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(api._transport.app), base_url="http://opd"
+    )
+    return openai.AsyncOpenAI(
+        base_url="http://opd/v1", api_key=key.key, http_client=http, max_retries=0
+    )
+
+
+@pytest.fixture
+async def client(api, key) -> AsyncIterator[openai.AsyncOpenAI]:
+    made = openai_on(api, key)
+    yield made
+    await made.close()
+
+
+async def chat(client: openai.AsyncOpenAI, model: str, **more: Any) -> Any:
+    return await client.chat.completions.create(
+        model=model, messages=CHAT, max_tokens=4, store=True, **more
+    )
+
+
+async def test_a_stored_chat_completion_reads_back_as_it_was_served(client, trained, session):
+    model = f"job-{trained['id']}"
+    served = await chat(client, model, metadata={"tag": "support"}, n=2, temperature=0.5)
+    unstored = await client.chat.completions.create(model=model, messages=CHAT, max_tokens=4)
+
+    kept = await client.chat.completions.retrieve(served.id)
+    assert kept.id == served.id and kept.object == "chat.completion" and kept.model == model
+    assert [c.message.content for c in kept.choices] == [c.message.content for c in served.choices]
+    assert kept.usage == served.usage and kept.metadata == {"tag": "support"}
+    assert kept.feedback == []
+    row = (await session.execute(select(StoredCompletion))).scalar_one()
+    assert row.request["messages"] == CHAT
+    assert (row.request["n"], row.request["temperature"], row.request["max_tokens"]) == (2, 0.5, 4)
+    assert len(row.tokens) == 2 and all(
+        len(choice["token_ids"]) == len(choice["logprobs"]) > 0 for choice in row.tokens
+    )
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.retrieve(unstored.id)
+
+    messages = await client.chat.completions.messages.list(served.id)
+    assert [(m.role, m.content) for m in messages.data] == [
+        ("system", "Be brief."),
+        ("user", "1 + 1?"),
+    ]
+    assert [m.id for m in messages.data] == [f"{served.id}-0", f"{served.id}-1"]
+    last = await client.chat.completions.messages.list(served.id, order="desc", limit=1)
+    assert last.has_more and [m.content for m in last.data] == ["1 + 1?"]
+
+    updated = await client.chat.completions.update(served.id, metadata={"tag": "done", "x": "1"})
+    assert updated.metadata == {"tag": "done", "x": "1"}
+    assert (await client.chat.completions.retrieve(served.id)).metadata == {"tag": "done", "x": "1"}
+
+    deleted = await client.chat.completions.delete(served.id)
+    assert (deleted.id, deleted.deleted, deleted.object) == (
+        served.id,
+        True,
+        "chat.completion.deleted",
+    )
+    with pytest.raises(openai.NotFoundError):
+        await client.chat.completions.retrieve(served.id)
+
+
+async def test_the_list_pages_and_filters_by_model_and_metadata(client, api, key, trained):
+    model = f"job-{trained['id']}"
+    tagged = [await chat(client, model, metadata={"tag": "a", "n": str(i)}) for i in range(3)]
+    other = await chat(client, f"job-{trained['id']}:teacher", metadata={"tag": "b"})
+    text = await client.completions.create(
+        model=model,
+        prompt="2 + 2 =",
+        max_tokens=3,
+        extra_body={"store": True, "metadata": {"tag": "t"}},
+    )
+
+    everything = [c.id async for c in client.chat.completions.list(limit=2)]
+    assert everything == [*(c.id for c in tagged), other.id, text.id]
+    first = await client.chat.completions.list(limit=2, order="desc")
+    assert first.has_more and [c.id for c in first.data] == [text.id, other.id]
+    by_tag = await client.chat.completions.list(metadata={"tag": "a"})
+    assert [c.id for c in by_tag.data] == [c.id for c in tagged]
+    both = await client.chat.completions.list(metadata={"tag": "a", "n": "1"})
+    assert [c.id for c in both.data] == [tagged[1].id]
+    teacher = await client.chat.completions.list(model=f"job-{trained['id']}:teacher")
+    assert [c.id for c in teacher.data] == [other.id]
+
+    kept = await client.chat.completions.retrieve(text.id)
+    assert kept.choices[0].message.content == text.choices[0].text
+    (turn,) = (await client.chat.completions.messages.list(text.id)).data
+    assert turn.role == "user" and "2 + 2 =" in turn.content
+
+    refused = await api.get("/v1/chat/completions", params={"order": "sideways"}, headers=auth(key))
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "order"
+
+
+async def test_feedback_is_listed_with_its_completion(client, api, key, trained):
+    served = await chat(client, f"job-{trained['id']}")
+    url = f"/v1/chat/completions/{served.id}/feedback"
+    given = await api.post(
+        url, json={"rating": -1, "correction": "Answer with the number only"}, headers=auth(key)
+    )
+    assert given.status_code == 200, given.text
+    assert given.json()["id"].startswith("fb-") and given.json()["completion_id"] == served.id
+    await api.post(url, json={"rating": 1, "author": "ana"}, headers=auth(key))
+
+    kept = await client.chat.completions.retrieve(served.id)
+    assert [(f["rating"], f["correction"], f["author"]) for f in kept.feedback] == [
+        (-1, "Answer with the number only", None),
+        (1, None, "ana"),
+    ]
+    for body, param in (({}, "body"), ({"rating": 2}, "rating"), ({"rating": 1, "x": 1}, "x")):
+        refused = await api.post(url, json=body, headers=auth(key))
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == param
+
+
+async def test_another_teams_completion_reads_as_missing_on_every_door(
+    client, api, key, make_key, trained
+):
+    served = await chat(client, f"job-{trained['id']}", metadata={"tag": "mine"})
+    stranger = await make_key()
+    theirs = openai_on(api, stranger)
+    missing = "chatcmpl-" + "0" * 32
+    for completion_id in (served.id, missing):
+        for door in (
+            theirs.chat.completions.retrieve(completion_id),
+            theirs.chat.completions.update(completion_id, metadata={"tag": "x"}),
+            theirs.chat.completions.delete(completion_id),
+            theirs.chat.completions.messages.list(completion_id),
+        ):
+            with pytest.raises(openai.NotFoundError) as error:
+                await door
+            assert error.value.body["code"] == "not_found"
+        answer = await api.post(
+            f"/v1/chat/completions/{completion_id}/feedback",
+            json={"rating": 1},
+            headers=auth(stranger),
+        )
+        assert answer.status_code == 404 and completion_id in answer.json()["error"]["message"]
+    assert (await theirs.chat.completions.list()).data == []
+    assert (await client.chat.completions.retrieve(served.id)).metadata == {"tag": "mine"}
+    await theirs.close()
+
+
+async def test_past_its_quota_a_team_is_refused_before_anything_is_sampled(
+    client,
+    api,
+    key,
+    trained,
+    settings,
+    pytrio_fake,  # noqa: F811 (the fixture)
+):
+    settings.team_max_stored_completions = 1
+    model = f"job-{trained['id']}"
+    await chat(client, model)
+    calls = len(pytrio_fake.calls)
+    with pytest.raises(openai.RateLimitError) as error:
+        await chat(client, model)
+    assert error.value.body["code"] == "stored_completions_quota"
+    assert "OPD_TEAM_MAX_STORED_COMPLETIONS" in error.value.body["message"]
+    assert len(pytrio_fake.calls) == calls
+    unstored = await client.chat.completions.create(model=model, messages=CHAT, max_tokens=4)
+    assert unstored.choices
+
+
+async def test_a_replayed_request_keeps_nothing_more(client, api, key, trained, session):
+    body = {"model": f"job-{trained['id']}", "messages": CHAT, "max_tokens": 4, "store": True}
+    headers = auth(key) | {"Idempotency-Key": "stored-1"}
+    first = await api.post("/v1/chat/completions", json=body, headers=headers)
+    again = await api.post("/v1/chat/completions", json=body, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert first.json()["id"] == again.json()["id"]
+    assert (await session.execute(select(func.count(StoredCompletion.id)))).scalar_one() == 1
+
+
+async def test_stored_completions_and_feedback_go_with_their_team(
+    client, api, key, trained, session
+):
+    served = await chat(client, f"job-{trained['id']}")
+    await api.post(
+        f"/v1/chat/completions/{served.id}/feedback", json={"rating": 1}, headers=auth(key)
+    )
+    row = (await session.execute(select(StoredCompletion))).scalar_one()
+    loner = Team(name="loner")
+    session.add(loner)
+    await session.flush()
+    moved = StoredCompletion(
+        **row.model_dump(exclude={"id", "team_id", "public_id", "metadata_"}),
+        team_id=loner.id,
+        public_id="chatcmpl-" + "1" * 32,
+    )
+    session.add(moved)
+    await session.flush()
+    session.add(Feedback(completion_id=moved.id, team_id=loner.id, rating=-1))
+    await session.commit()
+
+    await session.execute(delete(ApiKey).where(ApiKey.team_id == loner.id))
+    await session.execute(delete(Team).where(Team.id == loner.id))
+    await session.commit()
+    left = (await session.execute(select(StoredCompletion.public_id))).scalars().all()
+    assert left == [served.id]
+    assert (await session.execute(select(func.count(Feedback.id)))).scalar_one() == 1
