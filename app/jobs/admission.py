@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.core.config import Settings
 from app.jobs.continuation import fill_init_from
 from app.jobs.errors import SpecRefused
+from app.jobs.stored import fill_stored
 from app.jobs.uploads import fill_files
 from app.jobs.weight_paths import weights_admitted
 from kernel.datapaths import DataPathError, confine_data_path
@@ -101,6 +102,7 @@ TEAM_RULES: tuple[TeamRule, ...] = (
     fill_init_from,  # app/jobs/continuation.py: an init_from names a job of the team
     weights_admitted,  # app/jobs/weight_paths.py: saved weights, model paths, local folders
     fill_files,  # app/jobs/uploads.py: an uploaded file is one of the team's
+    fill_stored,  # app/jobs/stored.py: stored completions are the team's
 )
 """The rules that ask the database about the team, in order; each returns the spec with
 what it filled in."""
@@ -132,12 +134,13 @@ def problems_of(error: SpecError, prefix: str) -> SpecRefused:
 
 def database_named(spec: JobSpec) -> str:
     """What of a spec the rules that ask the database read (the backend; each model's
-    names, paths and init_from; each file dataset), by the field it is written at: specs
-    alike in it pass or fail alike."""
+    names, paths and init_from; each file dataset and stored completions' filter), by the
+    field it is written at: specs alike in it pass or fail alike."""
     models = {
         spec.teacher_field(name): teacher.model_dump(mode="json", include=WEIGHTS_FIELDS)
         for name, teacher in spec.teacher_specs().items()
     }
     models["student"] = spec.student.model_dump(mode="json", include=WEIGHTS_FIELDS)
-    files = {at: dataset.model_dump(mode="json") for at, dataset in spec.file_datasets()}
+    read = [*spec.file_datasets(), *spec.stored_datasets()]
+    files = {at: dataset.model_dump(mode="json") for at, dataset in read}
     return json.dumps([spec.backend, models, files], sort_keys=True)

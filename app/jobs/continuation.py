@@ -134,9 +134,11 @@ def editable(spec: dict[str, Any]) -> dict[str, Any]:
         return {**part, "init_from": {k: v for k, v in init.items() if k != "path"}}
 
     def unfilled(dataset: Any) -> Any:
-        if not (isinstance(dataset, dict) and "blob" in dataset):
+        """Without the object of its file and the rows of its stored completions (their
+        `ids` kept: a clone reads the same rows)."""
+        if not isinstance(dataset, dict):
             return dataset
-        return {k: v for k, v in dataset.items() if k != "blob"}
+        return {k: v for k, v in dataset.items() if k not in ("blob", "rows")}
 
     spec = {
         **spec,

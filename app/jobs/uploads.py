@@ -47,7 +47,7 @@ async def fill_files(
         filled = resolved(at, dataset, row)
         if at != "eval.dataset" and spec.eval is not None and spec.eval.holdout:
             check_holdout(spec.eval.holdout, filled, row)
-        spec = spec.with_file_dataset(at, filled)
+        spec = spec.with_dataset(at, filled)
     return spec
 
 

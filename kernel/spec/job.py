@@ -21,6 +21,7 @@ from kernel.spec.data import (
     InlineDataset,
     PromptOptions,
     SharedDataset,
+    StoredCompletionsDataset,
     named,
 )
 from kernel.spec.eval import EvalSpec
@@ -463,16 +464,26 @@ class JobSpec(SpecModel):
         teachers = self.teacher_specs()
         return share.teacher or (next(iter(teachers)) if len(teachers) == 1 else None)
 
-    def file_datasets(self) -> list[tuple[str, FileDataset]]:
-        """Each file dataset the spec reads, by where it is written (`dataset`,
-        `datasets.1`, `eval.dataset`)."""
+    def written_datasets(self) -> list[tuple[str, Any]]:
+        """Each dataset the spec reads, by where it is written (`dataset`, `datasets.1`,
+        `eval.dataset`)."""
         read: list[tuple[str, Any]] = [
             (f"datasets.{i}", share) for i, share in enumerate(self.datasets or [])
         ]
         if self.datasets is None:
             read.append(("dataset", self.dataset))
         read.append(("eval.dataset", self.eval and self.eval.dataset))
-        return [(field, d) for field, d in read if isinstance(d, FileDataset)]
+        return read
+
+    def file_datasets(self) -> list[tuple[str, FileDataset]]:
+        """Each file dataset the spec reads, by where it is written."""
+        return [(at, d) for at, d in self.written_datasets() if isinstance(d, FileDataset)]
+
+    def stored_datasets(self) -> list[tuple[str, StoredCompletionsDataset]]:
+        """Each dataset of stored completions the spec reads, by where it is written."""
+        return [
+            (at, d) for at, d in self.written_datasets() if isinstance(d, StoredCompletionsDataset)
+        ]
 
     def dataset_files(self) -> list[tuple[str, str]]:
         """(field, path) of each dataset file the spec reads by path (`dataset.path`,
@@ -483,9 +494,9 @@ class JobSpec(SpecModel):
         """The ids of the uploaded files the spec reads."""
         return {d.file for _, d in self.file_datasets() if d.file is not None}
 
-    def with_file_dataset(self, at: str, dataset: FileDataset) -> JobSpec:
-        """The spec with the file dataset written at `at` (as `file_datasets` names it)
-        replaced by `dataset`."""
+    def with_dataset(self, at: str, dataset: FileDataset | StoredCompletionsDataset) -> JobSpec:
+        """The spec with the dataset written at `at` (as `written_datasets` names it)
+        replaced by `dataset` (filled in by the service)."""
         if at == "eval.dataset":
             assert self.eval is not None
             return self.model_copy(

@@ -33,6 +33,7 @@ def test_the_rules_are_read_top_to_bottom_in_one_place() -> None:
         "fill_init_from",
         "weights_admitted",
         "fill_files",
+        "fill_stored",
     ]
 
 

@@ -228,3 +228,58 @@ async def test_stored_completions_and_feedback_go_with_their_team(
     left = (await session.execute(select(StoredCompletion.public_id))).scalars().all()
     assert left == [served.id]
     assert (await session.execute(select(func.count(Feedback.id)))).scalar_one() == 1
+
+
+def stored_job(dataset: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "backend": "local",
+        "student": {"base_model": "tiny-student"},
+        "teacher": {"self": {"context": "feedback"}},
+        "dataset": {"source": "stored_completions"} | dataset,
+        "loop": {"steps": 1, "batch_size": 1, "group_size": 2},
+    }
+
+
+async def test_a_job_reads_the_rows_its_filter_picks_and_a_clone_reads_the_same(
+    client, api, key, make_key, trained
+):
+    model = f"job-{trained['id']}"
+    tagged = [await chat(client, model, metadata={"tag": "loop"}) for _ in range(3)]
+    await chat(client, model, metadata={"tag": "other"})
+    url = f"/v1/chat/completions/{tagged[0].id}/feedback"
+    await api.post(url, json={"rating": -1, "correction": "Number only"}, headers=auth(key))
+    await api.post(url, json={"rating": 1}, headers=auth(key))
+
+    made = await api.post(
+        "/v1/jobs", json=stored_job({"filter": {"metadata": {"tag": "loop"}}}), headers=auth(key)
+    )
+    assert made.status_code == 201, made.text
+    dataset = made.json()["spec"]["dataset"]
+    assert dataset["ids"] == [c.id for c in tagged]
+    first = dataset["rows"][0]
+    assert first["messages"] == CHAT and first["feedback"] == ["Number only"]
+    assert first["answer"] == tagged[0].choices[0].message.content
+    assert [r["feedback"] for r in dataset["rows"][1:]] == [[], []]
+    rated = await api.post(
+        "/v1/jobs", json=stored_job({"filter": {"rating": -1, "limit": 5}}), headers=auth(key)
+    )
+    assert rated.json()["spec"]["dataset"]["ids"] == [tagged[0].id]
+
+    await chat(client, model, metadata={"tag": "loop"})  # stored after: the clone reads the same
+    cloned = await api.post(f"/v1/jobs/{made.json()['id']}/clone", json={}, headers=auth(key))
+    assert cloned.status_code == 201, cloned.text
+    assert cloned.json()["spec"]["dataset"]["ids"] == dataset["ids"]
+
+    for body, status, param in (
+        ({"filter": {"metadata": {"tag": "none"}}}, 422, "dataset.filter"),
+        ({"rows": [first]}, 422, "dataset.rows"),
+        ({"ids": ["chatcmpl-" + "0" * 32]}, 404, "dataset.ids"),
+    ):
+        refused = await api.post("/v1/jobs", json=stored_job(body), headers=auth(key))
+        assert refused.status_code == status, refused.text
+        assert refused.json()["error"]["param"] == param
+    stranger = await make_key()
+    theirs = await api.post(
+        "/v1/jobs", json=stored_job({"ids": [tagged[0].id]}), headers=auth(stranger)
+    )
+    assert theirs.status_code == 404 and theirs.json()["error"]["param"] == "dataset.ids"

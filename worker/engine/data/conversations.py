@@ -22,7 +22,7 @@ import numpy as np
 from kernel.chats.conversation import Conversation
 from kernel.chats.files import ChatFileInvalid, ChatFormat, check_chat_file, read_conversations
 from kernel.errors import OPDError
-from kernel.spec import FileDataset
+from kernel.spec import FileDataset, StoredCompletionsDataset
 from kernel.spec.data import Turns
 from kernel.tables.bounds import TableLimits
 from kernel.tables.reading import confined_read
@@ -41,6 +41,33 @@ def conversation_prompts(conversations: Sequence[Conversation], turns: Turns) ->
             prompts.append(conversation.prompt(point))
             answers.append(conversation.reference(point))
     return Prompts(prompts, answers)
+
+
+def stored_prompts(dataset: StoredCompletionsDataset, feedback_only: bool) -> Prompts:
+    """The prompts of stored completions, in the order they were stored: each one's
+    conversation up to the answered turn, the answer served its reference, the feedback
+    given on it joined; with `feedback_only` (a teacher that reads feedback scores them)
+    those with none are left out, and counted."""
+    prompts: list[Prompt] = []
+    answers: list[str | None] = []
+    feedback: list[str | None] = []
+    for row in dataset.rows or []:
+        said = "\n".join(row.feedback) or None
+        if feedback_only and said is None:
+            continue
+        chat = {"messages": row.messages} | ({"tools": row.tools} if row.tools else {})
+        prompts.append(Conversation.model_validate(chat))
+        answers.append(row.answer)
+        feedback.append(said)
+    left_out = len(dataset.rows or []) - len(prompts)
+    if not prompts:
+        raise OPDError(
+            f"none of the {left_out} stored completions read has feedback, which the "
+            "teacher reads (teacher.self.context: feedback): give feedback on them "
+            "(POST /v1/chat/completions/{id}/feedback) or filter with has_feedback: true",
+            code="bad_dataset",
+        )
+    return Prompts(prompts, answers, feedback, left_out)
 
 
 def check_file(path: Path, kind: str, format: ChatFormat, limits: TableLimits) -> None:

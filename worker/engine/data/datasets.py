@@ -37,6 +37,8 @@ from kernel.spec import (
     FileDataset,
     InlineDataset,
     JobSpec,
+    SharedDataset,
+    StoredCompletionsDataset,
 )
 from kernel.spec.data import DEEPMATH_SHARDS
 from kernel.storage.blobs import BlobMissing
@@ -44,7 +46,12 @@ from kernel.storage.cache import BlobCache
 from kernel.tables.bounds import TableLimits
 from kernel.tables.reading import check_table
 from worker.engine.data.arithmetic import Problem, held_out_problems, training_problems
-from worker.engine.data.conversations import check_file, file_holdout, file_prompts
+from worker.engine.data.conversations import (
+    check_file,
+    file_holdout,
+    file_prompts,
+    stored_prompts,
+)
 from worker.engine.data.holdout import PoolName, held_out
 from worker.engine.data.prompts import Prompt, Prompts
 
@@ -76,10 +83,18 @@ class Table:
 
 
 def load_prompts(
-    dataset: DatasetSpec, data_root: Path, confine: bool, blobs: BlobCache | None = None
+    dataset: DatasetSpec,
+    data_root: Path,
+    confine: bool,
+    blobs: BlobCache | None = None,
+    feedback_only: bool = False,
 ) -> Prompts:
     """The job's training prompts, in the order the loop takes them (step-wise, wrapping
-    around): the reference's sampling, shuffle with the seed then the first sample_size."""
+    around): the reference's sampling, shuffle with the seed then the first sample_size;
+    stored completions in the order they were stored (those without feedback left out
+    where `feedback_only`)."""
+    if isinstance(dataset, StoredCompletionsDataset):
+        return stored_prompts(dataset, feedback_only)
     if isinstance(dataset, InlineDataset):
         keep = nonblank(dataset.prompts, "dataset.prompts")
         answers = dataset.answers or [None] * len(dataset.prompts)
@@ -101,9 +116,17 @@ def load_datasets(
 ) -> dict[str, Prompts]:
     """Every dataset's training prompts, by name (`dataset:` goes by "dataset")."""
     return {
-        share.name: load_prompts(share, data_root, confine, blobs)
+        share.name: load_prompts(share, data_root, confine, blobs, reads_feedback(spec, share))
         for share in spec.dataset_shares()
     }
+
+
+def reads_feedback(spec: JobSpec, share: SharedDataset) -> bool:
+    """Whether a teacher that scores the dataset's prompts reads their feedback."""
+    route = spec.route_of(share)
+    teachers = spec.teacher_specs()
+    scoring = [teachers[route]] if route is not None else list(teachers.values())
+    return any(t.self is not None and t.self.context == "feedback" for t in scoring)
 
 
 def load_holdout(
@@ -116,10 +139,10 @@ def load_holdout(
 ) -> Prompts:
     """`count` prompts, drawn with `seed` from the rows the training pool does not use, so
     an eval never sees a training prompt and never changes the training pool."""
-    if isinstance(dataset, InlineDataset):
+    if isinstance(dataset, InlineDataset | StoredCompletionsDataset):
         raise OPDError(
-            "eval.holdout cannot draw from inline prompts (they all train): give eval a "
-            "dataset of its own",
+            f"eval.holdout cannot draw from {dataset.source} prompts (they all train): give "
+            "eval a dataset of its own",
             code="bad_eval",
         )
     if isinstance(dataset, ArithmeticDataset):

@@ -24,10 +24,14 @@ Prompt = str | Conversation
 @dataclass(frozen=True)
 class Prompts:
     """Prompts in the order the loop takes them, each with its reference answer (None
-    where the source has none)."""
+    where the source has none) and, from stored completions, the feedback given on it
+    (what a self teacher with `context: feedback` reads); `left_out`: rows of the source
+    left out for having none."""
 
     prompts: list[Prompt]
     answers: list[str | None]
+    feedback: list[str | None] | None = None
+    left_out: int = 0
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from kernel.spec import JobSpec
+from kernel.spec import JobSpec, StoredCompletionsDataset
 from kernel.storage.cache import BlobCache
 from kernel.storage.checkpoints import CheckpointStore
 from worker.engine.backends.server import ServerKey
@@ -45,10 +45,17 @@ async def run_job(
         for share in spec.dataset_shares():
             pool = prompts[share.name]
             several = f" (dataset {share.name})" if spec.several_datasets() else ""
+            found, counted = {}, ""
+            if isinstance(share, StoredCompletionsDataset):
+                found = {"found": len(share.rows or []), "left_out": pool.left_out}
+                counted = (
+                    f": the filter found {found['found']} stored completions, "
+                    f"{pool.left_out} without feedback left out"
+                )
             sink.event(
                 "info",
-                f"Loaded {len(pool)} prompts from {share.source}{several}",
-                {"prompts": len(pool)} | ({"dataset": share.name} if several else {}),
+                f"Loaded {len(pool)} prompts from {share.source}{several}{counted}",
+                {"prompts": len(pool)} | ({"dataset": share.name} if several else {}) | found,
             )
         eval_prompts: dict[str, Prompts] = {}
         if spec.eval is not None:

@@ -38,7 +38,7 @@ from worker.engine.backends.resilient import Warn
 from worker.engine.backends.server import ServerKey, ServerTeacher
 from worker.engine.backends.vllm import VLLMSampler, VLLMServer
 from worker.engine.data.mixing import Pool
-from worker.engine.data.prompts import Prompt, as_chat, prompt_key, render
+from worker.engine.data.prompts import Prompt, as_chat, prompt_key, prompt_text, render
 from worker.engine.rollouts.sampling import Scorer
 from worker.engine.teachers.cross_tokenizer import Retokenized, Tokenizers
 from worker.engine.teachers.preflight import (
@@ -57,13 +57,19 @@ PROBE_QUESTION = "What is 12 + 30?"
 
 REFERENCE_LINE = "Reference answer: "
 """What a self teacher with `reference: true` reads after the question, then the answer."""
+FEEDBACK_LINE = "Feedback: "
+"""What a self teacher with `context: feedback` reads after the question, then the
+feedback given on the row's served answer."""
 SYSTEM_ROLES = ("system", "developer")
 
 
-def in_context(chat: Conversation, context: SelfTeacher, answer: str | None) -> Conversation:
+def in_context(
+    chat: Conversation, context: SelfTeacher, answer: str | None, feedback: str | None = None
+) -> Conversation:
     """The chat a self teacher reads: its context where the template puts a system line
     (its system line after the chat's own, if the chat has one, then its example turns),
-    then the chat, the reference answer after its last user turn if it reads one."""
+    then the chat, the reference answer after its last user turn if it reads one, and the
+    feedback given on the row if it reads that."""
     messages = list(chat.messages)
     system = messages.pop(0) if messages and messages[0].role in SYSTEM_ROLES else None
     lines = [text for text in (system and system.text(), context.system) if text]
@@ -73,10 +79,14 @@ def in_context(chat: Conversation, context: SelfTeacher, answer: str | None) -> 
             ChatMessage(role="user", content=example.user),
             ChatMessage(role="assistant", content=example.assistant),
         ]
-    if context.reference:
+    if context.reference or context.context == "feedback":
         last = max(i for i, message in enumerate(messages) if message.role == "user")
-        turn = messages[last]
-        messages[last] = turn.model_copy(update={"content": referenced(turn.text(), answer)})
+        text = messages[last].text()
+        if context.reference:
+            text = referenced(text, answer)
+        if context.context == "feedback":
+            text = f"{text}\n\n{FEEDBACK_LINE}{feedback}"
+        messages[last] = messages[last].model_copy(update={"content": text})
     return Conversation.model_construct(messages=[*head, *messages], tools=chat.tools)
 
 
@@ -100,6 +110,9 @@ class Renderer:
     tokenizer: Any
     context: SelfTeacher | None = None
     rendered: dict[tuple[Any, str, bool, str | None], list[int]] = field(default_factory=dict)
+    feedback: dict[Any, str] = field(default_factory=dict)
+    """The feedback on each prompt (by `prompt_key`) a self teacher with `context:
+    feedback` reads."""
 
     def __call__(
         self, prompt: Prompt, options: PromptOptions, answer: str | None = None
@@ -114,9 +127,22 @@ class Renderer:
             if context is None:
                 self.rendered[key] = render(self.tokenizer, prompt, options)
             else:
-                chat = in_context(as_chat(prompt, options), context, reference)
+                chat = in_context(as_chat(prompt, options), context, reference, self.said(prompt))
                 self.rendered[key] = render(self.tokenizer, chat, options)
         return self.rendered[key]
+
+    def said(self, prompt: Prompt) -> str | None:
+        """The feedback on `prompt`, when the context reads it (one it has none for: an
+        error, as a reference answer missing is)."""
+        if self.context is None or self.context.context != "feedback":
+            return None
+        if (said := self.feedback.get(prompt_key(prompt))) is None:
+            raise OPDError(
+                "the self teacher reads each prompt's feedback, and "
+                f"{prompt_text(prompt)[:80]!r} has none",
+                code="bad_dataset",
+            )
+        return said
 
 
 @dataclass(frozen=True)
@@ -253,6 +279,16 @@ async def self_view(
         if name not in pool.teachers:
             continue
         answers = pool.prompts.answers
+        if context.context == "feedback":
+            if pool.prompts.feedback is None:
+                raise OPDError(
+                    f"{who} reads the feedback given on stored completions, and dataset "
+                    f"{pool.name!r} is not a dataset of them (source: stored_completions)",
+                    code="bad_dataset",
+                )
+            for prompt, said in zip(pool.prompts.prompts, pool.prompts.feedback, strict=True):
+                if said is not None:
+                    renderer.feedback[prompt_key(prompt)] = said
         if context.reference and None in answers:
             raise OPDError(
                 f"{who} reads each prompt's reference answer, and dataset {pool.name!r} has "
