@@ -18,7 +18,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from app.auth.sessions import b64decode, b64encode
+from app.auth.sessions import b64decode, b64encode, same_digest
 from app.core.config import Settings
 from app.core.encryption import secret_keys
 
@@ -58,7 +58,7 @@ class JobTokens:
     def read(self, token: str, now: float) -> JobClaims | None:
         """The claims of a genuine, unexpired token; None for anything else."""
         payload, _, signature = token.removeprefix(JOB_TOKEN_PREFIX).partition(".")
-        if not any(hmac.compare_digest(signature, self.sign(key, payload)) for key in self.keys):
+        if not any(same_digest(signature, self.sign(key, payload)) for key in self.keys):
             return None
         try:
             claims = json.loads(b64decode(payload))

@@ -39,6 +39,13 @@ def b64decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def same_digest(given: str, expected: str) -> bool:
+    """Whether a digest the caller sent is the expected one, in constant time. Compared as
+    bytes: `compare_digest` raises on a `str` with non-ASCII characters, and a header or
+    cookie may carry any."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
 @dataclass(frozen=True)
 class SessionSigner:
     """Issues and checks session and CSRF tokens with one secret."""
@@ -59,7 +66,7 @@ class SessionSigner:
     def read(self, token: str, now: float) -> str | None:
         """The key hash a genuine, unexpired token names; None for anything else."""
         payload, _, signature = token.partition(".")
-        if not hmac.compare_digest(signature, self._mac("session", payload)):
+        if not same_digest(signature, self._mac("session", payload)):
             return None
         try:
             claims = json.loads(b64decode(payload))
@@ -75,7 +82,7 @@ class SessionSigner:
         return self._mac("csrf", f"{nonce}|{session_token}")
 
     def csrf_valid(self, token: str, nonce: str, session_token: str) -> bool:
-        return bool(nonce) and hmac.compare_digest(token, self.csrf_token(nonce, session_token))
+        return bool(nonce) and same_digest(token, self.csrf_token(nonce, session_token))
 
 
 def new_nonce() -> str:

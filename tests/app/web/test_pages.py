@@ -95,6 +95,30 @@ async def test_every_form_needs_its_csrf_token(client, key, sign_in, submit):
     )
 
 
+async def test_non_ascii_bytes_in_a_token_cookie_or_csrf_field_are_refused(
+    client, key, sign_in, submit
+):
+    """A header or cookie may carry any byte (Starlette reads them as Latin-1): a signature
+    holding one is a forgery like any other, a 401 or a sign-in or a 403, never a 500."""
+    job = await submit()
+    stranger = httpx.AsyncClient(transport=client._transport, base_url=client.base_url)
+    for token in (b"opdjob_a.\xe9", b"a.\xe9", b"\xe9"):
+        bearer = await stranger.get("/v1/jobs", headers={"Authorization": b"Bearer " + token})
+        assert bearer.status_code == 401, bearer.text
+    cookie = {"Cookie": f"{SESSION_COOKIE}=a.\xe9".encode("latin-1")}
+    assert (await stranger.get("/v1/jobs", headers=cookie)).status_code == 401
+    page = await stranger.get("/ui/jobs", headers=cookie)
+    assert page.status_code == 303 and "/ui/sign-in" in page.headers["location"]
+    await sign_in(key)
+    for forged in ("\u00e9", "\u2603" * 43):
+        cancel = await client.post(f"/ui/jobs/{job['id']}/cancel", data={"csrf_token": forged})
+        assert cancel.status_code == 403, cancel.text
+    upload = await client.post(
+        "/ui/files/upload?filename=a.jsonl", content=b"{}", headers={"X-CSRF-Token": b"\xe9"}
+    )
+    assert upload.status_code == 403, upload.text
+
+
 async def test_pages_carry_a_strict_content_security_policy(client, key, sign_in):
     await sign_in(key)
     response = await client.get("/ui/jobs")
