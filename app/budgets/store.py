@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.tables import Team
 from app.budgets.rules import Limit, Period, Spend
 from app.budgets.tables import TeamBudget
+from app.core.db import insert_for
 from app.core.pricing import PriceTable
 from app.usage.store import COUNTERS
 from app.usage.tables import TeamSpendDay
@@ -26,20 +27,28 @@ async def budget_of(session: AsyncSession, team_id: int) -> TeamBudget | None:
 
 
 async def team_named(session: AsyncSession, name_or_id: str) -> Team | None:
-    """A team by its name, else by its id when `name_or_id` is a number."""
+    """A team by its name, else by its id when `name_or_id` is a number in ASCII digits
+    (`isdigit` also takes '²' and '١', which `int` refuses or reads as another number)."""
     team = (await session.execute(select(Team).where(Team.name == name_or_id))).scalar()
-    if team is None and name_or_id.isdigit() and int(name_or_id) < 2**31:
+    if team is None and name_or_id.isascii() and name_or_id.isdigit() and int(name_or_id) < 2**31:
         team = await session.get(Team, int(name_or_id))
     return team
 
 
 async def put_budget(session: AsyncSession, team_id: int, limit: Limit, now: datetime) -> None:
-    """Set (or replace) the team's budget; the soft warning may be sent again this period.
-    Commits."""
-    budget = await budget_of(session, team_id) or TeamBudget(team_id=team_id)
-    budget.tokens, budget.cost, budget.soft = limit.tokens, limit.cost, limit.soft
-    budget.period, budget.warned_for, budget.updated_at = limit.period.value, None, now
-    session.add(budget)
+    """Set (or replace) the team's budget in one upsert, so that concurrent PUTs on a team
+    without one do not both insert; the soft warning may be sent again this period. Commits."""
+    values = {
+        "tokens": limit.tokens,
+        "cost": limit.cost,
+        "soft": limit.soft,
+        "period": limit.period.value,
+        "warned_for": None,
+        "updated_at": now,
+    }
+    dialect = (await session.connection()).dialect.name
+    statement = insert_for(dialect)(TeamBudget).values(team_id=team_id, **values)
+    await session.execute(statement.on_conflict_do_update(index_elements=["team_id"], set_=values))
     await session.commit()
 
 

@@ -5,6 +5,7 @@ is admitted like a job and stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from sqlalchemy import func, select
@@ -186,3 +187,26 @@ async def test_an_estimate_counts_an_uploaded_files_questions_as_its_report_meas
     basis = answer.json()["basis"]
     assert not any("assumed" in line for line in basis), basis
     assert any("the questions' 15 bytes" in line for line in basis), basis
+
+
+async def test_concurrent_puts_on_a_team_without_a_budget_all_set_it(client, key, make_key):
+    """Eight admins at once on a team with no budget: one row, every answer a 200 (an
+    upsert; reading then inserting made the losers 500s on the unique key)."""
+    admin = await make_key(admin=True)
+    url = f"/v1/teams/{key.team.name}/budget"
+    answers = await asyncio.gather(
+        *(client.put(url, json={"tokens": 100 + n}, headers=auth(admin)) for n in range(8))
+    )
+    assert [answer.status_code for answer in answers] == [200] * 8, [a.text for a in answers]
+    final = (await client.get(url, headers=auth(admin))).json()["tokens"]
+    assert final in {100 + n for n in range(8)}
+
+
+async def test_only_ascii_digits_name_a_team_by_its_id(client, key, make_key):
+    """'²' passes `isdigit` but not `int` (it was a 500); '١' is Arabic-Indic one, which
+    `int` reads as 1: neither names a team by its id, so both are the 404 of a missing team."""
+    admin = await make_key(admin=True)
+    for ref in ("%C2%B2", "%D9%A1", "%EF%BC%91"):
+        answer = await client.get(f"/v1/teams/{ref}/budget", headers=auth(admin))
+        assert answer.status_code == 404, (ref, answer.text)
+        assert answer.json()["error"]["message"].startswith("no team named"), answer.json()
