@@ -88,16 +88,29 @@ def check_address(host: str, address: str, allow_private: bool) -> None:
 
 def check_literal(url: str, allow_private: bool) -> None:
     """What can be checked without DNS, when a webhook is registered: the URL's form, and
-    its host when that is an address or `localhost`."""
+    its host when that is an address (in any spelling the resolver reads as one) or
+    `localhost`."""
     _, host, _ = split(url)
     if host.lower() == "localhost" or host.lower().endswith(".localhost"):
         check_address(host, "127.0.0.1", allow_private)
         return
+    address = numeric_address(host)
+    if address is not None:
+        check_address(host, address, allow_private)
+
+
+def numeric_address(host: str) -> str | None:
+    """The IPv4 address a numeric host spells, as the resolver reads it: besides the dotted
+    quad, the forms `inet_aton` takes (`2130706433`, `0x7f000001`, `127.1`, `0177.0.0.1`
+    are all 127.0.0.1); None for a name."""
     try:
-        ipaddress.ip_address(host)
+        return str(ipaddress.ip_address(host))
     except ValueError:
-        return
-    check_address(host, host, allow_private)
+        pass
+    try:
+        return socket.inet_ntoa(socket.inet_aton(host))
+    except OSError:
+        return None
 
 
 async def resolve(url: str, allow_private: bool) -> Target:

@@ -19,6 +19,12 @@ from app.webhooks.urls import UnsafeUrl, check_literal, resolve
         ("http://192.168.0.10/hook", "private"),
         ("http://0.0.0.0/hook", "unspecified"),
         ("http://100.64.0.1/hook", "non-public"),
+        ("http://0x7f000001/hook", "loopback"),
+        ("http://2130706433/hook", "loopback"),
+        ("http://127.1/hook", "loopback"),
+        ("http://0177.0.0.1/hook", "loopback"),
+        ("http://0xa9.0xfe.0xa9.0xfe/hook", "link-local"),
+        ("http://012.1.2.3/hook", "private"),  # octal 012 is 10
     ],
 )
 def test_private_addresses_are_refused_unless_allowed(url, why):
@@ -51,5 +57,7 @@ async def test_a_resolved_address_is_checked_and_used():
     target = await resolve("http://localhost:8080/hook", allow_private=True)
     assert (target.host, target.port) == ("localhost", 8080)
     assert target.address in ("127.0.0.1", "::1")
+    check_literal("https://0x08080808/hook", allow_private=False)  # 8.8.8.8: public
+    check_literal("https://example.com/hook", allow_private=False)  # a name: checked at delivery
     public = await resolve("https://8.8.8.8/hook", allow_private=False)
     assert (public.address, public.port) == ("8.8.8.8", 443)

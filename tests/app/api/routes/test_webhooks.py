@@ -86,6 +86,11 @@ async def test_another_teams_webhook_is_a_404_and_a_deleted_one_is_gone(client, 
     [
         ({"url": "http://169.254.169.254/latest"}, "link-local address"),
         ({"url": "http://127.0.0.1:8000/hook"}, "loopback address"),
+        # Other spellings of 127.0.0.1 the resolver reads: refused now, not at delivery.
+        ({"url": "http://0x7f000001:8000/hook"}, "loopback address"),
+        ({"url": "http://2130706433/hook"}, "loopback address"),
+        ({"url": "http://127.1/hook"}, "loopback address"),
+        ({"url": "http://0177.0.0.1/hook"}, "loopback address"),
         ({"url": "file:///etc/passwd"}, "http:// or https://"),
         ({"events": ["job.exploded"]}, "events.0"),
         ({"events": []}, "events"),
