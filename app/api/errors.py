@@ -215,7 +215,13 @@ async def on_budget_exceeded(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BudgetExceeded)
     wait = exc.retry_after(utcnow())
     body = ErrorResponse(error=ErrorDetail(code="budget_exceeded", message=str(exc))).model_dump()
-    body["budget"] = {
+    body["budget"] = budget_figures(exc)
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(wait)})
+
+
+def budget_figures(exc: BudgetExceeded) -> dict[str, Any]:
+    """The `budget` object beside a 429 `budget_exceeded` error, in either error shape."""
+    return {
         "team": exc.team,
         "unit": exc.limit.unit,
         "budget": exc.limit.amount,
@@ -223,7 +229,6 @@ async def on_budget_exceeded(_request: Request, exc: Exception) -> JSONResponse:
         "period": exc.limit.period.value,
         "period_end": exc.ends.isoformat(),
     }
-    return JSONResponse(body, status_code=429, headers={"Retry-After": str(wait)})
 
 
 async def on_budget_refused(_request: Request, exc: Exception) -> JSONResponse:

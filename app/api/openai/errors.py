@@ -23,6 +23,7 @@ from app.api.errors import (
     ApiError,
     ErrorDetail,
     body_type,
+    budget_figures,
     describe_status,
     explain,
 )
@@ -64,12 +65,14 @@ def openai_error(
     *,
     code: str | None,
     headers: dict[str, str] | None = None,
+    beside: dict[str, Any] | None = None,
 ) -> JSONResponse:
+    """OpenAI's error body, with `beside` (this service's figures, such as a 429's
+    `budget`) next to `error`, where OpenAI's clients ignore it."""
     status = 400 if status == 422 else status
     detail = OpenAIErrorDetail(message=message, type=error_type(status), param=param, code=code)
-    return JSONResponse(
-        OpenAIErrorResponse(error=detail).model_dump(), status_code=status, headers=headers
-    )
+    body = OpenAIErrorResponse(error=detail).model_dump() | (beside or {})
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def model_not_found(model: str) -> ApiError:
@@ -115,7 +118,13 @@ class OpenAIRoute(APIRoute):
                 )
             except BudgetExceeded as error:
                 retry = {"Retry-After": str(error.retry_after(utcnow()))}
-                return openai_error(429, str(error), code="budget_exceeded", headers=retry)
+                return openai_error(
+                    429,
+                    str(error),
+                    code="budget_exceeded",
+                    headers=retry,
+                    beside={"budget": budget_figures(error)},
+                )
             except TooManyWaiting as error:
                 retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
                 return openai_error(429, str(error), code="too_many_requests", headers=retry)

@@ -9,6 +9,7 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import openai
 import pytest
 from sqlalchemy import event, insert
 
@@ -21,9 +22,10 @@ from app.core.worker_calls import quick_queue
 from app.jobs.schemas import CheckpointKind
 from app.jobs.store import claim_job
 from app.jobs.tables import Checkpoint
-from app.records.store import record_checkpoint
+from app.records.store import record_checkpoint, record_step
 from tests.app.api.routes.test_playground import all_waiting, withdrawn
 from tests.app.conftest import auth, serve
+from tests.app.usage.test_store import usage
 
 CHAT = [{"role": "user", "content": "What is 2 + 3?"}]
 
@@ -520,3 +522,30 @@ async def test_a_page_of_models_reads_a_page_of_checkpoints(client, key, saved_j
         f"job-{job['id']}@step-2002",
     ]
     assert page.json()["has_more"] and len(page.json()["data"]) == 10
+
+
+async def test_a_spent_budget_is_a_rate_limit_error_with_the_budget_beside_it(
+    client, key, make_key, saved_job, session, openai_client
+):
+    """Both OpenAI-form doors answer a spent budget as OpenAI's 429 (the `openai` package's
+    RateLimitError), with the `budget` object every other door carries beside `error`."""
+    job = await saved_job()
+    await record_step(session, job["id"], "w", 0, usage(5, 5, 5))
+    admin = await make_key(admin=True)
+    await client.put(f"/v1/teams/{key.team.name}/budget", json={"tokens": 10}, headers=auth(admin))
+    model = f"job-{job['id']}@step-2"
+    calls = (
+        lambda: openai_client.completions.create(model=model, prompt="hi", max_tokens=2),
+        lambda: openai_client.chat.completions.create(model=model, messages=CHAT, max_tokens=2),
+    )
+    for call in calls:
+        with pytest.raises(openai.RateLimitError) as refused:
+            await call()
+        body = refused.value.response.json()
+        assert (body["error"]["type"], body["error"]["code"]) == (
+            "rate_limit_error",
+            "budget_exceeded",
+        )
+        assert (body["budget"]["spent"], body["budget"]["budget"]) == (15, 10), body
+        assert (body["budget"]["team"], body["budget"]["unit"]) == (key.team.name, "tokens")
+        assert int(refused.value.response.headers["Retry-After"]) > 0
