@@ -122,6 +122,20 @@ async def checked_weights(
     return spec
 
 
+def written_paths(stored: JobSpec, loaded: JobSpec) -> dict[str, str]:
+    """Each folder `checked_weights` resolved for `loaded`, and the `model_path` the team
+    wrote for it in `stored`: what errors, events and trackers say instead (a relative path
+    is read under the data root, a folder the team's key must not see)."""
+    written = stored.teacher_specs()
+    return {
+        teacher.model_path: said
+        for name, teacher in loaded.teacher_specs().items()
+        if teacher.model_path is not None
+        and (said := written[name].model_path) is not None
+        and said != teacher.model_path
+    }
+
+
 async def weights_admitted(
     session: AsyncSession, team_id: int, spec: JobSpec, settings: Settings
 ) -> JobSpec:

@@ -37,7 +37,7 @@ from app.jobs.errors import SpecRefused
 from app.jobs.schemas import CheckpointPublic
 from app.jobs.tables import Job
 from app.jobs.visibility import team_checkpoint
-from app.jobs.weight_paths import checked_weights
+from app.jobs.weight_paths import checked_weights, written_paths
 from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
 from app.usage.store import add_usage
@@ -50,7 +50,7 @@ from kernel.playground import (
     missing_reference,
 )
 from kernel.spec import stored_spec
-from kernel.team_view import masked_text
+from kernel.team_view import in_team_words, masked_data, masked_text
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -260,9 +260,10 @@ class Sampling:
         except CheckpointUnavailable as error:
             raise PlaygroundError(422, "invalid_request", str(error), "checkpoint") from None
         try:
-            spec = await checked_weights(session, job.team_id, spec, settings)
+            loaded = await checked_weights(session, job.team_id, spec, settings)
         except SpecRefused as error:
             raise PlaygroundError(422, "invalid_request", str(error), error.param) from None
+        words, spec = written_paths(spec, loaded), loaded
         timeout = request.timeout_seconds or settings.sample_timeout
         tasks = [
             SampleTask(
@@ -295,10 +296,19 @@ class Sampling:
                 if len(raws) > 1:  # say which prompt of a door's request failed
                     error.message = f"prompt {index}: {error.message}"
                 raise
-            answers.append(
-                PlaygroundAnswer(**answer.model_dump(), job_id=job.id, checkpoint=public)
-            )
+            shown = team_answer(answer, words).model_dump()
+            answers.append(PlaygroundAnswer(**shown, job_id=job.id, checkpoint=public))
         return answers
+
+
+def team_answer(answer: SampleAnswer, words: dict[str, str]) -> SampleAnswer:
+    """The answer with the weights each model loaded named by the rule (kernel/team_view.py):
+    saved weights from their job's folder on, a teacher's `model_path` as the team wrote it."""
+    outputs = [
+        output.model_copy(update={"weights": masked_data(in_team_words(output.weights, words))})
+        for output in answer.outputs
+    ]
+    return answer.model_copy(update={"outputs": outputs})
 
 
 def answer_of(raw: str | BaseException) -> SampleAnswer:

@@ -38,19 +38,20 @@ from app.jobs.limits import Limits, note_limits
 from app.jobs.schemas import JobAction
 from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_job, take_over
 from app.jobs.tables import Job
-from app.jobs.weight_paths import checked_weights
+from app.jobs.weight_paths import checked_weights, written_paths
 from app.records.store import sampler_weights
 from kernel.errors import OPDError, ResultLost, ServerAway
 from kernel.progress import JobProgress
 from kernel.spec import JobSpec, stored_spec
 from kernel.spec.checks import unlisted_teacher_server
 from kernel.storage.blobs import StorageUnavailable
+from kernel.team_view import in_team_words
 from worker.engine.backends.server import ServerKey
 from worker.engine.loop.job import run_job as run_engine
 from worker.engine.loop.schedule import resume_versions
 from worker.engine.loop.state import RunResult, SavedState, Stop
 from worker.engine.tracking.mlflow_mirror import MlflowSink
-from worker.engine.tracking.sinks import FanOut, Sink, SwanLabSink
+from worker.engine.tracking.sinks import FanOut, InTeamWords, Sink, SwanLabSink
 from worker.service.db_sink import DatabaseSink, Spending, persist
 from worker.service.sight import DatabaseSight, blind_after
 from worker.service.trackers import mlflow_mirror
@@ -290,6 +291,9 @@ async def attempt(
     artifact_dir = ctx.settings.artifact_root / f"job-{job_id}"
     if spec.swanlab.enabled:
         sink = FanOut(sink, SwanLabSink(artifact_dir / "swanlog", team_view=True))
+    written = stored_spec(job.spec)
+    if words := written_paths(written, spec):  # said as the team wrote them, wherever said
+        sink = InTeamWords(sink, written, words)
     heart = Heartbeat(ctx, job_id, control, lambda: db.now)
     control.engine = asyncio.create_task(
         run_engine(
@@ -336,12 +340,14 @@ async def attempt(
         and job.attempts < ctx.settings.max_attempts
     ):
         reason = (
-            f"{error}. Resuming from the last saved state, so nothing is applied twice "
+            f"{in_team_words(str(error), words)}. Resuming from the last saved state, so "
+            "nothing is applied twice "
             f"(attempt {job.attempts + 1} of at most {ctx.settings.max_attempts})"
         )
         return await stop(ctx, job_id, reason, None)
     if error is not None:
         code, message = failure_of(error)
+        message = in_team_words(message, words)
         await write(ctx, f"fail job {job_id}", lambda s: fail_job(s, job_id, worker, code, message))
         return "failed"
     assert result is not None

@@ -25,6 +25,7 @@ from app.web.deps import CSRF_CHECKED, ActingViewerDep, FormDep, ViewerDep
 from app.web.spec_form import YamlRefused, read_yaml
 from app.web.templating import render
 from kernel.spec import format_validation_error
+from kernel.team_view import masked_spec
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -101,7 +102,8 @@ async def sweep_page(
     best_spec = None
     if detail.best is not None:
         best_job = await get_job(session, detail.best.job_id)
-        best_spec = yaml.safe_dump(best_job.spec, sort_keys=False, allow_unicode=True)
+        shown = best_job.spec if viewer.is_admin else masked_spec(best_job.spec)
+        best_spec = yaml.safe_dump(shown, sort_keys=False, allow_unicode=True)
     config = {
         "metric": detail.metric.name,
         "goal": detail.metric.goal,

@@ -341,6 +341,26 @@ async def test_the_worker_treats_a_relative_base_model_folder_as_a_path(context)
     assert len(answers) == 1
 
 
+async def test_a_relative_teacher_model_path_is_reported_as_the_team_wrote_it(context):
+    """`model_path: nothing-here` is read under the data root; the failure, its event and
+    what trackers get say `nothing-here`, never the data root's folder."""
+    spec = {
+        "backend": "local",
+        "student": {"base_model": "tiny-student"},
+        "teacher": {"base_model": "tiny-student", "model_path": "nothing-here"},
+        "dataset": {"source": "inline", "prompts": ["What is 1 + 1?"]},
+        "sampling": {"max_tokens": 2},
+        "loop": {"steps": 1, "batch_size": 1, "group_size": 2},
+    }
+    context.settings.data_root.mkdir(parents=True, exist_ok=True)
+    job_id = await submit(context, spec)
+    assert await run_job({"opd": context}, job_id) == f"job {job_id}: failed"
+    _, message, event = await failure(context, job_id)
+    assert message is not None and "'nothing-here'" in message, message
+    for said in (message, event):
+        assert str(context.settings.home) not in said, said
+
+
 async def test_the_worker_reads_a_hub_id_from_the_hub_cache_only(context, tmp_path, monkeypatch):
     """A base_model shaped like a hub id is never a folder of the worker's directory: with
     a loadable model in `tests` and `org/model` there, each fails word for word as a hub id

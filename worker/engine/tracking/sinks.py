@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,7 +20,7 @@ from kernel.progress import JobProgress, ProgressBars
 from kernel.samples import KeptSample
 from kernel.spec import JobSpec
 from kernel.summary import SUMMARY_METRICS, FirstLast, JobSummary, summarize
-from kernel.team_view import masked_spec, weights_name
+from kernel.team_view import in_team_words, masked_spec, weights_name
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,22 @@ def eval_line(step: int, metrics: dict[str, float]) -> str | None:
     return f"eval after {step} steps | " + " | ".join(
         f"{name} {value:.4f}" for name, value in shown.items()
     )
+
+
+class InTeamWords(FanOut):
+    """A sink that hears the run say paths as the team wrote them: trackers get the spec as
+    stored (a relative `teacher.model_path` as written, not the data-root folder the worker
+    resolved it to), and events name each resolved path of `words` in the team's words."""
+
+    def __init__(self, sink: Sink, written: JobSpec, words: dict[str, str]) -> None:
+        super().__init__(sink)
+        self.written, self.words = written, words
+
+    def start(self, info: RunInfo) -> None:
+        super().start(replace(info, spec=self.written))
+
+    def event(self, level: str, message: str, data: dict[str, Any] | None = None) -> None:
+        super().event(level, in_team_words(message, self.words), in_team_words(data, self.words))
 
 
 class ConsoleSink(Sink):

@@ -48,15 +48,16 @@ class Converter:
 def test_a_gguf_is_converted_once_into_a_folder_named_by_its_sha256(gguf, tmp_path):
     cache, convert, notes = tmp_path / "cache", Converter(), []
 
-    first = converted(gguf, cache, lambda message, data: notes.append(message), convert)
-    again = converted(gguf, cache, lambda message, data: notes.append(message), convert)
+    first = converted(gguf, cache, lambda *said: notes.append(said), convert)
+    again = converted(gguf, cache, lambda *said: notes.append(said), convert)
 
     assert first == again == cache / f"gguf-{hashlib.sha256(CONTENT).hexdigest()}"
     assert len(convert.calls) == 1
     assert (first / "model.safetensors").read_bytes() == b"half of the weights and the rest"
     assert len(notes) == 2, notes
-    assert notes[0].startswith("Converting model.Q4_1.gguf (0 MB) into a Hugging Face folder")
-    assert notes[1].startswith("Converted model.Q4_1.gguf in ")
+    assert notes[0][0].startswith("Converting model.Q4_1.gguf (0 MB) into a Hugging Face folder")
+    assert notes[1][0].startswith("Converted model.Q4_1.gguf in ")
+    assert str(tmp_path) not in repr(notes), "the team reads these: no folder of the workers'"
     assert not [p for p in cache.iterdir() if ".tmp-" in p.name]
 
 

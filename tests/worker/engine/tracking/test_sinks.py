@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.jobs.weight_paths import written_paths
 from kernel.spec import JobSpec
-from worker.engine.tracking.sinks import JsonlSink, RunInfo, SwanLabSink
+from tests.fakes.sinks import RecordingSink
+from worker.engine.tracking.sinks import InTeamWords, JsonlSink, RunInfo, SwanLabSink
 
 SPEC = JobSpec.model_validate(
     {
@@ -64,3 +66,21 @@ def test_swanlab_in_the_service_gets_no_worker_folder(tmp_path: Path):
     written = b"".join(path.read_bytes() for path in run.rglob("*") if path.is_file())
     assert b"/srv/" not in written
     assert b"job-7/weights/job-7" in written and b"job-3/weights/s" in written
+
+
+def test_in_team_words_gives_trackers_the_spec_and_events_the_paths_as_written():
+    """What a relative `teacher.model_path` resolved to is said as the team wrote it: the
+    trackers' spec is the stored one, and events name the folder in the team's words."""
+
+    def taught(path: str) -> JobSpec:
+        return SPEC.with_teacher("teacher", SPEC.teacher.model_copy(update={"model_path": path}))
+
+    written, loaded = taught("m/t"), taught("/h/d/m/t")
+    heard = RecordingSink()
+    sink = InTeamWords(heard, written, written_paths(written, loaded))
+
+    sink.start(RunInfo(spec=loaded, dataset_size=1))
+    sink.event("info", "loading /h/d/m/t", {"nested": ["/h/d/m/t/adapter"], "n": 1})
+
+    assert heard.info is not None and heard.info.spec.teacher.model_path == "m/t"
+    assert heard.events == [("info", "loading m/t", {"nested": ["m/t/adapter"], "n": 1})]

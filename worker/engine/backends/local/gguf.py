@@ -16,6 +16,7 @@ import copy
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import time
@@ -30,6 +31,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from kernel.errors import OPDError
+
+log = logging.getLogger(__name__)
 
 GGUF_SUFFIX = ".gguf"
 CACHE_ENV = "OPD_MODEL_CACHE"
@@ -94,10 +97,13 @@ def converted(gguf: Path, cache: Path, note: Note = quiet, convert: Convert | No
         for stale in cache.glob(f".gguf-{digest}.tmp-*"):  # a converter that died
             shutil.rmtree(stale, ignore_errors=True)
         size_mb = gguf.stat().st_size / 1e6
-        data = {"file": str(gguf), "sha256": digest, "cache": str(folder)}
+        # The team reads the note (a job's events): the file by its name, no folder of
+        # the workers' (the cache's goes to the operator's log).
+        data = {"file": gguf.name, "sha256": digest}
+        log.info("converting %s into %s", gguf, folder)
         note(
             f"Converting {gguf.name} ({size_mb:.0f} MB) into a Hugging Face folder, once: "
-            f"later loads read {folder}",
+            "later loads read it from the workers' model cache",
             data,
         )
         started = time.monotonic()
