@@ -194,26 +194,29 @@ async def release(session: AsyncSession, claim_id: int) -> None:
         log.warning("could not end file claim %s; it expires by itself", claim_id, exc_info=True)
 
 
+async def renew(session: AsyncSession, claim_id: int) -> None:
+    """Extend the claim's lease (the caller commits)."""
+    await session.execute(
+        update(FileClaim).where(FileClaim.id == claim_id).values(expires_at=lease(utcnow()))
+    )
+
+
 @asynccontextmanager
 async def renewed(session: AsyncSession, claim_id: int) -> AsyncIterator[None]:
     """Keep the claim alive while the block runs (in sessions of its own: the request's is
     the block's), RENEW_SECONDS apart."""
 
-    async def renew() -> None:
+    async def renew_often() -> None:
         while True:
             await asyncio.sleep(RENEW_SECONDS)
             try:
                 async with AsyncSession(session.bind) as own:
-                    await own.execute(
-                        update(FileClaim)
-                        .where(FileClaim.id == claim_id)
-                        .values(expires_at=lease(utcnow()))
-                    )
+                    await renew(own, claim_id)
                     await own.commit()
             except Exception:  # a missed renewal: the next one tries again
                 log.warning("could not renew file claim %s", claim_id, exc_info=True)
 
-    task = asyncio.create_task(renew())
+    task = asyncio.create_task(renew_often())
     try:
         yield
     finally:

@@ -8,7 +8,7 @@ upload keeps nothing: its spool file is removed and nothing reaches the store or
 table; the refusal is audited. With an Idempotency-Key, the same request again answers
 with the file it made, and another request with that key is refused. Deleting a file
 removes its object once no file of the team has its bytes (whether an unfinished job
-reads it is app/jobs/uploads.py's to decide, before it calls `delete_file`).
+reads it is app/jobs/uploads.py's to decide, between `unlist_file` and `delete_file`).
 """
 
 from __future__ import annotations
@@ -279,6 +279,11 @@ async def store(
     team_id = claim.team_id
     spooled = await receiving.spooled(chunks)
     try:
+        # The same bytes' file, under the lock a delete holds (a write first: SQLite's one
+        # writer), kept until the answer is committed: a delete either ran first (this
+        # upload makes a new file) or waits (the file answered exists until then).
+        await claims.lock_team_files(session, team_id)
+        await claims.renew(session, claim.id)
         existing = await same_upload(
             session, team_id, spooled.sha256, upload.field, upload.answer_field
         )
@@ -355,15 +360,23 @@ async def audit_refusal(
     await record_audit(session, principal, "file.upload", None, refused.status, detail)
 
 
-async def delete_file(
-    session: AsyncSession, principal: Principal, storage: Storage, row: UploadedFile
-) -> None:
-    """Remove the file (audited); its object leaves the team's part of the store once the
-    delete is committed and no file of the team has its bytes (nor an upload under way
-    counts on them), and the shared layout's object once no file of any team has them."""
+async def unlist_file(session: AsyncSession, row: UploadedFile) -> None:
+    """Delete the file's row (flushed, not committed) under the team's files lock, so what
+    the caller checks next (the jobs that read it) is what the delete commits against: an
+    upload of the same bytes or a job's admission waits for it (on SQLite the write comes
+    first, taking the one writer's place)."""
     await claims.lock_team_files(session, row.team_id)
     await session.delete(await session.merge(row))
     await session.flush()
+
+
+async def delete_file(
+    session: AsyncSession, principal: Principal, storage: Storage, row: UploadedFile
+) -> None:
+    """Remove the file `unlist_file` unlisted (audited); its object leaves the team's part of
+    the store once the delete is committed and no file of the team has its bytes (nor an
+    upload under way counts on them), and the shared layout's object once no file of any
+    team has them."""
     lease = DELETE_LEASE_SECONDS + 2 * storage.retry_seconds
     deleting = await claims.claim_deletion(session, row.team_id, row.sha256, lease)
     unshared = deleting is not None and not await content_used(session, row.sha256)

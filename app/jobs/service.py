@@ -19,10 +19,12 @@ from app.core.queue import JobQueue
 from app.core.tables import utcnow
 from app.jobs.admission import admit
 from app.jobs.dispatch import enqueue_job
+from app.jobs.errors import SpecNotFound
 from app.jobs.limits import Limits, QueueFull
 from app.jobs.places import waiting_reason
 from app.jobs.schemas import JobPublic, JobStatus, QueuePlace
 from app.jobs.store import ActionResult, create_job
+from app.jobs.uploads import files_kept
 from app.jobs.workers import read_board
 from kernel.spec import JobSpec
 
@@ -63,6 +65,11 @@ async def submit_spec(
         await record_audit(session, principal, "job.create", None, 429, detail)
         raise
     if result.changed:
+        try:
+            await files_kept(session, principal.team_id, spec)
+        except SpecNotFound:
+            await session.rollback()
+            raise
         target = f"job {result.job.id}"
         await record_audit(session, principal, "job.create", target, door.status_code, door.detail)
         await enqueue_job(session, queue, result.job.id)

@@ -15,9 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import Principal
 from app.core.config import Settings
+from app.files.claims import lock_team_files
 from app.files.errors import FileInUse, FileNotFound
 from app.files.schemas import public_id, row_id
-from app.files.service import delete_file
+from app.files.service import delete_file, unlist_file
 from app.files.store import get_file
 from app.files.tables import UploadedFile
 from app.jobs.errors import SpecNotFound, SpecRefused
@@ -38,17 +39,36 @@ async def fill_files(
             continue
         if dataset.blob is not None:
             raise SpecRefused(f"{at}.blob", "is filled by the service from file")
-        try:
-            row = await get_file(session, row_id(dataset.file), team_id)
-        except FileNotFound:
-            raise SpecNotFound(
-                f"{at}.file", f"{dataset.file} is not one of your team's files"
-            ) from None
+        row = await team_file(session, team_id, at, dataset)
         filled = resolved(at, dataset, row)
         if at != "eval.dataset" and spec.eval is not None and spec.eval.holdout:
             check_holdout(spec.eval.holdout, filled, row)
         spec = spec.with_dataset(at, filled)
     return spec
+
+
+async def team_file(
+    session: AsyncSession, team_id: int, at: str, dataset: FileDataset
+) -> UploadedFile:
+    """The team's file the dataset at `at` names; SpecNotFound naming its field."""
+    assert dataset.file is not None
+    try:
+        return await get_file(session, row_id(dataset.file), team_id)
+    except FileNotFound:
+        raise SpecNotFound(
+            f"{at}.file", f"{dataset.file} is not one of your team's files"
+        ) from None
+
+
+async def files_kept(session: AsyncSession, team_id: int, spec: JobSpec) -> None:
+    """After the job's row is written (SQLite's one writer held), under the team's files
+    lock a delete takes: each file the spec reads is still there. A delete racing the
+    submission either ran first (this SpecNotFound, the caller rolls back) or finds the
+    job (its 409)."""
+    await lock_team_files(session, team_id)
+    for at, dataset in spec.file_datasets():
+        if dataset.file is not None:
+            await team_file(session, team_id, at, dataset)
 
 
 def check_holdout(holdout: int, dataset: FileDataset, row: UploadedFile) -> None:
@@ -116,7 +136,9 @@ async def remove_file(
 ) -> None:
     """Delete the caller's file; FileInUse while an unfinished job of its team reads it."""
     row = await get_file(session, file_id, principal.scope)
+    await unlist_file(session, row)  # under the lock admission takes (files_kept)
     if readers := await jobs_reading(session, row.team_id, file_id):
+        await session.rollback()
         named = ", ".join(f"job {job_id}" for job_id in readers[:10])
         raise FileInUse(
             f"{public_id(file_id)} is read by unfinished jobs ({named}); delete it once they end"

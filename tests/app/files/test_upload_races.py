@@ -21,7 +21,7 @@ from app.core.storage import storage_of
 from app.core.tables import utcnow
 from app.files.tables import FileClaim
 from kernel.storage.blobs import Storage
-from tests.app.conftest import auth, serve
+from tests.app.conftest import auth, serve, small_spec
 from tests.app.files.conftest import QUOTA, objects, sized_jsonl, spooled, unique_jsonl, upload
 
 SIZE = 1400
@@ -245,3 +245,61 @@ async def test_content_whose_object_is_gone_is_an_error_not_an_empty_200(setting
     assert answer.status_code == 410, (answer.status_code, answer.content)
     error = answer.json()["error"]
     assert error["code"] == "content_missing" and file["id"] in error["message"]
+
+
+def pause_in_delete(monkeypatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """A delete stops once its row is unlisted (not yet committed), before it looks for
+    the jobs that read the file, until `go` is set; `reached` is set when it gets there."""
+    import app.jobs.uploads as uploads
+
+    reached, go, real = asyncio.Event(), asyncio.Event(), uploads.jobs_reading
+
+    async def paused(*args: Any) -> Any:
+        reached.set()
+        await go.wait()
+        return await real(*args)
+
+    monkeypatch.setattr(uploads, "jobs_reading", paused)
+    return reached, go
+
+
+async def test_an_upload_of_the_bytes_a_delete_is_removing_answers_a_file_that_exists(
+    settings, key, monkeypatch
+):
+    """The upload finds the same bytes' file under the lock the delete holds: it waits, and
+    makes a new file, instead of answering 200 with the file the delete then removes."""
+    data = unique_jsonl()
+    async with serve(settings, raising=False) as client:
+        first = (await upload(client, key, data)).json()["id"]
+        unlisted, go = pause_in_delete(monkeypatch)
+        deletion = asyncio.create_task(client.delete(f"/v1/files/{first}", headers=auth(key)))
+        await unlisted.wait()
+        again = asyncio.create_task(upload(client, key, data))
+        await asyncio.sleep(0.5)  # the upload reaches the lock (or its answer, unlocked)
+        go.set()
+        assert (await deletion).status_code == 204
+        answer = await again
+        assert answer.status_code == 201, answer.text  # a new file, not the one deleted
+        assert await content_of(client, key, answer.json()["id"]) == (200, data)
+
+
+async def test_a_job_submitted_while_its_file_is_deleted_is_refused_or_refuses_the_delete(
+    settings, key, monkeypatch
+):
+    """Admission checks the file again under the lock the delete holds, once the job's row
+    is written: the delete ran first, so the job is the 404 of a file that is not there
+    (not a 201 whose job then fails `dataset_unavailable`)."""
+    async with serve(settings, raising=False) as client:
+        file_id = (await upload(client, key, unique_jsonl())).json()["id"]
+        unlisted, go = pause_in_delete(monkeypatch)
+        deletion = asyncio.create_task(client.delete(f"/v1/files/{file_id}", headers=auth(key)))
+        await unlisted.wait()
+        spec = small_spec(dataset={"source": "file", "file": file_id})
+        submitted = asyncio.create_task(client.post("/v1/jobs", json=spec, headers=auth(key)))
+        await asyncio.sleep(0.5)  # admission reaches the lock (or commits, unlocked)
+        go.set()
+        deleted, job = await deletion, await submitted
+        assert (deleted.status_code, job.status_code) == (204, 404), job.text
+        assert job.json()["error"]["param"] == "dataset.file"
+        listed = await client.get("/v1/jobs", headers=auth(key))
+        assert listed.json()["data"] == [], "nothing was stored"
