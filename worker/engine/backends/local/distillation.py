@@ -378,15 +378,21 @@ def accumulate(
                 )
             ours = student_classes(student_bytes(), logprobs, kept)
             value, mass = divergence(ours, theirs, objective)
-            first = student_bytes().first.to(device)[targets[span]].unsqueeze(-1)
+            classes = student_bytes()
+            first = classes.first.to(device)[targets[span]].unsqueeze(-1)
             kind = torch.where(kept.gather(-1, first), first, REST)
             chosen = logprobs.detach().gather(-1, targets[span].unsqueeze(-1)).squeeze(-1)
             # The reverse KL over tokens is the one over their classes plus, in the class of
             # the sampled token, the sampled token's share of it: its log-ratio to its class
-            # on each side (the teacher's from the chain rule's logprob of its bytes).
-            within = (chosen - ours.detach().gather(-1, kind).squeeze(-1)) - (
-                side.mapped[chunk] - theirs.gather(-1, kind).squeeze(-1)
+            # on each side (the teacher's from the chain rule's logprob of its bytes; none
+            # for a token that is its class's one byte, where the two logprobs are one
+            # probability computed two ways). REST folds classes together: no share there.
+            theirs_share = side.mapped[chunk] - theirs.gather(-1, kind).squeeze(-1)
+            whole = classes.whole.to(device)[targets[span]]
+            within = (chosen - ours.detach().gather(-1, kind).squeeze(-1)) - torch.where(
+                whole, 0.0, theirs_share
             )
+            within = within.masked_fill(kind.squeeze(-1) == REST, 0.0)
             teacher_picked[span] = side.mapped[chunk]
             valid = side.valid[chunk]
             train(span, value * valid, mass, logprobs, -coef * within * valid)

@@ -47,6 +47,9 @@ class ByteClasses:
         self.first = torch.tensor(
             [END if i in ends else piece[0] if piece else REST for i, piece in enumerate(pieces)]
         )
+        self.whole = torch.tensor([len(piece) <= 1 or i in ends for i, piece in enumerate(pieces)])
+        """Whether a token is all of its class's text (one byte, an end): where a teacher's
+        logprob of its bytes is its class's, so its share of the class is none."""
         self.after: dict[bytes, tuple[Tensor, Tensor]] = {}
 
     def following(self, written: bytes) -> tuple[Tensor, Tensor]:
