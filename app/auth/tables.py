@@ -8,13 +8,14 @@ from sqlalchemy import (
 from sqlmodel import Field, SQLModel
 
 from app.auth.schemas import Scope
-from app.core.tables import optional_timestamp, timestamp
+from app.core.tables import NEVER_REUSED, optional_timestamp, timestamp
 
 
 class Team(SQLModel, table=True):
     """A team; its limits override the service-wide defaults (None = the default)."""
 
     __tablename__ = "teams"
+    __table_args__ = (NEVER_REUSED,)
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(sa_type=String(200), unique=True)
@@ -27,6 +28,7 @@ class ApiKey(SQLModel, table=True):
     """Only the key's SHA-256 is stored; `prefix` names the key in listings and logs."""
 
     __tablename__ = "api_keys"
+    __table_args__ = (NEVER_REUSED,)
 
     id: int | None = Field(default=None, primary_key=True)
     team_id: int = Field(foreign_key="teams.id", index=True)

@@ -24,6 +24,12 @@ SQLModel.metadata.naming_convention = {
 }
 
 
+NEVER_REUSED: dict[str, Any] = {"sqlite_autoincrement": True}
+"""The options of a table whose ids a team names (a job, a file, a key...): SQLite's
+AUTOINCREMENT, so a deleted row's id is never given to another row (a clone naming
+file-13 must not read other bytes); Postgres's sequences never go back anyway."""
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Index, String, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
-from app.core.tables import timestamp
+from app.core.tables import NEVER_REUSED, timestamp
 from app.files.schemas import DEFAULT_PURPOSE, MAX_PURPOSE_CHARS
 
 
@@ -18,6 +18,7 @@ class UploadedFile(SQLModel, table=True):
         Index("ix_files_team_id_id", "team_id", "id"),
         Index("ix_files_sha256", "sha256"),
         UniqueConstraint("team_id", "idempotency_key", name="uq_files_team_id_idempotency_key"),
+        NEVER_REUSED,
     )
 
     id: int | None = Field(default=None, primary_key=True)

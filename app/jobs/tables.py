@@ -13,7 +13,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-from app.core.tables import optional_timestamp, timestamp
+from app.core.tables import NEVER_REUSED, optional_timestamp, timestamp
 from app.jobs.schemas import JobStatus, JobUsage
 from kernel.summary import JobSummary, summary_of_ends
 
@@ -26,6 +26,7 @@ class Job(SQLModel, table=True):
         Index("ix_jobs_team_id_id", "team_id", "id"),
         Index("ix_jobs_team_id_status_id", "team_id", "status", "id"),
         Index("ix_jobs_status", "status"),
+        NEVER_REUSED,
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -71,6 +71,25 @@ async def files_kept(session: AsyncSession, team_id: int, spec: JobSpec) -> None
             await team_file(session, team_id, at, dataset)
 
 
+async def check_same_bytes(session: AsyncSession, team_id: int, job: Job, spec: JobSpec) -> None:
+    """A clone of `job` reads the bytes it trained on: each of `spec`'s datasets naming
+    the file the job's dataset there named must still hold the object the job read
+    (`blob`), else SpecRefused: a file's id never names other bytes (ids are never reused
+    and a file is never rewritten), and this keeps it so for the clone whatever happens."""
+    trained = {at: d for at, d in stored_spec(job.spec).file_datasets() if d.blob is not None}
+    for at, dataset in spec.file_datasets():
+        before = trained.get(at)
+        if before is None or dataset.file != before.file:
+            continue
+        row = await team_file(session, team_id, at, dataset)
+        if f"{row.sha256}.{row.format}" != before.blob:
+            raise SpecRefused(
+                f"{at}.file",
+                f"{dataset.file} holds other bytes than job {job.id} trained on: name the "
+                "file to read in the patch",
+            )
+
+
 def check_holdout(holdout: int, dataset: FileDataset, row: UploadedFile) -> None:
     """The worker draws `eval.holdout` prompts from the rows outside the training pool
     (`sample_size` of them, else every row): refused now where the file's rows cannot give

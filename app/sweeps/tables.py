@@ -12,7 +12,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-from app.core.tables import optional_timestamp, timestamp
+from app.core.tables import NEVER_REUSED, optional_timestamp, timestamp
 from app.sweeps.schemas import SweepStatus
 
 
@@ -25,6 +25,7 @@ class Sweep(SQLModel, table=True):
         Index("ix_sweeps_team_id_id", "team_id", "id"),
         Index("ix_sweeps_status", "status"),
         UniqueConstraint("team_id", "idempotency_key", name="uq_sweeps_team_idempotency_key"),
+        NEVER_REUSED,
     )
 
     id: int | None = Field(default=None, primary_key=True)

@@ -11,7 +11,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-from app.core.tables import optional_timestamp, timestamp
+from app.core.tables import NEVER_REUSED, optional_timestamp, timestamp
 from app.webhooks.schemas import DeliveryStatus
 
 
@@ -20,7 +20,7 @@ class Webhook(SQLModel, table=True):
     encrypted (app/core/encryption.py)."""
 
     __tablename__ = "webhooks"
-    __table_args__ = (Index("ix_webhooks_team_id", "team_id"),)
+    __table_args__ = (Index("ix_webhooks_team_id", "team_id"), NEVER_REUSED)
 
     id: int | None = Field(default=None, primary_key=True)
     team_id: int = Field(foreign_key="teams.id")
@@ -40,6 +40,7 @@ class WebhookDelivery(SQLModel, table=True):
     __table_args__ = (
         Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
         Index("ix_webhook_deliveries_webhook_id_id", "webhook_id", "id"),
+        NEVER_REUSED,
     )
 
     id: int | None = Field(default=None, primary_key=True)

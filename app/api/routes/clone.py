@@ -11,6 +11,7 @@ from app.api.errors import ApiError, error_responses
 from app.api.routes.jobs import SUBMIT_RESPONSES, IdempotencyKey, SubmitterDep
 from app.jobs.continuation import editable
 from app.jobs.schemas import JobPublic
+from app.jobs.uploads import check_same_bytes
 from kernel.merge_patch import merge_patch
 from kernel.spec import SpecError, parse_spec
 
@@ -50,5 +51,6 @@ async def clone_job(
     except SpecError as error:
         param = error.problems[0][0] if error.problems else None
         raise ApiError(422, "invalid_request", str(error), param) from None
+    await check_same_bytes(submitter.session, submitter.principal.team_id, job, spec)
     route = f"POST /v1/jobs/{job.id}/clone"
     return await submitter.submit(spec, idempotency_key, route, patch)

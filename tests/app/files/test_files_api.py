@@ -262,6 +262,44 @@ async def test_a_file_an_unfinished_job_reads_is_kept_until_the_job_ends(
     assert objects(settings) == []
 
 
+async def test_a_deleted_files_id_is_never_given_again_so_a_clone_reads_no_other_bytes(client, key):
+    """Issue 47 item 10: on SQLite the next upload took the deleted last file's id, and a
+    clone of the job that trained on it read the other bytes."""
+    file_id = (await upload(client, key, unique_jsonl())).json()["id"]
+    job = (await client.post("/v1/jobs", json=file_spec(file_id), headers=auth(key))).json()
+    await client.post(f"/v1/jobs/{job['id']}/cancel", headers=auth(key))
+    assert (await client.delete(f"/v1/files/{file_id}", headers=auth(key))).status_code == 204
+    other = (await upload(client, key, unique_jsonl())).json()["id"]
+    assert row_id(other) > row_id(file_id)
+
+    clone = await client.post(f"/v1/jobs/{job['id']}/clone", json={}, headers=auth(key))
+    assert (clone.status_code, clone.json()["error"]["param"]) == (404, "dataset.file")
+
+
+async def test_a_clone_reads_the_bytes_its_job_trained_on_or_is_refused(client, key, sessions):
+    file = (await upload(client, key, unique_jsonl())).json()
+    job = (await client.post("/v1/jobs", json=file_spec(file["id"]), headers=auth(key))).json()
+    async with sessions() as session:  # what no door does: the row names other bytes
+        await session.execute(
+            update(UploadedFile)
+            .where(UploadedFile.id == row_id(file["id"]))
+            .values(sha256="0" * 64)
+        )
+        await session.commit()
+
+    clone = await client.post(f"/v1/jobs/{job['id']}/clone", json={}, headers=auth(key))
+    assert (clone.status_code, clone.json()["error"]["param"]) == (422, "dataset.file")
+    assert f"other bytes than job {job['id']} trained on" in clone.json()["error"]["message"]
+    other = (await upload(client, key, unique_jsonl())).json()["id"]
+    patched = {"dataset": {"file": other}}
+    moved = await client.post(f"/v1/jobs/{job['id']}/clone", json=patched, headers=auth(key))
+    assert moved.status_code == 201, moved.text
+
+
+def file_spec(file_id: str) -> dict[str, Any]:
+    return small_spec(dataset={"source": "file", "file": file_id})
+
+
 async def test_each_team_stores_its_own_copy_so_none_learns_what_another_holds(
     client, key, make_key, settings
 ):
