@@ -5,7 +5,7 @@ database commands, the migrations)."""
 
 from app.audit.tables import AuditEntry
 from app.auth.tables import ApiKey, Team
-from app.budgets.tables import TeamBudget
+from app.budgets.tables import BudgetHold, TeamBudget
 from app.core.tables import SQLModel
 from app.curves.tables import MetricSummary, StepMetric
 from app.files.tables import FileClaim, UploadedFile
@@ -18,11 +18,10 @@ from app.usage.tables import TeamSpendDay, UsageDay
 from app.webhooks.tables import Webhook, WebhookAttempt, WebhookDelivery
 
 __all__ = [
-    "METADATA", "ApiKey", "AuditEntry", "Checkpoint", "Event", "Feedback", "FileClaim", "Job",
-    "MetricSummary", "MlflowEnding", "Replay", "Sample", "StepMetric", "StoredCompletion", "Sweep",
-    "SweepRung", "Team",
-    "TeamBudget", "TeamSpendDay", "UploadedFile", "UsageDay", "Webhook", "WebhookAttempt",
-    "WebhookDelivery",
+    "METADATA", "ApiKey", "AuditEntry", "BudgetHold", "Checkpoint", "Event", "Feedback",
+    "FileClaim", "Job", "MetricSummary", "MlflowEnding", "Replay", "Sample", "StepMetric",
+    "StoredCompletion", "Sweep", "SweepRung", "Team", "TeamBudget", "TeamSpendDay", "UploadedFile",
+    "UsageDay", "Webhook", "WebhookAttempt", "WebhookDelivery",
 ]  # fmt: skip
 
 METADATA = SQLModel.metadata

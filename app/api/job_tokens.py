@@ -49,4 +49,6 @@ async def job_principal(request: Request, session: AsyncSession, token: str) -> 
     ).scalar_one_or_none()
     if team is None:
         raise unauthorized("the job token's job is not running")
-    return Principal(claims.team_id, Scope.submit, f"job-{claims.job_id}", team_name=team)
+    return Principal(
+        claims.team_id, Scope.submit, f"job-{claims.job_id}", team_name=team, job_id=claims.job_id
+    )

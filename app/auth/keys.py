@@ -34,6 +34,8 @@ class Principal:
     key_prefix: str | None = None
     expires_at: datetime | None = None
     team_name: str = ""
+    job_id: int | None = None
+    """A job token's job: a worker scoring for it (app/auth/job_tokens.py)."""
 
     @property
     def is_admin(self) -> bool:

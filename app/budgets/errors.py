@@ -8,10 +8,13 @@ from app.budgets.rules import Limit, Spend, exceeded_message
 
 
 class BudgetExceeded(Exception):
-    """The team reached its hard limit this period: nothing more may start (a 429)."""
+    """The team reached its hard limit this period, or a request's most does not fit what
+    is left (`why` says so): nothing more may start (a 429)."""
 
-    def __init__(self, team: str, limit: Limit, spend: Spend, ends: datetime) -> None:
-        super().__init__(exceeded_message(team, limit, spend, ends))
+    def __init__(
+        self, team: str, limit: Limit, spend: Spend, ends: datetime, why: str | None = None
+    ) -> None:
+        super().__init__(why or exceeded_message(team, limit, spend, ends))
         self.team, self.limit, self.spend, self.ends = team, limit, spend, ends
 
     def retry_after(self, now: datetime) -> int:

@@ -56,11 +56,6 @@ UNKNOWN_EVAL_PROMPTS = 100
 """Eval prompts of an eval dataset whose size the spec does not fix."""
 
 
-def readers(spec: JobSpec) -> int:
-    """Teachers that score each completion: every one of a mixture, else one."""
-    return len(spec.teacher_specs()) if spec.teacher_mixture == "mixture" else 1
-
-
 def prompt_count(dataset: Any) -> int | None:
     """How many prompts a dataset holds, where its spec says."""
     for field in ("prompts", "sample_size", "count"):
@@ -88,7 +83,7 @@ def shape_of(spec: JobSpec) -> Shape:
     return Shape(
         steps=loop.steps,
         completions_per_step=loop.batch_size * loop.group_size,
-        readers=readers(spec),
+        readers=spec.readers(),
         evals=eval_boundaries(loop.steps, spec.eval.every) if spec.eval else 0,
         eval_completions=prompts * samples,
         baseline=bool(spec.eval and spec.eval.teacher_baseline),

@@ -67,6 +67,15 @@ class Spend:
     unpriced_tokens: int = 0
 
 
+def plus(spend: Spend, more: Spend) -> Spend:
+    """Two spends added up (what was spent and what requests under way hold)."""
+    return Spend(
+        spend.tokens + more.tokens,
+        spend.cost + more.cost,
+        spend.unpriced_tokens + more.unpriced_tokens,
+    )
+
+
 def used(limit: Limit, spend: Spend) -> float:
     """What the budget counts of `spend`: its tokens or its cost."""
     return float(spend.tokens) if limit.tokens is not None else spend.cost
@@ -85,6 +94,19 @@ def past_soft(limit: Limit, spend: Spend) -> bool:
 def left(limit: Limit, spend: Spend) -> float:
     """What the team may still spend this period (0 once the limit is reached)."""
     return max(limit.amount - used(limit, spend), 0.0)
+
+
+def asked_message(team: str, limit: Limit, spend: Spend, held: Spend, asked: Spend) -> str:
+    """Why a request that may spend `asked` does not fit what is left."""
+    holding = f" ({amount_text(limit, used(limit, held))} held by requests under way)"
+    return (
+        f"this request may use up to {amount_text(limit, used(limit, asked))} (its prompts "
+        f"x n x models x (prompt + max_tokens)); team {team!r} has "
+        f"{amount_text(limit, left(limit, plus(spend, held)))} left of its "
+        f"{amount_text(limit, limit.amount)} budget this {limit.period.value}"
+        f"{holding if used(limit, held) else ''}: ask for fewer tokens, or wait for the "
+        "requests under way, or for an admin to raise it"
+    )
 
 
 def amount_text(limit: Limit, value: float) -> str:

@@ -75,7 +75,13 @@ class BudgetPublic(BaseModel):
     period_end: datetime = Field(description="When it ends and the next starts from nothing.")
     spent: SpendPublic = Field(description="This period so far.")
     used: float = Field(description="What the budget counts of `spent`: tokens or cost.")
-    left: float = Field(description="What the team may still spend this period.")
+    held: float = Field(
+        description="What requests under way hold of it (each completion's most, until its "
+        "usage is recorded), in the budget's unit."
+    )
+    left: float = Field(
+        description="What the team may still spend this period: less `used` and `held`."
+    )
     fraction: float = Field(description="used / budget.")
     state: Literal["ok", "soft", "exhausted"] = Field(
         description="`soft`: past the soft share; `exhausted`: at the hard limit, so "

@@ -9,13 +9,17 @@ state the next check completes.
 A team never spends more than its limit plus one step per running job: a worker waits
 for its step's record and this check before it takes the next step
 (worker/service/db_sink.py), so a job starts a step only while its team is under the
-limit as recorded, and every step before it is recorded.
+limit as recorded, and every step before it is recorded. A request served from a job's
+weights (a completion, a playground call) spends nothing past it: it holds its most
+before it starts (`hold_spending`, under the team's lock, so two API processes cannot
+both take what is left), and its usage replaces the hold once recorded.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import date, datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -28,25 +32,32 @@ from app.budgets.rules import (
     Limit,
     Spend,
     amount_text,
+    asked_message,
     exceeded_message,
     exhausted,
     left,
     past_soft,
     period_end,
     period_of,
+    plus,
     used,
 )
 from app.budgets.schemas import BudgetPublic, BudgetUpdate, SpendDay, SpendPublic
 from app.budgets.store import (
+    add_hold,
+    budget_of,
     delete_budget,
+    drop_hold,
+    holds_of,
     limit_of,
     mark_warned,
+    priced,
     put_budget,
     spend_by_day,
     total,
 )
 from app.budgets.tables import TeamBudget
-from app.core.db import detach
+from app.core.db import detach, lock_team
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
 from app.jobs.dispatch import enqueue_job
@@ -54,13 +65,17 @@ from app.jobs.schemas import JobAction, JobStatus
 from app.jobs.store import compare_and_set
 from app.jobs.tables import Job
 from app.jobs.transitions import Plan
-from app.usage.store import models_of
+from app.usage.store import PricedModels, models_of
 from app.webhooks.outbox import add_deliveries
 from app.webhooks.schemas import WebhookEvent
 from kernel.spec import JobSpec
 
 MAX_JOBS_A_PASS = 1000
 """Jobs one pass pauses or resumes for a team; the next pass takes the rest."""
+LOCKS = 47_004
+"""The first key of the budgets' advisory locks (the second: the team)."""
+HOLD_MARGIN_SECONDS = 60
+"""How long a hold outlives its request's wait: past it, a process that died holds nothing."""
 
 
 @dataclass(frozen=True)
@@ -73,14 +88,21 @@ class Standing:
     start: date
     end: datetime
     days: dict[date, Spend]
+    held: Spend = field(default_factory=Spend)
+    """What requests under way hold (their most), not yet spent."""
 
     @property
     def spend(self) -> Spend:
         return total(self.days)
 
     @property
+    def committed(self) -> Spend:
+        """What was spent and what requests under way hold."""
+        return plus(self.spend, self.held)
+
+    @property
     def exhausted(self) -> bool:
-        return exhausted(self.limit, self.spend)
+        return exhausted(self.limit, self.committed)
 
     def figures(self) -> dict[str, Any]:
         """What a webhook event or a job's event says of it."""
@@ -115,7 +137,82 @@ async def standing(
     limit = limit_of(budget)
     start, end = period_of(limit.period, now)
     days = await spend_by_day(session, team_id, start, end, prices)
-    return Standing(team_id, name, limit, start, period_end(limit.period, now), days)
+    held = await holds_of(session, team_id, now)
+    return Standing(team_id, name, limit, start, period_end(limit.period, now), days, held)
+
+
+async def hold_spending(
+    session: AsyncSession,
+    team_id: int,
+    most: Mapping[str, int],
+    models: PricedModels,
+    prices: PriceTable,
+    now: datetime,
+    seconds: float,
+) -> int | None:
+    """Hold the most a request may spend (`most`: usage counters at the job's `models`)
+    before it starts, for its wait of `seconds` and a margin: under the team's lock
+    (Postgres; SQLite's one writer), so that requests racing in several API processes
+    never hold more than is left. BudgetExceeded when it does not fit beside what was
+    spent and what requests under way hold; None (nothing held) without a budget. The
+    hold's id goes to `settle` (where its usage is recorded) or `let_go`."""
+    await session.rollback()  # a transaction of its own, whose first write is the hold
+    if await budget_of(session, team_id) is None:
+        await session.rollback()
+        return None
+    await session.rollback()
+    asked = priced(prices, models, most)
+    hold_id = await add_hold(
+        session, team_id, asked, now + timedelta(seconds=seconds + HOLD_MARGIN_SECONDS), now
+    )
+    await lock_team(session, LOCKS, team_id)
+    found = await standing(session, team_id, prices, now)
+    if found is None:  # its budget was removed meanwhile
+        await session.rollback()
+        return None
+    if used(found.limit, found.committed) <= found.limit.amount:
+        await session.commit()
+        return hold_id
+    await session.rollback()
+    others = Spend(found.held.tokens - asked.tokens, found.held.cost - asked.cost)
+    why = (
+        None
+        if exhausted(found.limit, plus(found.spend, others))
+        else asked_message(found.team, found.limit, found.spend, others, asked)
+    )
+    raise BudgetExceeded(found.team, found.limit, found.spend, found.end, why)
+
+
+async def fits(
+    session: AsyncSession,
+    team_id: int,
+    counts: Mapping[str, int],
+    models: PricedModels,
+    prices: PriceTable,
+    now: datetime,
+) -> bool:
+    """Whether usage `counts` at `models` (a job's eval, a unit its worker starts as it
+    starts a step) fits what the team may still spend beside what requests hold."""
+    found = await standing(session, team_id, prices, now)
+    await session.rollback()
+    if found is None:
+        return True
+    asked = priced(prices, models, counts)
+    return used(found.limit, plus(found.committed, asked)) <= found.limit.amount
+
+
+async def settle(session: AsyncSession, hold_id: int | None) -> None:
+    """Let go of a hold in the caller's transaction, which records the request's usage."""
+    if hold_id is not None:
+        await drop_hold(session, hold_id)
+
+
+async def let_go(session: AsyncSession, hold_id: int | None) -> None:
+    """Let go of a hold whose request ended with nothing to record."""
+    if hold_id is not None:
+        await session.rollback()
+        await drop_hold(session, hold_id)
+        await session.commit()
 
 
 async def refuse_if_exhausted(
@@ -335,7 +432,8 @@ async def budget_public(
         period_end=found.end,
         spent=spend_public(spend, priced),
         used=used(limit, spend),
-        left=left(limit, spend),
+        held=used(limit, found.held),
+        left=left(limit, found.committed),
         fraction=used(limit, spend) / limit.amount,
         state=state,
         days=[

@@ -1,20 +1,22 @@
-"""Budgets and what a team spent, as the database holds them: the budget row, and the sum
-of the team's spend rows (app/usage/tables.py) over a period, priced."""
+"""Budgets and what a team spent, as the database holds them: the budget row, the sum of
+the team's spend rows (app/usage/tables.py) over a period, priced, and what its requests
+under way hold."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import date, datetime
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.tables import Team
-from app.budgets.rules import Limit, Period, Spend
-from app.budgets.tables import TeamBudget
+from app.budgets.rules import Limit, Period, Spend, plus
+from app.budgets.tables import BudgetHold, TeamBudget
 from app.core.db import insert_for
 from app.core.pricing import PriceTable
-from app.usage.store import COUNTERS
+from app.usage.store import COUNTERS, PricedModels
 from app.usage.tables import TeamSpendDay
 
 
@@ -91,15 +93,19 @@ async def spend_by_day(
     )
     days: dict[date, Spend] = defaultdict(Spend)
     for day, backend, student, teacher, *counts in rows:
-        tokens = sum(counts)
-        cost = prices.cost(backend, student, teacher, **dict(zip(PRICED, counts, strict=True)))
-        before = days[day]
-        days[day] = Spend(
-            before.tokens + tokens,
-            before.cost + (cost or 0.0),
-            before.unpriced_tokens + (tokens if cost is None else 0),
-        )
+        models = PricedModels(backend, student, teacher)
+        spent = priced(prices, models, dict(zip(COUNTERS, counts, strict=True)))
+        days[day] = plus(days[day], spent)
     return dict(days)
+
+
+def priced(prices: PriceTable, models: PricedModels, counts: Mapping[str, int]) -> Spend:
+    """Usage counters (COUNTERS' names) of one job's models as a budget counts them: their
+    tokens, their cost, and the tokens no price covers (they cost nothing)."""
+    tokens = sum(counts.values())
+    named = {name: counts.get(column, 0) for name, column in zip(PRICED, COUNTERS, strict=True)}
+    cost = prices.cost(*models, **named)
+    return Spend(tokens, cost or 0.0, tokens if cost is None else 0)
 
 
 PRICED = ("sampled", "teacher_tokens", "trained", "eval_tokens")
@@ -112,3 +118,36 @@ def total(days: dict[date, Spend]) -> Spend:
         sum(s.cost for s in days.values()),
         sum(s.unpriced_tokens for s in days.values()),
     )
+
+
+async def add_hold(
+    session: AsyncSession, team_id: int, held: Spend, expires_at: datetime, now: datetime
+) -> int:
+    """Hold `held` of the team's budget until `expires_at` (a write first: SQLite's one
+    writer is held from here), letting go of the team's expired holds."""
+    hold = BudgetHold(team_id=team_id, tokens=held.tokens, cost=held.cost, expires_at=expires_at)
+    session.add(hold)
+    await session.flush()
+    await session.execute(
+        delete(BudgetHold).where(BudgetHold.team_id == team_id, BudgetHold.expires_at <= now)
+    )
+    assert hold.id is not None
+    return hold.id
+
+
+async def holds_of(session: AsyncSession, team_id: int, now: datetime) -> Spend:
+    """What the team's requests under way hold (those not expired)."""
+    tokens, cost = (
+        await session.execute(
+            select(
+                func.coalesce(func.sum(BudgetHold.tokens), 0),
+                func.coalesce(func.sum(BudgetHold.cost), 0.0),
+            ).where(BudgetHold.team_id == team_id, BudgetHold.expires_at > now)
+        )
+    ).one()
+    return Spend(int(tokens), float(cost))
+
+
+async def drop_hold(session: AsyncSession, hold_id: int) -> None:
+    """Let go of a hold, in the caller's transaction (where its usage is recorded)."""
+    await session.execute(delete(BudgetHold).where(BudgetHold.id == hold_id))

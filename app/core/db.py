@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy import URL, Engine, create_engine, event, make_url, text
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -164,6 +164,16 @@ async def commit_or_flush(session: AsyncSession, commit: bool) -> None:
 
 
 T = TypeVar("T")
+
+
+async def lock_team(session: AsyncSession, space: int, team_id: int) -> None:
+    """Hold the team's lock of `space` (a feature's constant) until the transaction ends
+    (Postgres's advisory lock); SQLite has one writer, so the callers' first statement is
+    a write, which holds it."""
+    if (await session.connection()).dialect.name == "postgresql":
+        await session.execute(
+            text("SELECT pg_advisory_xact_lock(:space, :team)"), {"space": space, "team": team_id}
+        )
 
 
 def insert_for(dialect: str) -> Any:

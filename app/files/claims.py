@@ -26,9 +26,10 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, text, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.core.db import lock_team
 from app.core.tables import utcnow
 from app.files.errors import FileRefused, over_quota
 from app.files.store import team_bytes
@@ -48,12 +49,8 @@ LOCKS = 36_004
 
 
 async def lock_team_files(session: AsyncSession, team_id: int) -> None:
-    """Hold the lock of the team's files until the transaction ends (Postgres); SQLite has
-    one writer, and the callers' first statement is a write."""
-    if (await session.connection()).dialect.name == "postgresql":
-        await session.execute(
-            text("SELECT pg_advisory_xact_lock(:space, :team)"), {"space": LOCKS, "team": team_id}
-        )
+    """Hold the lock of the team's files until the transaction ends (app/core/db.py)."""
+    await lock_team(session, LOCKS, team_id)
 
 
 def lease(now: datetime, seconds: float = LEASE_SECONDS) -> datetime:

@@ -4,6 +4,12 @@ saved weights, handed to a worker as a short task with a deadline, and its answe
 back, with the database session closed while it waits (app/core/waits.py); then its tokens
 added to the job's usage, once. The API process never loads a model.
 
+Before it starts, a request holds the most it may spend against its team's budget
+(`most_usage`: each prompt's tokens and n completions of max_tokens, per model), and is
+refused when that does not fit what is left (app/budgets/service.py); its usage replaces
+the hold once recorded. A worker scoring for a job of the team (a job token) spends as
+that job: its steps record the tokens, and their budget check governs it.
+
 A request waits in as many of its team's places (app/core/waits.py) as it asks for
 completions (prompts x n x models), so that a list of 64 prompts counts as 64 requests do;
 one asking for more than a team may hold is refused at once, saying how to split it.
@@ -15,6 +21,8 @@ the first sending's task while it waits, or gets the answer it kept, and is bill
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,7 +32,8 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.budgets.service import refuse_if_exhausted
+from app.budgets.estimates import TEMPLATE_TOKENS, another_tokenizer, per_student_token
+from app.budgets.service import hold_spending, let_go, settle
 from app.core.config import Settings
 from app.core.idempotency import Idempotency, IdempotencyMismatch
 from app.core.pricing import PriceTable
@@ -40,7 +49,7 @@ from app.jobs.visibility import team_checkpoint
 from app.jobs.weight_paths import checked_weights, written_paths
 from app.playground.replays import Claim, claim, kept_first, release
 from app.playground.schemas import PlaygroundAnswer
-from app.usage.store import add_usage
+from app.usage.store import add_usage, models_of
 from kernel.playground import (
     Outcome,
     SampleAnswer,
@@ -49,7 +58,7 @@ from kernel.playground import (
     TaskFailure,
     missing_reference,
 )
-from kernel.spec import stored_spec
+from kernel.spec import JobSpec, stored_spec
 from kernel.team_view import in_team_words, masked_data, masked_text
 
 R = TypeVar("R", bound=BaseModel)
@@ -116,6 +125,40 @@ def answer_usage(answer: SampleAnswer) -> dict[str, int]:
     return {column: tokens for column, tokens in counts.items() if tokens}
 
 
+def prompt_most(request: SampleRequest, rate: float) -> int:
+    """The most tokens a model reads of the request's prompt: one a byte of its text (a
+    token holds a byte at least) and its chat template's; token ids as given, each `rate`
+    tokens of another tokenizer at most."""
+    template = int(TEMPLATE_TOKENS.high)
+    if request.prompt_token_ids is not None:
+        return math.ceil(len(request.prompt_token_ids) * rate) + template
+    text = request.model_dump(
+        include={"prompt", "messages", "tools", "text", "reference"}, exclude_none=True
+    )
+    return len(json.dumps(text, ensure_ascii=False).encode()) + template
+
+
+def most_usage(spec: JobSpec, requests: Sequence[SampleRequest]) -> dict[str, int]:
+    """The most `answer_usage` can count of the requests' answers: each model reads its
+    prompt and writes n completions of max_tokens, reads them again when it ranks their
+    tokens (`top_logprobs`), and a compared teacher reads each other completion after its
+    own prompt, in its own tokens."""
+    rate = 1.0 if another_tokenizer(spec) is None else per_student_token(spec).high
+    counts: Counter[str] = Counter()
+    for request in requests:
+        prompt = prompt_most(request, rate)
+        models = (request.model, *request.compare)
+        for model in models:
+            column = "teacher_tokens" if model == "teacher" else "sampled_tokens"
+            counts[column] += prompt + request.n * request.max_tokens
+            if request.top_logprobs:
+                counts[column] += request.n * (prompt + request.max_tokens)
+            if model != "teacher" and "teacher" in models:
+                scored = prompt + math.ceil(request.max_tokens * rate)
+                counts["teacher_tokens"] += request.n * scored
+    return dict(counts)
+
+
 def completions_asked(requests: Sequence[SampleRequest]) -> int:
     """The completions the requests (a door's prompts) ask for: each prompt's n per model."""
     return sum(request.n * (1 + len(request.compare)) for request in requests)
@@ -162,6 +205,10 @@ class Sampling:
     settings: Settings
     waits: Waits
     team_id: int
+    scoring: bool = False
+    """A worker scoring for a job of the team (a job token): its tokens are that job's
+    steps' (`usage/teacher_tokens`) and its budget that job's own step check, so the door
+    neither holds nor counts them."""
 
     async def serve(
         self,
@@ -190,10 +237,11 @@ class Sampling:
         of one door's request: the same job, weights and teacher), from workers, one task
         each, all waited for in the caller's team's places, one per completion asked for
         (TooManyWaiting when it has not that many left; more than it may ever hold: a
-        PlaygroundError at once); BudgetExceeded when the team's budget is spent (a repeat
-        of an answered request still gets its answer); PlaygroundError otherwise, the first
-        failure's. The answers' tokens are added to the job's usage, in the transaction
-        that keeps the response for a repeat."""
+        PlaygroundError at once); BudgetExceeded when their most does not fit what is left
+        of the team's budget (a repeat of an answered request still gets its answer);
+        PlaygroundError otherwise, the first failure's. The answers' tokens are added to the
+        job's usage in place of the hold, in the transaction that keeps the response for a
+        repeat."""
         session = self.session
         if completions_asked(requests) > self.waits.per_team:
             raise too_many_completions(requests, self.waits.per_team)
@@ -207,11 +255,12 @@ class Sampling:
                 ) from None
             if held.answer is not None:
                 return Served(kind.model_validate_json(held.answer), replayed=True)
+        hold = None
         try:
-            prices = PriceTable(self.settings.prices)
-            await refuse_if_exhausted(session, self.team_id, prices, utcnow())
+            hold = await self.hold(job, requests)
             answers = await self.ask_workers(job, requests, held)
         except Exception:  # nothing to keep: a repeat tries anew
+            await let_go(session, hold)
             if held is not None and held.first:
                 await release(session, held.id)
             raise
@@ -219,13 +268,26 @@ class Sampling:
         if held is not None:
             earlier = await kept_first(session, held.id, response.model_dump_json())
             if earlier is not None:
-                await session.rollback()
+                await let_go(session, hold)
                 return Served(kind.model_validate_json(earlier), replayed=True)
         usage: Counter[str] = Counter()
         for answer in answers:
             usage.update(answer_usage(answer))
-        await add_usage(session, job, dict(usage), utcnow())
+        await settle(session, hold)
+        await add_usage(session, job, {} if self.scoring else dict(usage), utcnow())
         return Served(response)
+
+    async def hold(self, job: Job, requests: Sequence[SampleRequest]) -> int | None:
+        """Hold the requests' most against the team's budget for their wait (nothing for
+        a job's scoring, or without a budget); BudgetExceeded when it does not fit."""
+        if self.scoring:
+            return None
+        wait = requests[0].timeout_seconds or self.settings.sample_timeout
+        most = most_usage(stored_spec(job.spec), requests)
+        prices = PriceTable(self.settings.prices)
+        return await hold_spending(
+            self.session, self.team_id, most, models_of(job.spec), prices, utcnow(), wait
+        )
 
     async def ask_workers(
         self, job: Job, requests: Sequence[SampleRequest], held: Claim | None

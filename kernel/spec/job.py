@@ -435,6 +435,10 @@ class JobSpec(SpecModel):
         """Every teacher by name: `teachers`, or `teacher` as the one named "teacher"."""
         return dict(self.teachers) if self.teachers is not None else {SINGLE_TEACHER: self.teacher}
 
+    def readers(self) -> int:
+        """Teachers that score each completion: every one of a mixture, else one."""
+        return len(self.teacher_specs()) if self.teacher_mixture == "mixture" else 1
+
     def with_teacher(self, name: str, teacher: TeacherSpec) -> JobSpec:
         """The spec with teacher `name` (as `teacher_specs` names it) replaced."""
         if self.teachers is None:

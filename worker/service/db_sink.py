@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.budgets.service import Verdict, check_spending
+from app.budgets.service import Verdict, check_spending, fits
 from app.core.pricing import PriceTable
 from app.core.tables import utcnow
 from app.jobs.errors import JobNotHeld
@@ -32,6 +32,7 @@ from app.records.store import (
     record_samples,
     record_step,
 )
+from app.usage.store import PricedModels
 from kernel.progress import JobProgress
 from kernel.retry import Backoff, retry
 from kernel.samples import KeptSample
@@ -72,6 +73,8 @@ class Spending:
 
     team_id: int
     prices: PriceTable
+    models: PricedModels
+    """The job's priced models, which an eval's tokens cost at."""
     budgeted: bool = True
     """Whether the team had a budget when the attempt started (checked again each step)."""
 
@@ -144,6 +147,22 @@ class DatabaseSink(Sink):
         landed = asyncio.get_running_loop().create_future()
         self.then(lambda: landed.done() or landed.set_result(None))
         await landed
+
+    async def may_spend(self, tokens: int) -> bool:
+        """Whether an eval of at most `tokens` fits the team's budget, once every step
+        before it is recorded (app/budgets/service.py: `fits`)."""
+        spending = self.spending
+        if spending is None:
+            return True
+        await self.settled()
+        counts = {"eval_tokens": tokens}
+
+        async def check(session: AsyncSession) -> bool:
+            return await fits(
+                session, spending.team_id, counts, spending.models, spending.prices, utcnow()
+            )
+
+        return await persist(self.sessions, f"job {self.job_id} budget check", check, self.backoff)
 
     def samples(self, step: int, samples: list[KeptSample]) -> None:
         self.writes.put_nowait(

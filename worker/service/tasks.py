@@ -40,6 +40,7 @@ from app.jobs.store import claim_next, complete_job, fail_job, heartbeat, stop_j
 from app.jobs.tables import Job
 from app.jobs.weight_paths import checked_weights, written_paths
 from app.records.store import sampler_weights
+from app.usage.store import models_of
 from kernel.errors import OPDError, ResultLost, ServerAway
 from kernel.progress import JobProgress
 from kernel.spec import JobSpec, stored_spec
@@ -268,7 +269,7 @@ async def execute(ctx: WorkerContext, job: Job, control: JobControl) -> str:
         on_action=control.ask,
         on_lost=control.take_away,
         on_failed=control.fail,
-        spending=Spending(job.team_id, prices, verdict.budgeted),
+        spending=Spending(job.team_id, prices, models_of(job.spec), verdict.budgeted),
     )
     mirror = mlflow_mirror(ctx.settings, ctx.sessions, job, spec, db)
     if mirror is None:

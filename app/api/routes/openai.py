@@ -206,8 +206,9 @@ async def create_completion(
     requests = body.playground_requests(name)
     idempotency = await idempotency_of(idempotency_key, "POST /v1/completions", raw)
     keeping = await Keeping.of(session, settings, principal, bool(body.store))
+    scoring = principal.job_id is not None  # spends as its job (app/playground/service.py)
     served = await serve_door(
-        Sampling(session, queue, settings, waits, principal.team_id),
+        Sampling(session, queue, settings, waits, principal.team_id, scoring),
         job,
         requests,
         keeping.seen(lambda answers: text_completion(body, answers)),

@@ -14,9 +14,12 @@ from app.budgets.errors import BudgetExceeded, BudgetRefused
 from app.budgets.rules import BUDGET_STOP, Limit, Period
 from app.budgets.schemas import BudgetUpdate
 from app.budgets.service import (
+    HOLD_MARGIN_SECONDS,
     admit_spending,
     budget_public,
     check_spending,
+    hold_spending,
+    let_go,
     resume_spending,
     set_budget,
     standing,
@@ -30,6 +33,7 @@ from app.jobs.schemas import JobAction, JobStatus
 from app.jobs.store import claim_job, create_job
 from app.jobs.tables import Event
 from app.records.store import record_step
+from app.usage.store import PricedModels
 from app.webhooks.tables import Webhook, WebhookDelivery
 from kernel.spec import JobSpec
 from tests.app.conftest import small_spec
@@ -202,3 +206,29 @@ async def test_the_budget_page_shows_spend_per_day(session, key):
     assert [(d.day, d.tokens, d.cost) for d in budget.days] == [
         (utcnow().date(), 60, pytest.approx((20 + 2 * 20 + 20) / 1e6))
     ]
+
+
+async def test_a_request_holds_its_most_until_it_lets_go_or_its_hold_expires(session, key):
+    """What requests under way hold counts against the budget beside what was spent: a
+    request whose most does not fit is refused saying so, and a hold whose process died
+    (past its wait and a margin) holds nothing."""
+    team, now = key.team.id, utcnow()
+    await put_budget(session, team, Limit(tokens=100, cost=None), now)
+    models = PricedModels("local", "Qwen/Qwen3.5-4B", "Qwen/Qwen3.6-27B")
+
+    async def hold(tokens: int, at: datetime) -> int | None:
+        most = {"sampled_tokens": tokens}
+        return await hold_spending(session, team, most, models, NO_PRICES, at, 10)
+
+    first = await hold(60, now)
+    assert first is not None
+    page = await budget_public(session, team, NO_PRICES, now)
+    assert page is not None and (page.held, page.left, page.used) == (60, 40, 0)
+    with pytest.raises(BudgetExceeded, match=r"may use up to 50 tokens.* 40 tokens left"):
+        await hold(50, now)
+    assert await hold(40, now) is not None  # exactly what is left
+    later = now + timedelta(seconds=10 + HOLD_MARGIN_SECONDS + 1)
+    assert await hold(100, later) is not None  # the others' processes died
+    await let_go(session, first)
+    with pytest.raises(BudgetExceeded):
+        await hold(1, later)

@@ -66,6 +66,14 @@ class Evaluation:
         baseline = step == 0 and self.spec.teacher_baseline
         return len(self.prompts) * (2 if baseline else 1)
 
+    def most_tokens(self, step: int, readers: int) -> int:
+        """The most the eval after `step` steps may count (EVAL_TOKENS), in the student's
+        tokens: each prompt's samples run to max_tokens, each read by `readers` teachers
+        after the prompt; at step 0 the teacher's baseline as much again."""
+        longest, samples = self.params.max_tokens, self.spec.samples_per_prompt
+        one = sum(samples * (longest + readers * (len(p) + longest)) for p in self.prompts)
+        return one * (2 if step == 0 and self.spec.teacher_baseline else 1)
+
     async def student(self, sampler: SamplingClient, answered: Answered = None) -> dict[str, float]:
         """The student with a sampler of its current weights, against the teacher
         (`answered` is called as each prompt is answered)."""

@@ -160,9 +160,26 @@ class Steps:
         evaluation = self.evaluation
         if evaluation is None or not due(evaluation.spec, step, self.run.spec.loop.steps):
             return {}
+        if not await self.budget_allows(evaluation, step):
+            return {}
         # The eval's scoring must not share the teacher's batches with a step's.
         async with self.rollouts.scoring:
             return await self.evaluate(evaluation, step)
+
+    async def budget_allows(self, evaluation: Evaluation, step: int) -> bool:
+        """Whether the eval after `step` steps, a unit of spending as a step is, fits what
+        the job's team may still spend (its most asked before it starts); else it is
+        skipped, with an event saying so, and the steps go on under their own checks."""
+        most = evaluation.most_tokens(step, self.run.spec.readers())
+        if await self.run.sink.may_spend(most):
+            return True
+        self.run.sink.event(
+            "warning",
+            f"Skipped the eval after step {step}: it may use up to {most:,} tokens, more than "
+            "the team's budget has left",
+            {"eval": "skipped", "step": step, "tokens": most},
+        )
+        return False
 
     async def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """The held-out eval after `step` steps, told as it goes: an event as it starts and
@@ -232,7 +249,7 @@ class Steps:
         run, loop = self.run, self.run.spec.loop
         if stop is Stop.cancel:
             return await self.stop_at(loop.steps, "Cancelled", {})
-        if self.evaluation is not None:
+        if self.evaluation is not None and await self.budget_allows(self.evaluation, loop.steps):
             run.sink.eval(loop.steps, await self.evaluate(self.evaluation, loop.steps))
         if not (self.latest and self.latest.step == loop.steps):
             # A final state too, so that another job can continue this one (`init_from`).

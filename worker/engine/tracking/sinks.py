@@ -75,6 +75,11 @@ class Sink:
         it before it asks whether to stop (the service's sink, while the job's team has
         a budget, for the step just recorded and its spending checked)."""
 
+    async def may_spend(self, tokens: int) -> bool:
+        """Whether an eval that may count `tokens` fits what the job may still spend (the
+        service's sink asks its team's budget); else the loop skips it."""
+        return True
+
 
 class FanOut(Sink):
     """Sends every call to each sink in order."""
@@ -117,6 +122,9 @@ class FanOut(Sink):
     async def settled(self) -> None:
         for sink in self.sinks:
             await sink.settled()
+
+    async def may_spend(self, tokens: int) -> bool:
+        return all([await sink.may_spend(tokens) for sink in self.sinks])
 
 
 def step_line(step: int, steps: int, metrics: dict[str, float]) -> str:
