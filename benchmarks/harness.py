@@ -266,6 +266,16 @@ class Processes:
                 child.join()
 
 
+def opd(env: dict[str, str], *args: str) -> str:
+    """The `opd` command's output (a key, ...); BenchmarkError when it fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "opd.cli", *args], env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        raise BenchmarkError(f"opd {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return done.stdout.strip()
+
+
 def progress(message: str) -> None:
     print(f"... {message}", file=sys.stderr, flush=True)
 

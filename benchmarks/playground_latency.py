@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +43,7 @@ from harness import (
     BenchmarkError,
     Processes,
     latency_summary,
+    opd,
     positive,
     postgres_database,
     progress,
@@ -76,15 +76,6 @@ def training_spec(steps: int) -> dict[str, Any]:
     spec["loop"] |= {"steps": steps, "save_every": 1, "keep_samples": 0}
     spec["local"] = {"device": "cpu"}
     return spec
-
-
-def opd(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "opd.cli", *args], env=env, capture_output=True, text=True
-    )
-    if done.returncode:
-        raise BenchmarkError(f"opd {' '.join(args)} failed: {done.stderr[-2000:]}")
-    return done.stdout.strip()
 
 
 def wait_for(client: httpx.Client, job_id: int) -> None:
