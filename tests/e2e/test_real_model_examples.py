@@ -37,8 +37,17 @@ def test_the_arith_teacher_example_runs_its_cold_start_then_distils_across_token
     path.write_text(yaml.safe_dump(spec))
     metrics = tmp_path / "metrics.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "opd.cli", "run", str(path), "--metrics-out", str(metrics)]
-        + ["--artifacts", str(tmp_path / "art")],
+        [
+            sys.executable,
+            "-m",
+            "opd.cli",
+            "run",
+            str(path),
+            "--metrics-out",
+            str(metrics),
+            "--artifacts",
+            str(tmp_path / "art"),
+        ],
         env=os.environ | {"OPD_MODEL_CACHE": str(model_cache), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
