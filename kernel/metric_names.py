@@ -34,6 +34,13 @@ METRICS: dict[str, str] = {
     "opd/aligned_bytes_fraction": "With a teacher of another tokenizer: the fraction of the "
     "step's completion bytes its tokens aligned with the student's.",
     "opd/aligned_bytes_fraction/<teacher>": "The same for one such teacher (with several).",
+    "opd/sampler_logprob_diff_mean": "With a sampler of another engine (sampling.engine: "
+    "vllm) or loop.sampler_correction: the mean absolute difference between the sampler's "
+    "logprob of each completion token and the trainer's.",
+    "opd/sampler_logprob_diff_max": "The largest such difference in the step.",
+    "opd/sampler_ratio_outside_fraction": "The fraction of the step's completion tokens whose "
+    "trainer/sampler probability ratio lies outside [1/c, c] (loop.sampler_correction): "
+    "those truncated or masked, or with none trained as they came.",
     "train/learning_rate": "The optimiser's learning rate.",
     "train/step": "The step's index (from 0).",
     "train/staleness_mean": "Mean optimizer steps between the weights that sampled a rollout "

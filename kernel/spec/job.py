@@ -250,6 +250,7 @@ class JobSpec(SpecModel):
         self._self_teachers_fit()
         self._objective_fits_the_backend()
         self._sampling_engine_fits()
+        self._sampler_fits_the_advantage()
         self._servers_fit_the_objective()
         self._objective_fits_the_tokenizers()
         return self
@@ -276,6 +277,32 @@ class JobSpec(SpecModel):
                 "distribution in the trainer, which holds no weights of a sampler on vllm: "
                 "use the self teacher's weights base, objective sampled_reverse_kl, or "
                 "engine local",
+            )
+
+    def _sampler_fits_the_advantage(self) -> None:
+        """sampled_reverse_kl's advantage subtracts the sampler's logprob of each token,
+        which samplers report over the whole distribution (vLLM's raw logprobs, and this
+        service's), while top_p and top_k sample from the kept tokens alone: the reverse KL
+        and the importance ratio would both be off, every step, by the mass cut away. And
+        the ratio's bound (`loop.sampler_correction`) gates the loss where it is computed:
+        the local backend's trainer; PyTRIO's and Tinker's compute theirs on their servers."""
+        loop, sampling = self.loop, self.sampling
+        if not loop.objective.logit_level and (sampling.top_p < 1 or sampling.top_k > 0):
+            at = ("sampling", "top_p" if sampling.top_p < 1 else "top_k")
+            raise field_error(
+                at,
+                "objective sampled_reverse_kl subtracts the sampler's logprob of each token, "
+                "which is its logprob over the whole vocabulary, while top_p and top_k sample "
+                "from the tokens they keep: the reverse KL and the importance ratio would be "
+                "off by the probability cut away. Use top_p 1 and top_k -1, or a logit-level "
+                "objective (reverse_kl, forward_kl, jsd), which compares whole distributions",
+            )
+        if loop.sampler_correction.active and self.backend != "local":
+            raise field_error(
+                ("loop", "sampler_correction", "kind"),
+                f"backend {self.backend} computes the loss on its own servers, which take no "
+                "bound on the trainer/sampler ratio: use none (loss_fn ppo or cispo clip the "
+                "same ratio there), or the local backend",
             )
 
     def _self_teachers_fit(self) -> None:

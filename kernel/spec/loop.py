@@ -58,7 +58,17 @@ LOGIT_OBJECTIVES = ("reverse_kl", "forward_kl", "jsd")
 MAX_OBJECTIVE_TOP_K = 1024
 
 
-class ObjectiveSpec(SpecModel):
+class NamedByKind(SpecModel):
+    """A group its kind's name alone may stand for: `objective: jsd` is
+    `objective: {kind: jsd}`, `sampler_correction: mask` is `{kind: mask}`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_name_alone(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+
+class ObjectiveSpec(NamedByKind):
     """What each step minimises (docs/algorithm.md#objectives). The reference,
     `sampled_reverse_kl`, learns from one number per token: the sampled token's
     student - teacher logprob as a policy-gradient advantage. The others compare the
@@ -92,12 +102,6 @@ class ObjectiveSpec(SpecModel):
         "bucket (default true); false sums the divergence over the kept tokens only.",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _a_name_alone(cls, data: Any) -> Any:
-        """`objective: jsd` is `objective: {kind: jsd}`."""
-        return {"kind": data} if isinstance(data, str) else data
-
     @model_validator(mode="after")
     def _options_fit_the_kind(self) -> ObjectiveSpec:
         if self.kind == "sampled_reverse_kl" and (self.top_k or self.tail is not None):
@@ -127,6 +131,35 @@ class ObjectiveSpec(SpecModel):
     @property
     def keeps_tail(self) -> bool:
         return self.tail is not False
+
+
+CorrectionName = Literal["none", "truncate", "mask"]
+
+
+class SamplerCorrectionSpec(NamedByKind):
+    """What a step does with a completion token whose trainer and sampler disagree: the
+    ratio of the trainer's probability of the token (its forward pass before the update) to
+    the sampler's, which a sampler of another engine (vLLM, bf16) moves away from 1, bounded
+    to [1/c, c] as TRL's `distillation_is_clip` and NeMo-RL's gate bound it
+    (docs/concepts/objectives.md#when-the-sampler-disagrees)."""
+
+    kind: CorrectionName = Field(
+        "none",
+        description="none: every token trains as it came (the reference); truncate: a token "
+        "outside the bound trains with its ratio clipped to it (truncated importance "
+        "sampling); mask: a token outside the bound does not train.",
+    )
+    c: float = Field(
+        2.0,
+        gt=1.0,
+        le=100.0,
+        description="The bound: tokens whose trainer/sampler probability ratio lies outside "
+        "[1/c, c] are truncated or masked.",
+    )
+
+    @property
+    def active(self) -> bool:
+        return self.kind != "none"
 
 
 ColdStartSource = Literal["teacher", "reference"]
@@ -217,6 +250,11 @@ class LoopSpec(SpecModel):
         description="Off-policy first steps on the teacher's or the dataset's answers "
         "(docs/concepts/objectives.md#a-cold-start).",
     )
+    sampler_correction: SamplerCorrectionSpec = Field(
+        default_factory=SamplerCorrectionSpec,
+        description="Tokens whose trainer/sampler probability ratio is out of bounds: "
+        "truncated, masked or trained as they came (none, the reference).",
+    )
     keep_samples: int = Field(
         2,
         ge=0,
@@ -265,6 +303,13 @@ class LoopSpec(SpecModel):
         if not self.objective.logit_level:
             return self
         kind = self.objective.kind
+        if self.sampler_correction.active:
+            raise field_error(
+                ("sampler_correction", "kind"),
+                f"objective {kind} compares the trainer's own distribution with the "
+                "teacher's at each position, so no sampler's logprob enters it: use none, or "
+                "objective sampled_reverse_kl",
+            )
         if self.kl_discount_factor:
             raise field_error(
                 ("kl_discount_factor",),

@@ -375,3 +375,53 @@ def test_a_stored_spec_keeps_the_defaults_it_was_given() -> None:
         stored.optim.learning_rate == 3e-3
         and stored.dataset.question_suffix == "Answer in \\boxed{}."
     )
+
+
+def test_a_sampler_correction_is_a_name_or_a_kind_and_its_bound():
+    loop = parse_spec(named({"backend": "local", "loop": {"sampler_correction": "mask"}})).loop
+    assert (loop.sampler_correction.kind, loop.sampler_correction.c) == ("mask", 2.0)
+    given = {"sampler_correction": {"kind": "truncate", "c": 5}}
+    assert parse_spec(named({"backend": "local", "loop": given})).loop.sampler_correction.c == 5
+    assert parse_spec(named({})).loop.sampler_correction.kind == "none"
+    with pytest.raises(SpecError, match=r"^loop.sampler_correction.c: "):
+        parse_spec(named({"backend": "local", "loop": {"sampler_correction": {"c": 1}}}))
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "why"),
+    [
+        (
+            {"backend": "trio", "loop": {"sampler_correction": "mask"}},
+            "loop.sampler_correction.kind",
+            "backend trio computes the loss on its own servers",
+        ),
+        (
+            {"backend": "tinker", "loop": {"sampler_correction": "truncate"}},
+            "loop.sampler_correction.kind",
+            "backend tinker",
+        ),
+        (
+            {"backend": "local", "loop": {"sampler_correction": "mask", "objective": "jsd"}},
+            "loop.sampler_correction.kind",
+            "no sampler's logprob enters it",
+        ),
+        (
+            {"backend": "local", "sampling": {"top_p": 0.9}},
+            "sampling.top_p",
+            "subtracts the sampler's logprob",
+        ),
+        ({"backend": "trio", "sampling": {"top_k": 20}}, "sampling.top_k", "cut away"),
+    ],
+)
+def test_what_would_bias_the_sampled_objective_is_refused_saying_why(data, field, why):
+    with pytest.raises(SpecError, match=rf"^{field}: .*{why}"):
+        parse_spec(named(data))
+
+
+def test_truncated_sampling_is_accepted_with_a_logit_level_objective():
+    data = {
+        "backend": "local",
+        "sampling": {"top_p": 0.9, "top_k": 20},
+        "loop": {"objective": "jsd"},
+    }
+    assert parse_spec(named(data)).sampling.top_p == 0.9

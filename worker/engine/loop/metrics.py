@@ -141,12 +141,17 @@ class PhaseTimer:
         return phases
 
 
+OUTSIDE_FRACTION = "opd/sampler_ratio_outside_fraction"
+
+
 def sampler_logprob_diff(
-    batch: Batch, outputs: Sequence[Mapping[str, TensorData]]
+    batch: Batch, outputs: Sequence[Mapping[str, TensorData]], bound: float
 ) -> dict[str, float]:
     """How far the sampler's logprobs of the completion tokens are from the trainer's (the
     forward pass of the step's datums, before its update), which the importance ratio
-    needs to agree: the mean and the largest absolute difference."""
+    needs to agree: the mean and the largest absolute difference, and the fraction of
+    tokens whose ratio lies outside [1/bound, bound] (those `loop.sampler_correction`
+    gates)."""
     differences = [
         np.abs(
             np.asarray(c.student_logprobs, dtype=np.float64)
@@ -161,4 +166,5 @@ def sampler_logprob_diff(
     return {
         "opd/sampler_logprob_diff_mean": float(every.mean()),
         "opd/sampler_logprob_diff_max": float(every.max()),
+        OUTSIDE_FRACTION: float(np.mean(every > np.log(bound))),
     }

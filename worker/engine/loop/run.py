@@ -106,8 +106,11 @@ class Run:
                 loss_fn_config=loop.loss_options(),
             )
         else:
+            # The ratio's bound is the local trainer's alone (the spec refuses it elsewhere).
+            correction = loop.sampler_correction
+            gated = {"correction": correction} if correction.active else {}
             fwd_bwd = await self.training.forward_backward_async(
-                datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options()
+                datums, loss_fn=loop.loss_fn, loss_fn_config=loop.loss_options(), **gated
             )
         optim = await self.training.optim_step_async(self.adam)
         result = await fwd_bwd

@@ -29,7 +29,12 @@ from worker.engine.data.mixing import Item, Mix, Pool, training_pools
 from worker.engine.data.prompts import Prompts
 from worker.engine.eval.evaluation import Evaluation, Grade, due
 from worker.engine.eval.reward import group_rewards, require_answers, reward_bonus, reward_metrics
-from worker.engine.loop.metrics import PhaseTimer, sampler_logprob_diff, step_metrics
+from worker.engine.loop.metrics import (
+    OUTSIDE_FRACTION,
+    PhaseTimer,
+    sampler_logprob_diff,
+    step_metrics,
+)
 from worker.engine.loop.pace import Pace
 from worker.engine.loop.pipeline import Rollouts
 from worker.engine.loop.probe import check_sampler, probe
@@ -37,6 +42,9 @@ from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_f
 from worker.engine.loop.state import RunResult, SavedState, Stop, checkpoint_due, first_step
 from worker.engine.rollouts.sampling import Batch, logit_datums, opd_datums, with_teacher_logprobs
 from worker.engine.tracking.sinks import RunInfo, Sink
+
+DISAGREEING = 0.05
+"""The fraction of a step's tokens out of the ratio's bound past which the job is told."""
 
 
 @dataclass
@@ -53,6 +61,8 @@ class Steps:
     it, since a state name may be saved only once in a run."""
     pace: Pace
     timer: PhaseTimer = field(default_factory=PhaseTimer)
+    noted_sampler: bool = False
+    """Whether the run has noted a sampler that disagrees with its trainer (once a run)."""
 
     @classmethod
     async def open(
@@ -123,8 +133,11 @@ class Steps:
         elapsed = time.time() - step_start
         learning_rate = run.spec.optim.learning_rate
         metrics = step_metrics(batch, items, trainer_metrics, learning_rate, step, elapsed, phases)
-        if run.vllm is not None:
-            metrics |= sampler_logprob_diff(batch, trained.loss_fn_outputs)
+        correction = run.spec.loop.sampler_correction
+        if run.vllm is not None or correction.active:
+            disagreed = sampler_logprob_diff(batch, trained.loss_fn_outputs, correction.c)
+            self.note_a_disagreeing_sampler(step, disagreed.get(OUTSIDE_FRACTION, 0.0))
+            metrics |= disagreed
         run.sink.step(step, metrics | rewarded | evaluated)
         self.record_samples(step, batch, items)
 
@@ -132,6 +145,28 @@ class Steps:
             with timer("save"):
                 await self.save_checkpoint(step + 1)
         pace.trained(pace.clock() - began)
+
+    def note_a_disagreeing_sampler(self, step: int, outside: float) -> None:
+        """A note (a warning event the job page shows at its top), once a run, when more
+        of a step's tokens than `DISAGREEING` have a trainer/sampler ratio out of bounds:
+        the sampler is not the policy being trained, and what the step does with them
+        (`loop.sampler_correction`) decides whether it still learns."""
+        if self.noted_sampler or outside <= DISAGREEING:
+            return
+        self.noted_sampler = True
+        correction = self.run.spec.loop.sampler_correction
+        done = {
+            "none": "trained as they came (loop.sampler_correction: none)",
+            "truncate": "their ratio truncated",
+            "mask": "masked",
+        }[correction.kind]
+        self.run.sink.event(
+            "warning",
+            f"{outside:.0%} of step {step}'s completion tokens have a trainer/sampler "
+            f"probability ratio outside [1/{correction.c:g}, {correction.c:g}], {done}: the "
+            "sampler disagrees with the trainer (another engine, precision or weights)",
+            {"note": "sampler_mismatch", "step": step, "fraction": outside},
+        )
 
     async def stop_if_asked(self, step: int, stop: Stop | None) -> RunResult | None:
         """Stop at this boundary if asked and able to (`Stop`); a stop to resume that

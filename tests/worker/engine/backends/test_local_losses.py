@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -9,10 +11,16 @@ from pytrio.errors.base import ValidationError
 from pytrio.types import AdamParams, Datum, ModelInput
 
 from kernel.spec import LocalBackendSpec
-from kernel.spec.loop import LOSS_OPTIONS
+from kernel.spec.loop import LOSS_OPTIONS, SamplerCorrectionSpec
 from tests.support import assert_close
 from worker.engine.backends.local import LocalServiceClient, LocalTrainingClient
-from worker.engine.backends.local.losses import cispo, dro, importance_sampling, ppo
+from worker.engine.backends.local.losses import (
+    cispo,
+    dro,
+    importance_sampling,
+    ppo,
+    sampler_gate,
+)
 
 
 @pytest.fixture
@@ -145,6 +153,52 @@ async def test_forward_backward_matches_pytrio_s_definitions_and_normalisation(t
     assert backend_grads.keys() == grads(trainer).keys() and backend_grads
     for name, grad in grads(trainer).items():
         assert_close(backend_grads[name], grad, rtol=1e-4, what=name)
+
+
+@pytest.mark.parametrize("kind", ["mask", "truncate"])
+async def test_a_sampler_correction_gates_each_token_by_its_ratio_in_the_same_pass(trainer, kind):
+    """Masked: a token whose trainer/sampler ratio r is outside [1/c, c] adds nothing;
+    truncated: its importance-sampling term is -clip(r, 1/c, c) * A in value and gradient.
+    Tokens with no advantage keep their weight whatever their placeholder logprob."""
+    rng = np.random.default_rng(1)
+    data = [policy_datum(rng, n) for n in (7, 4)]
+    data[1].loss_fn_inputs["advantages"].data[:1] = [0.0]
+    await train_once(trainer, data, "importance_sampling")
+    correction = SamplerCorrectionSpec(kind=kind, c=3.0)
+
+    out = await (
+        await trainer.forward_backward_async(data, "importance_sampling", correction=correction)
+    )
+    backend_grads = grads(trainer)
+    for param in trainer.trainable.values():
+        param.grad = None
+
+    total, outside = torch.zeros((), dtype=torch.float64), 0
+    for datum in data:
+        new = reference_logprobs(trainer, datum)
+        old, adv = (
+            torch.tensor(datum.loss_fn_inputs[k].data, dtype=torch.float64)
+            for k in ("logprobs", "advantages")
+        )
+        ratio = torch.exp(new - old).detach()
+        kept = (ratio >= 1 / 3) & (ratio <= 3)
+        outside += int((~kept & (adv != 0)).sum())
+        weight = kept.double() if kind == "mask" else ratio.clamp(1 / 3, 3) / ratio
+        total = total - (torch.exp(new - old) * weight * adv).sum()
+    assert 0 < outside < 11  # some tokens of each kind
+    (total / 11).backward()
+
+    assert out.metrics["loss_sum"] == pytest.approx(total.item(), rel=1e-5, abs=1e-5)
+    for name, grad in grads(trainer).items():
+        assert_close(backend_grads[name], grad, rtol=1e-4, what=name)
+
+
+def test_the_sampler_gate_leaves_tokens_without_an_advantage_alone():
+    logprobs = torch.tensor([-0.1, -5.0, -1.0])
+    inputs = {"logprobs": torch.tensor([0.0, -1.0, -1.2]), "advantages": torch.tensor([0.0, 1, 1])}
+    assert sampler_gate(logprobs, inputs, "mask", 2.0).tolist() == [1.0, 0.0, 1.0]
+    truncated = sampler_gate(logprobs, inputs, "truncate", 2.0)
+    assert_close(truncated, torch.tensor([1.0, 0.5 / math.exp(-4.0), 1.0]))
 
 
 async def test_ignored_targets_do_not_count(trainer):

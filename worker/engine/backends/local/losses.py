@@ -7,6 +7,7 @@ sums them and divides the gradient as PyTRIO's trainer does (`DENOMINATORS`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -50,6 +51,22 @@ def dro(logprobs: Tensor, inputs: dict[str, Tensor], options: dict[str, float]) 
     advantages = inputs["advantages"]
     penalty = (logprobs - inputs["logprobs"]) ** 2
     return -(logprobs * advantages - 0.5 * options["beta"] * penalty) * (advantages != 0)
+
+
+def sampler_gate(logprobs: Tensor, inputs: dict[str, Tensor], kind: str, c: float) -> Tensor:
+    """Each token's weight under `loop.sampler_correction` from its ratio r of the trainer's
+    probability to the sampler's (a constant of the step: no gradient flows through it):
+    mask keeps the tokens with r in [1/c, c] and drops the rest; truncate weighs a token by
+    clip(r, 1/c, c) / r, so that the importance-sampling loss's r becomes clip(r). Tokens
+    without an advantage (the prompt, whose sampling logprob is a 0 placeholder) keep 1:
+    no loss counts them."""
+    log_ratio = (logprobs - inputs["logprobs"]).detach()
+    bound = math.log(c)
+    if kind == "mask":
+        gate = (log_ratio.abs() <= bound).to(logprobs.dtype)
+    else:
+        gate = torch.exp(log_ratio.clamp(-bound, bound) - log_ratio)
+    return torch.where(inputs["advantages"] != 0, gate, torch.ones_like(gate))
 
 
 LOSSES: dict[str, Loss] = {

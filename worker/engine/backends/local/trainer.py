@@ -35,7 +35,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from kernel.spec import ObjectiveSpec
-from kernel.spec.loop import LOSS_OPTIONS
+from kernel.spec.loop import LOSS_OPTIONS, SamplerCorrectionSpec
 from worker.engine.backends.byte_level import TokenBytes
 from worker.engine.backends.contract import TeacherShare
 from worker.engine.backends.local.checkpoints import (
@@ -59,7 +59,7 @@ from worker.engine.backends.local.distillation import (
     accumulate,
     check_completion_last,
 )
-from worker.engine.backends.local.losses import DENOMINATORS, LOSSES
+from worker.engine.backends.local.losses import DENOMINATORS, LOSSES, sampler_gate
 from worker.engine.backends.local.models import Placement
 from worker.engine.backends.local.next_byte import ByteClasses
 from worker.engine.backends.local.presets import drawing_alone
@@ -119,8 +119,11 @@ class LocalTrainingClient:
         data: list[Datum],
         loss_fn: str = "cross_entropy",
         loss_fn_config: dict[str, float] | None = None,
+        correction: SamplerCorrectionSpec | None = None,
     ) -> asyncio.Future[ForwardBackwardOutput]:
-        """Check the batch now; the returned future resolves once gradients are added."""
+        """Check the batch now; the returned future resolves once gradients are added.
+        `correction` (`loop.sampler_correction`) weighs each token's loss by the bound on
+        its trainer/sampler ratio, read from this same forward pass."""
         name, options, samples, plan = self.planned(data, loss_fn, loss_fn_config)
         denominator = getattr(plan.totals, DENOMINATORS.get(name, "total_active_tokens"))
         return self.runner.submit(
@@ -130,6 +133,7 @@ class LocalTrainingClient:
             samples,
             plan.totals.total_active_tokens,
             max(denominator, 1),
+            correction if correction is not None and correction.active else None,
         )
 
     async def forward_backward_logits_async(
@@ -335,9 +339,11 @@ class LocalTrainingClient:
         samples: list[PolicyTrainingSample],
         token_count: int,
         denominator: int,
+        correction: SamplerCorrectionSpec | None = None,
     ) -> ForwardBackwardOutput:
         """Add the gradient of the loss summed over every token of every datum and divided
-        by `denominator`, as PyTRIO's trainer normalises a logical batch."""
+        by `denominator`, as PyTRIO's trainer normalises a logical batch; each token's loss
+        weighed by `correction`'s gate (`sampler_gate`)."""
         outputs: list[dict[str, TensorData]] = []
         loss_sum = 0.0
         vocab_size = self.model.get_output_embeddings().weight.shape[0]
@@ -349,6 +355,8 @@ class LocalTrainingClient:
                 self.model, inputs, targets, self.tokenizer.pad_token_id, self.placement.device
             )
             loss_inputs, mask = padded_loss_inputs(rows, logprobs.shape[1], logprobs.device)
+            if correction is not None:
+                mask = mask * sampler_gate(logprobs, loss_inputs, correction.kind, correction.c)
             loss = (LOSSES[loss_fn](logprobs, loss_inputs, options) * mask).sum()
             (loss / denominator).backward()
             loss_sum += loss.item()
