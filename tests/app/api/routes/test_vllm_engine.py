@@ -34,6 +34,23 @@ async def test_a_named_server_for_the_student_admits_the_job(client, key, settin
     assert default.json()["spec"]["sampling"]["engine"] == "local"
 
 
+async def test_a_rank_above_the_servers_limit_is_a_422_naming_the_limit(
+    client, key, redis, queue_name, settings
+):
+    """vLLM pads every adapter to its server's --max-lora-rank, so the operator serves the
+    ranks the jobs train and says so (OPD_VLLM_MAX_LORA_RANKS); a larger rank is refused
+    at submission, not when the job loads its first adapter."""
+    base = small_spec()["student"]["base_model"]
+    settings.vllm_servers = {base: "http://127.0.0.1:8001/v1"}
+    settings.vllm_max_lora_ranks = {base: 16, "other-model": 64}
+    error = await refused(client, key, redis, queue_name, on_vllm(student={"lora_rank": 32}))
+    assert error["param"] == "student.lora_rank"
+    assert "--max-lora-rank 16" in error["message"] and "lora_rank 16 or less" in error["message"]
+    for admitted in (on_vllm(student={"lora_rank": 16}), small_spec(student={"lora_rank": 32})):
+        response = await client.post("/v1/jobs", json=admitted, headers=auth(key))
+        assert response.status_code == 201, response.text
+
+
 async def test_vllm_samples_for_the_local_backend_only(client, key, redis, queue_name):
     error = await refused(client, key, redis, queue_name, on_vllm(backend="trio"))
     assert error["param"] == "sampling.engine" and "local backend only" in error["message"]
