@@ -49,6 +49,11 @@ METRICS: dict[str, str] = {
     "time/step_elapsed_time": "Seconds the step took, end to end.",
     "time/<phase>": "Seconds of the step spent in one phase: sampler_refresh, sample, teacher, "
     "rollout_wait, train, save (the checkpoint before it), eval.",
+    "time/teacher_wait": "With teachers on inference servers: seconds since the step before in "
+    "which the job had requests outstanding there (queued or in flight), over all of them.",
+    "teacher/replica_share/<teacher>/<replica>": "With a teacher tier (OPD_TEACHER_REPLICAS): "
+    "the share of the teacher's requests since the step before that its replica n (from 1, "
+    "in the operator's order) answered.",
     "usage/sampled_tokens": "Tokens the student sampled.",
     "usage/trained_tokens": "Tokens of the step's datums (each prompt + completion[:-1]).",
     "usage/teacher_tokens": "Tokens the teachers read to score (each its own prompt and the "
@@ -80,6 +85,7 @@ PLACEHOLDERS = {
     "<k>": r"[0-9]+",
     "<phase>": "(?:" + "|".join((*STEP_PHASES, "eval")) + ")",
     "<metric>": r"[^/]+",
+    "<replica>": r"[0-9]+",
 }
 
 

@@ -259,6 +259,14 @@ class Settings(BaseSettings):
         "with a short-lived token of the job's team, no key); a JSON list of URLs = servers "
         "without a key; empty = none.",
     )
+    teacher_replicas: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="A teacher tier: a JSON map of a teacher server's URL, as "
+        "OPD_TEACHER_SERVERS lists it (and specs write it), to the base URLs of several "
+        "servers of the same model behind it, which share its key. Each request goes to the "
+        "least busy replica; one that fails rests 30 s while the others take its requests "
+        "(the job's events say so). A URL left out is one server.",
+    )
     vllm_servers: dict[str, str] = Field(
         default_factory=dict,
         description="vLLM servers (`opd vllm serve` prints the line): a JSON map of a base "
@@ -323,6 +331,22 @@ class Settings(BaseSettings):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"{model}: give the server's http:// or https:// URL, not {url!r}")
         return {model: url.rstrip("/") for model, url in value.items()}
+
+    @model_validator(mode="after")
+    def _replicas_of_listed_servers(self) -> Settings:
+        """Replicas stand behind a listed teacher server, each by its http(s) URL."""
+        listed = {url.rstrip("/") for url in self.teacher_servers}
+        for url, replicas in self.teacher_replicas.items():
+            if url.rstrip("/") not in listed:
+                raise ValueError(f"OPD_TEACHER_REPLICAS: {url} is not in OPD_TEACHER_SERVERS")
+            if not replicas or not all(r.startswith(("http://", "https://")) for r in replicas):
+                raise ValueError(f"OPD_TEACHER_REPLICAS: give {url} http(s) URLs of replicas")
+        return self
+
+    def replicas_of(self, url: str) -> list[str]:
+        """The replicas behind teacher server `url` (OPD_TEACHER_REPLICAS); none: it alone."""
+        tiers = {listed.rstrip("/"): replicas for listed, replicas in self.teacher_replicas.items()}
+        return tiers.get(url.rstrip("/"), [])
 
     def teacher_server_binding(self, url: str) -> str | None:
         """What the operator bound server `url` to: a variable's name or SELF_SERVER."""

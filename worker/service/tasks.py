@@ -224,6 +224,13 @@ def teacher_server_keys(spec: JobSpec, settings: Settings, job: Job) -> dict[str
     return keys
 
 
+def teacher_replicas(spec: JobSpec, settings: Settings) -> dict[str, list[str]]:
+    """The replicas behind each of the spec's teacher servers (OPD_TEACHER_REPLICAS), by
+    the URL the spec writes; a server without any is left out."""
+    urls = {t.server.url for t in spec.teacher_specs().values() if t.server is not None}
+    return {url: replicas for url in urls if (replicas := settings.replicas_of(url))}
+
+
 def job_token_maker(settings: Settings, job: Job) -> Callable[[], str]:
     """What mints a fresh token of `job` for each request to this service's own /v1."""
     tokens, team_id, job_id = JobTokens.of(settings), job.team_id, job.id
@@ -309,6 +316,7 @@ async def attempt(
             should_stop=control.should_stop,
             model_cache=ctx.settings.model_cache,
             server_keys=teacher_server_keys(spec, ctx.settings, job),
+            server_replicas=teacher_replicas(spec, ctx.settings),
             vllm_servers=ctx.settings.vllm_servers,
         )
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sqlite3
 import time
 import uuid
@@ -43,6 +44,7 @@ from worker.service.tasks import (
     JobControl,
     WorkerContext,
     run_job,
+    teacher_replicas,
     teacher_server_keys,
 )
 
@@ -464,6 +466,27 @@ def test_the_worker_sends_only_the_key_the_operator_bound_to_the_server(monkeypa
     assert teacher_server_keys(spec, settings, job) == {bound: "sk-bound"}
     monkeypatch.delenv("VLLM_KEY")
     assert teacher_server_keys(spec, settings, job) == {}
+
+
+def test_a_teacher_servers_replicas_reach_the_worker_by_the_url_the_spec_writes(monkeypatch):
+    """OPD_TEACHER_REPLICAS: the servers behind a listed URL, read from the environment; a
+    replica of a server the operator did not list is refused when the settings load."""
+    tier, alone = "http://teachers.internal/v1", "http://sglang.internal:30000/v1"
+    replicas = ["http://10.0.0.1:8000/v1", "http://10.0.0.2:8000/v1"]
+    monkeypatch.setenv("OPD_TEACHER_SERVERS", json.dumps({tier + "/": None, alone: None}))
+    monkeypatch.setenv("OPD_TEACHER_REPLICAS", json.dumps({tier: replicas}))
+    settings = Settings()
+    teachers = {
+        "a": {"server": {"url": tier, "model": "m"}},
+        "b": {"server": {"url": alone, "model": "m"}},
+    }
+    spec = JobSpec.model_validate(
+        SPEC | {"teacher": None, "teachers": teachers, "teacher_mixture": "mixture"}
+    )
+    assert teacher_replicas(spec, settings) == {tier: replicas}
+    monkeypatch.setenv("OPD_TEACHER_REPLICAS", json.dumps({"http://elsewhere/v1": replicas}))
+    with pytest.raises(ValueError, match="http://elsewhere/v1 is not in OPD_TEACHER_SERVERS"):
+        Settings()
 
 
 def test_the_services_own_v1_gets_fresh_tokens_of_the_job_never_a_key(monkeypatch, tmp_path):

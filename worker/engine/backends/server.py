@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,8 @@ ANSWER_BASE_BYTES = 1 << 20
 ANSWER_BYTES_PER_ENTRY = 512
 """An answer may hold 1 MiB plus this much per (position, alternative) asked for."""
 TRANSIENT_STATUS = frozenset({408, 429})
+REST_SECONDS = 30.0
+"""How long a replica that failed gets no request while another can take it."""
 ServerKey = str | Callable[[], str]
 """A server's key, or what makes a fresh one for each request (a job token)."""
 
@@ -71,6 +74,27 @@ class Scored:
     logprobs: list[float | None]
     pieces: list[str]
     topk: list[TopK | None] | None = None
+
+
+@dataclass
+class Replica:
+    """One server of a teacher tier (OPD_TEACHER_REPLICAS): its requests in flight, those it
+    answered since the last tally, and until when it rests after failing."""
+
+    url: str
+    busy: int = 0
+    answered: int = 0
+    answered_ever: int = 0
+    resting_until: float = 0.0
+
+
+@dataclass
+class Tally:
+    """A teacher server's figures since they were last taken (one step's): the seconds the
+    job had requests outstanding there, and each replica's share of the requests answered."""
+
+    waited: float
+    shares: list[float]
 
 
 @dataclass
@@ -101,7 +125,9 @@ class ServerTeacher:
     """The teacher SamplingClient of one server model (`options`), which speaks the
     student's tokens (`tokenizer`, checked by the preflight's `probe`). `who` names it in
     messages and `field` is where the spec writes it (`teacher.server`); `key` is the one
-    the operator bound to the server (or its maker), sent as a bearer token (None = none)."""
+    the operator bound to the server (or its maker), sent as a bearer token (None = none).
+    `replicas`: the URLs of the servers behind the spec's (OPD_TEACHER_REPLICAS), each
+    request sent to the least busy that is not resting; none: the spec's URL alone."""
 
     def __init__(
         self,
@@ -112,9 +138,12 @@ class ServerTeacher:
         warn: Warn = lambda message, data: None,
         transport: httpx.AsyncBaseTransport | None = None,
         key: ServerKey | None = None,
+        replicas: Sequence[str] = (),
     ) -> None:
         self.options, self.tokenizer, self.field, self.warn = options, tokenizer, field, warn
         self.key = key
+        self.replicas = [Replica(url.rstrip("/")) for url in replicas or [options.url]]
+        self.outstanding, self.outstanding_since, self.waited = 0, 0.0, 0.0
         self.transport = transport
         self.http: httpx.AsyncClient | None = None
         self.waiting: dict[int, list[Waiting]] = {}
@@ -247,13 +276,89 @@ class ServerTeacher:
         return body | {"echo": True, "logprobs": max(k, 1)}
 
     async def post(self, body: dict[str, Any], limit: int) -> dict[str, Any]:
+        """One request on the least busy replica; one that fails as a server down fails
+        (refused connection, timeout, 5xx, 429) rests for REST_SECONDS and the request goes
+        to the next at once, while another is awake (the retries are the spec's after)."""
+        self.outstanding += 1
+        if self.outstanding == 1:
+            self.outstanding_since = time.monotonic()
+        try:
+            while True:
+                replica = self.least_busy()
+                replica.busy += 1
+                try:
+                    answer = await self.post_to(replica.url, body, limit)
+                except Exception as error:
+                    if not self.rest(replica, error):
+                        raise
+                    continue
+                finally:
+                    replica.busy -= 1
+                replica.answered += 1
+                replica.answered_ever += 1
+                return answer
+        finally:
+            self.outstanding -= 1
+            if not self.outstanding:
+                self.waited += time.monotonic() - self.outstanding_since
+
+    def least_busy(self) -> Replica:
+        """The awake replica with the fewest requests in flight (then the fewest answered,
+        so that one request at a time goes round them); all resting: the first to wake."""
+        now = time.monotonic()
+        awake = [r for r in self.replicas if r.resting_until <= now]
+        if not awake:
+            return min(self.replicas, key=lambda r: r.resting_until)
+        return min(awake, key=lambda r: (r.busy, r.answered_ever))
+
+    def rest(self, replica: Replica, error: BaseException) -> bool:
+        """Rest a replica that failed as a server down fails, saying so when another takes
+        its requests; whether one is awake to take this one now."""
+        failure = classify(error)
+        if len(self.replicas) < 2 or failure is None or failure.kind is not Kind.transient:
+            return False
+        now = time.monotonic()
+        told = replica.resting_until > now  # another request of the same moment failed there
+        replica.resting_until = now + REST_SECONDS
+        awake = sum(r.resting_until <= now for r in self.replicas)
+        if told or not awake:  # said once; with none awake the request fails as the server's
+            return awake > 0
+        number = self.replicas.index(replica) + 1
+        self.warn(
+            f"Replica {number} of {len(self.replicas)} of {self.who} failed "
+            f"({failure.description}): it rests {REST_SECONDS:.0f} s, its requests go to the "
+            f"{awake} other{'s' if awake != 1 else ''} awake",
+            {
+                "server": self.options.url,
+                "replica": number,
+                "rest_seconds": REST_SECONDS,
+                "error": failure.description,
+            },
+        )
+        return awake > 0
+
+    def tally(self) -> Tally:
+        """The figures since the last tally (`Tally`), then zeroed."""
+        waited = self.waited
+        if self.outstanding:
+            now = time.monotonic()
+            waited += now - self.outstanding_since
+            self.outstanding_since = now
+        self.waited = 0.0
+        total = sum(r.answered for r in self.replicas)
+        shares = [r.answered / total if total else 0.0 for r in self.replicas]
+        for replica in self.replicas:
+            replica.answered = 0
+        return Tally(waited, shares)
+
+    async def post_to(self, base_url: str, body: dict[str, Any], limit: int) -> dict[str, Any]:
         if self.http is None:
             self.http = httpx.AsyncClient(
                 timeout=self.options.timeout_seconds,
                 transport=self.transport,
                 limits=httpx.Limits(max_connections=self.options.max_concurrency),
             )
-        url = f"{self.options.url}/completions"
+        url = f"{base_url}/completions"
         async with asyncio.timeout(self.options.timeout_seconds):
             async with self.http.stream("POST", url, json=body, headers=self.headers()) as response:
                 content = bytearray()

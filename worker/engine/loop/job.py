@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -31,6 +31,7 @@ async def run_job(
     should_stop: Callable[[], Stop | None] = lambda: None,
     model_cache: Path | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
+    server_replicas: Mapping[str, Sequence[str]] | None = None,
     vllm_servers: Mapping[str, str] | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
@@ -78,6 +79,7 @@ async def run_job(
                 eval_prompts=eval_prompts if spec.eval is not None else None,
                 grade=grade,
                 server_keys=server_keys,
+                server_replicas=server_replicas,
                 vllm_servers=vllm_servers,
                 job_folder=artifact_dir,
             )

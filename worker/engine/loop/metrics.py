@@ -5,15 +5,17 @@ time went.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 from pytrio.types import TensorData
 
 from kernel.metric_names import STEP_PHASES
+from worker.engine.backends.server import ServerTeacher
 from worker.engine.data.mixing import Item
 from worker.engine.rollouts.sampling import Batch
+from worker.engine.teachers.views import TeacherView
 
 OBJECTIVE_METRICS = {
     "objective_mean": "opd/objective_mean",
@@ -139,6 +141,24 @@ class PhaseTimer:
         phases = {phase: self.seconds.get(phase, 0.0) for phase in STEP_PHASES}
         self.seconds = {}
         return phases
+
+
+def teacher_tier_metrics(views: Iterable[TeacherView]) -> dict[str, float]:
+    """With teachers on inference servers, since the last step's: the seconds the job had
+    requests outstanding there (`time/teacher_wait`, summed over the servers) and, for a
+    server with replicas (OPD_TEACHER_REPLICAS), each replica's share of the requests it
+    answered (`teacher/replica_share/<teacher>/<n>`, n from 1 in the operator's order)."""
+    servers = [(v.name, v.client) for v in views if isinstance(v.client, ServerTeacher)]
+    if not servers:
+        return {}
+    metrics = {"time/teacher_wait": 0.0}
+    for name, client in servers:
+        tally = client.tally()
+        metrics["time/teacher_wait"] += tally.waited
+        if len(tally.shares) > 1:
+            for number, share in enumerate(tally.shares, start=1):
+                metrics[f"teacher/replica_share/{name}/{number}"] = share
+    return metrics
 
 
 OUTSIDE_FRACTION = "opd/sampler_ratio_outside_fraction"

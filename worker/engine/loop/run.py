@@ -6,7 +6,7 @@ finds it, the sampling and optimiser settings, and the held-out eval over them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -206,12 +206,13 @@ async def open_run(
     server_keys: Mapping[str, ServerKey] | None = None,
     vllm_servers: Mapping[str, str] | None = None,
     job_folder: Path | None = None,
+    server_replicas: Mapping[str, Sequence[str]] | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
-    `server_keys`: the key the operator bound to each teacher server, by URL;
-    `vllm_servers`: the vLLM server of each base model (OPD_VLLM_SERVERS), the job's
-    adapters there named after `job_folder`."""
+    `server_keys`: the key the operator bound to each teacher server, by URL, and
+    `server_replicas` the replicas behind it; `vllm_servers`: the vLLM server of each base
+    model (OPD_VLLM_SERVERS), the job's adapters there named after `job_folder`."""
     vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink), job_folder)
     if vllm is not None and (left := await vllm.unload_earlier_attempts()):
         sink.event(
@@ -245,8 +246,12 @@ async def open_run(
             who = teacher_named(spec, name, teacher_spec)
             if teacher_spec.server is not None:
                 warn = warning_to(sink)
-                key = (server_keys or {}).get(teacher_spec.server.url)
-                view = await server_view(spec, name, service, tokenizer, checked, warn, stop, key)
+                url = teacher_spec.server.url
+                key = (server_keys or {}).get(url)
+                replicas = (server_replicas or {}).get(url, ())
+                view = await server_view(
+                    spec, name, service, tokenizer, checked, warn, stop, key, replicas
+                )
             elif teacher_spec.self is not None:
                 view = await self_view(spec, name, service, training, tokenizer, pools or [], vllm)
             else:

@@ -14,7 +14,7 @@ their own, so they never change the training.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from worker.engine.loop.metrics import (
     PhaseTimer,
     sampler_logprob_diff,
     step_metrics,
+    teacher_tier_metrics,
 )
 from worker.engine.loop.pace import Pace
 from worker.engine.loop.pipeline import Rollouts
@@ -133,6 +134,7 @@ class Steps:
         elapsed = time.time() - step_start
         learning_rate = run.spec.optim.learning_rate
         metrics = step_metrics(batch, items, trainer_metrics, learning_rate, step, elapsed, phases)
+        metrics |= teacher_tier_metrics(run.teachers.values())
         correction = run.spec.loop.sampler_correction
         if run.vllm is not None or correction.active:
             disagreed = sampler_logprob_diff(batch, trained.loss_fn_outputs, correction.c)
@@ -337,13 +339,15 @@ async def run_loop(
     eval_prompts: Prompts | Mapping[str, Prompts] | None = None,
     grade: Grade | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
+    server_replicas: Mapping[str, Sequence[str]] | None = None,
     vllm_servers: Mapping[str, str] | None = None,
     job_folder: Path | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
     cancel at the next one, a stop to resume as soon as the run can resume from there
     exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
-    `server_keys`: the key the operator bound to each teacher server, by URL;
+    `server_keys`: the key the operator bound to each teacher server, by URL, and
+    `server_replicas` the replicas behind it (a teacher tier);
     `vllm_servers`: the vLLM server of each base model (`sampling.engine: vllm`), where
     the job's adapters are named after `job_folder` (its artifact folder).
     `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
@@ -353,7 +357,9 @@ async def run_loop(
     pools = training_pools(spec, prompts)
     if loop.reward.coef:
         require_answers(pools, grade)
-    run = await open_run(spec, service, sink, resume, pools, server_keys, vllm_servers, job_folder)
+    run = await open_run(
+        spec, service, sink, resume, pools, server_keys, vllm_servers, job_folder, server_replicas
+    )
     try:
         steps = await Steps.open(run, pools, start, resume, eval_prompts, grade)
         try:

@@ -335,12 +335,13 @@ async def server_view(
     warn: Warn,
     stop: list[str],
     key: ServerKey | None = None,
+    replicas: Sequence[str] = (),
 ) -> TeacherView:
     """Teacher `name` on its inference server, in the mode the preflight finds its
     tokenizer in (the student's, or the one `server.tokenizer` names), once a probe found
     that the server gives each token id of a prompt that tokenizer's text; `stop`: the
     student's stop strings (a cross-tokenizer teacher's completions end there); `key`: the
-    one the operator bound to the server (None = none)."""
+    one the operator bound to the server (None = none); `replicas`: the servers behind it."""
     teacher = spec.teacher_specs()[name]
     server = teacher.server
     assert server is not None
@@ -353,7 +354,7 @@ async def server_view(
         mode = teacher_mode(student, tokenizer, checked)
     check_objective(spec, who, mode)
     field = f"{spec.teacher_field(name)}.server"
-    client = ServerTeacher(server, tokenizer, field=field, warn=warn, key=key)
+    client = ServerTeacher(server, tokenizer, field=field, warn=warn, key=key, replicas=replicas)
     view = TeacherView(
         name,
         client,

@@ -91,6 +91,7 @@ async def test_the_loop_trains_on_the_servers_scores_of_the_students_tokens(fake
             expected += list(-(np.array(student) - teacher))
             read += len(prompt) + len(completion)
         assert sink.steps[step]["usage/teacher_tokens"] == read
+        assert sink.steps[step]["time/teacher_wait"] > 0  # its requests took >= 20 ms each
         scored += len(call.args["data"])
     assert_close(got, expected, what="the advantages")
     assert not service.calls_named("compute_logprobs"), "the backend scored nothing"
