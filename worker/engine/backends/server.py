@@ -78,14 +78,22 @@ class Scored:
 
 @dataclass
 class Replica:
-    """One server of a teacher tier (OPD_TEACHER_REPLICAS): its requests in flight, those it
-    answered since the last tally, and until when it rests after failing."""
+    """One server of a teacher tier (OPD_TEACHER_REPLICAS) as every job of this process sees
+    it: its requests in flight, those it answered, and until when it rests after failing."""
 
     url: str
     busy: int = 0
     answered: int = 0
-    answered_ever: int = 0
     resting_until: float = 0.0
+
+
+REPLICAS: dict[str, Replica] = {}
+"""Each replica by URL, shared by the jobs of this process, so that the least busy is the
+least busy with all of their requests, and one that failed rests for all of them."""
+
+
+def replica_at(url: str) -> Replica:
+    return REPLICAS.setdefault(url, Replica(url))
 
 
 @dataclass
@@ -142,7 +150,10 @@ class ServerTeacher:
     ) -> None:
         self.options, self.tokenizer, self.field, self.warn = options, tokenizer, field, warn
         self.key = key
-        self.replicas = [Replica(url.rstrip("/")) for url in replicas or [options.url]]
+        self.replicas = [replica_at(url.rstrip("/")) for url in replicas or [options.url]]
+        self.answered = [0] * len(self.replicas)
+        self.told: dict[int, float] = {}
+        """The rest of each replica this job's events told of (a rest's end, by index)."""
         self.outstanding, self.outstanding_since, self.waited = 0, 0.0, 0.0
         self.transport = transport
         self.http: httpx.AsyncClient | None = None
@@ -284,58 +295,61 @@ class ServerTeacher:
             self.outstanding_since = time.monotonic()
         try:
             while True:
-                replica = self.least_busy()
+                index = self.least_busy()
+                replica = self.replicas[index]
                 replica.busy += 1
                 try:
                     answer = await self.post_to(replica.url, body, limit)
                 except Exception as error:
-                    if not self.rest(replica, error):
+                    if not self.rest(index, error):
                         raise
                     continue
                 finally:
                     replica.busy -= 1
                 replica.answered += 1
-                replica.answered_ever += 1
+                self.answered[index] += 1
                 return answer
         finally:
             self.outstanding -= 1
             if not self.outstanding:
                 self.waited += time.monotonic() - self.outstanding_since
 
-    def least_busy(self) -> Replica:
+    def least_busy(self) -> int:
         """The awake replica with the fewest requests in flight (then the fewest answered,
         so that one request at a time goes round them); all resting: the first to wake."""
         now = time.monotonic()
-        awake = [r for r in self.replicas if r.resting_until <= now]
+        order = range(len(self.replicas))
+        awake = [i for i in order if self.replicas[i].resting_until <= now]
         if not awake:
-            return min(self.replicas, key=lambda r: r.resting_until)
-        return min(awake, key=lambda r: (r.busy, r.answered_ever))
+            return min(order, key=lambda i: self.replicas[i].resting_until)
+        return min(awake, key=lambda i: (self.replicas[i].busy, self.replicas[i].answered))
 
-    def rest(self, replica: Replica, error: BaseException) -> bool:
-        """Rest a replica that failed as a server down fails, saying so when another takes
-        its requests; whether one is awake to take this one now."""
+    def rest(self, index: int, error: BaseException) -> bool:
+        """Rest a replica that failed as a server down fails (unless it rests already),
+        telling this job's events once a rest when another takes its requests; whether one
+        is awake to take this request now."""
         failure = classify(error)
         if len(self.replicas) < 2 or failure is None or failure.kind is not Kind.transient:
             return False
-        now = time.monotonic()
-        told = replica.resting_until > now  # another request of the same moment failed there
-        replica.resting_until = now + REST_SECONDS
+        now, replica = time.monotonic(), self.replicas[index]
+        if replica.resting_until <= now:
+            replica.resting_until = now + REST_SECONDS
         awake = sum(r.resting_until <= now for r in self.replicas)
-        if told or not awake:  # said once; with none awake the request fails as the server's
-            return awake > 0
-        number = self.replicas.index(replica) + 1
+        if not awake or self.told.get(index) == replica.resting_until:
+            return awake > 0  # with none awake the request fails as the server's
+        self.told[index] = replica.resting_until
         self.warn(
-            f"Replica {number} of {len(self.replicas)} of {self.who} failed "
+            f"Replica {index + 1} of {len(self.replicas)} of {self.who} failed "
             f"({failure.description}): it rests {REST_SECONDS:.0f} s, its requests go to the "
             f"{awake} other{'s' if awake != 1 else ''} awake",
             {
                 "server": self.options.url,
-                "replica": number,
+                "replica": index + 1,
                 "rest_seconds": REST_SECONDS,
                 "error": failure.description,
             },
         )
-        return awake > 0
+        return True
 
     def tally(self) -> Tally:
         """The figures since the last tally (`Tally`), then zeroed."""
@@ -345,10 +359,9 @@ class ServerTeacher:
             waited += now - self.outstanding_since
             self.outstanding_since = now
         self.waited = 0.0
-        total = sum(r.answered for r in self.replicas)
-        shares = [r.answered / total if total else 0.0 for r in self.replicas]
-        for replica in self.replicas:
-            replica.answered = 0
+        total = sum(self.answered)
+        shares = [answered / total if total else 0.0 for answered in self.answered]
+        self.answered = [0] * len(self.replicas)
         return Tally(waited, shares)
 
     async def post_to(self, base_url: str, body: dict[str, Any], limit: int) -> dict[str, Any]:

@@ -17,11 +17,19 @@ from opd.serve import free_port
 from tests.fakes.vllm_server import ByteTokenizer, FakeVLLM, serving
 from tests.support import assert_close
 from tests.worker.engine.backends.test_server_teacher import PROMPTS, expected
-from worker.engine.backends.server import REST_SECONDS, ServerTeacher
+from worker.engine.backends.server import REPLICAS, REST_SECONDS, ServerTeacher
 from worker.engine.loop.metrics import teacher_tier_metrics
 from worker.engine.teachers.views import TeacherView
 
 SPEC_URL = "http://teachers.example/v1"
+
+
+@pytest.fixture(autouse=True)
+def fresh_replicas() -> Iterator[None]:
+    """Replicas are the process's (every job's): each test starts with none known."""
+    REPLICAS.clear()
+    yield
+    REPLICAS.clear()
 
 
 @pytest.fixture
@@ -71,6 +79,20 @@ async def test_requests_spread_over_the_least_busy_replicas(fakes, urls):
         assert again["time/teacher_wait"] == 0 and again["teacher/replica_share/math/1"] == 0
     finally:
         await client.aclose()
+
+
+async def test_the_jobs_of_a_worker_share_the_replicas_least_busy_first(fakes, urls):
+    """Two jobs, one request at a time each, in turn: the requests go round the three
+    replicas as one job's would, and each job's tally counts its own requests."""
+    jobs = [tier(urls, [], batch_size=1), tier(urls, [], batch_size=1)]
+    try:
+        for turn, prompt in enumerate(PROMPTS):
+            await scored(jobs[turn % 2], [prompt])
+        assert [len(fake.bodies) for fake in fakes] == [2, 2, 2]
+        assert sum(jobs[0].tally().shares) == pytest.approx(1)
+    finally:
+        for job in jobs:
+            await job.aclose()
 
 
 async def test_a_failing_replica_rests_while_the_others_answer(fakes, urls):
