@@ -4,7 +4,7 @@ nothing that is not listed here. Names are part of the interface: add, never ren
 
 A name may hold a placeholder: `<dataset>` and `<teacher>` (the names a spec gives them, with
 several), `<phase>` (a step's phases), `<name>` (a backend's own metric), `<k>` (the eval's
-samples per prompt).
+samples per prompt), `<replica>` (a teacher tier's replica, by its number from 1).
 """
 
 from __future__ import annotations
