@@ -275,12 +275,14 @@ class ServerTeacher:
         return self.read(answer, prompts, k)
 
     def body(self, prompts: list[list[int]], k: int) -> dict[str, Any]:
-        """The completions request that scores `prompts` and samples nothing."""
+        """The completions request that scores `prompts` and samples nothing, at temperature
+        1: the teacher's own distribution, also on a server that reports logprobs after its
+        sampling settings (vLLM's `--logprobs-mode processed_logprobs`)."""
         body: dict[str, Any] = {
             "model": self.options.model,
             "prompt": prompts[0] if len(prompts) == 1 else prompts,
             "max_tokens": 0,
-            "temperature": 0.0,
+            "temperature": 1.0,
         }
         if self.options.protocol == "prompt_logprobs":  # echo: vLLM scores without sampling
             return body | {"echo": True, "prompt_logprobs": k}

@@ -95,6 +95,7 @@ async def test_concurrent_scores_share_requests_of_at_most_batch_size(fake, url,
 async def test_one_prompt_goes_as_token_ids_alone(fake, url):
     (values,) = await scored_all(teacher(url), PROMPTS[:1])
     assert fake.bodies[0]["prompt"] == PROMPTS[0]
+    assert (fake.bodies[0]["max_tokens"], fake.bodies[0]["temperature"]) == (0, 1.0)
     assert_close(values[1:], expected(PROMPTS[0])[1:], what="the logprobs")
 
 
