@@ -13,8 +13,8 @@ the wall time of the teacher phase per step (all the jobs' scoring of one step),
 scaling: the one-replica time over the tier's. Each replica's share of the requests comes
 from the client's tally (`teacher/replica_share/<teacher>/<n>`).
 
-`--servers vllm` starts the replicas with `opd vllm serve smollm2-135m-instruct` (each its
-own process and port; not timed): SmolLM2-135M-Instruct as the teacher. `--servers fake`
+`--servers vllm` starts the replicas with `opd vllm serve smollm2-135m-instruct --teacher`
+(each its own process and port; not timed): SmolLM2-135M-Instruct as the teacher. `--servers fake`
 serves each replica in process with a fixed cost per token scored (`--fake-ms-per-token`,
 one request computing at a time per replica, as one accelerator's queue), which measures
 the tier's routing where the server is the bottleneck, not a model. On a machine of two
@@ -95,7 +95,7 @@ def started_vllm(count: int, memory_fraction: float, stack: ExitStack) -> list[s
     for _ in range(count):
         port = free_port()
         command = [sys.executable, "-m", "opd.cli", "vllm", "serve", SMOLLM2, "--port", str(port)]
-        command += ["--memory-fraction", str(memory_fraction)]
+        command += ["--memory-fraction", str(memory_fraction), "--teacher"]
         process = subprocess.Popen(
             command,
             env=os.environ | {"PYTHONPATH": str(ROOT)},

@@ -163,14 +163,16 @@ def server_command(
     port: int,
     host: str = "127.0.0.1",
     memory_fraction: float | None = None,
-    max_lora_rank: int = MAX_LORA_RANK,
+    max_lora_rank: int | None = MAX_LORA_RANK,
 ) -> list[str]:
-    """vLLM's OpenAI server for `model` (a Hugging Face folder), LoRA adapters loadable at run
-    time; on the CPU in float32 (the service's own CPU dtype, so logprobs agree) within
-    `memory_fraction` of the machine's memory (default CPU_MEMORY_FRACTION)."""
+    """vLLM's OpenAI server for `model` (a Hugging Face folder), LoRA adapters up to
+    `max_lora_rank` loadable at run time (None: none, a teacher's server); on the CPU in
+    float32 (the service's own CPU dtype, so logprobs agree) within `memory_fraction` of the
+    machine's memory (default CPU_MEMORY_FRACTION)."""
     command = [str(env.python), "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    command += ["--host", host, "--port", str(port), "--enable-lora"]
-    command += ["--max-lora-rank", str(max_lora_rank)]
+    command += ["--host", host, "--port", str(port)]
+    if max_lora_rank is not None:
+        command += ["--enable-lora", "--max-lora-rank", str(max_lora_rank)]
     if env.package == CPU_BUILD:
         command += ["--dtype", "float32"]
         memory_fraction = memory_fraction or CPU_MEMORY_FRACTION

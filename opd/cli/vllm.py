@@ -58,9 +58,8 @@ def serve_command(args: argparse.Namespace) -> int:
         env = ensure_environment(environment(args.build), say)
     except VLLMSetupError as error:
         raise CommandError(str(error)) from None
-    command = server_command(
-        env, folder, args.port, args.host, args.memory_fraction, args.max_lora_rank
-    )
+    rank = None if args.teacher else args.max_lora_rank
+    command = server_command(env, folder, args.port, args.host, args.memory_fraction, rank)
     command += ["--served-model-name", args.model]
     url = f"http://{args.host}:{args.port}/v1"
     say(f"Starting vLLM on {folder} (its log follows; loading takes a minute or more)")
@@ -71,16 +70,30 @@ def serve_command(args: argparse.Namespace) -> int:
             wait_ready(url.removesuffix("/v1"), process, READY_TIMEOUT)
         except VLLMSetupError as error:
             raise CommandError(str(error)) from None
-        servers = json.dumps({args.model: url})
-        ranks = json.dumps({args.model: args.max_lora_rank})
         print(f"vLLM serves {args.model!r} at {url}", flush=True)
-        print(f"For the API and the workers: export OPD_VLLM_SERVERS='{servers}'", flush=True)
-        print(f"For the API: export OPD_VLLM_MAX_LORA_RANKS='{ranks}'", flush=True)
+        for line in announced(args.model, url, rank):
+            print(line, flush=True)
         return process.wait()
     finally:
         if process.poll() is None:
             process.terminate()
             process.wait()
+
+
+def announced(model: str, url: str, rank: int | None) -> list[str]:
+    """What the operator exports for a server: a student's (its adapters' rank too), or a
+    teacher's (`--teacher`: listed as a teacher server, which specs name with its model)."""
+    if rank is None:
+        servers = json.dumps({url: None})
+        return [
+            f"For the API and the workers: export OPD_TEACHER_SERVERS='{servers}' (with "
+            "the servers already listed)",
+            f"A spec's teacher: {{server: {{url: {url}, model: {model}}}}}",
+        ]
+    return [
+        f"For the API and the workers: export OPD_VLLM_SERVERS='{json.dumps({model: url})}'",
+        f"For the API: export OPD_VLLM_MAX_LORA_RANKS='{json.dumps({model: rank})}'",
+    ]
 
 
 def stop_on_sigterm(signum: int, frame: object) -> None:
@@ -143,6 +156,12 @@ def add_parsers(commands: Commands) -> None:
         "real-model example's); vLLM pads every adapter to it, so the smallest rank the "
         "jobs train is fastest. Jobs of a larger rank are refused at submission once "
         "OPD_VLLM_MAX_LORA_RANKS names it (printed with OPD_VLLM_SERVERS)",
+    )
+    serve.add_argument(
+        "--teacher",
+        action="store_true",
+        help="a teacher's server: no adapters (vLLM's CPU build fails to score batched "
+        "prompts with LoRA on); prints the OPD_TEACHER_SERVERS line instead",
     )
     serve.set_defaults(handler=serve_command)
     example(serve, "opd vllm serve smollm2-135m-instruct --port 8001 --max-lora-rank 8")
