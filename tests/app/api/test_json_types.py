@@ -85,6 +85,15 @@ SERVER_JOB: dict[str, Any] = {
     "eval": {"dataset": {"source": "arithmetic"}},
 }
 """A teacher on an inference server, a file's prompts, an eval dataset of its own."""
+GATED_JOB: dict[str, Any] = {
+    "name": "typed",
+    "backend": "local",
+    "student": {"base_model": "tiny-student"},
+    "teacher": {"base_model": "tiny-teacher"},
+    "dataset": {"source": "arithmetic"},
+    "loop": {"sampler_correction": {"kind": "mask", "c": 3.0}},
+}
+"""The sampled objective with its trainer/sampler ratio bounded."""
 MIXED_JOB: dict[str, Any] = {
     "name": "typed",
     "backend": "tinker",
@@ -162,7 +171,7 @@ PLAYGROUND = [
 ]
 """Playground requests: a prompt, and token ids with every option."""
 BODIES: dict[str, tuple[type[BaseModel], list[dict[str, Any]]]] = {
-    "POST /v1/jobs": (JobSpec, [LOCAL_JOB, SERVER_JOB, MIXED_JOB, FEEDBACK_JOB]),
+    "POST /v1/jobs": (JobSpec, [LOCAL_JOB, SERVER_JOB, GATED_JOB, MIXED_JOB, FEEDBACK_JOB]),
     "POST /v1/jobs/{job_id}/playground": (SampleRequest, PLAYGROUND),
     "POST /v1/jobs/{job_id}/sample": (SampleRequest, PLAYGROUND),  # its old name
     "POST /v1/sweeps": (SweepCreate, [SWEEP | {"base_job": 1}]),
