@@ -273,6 +273,13 @@ class Settings(BaseSettings):
         "model, as a spec names it, to the OpenAI-compatible base URL of the server that "
         "serves it with runtime LoRA loading on (http://host:port/v1); empty = none.",
     )
+    vllm_replicas: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="More vLLM servers of a base model OPD_VLLM_SERVERS names: a JSON map of "
+        "the base model to their base URLs (each serving it as that one does, LoRA on, with "
+        "the same --max-lora-rank and the worker's artifact folder readable). Each job "
+        "samples on the server of the model with the fewest of its worker's jobs.",
+    )
     vllm_max_lora_ranks: dict[str, int] = Field(
         default_factory=dict,
         description="The --max-lora-rank of each vLLM server (`opd vllm serve` prints the "
@@ -342,6 +349,22 @@ class Settings(BaseSettings):
             if not replicas or not all(r.startswith(("http://", "https://")) for r in replicas):
                 raise ValueError(f"OPD_TEACHER_REPLICAS: give {url} http(s) URLs of replicas")
         return self
+
+    @model_validator(mode="after")
+    def _vllm_replicas_of_named_models(self) -> Settings:
+        for model, replicas in self.vllm_replicas.items():
+            if model not in self.vllm_servers:
+                raise ValueError(f"OPD_VLLM_REPLICAS: {model} is not in OPD_VLLM_SERVERS")
+            if not all(url.startswith(("http://", "https://")) for url in replicas):
+                raise ValueError(f"OPD_VLLM_REPLICAS: give {model} http(s) URLs of replicas")
+        return self
+
+    def vllm_tiers(self) -> dict[str, list[str]]:
+        """Each base model's vLLM servers: OPD_VLLM_SERVERS' first, then its replicas."""
+        return {
+            model: [url, *(r.rstrip("/") for r in self.vllm_replicas.get(model, []))]
+            for model, url in self.vllm_servers.items()
+        }
 
     def replicas_of(self, url: str) -> list[str]:
         """The replicas behind teacher server `url` (OPD_TEACHER_REPLICAS); none: it alone."""

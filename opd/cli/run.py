@@ -87,7 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
                 data_root=Path(args.data_root),
                 resume=resume,
                 should_stop=lambda: Stop.resume if stop_requested else None,
-                vllm_servers=settings().vllm_servers if spec.sampling.engine == "vllm" else None,
+                vllm_servers=settings().vllm_tiers() if spec.sampling.engine == "vllm" else None,
             )
             outcome = "stopped" if result.stopped else "succeeded"
             return result

@@ -317,7 +317,7 @@ async def attempt(
             model_cache=ctx.settings.model_cache,
             server_keys=teacher_server_keys(spec, ctx.settings, job),
             server_replicas=teacher_replicas(spec, ctx.settings),
-            vllm_servers=ctx.settings.vllm_servers,
+            vllm_servers=ctx.settings.vllm_tiers(),
         )
     )
     error: BaseException | None = None

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import AsyncIterator
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,15 @@ out."""
 ADAPTER_PREFIX = "opd-"
 
 
+JOBS_ON: Counter[str] = Counter()
+"""The jobs of this process sampling on each vLLM server of a tier (OPD_VLLM_REPLICAS)."""
+
+
 class VLLMServer:
-    """One vLLM server with runtime LoRA loading on, at `url` (its OpenAI base URL)."""
+    """One vLLM server with runtime LoRA loading on, at `url` (its OpenAI base URL); with
+    `tier` (the URLs of every server of the base model, OPD_VLLM_SERVERS' and its
+    replicas'), the one with the fewest of this process's jobs on it, the job's adapters
+    all there."""
 
     def __init__(
         self,
@@ -55,7 +63,12 @@ class VLLMServer:
         warn: Warn = lambda message, data: None,
         backoff: Backoff | None = None,
         folder: Path | None = None,
+        tier: Sequence[str] = (),
     ) -> None:
+        self.tier = [server.rstrip("/") for server in tier]
+        if self.tier:
+            url = min(self.tier, key=lambda server: JOBS_ON[server])  # ties: the first listed
+            JOBS_ON[url] += 1
         self.url, self.base_model = url.rstrip("/"), base_model
         self.warn, self.backoff = warn, backoff or RETRY
         self.http = httpx.AsyncClient(timeout=TIMEOUT_SECONDS)
@@ -100,12 +113,16 @@ class VLLMServer:
 
         return await retry(attempt, transient=transient, backoff=self.backoff, what=self.who)
 
-    async def send_once(self, path: str, body: dict[str, Any] | None) -> httpx.Response:
+    async def send_once(
+        self, path: str, body: dict[str, Any] | None, url: str | None = None
+    ) -> httpx.Response:
+        """One request to this server (or another of its tier, `url`)."""
+        base = url or self.url
         try:
             if body is None:
-                response = await self.http.get(f"{self.url}{path}")
+                response = await self.http.get(f"{base}{path}")
             else:
-                response = await self.http.post(f"{self.url}{path}", json=body)
+                response = await self.http.post(f"{base}{path}", json=body)
         except httpx.HTTPError as error:
             raise ServerAway(
                 f"{self.who} did not answer ({type(error).__name__}): is it running?",
@@ -127,11 +144,22 @@ class VLLMServer:
     async def unload_earlier_attempts(self) -> list[str]:
         """Unload the adapters an earlier attempt of this job left loaded (a worker killed
         mid-job cannot unload its own): a resumed attempt loads its versions again under
-        the same names. Returns the names unloaded."""
+        the same names. Returns the names unloaded. With a tier, an earlier attempt may
+        have sampled on another server of it: those that answer are cleared too."""
         models = (await self.get("/models")).json().get("data") or []
         left = [m["id"] for m in models if str(m.get("id", "")).startswith(f"{self.run}-")]
         for name in left:
             await self.post("/unload_lora_adapter", {"lora_name": name})
+        for other in (server for server in self.tier if server != self.url):
+            try:
+                listed = (await self.send_once("/models", None, other)).json().get("data") or []
+                for model in listed:
+                    if str(model.get("id", "")).startswith(f"{self.run}-"):
+                        body = {"lora_name": model["id"]}
+                        await self.send_once("/unload_lora_adapter", body, other)
+                        left.append(model["id"])
+            except (BackendUnavailable, BackendRejected):
+                continue  # away: its adapters went with it, or wait for its restart
         return left
 
     async def load(self, version: int, path: str, keep: set[int]) -> str:
@@ -165,6 +193,8 @@ class VLLMServer:
                 break
         self.loaded.clear()
         await self.http.aclose()
+        if self.tier:
+            JOBS_ON[self.url] -= 1
 
 
 def run_name(folder: Path | None) -> str:

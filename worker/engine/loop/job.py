@@ -32,7 +32,7 @@ async def run_job(
     model_cache: Path | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
     server_replicas: Mapping[str, Sequence[str]] | None = None,
-    vllm_servers: Mapping[str, str] | None = None,
+    vllm_servers: Mapping[str, Sequence[str]] | None = None,
 ) -> RunResult:
     """Load the prompts, open the backend (its checkpoints in `checkpoints`, a bucket, if
     given; GGUF models converted into `model_cache`) and run the loop; the sink is always

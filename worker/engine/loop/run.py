@@ -204,88 +204,106 @@ async def open_run(
     resume: SavedState | None,
     pools: list[Pool] | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
-    vllm_servers: Mapping[str, str] | None = None,
+    vllm_servers: Mapping[str, Sequence[str]] | None = None,
     job_folder: Path | None = None,
     server_replicas: Mapping[str, Sequence[str]] | None = None,
 ) -> Run:
     """Create the clients, restore a saved state, and check that every teacher can score
     the student's tokens (`preflight`), on the first prompts of each of `pools`;
     `server_keys`: the key the operator bound to each teacher server, by URL, and
-    `server_replicas` the replicas behind it; `vllm_servers`: the vLLM server of each base
-    model (OPD_VLLM_SERVERS), the job's adapters there named after `job_folder`."""
+    `server_replicas` the replicas behind it; `vllm_servers`: the vLLM servers of each base
+    model (OPD_VLLM_SERVERS and OPD_VLLM_REPLICAS), the job's adapters on one of them named
+    after `job_folder`."""
     vllm = student_vllm(spec, vllm_servers or {}, warning_to(sink), job_folder)
-    if vllm is not None and (left := await vllm.unload_earlier_attempts()):
-        sink.event(
-            "info",
-            f"Unloaded {len(left)} adapters an earlier attempt left on {vllm.who}",
-            {"adapters": left},
-        )
-    training = await service.create_lora_training_client_async(
-        base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
-    )
-    if resume is not None:
-        # PyTRIO accepts load_state only before the first training operation.
-        await (await training.load_state_with_optimizer_async(resume.path))
-        sink.event(
-            "info",
-            f"Resumed from the state saved at step {resume.step}",
-            {"step": resume.step, "path": resume.path},
-        )
-    elif spec.student.init_from is not None:
-        await start_from(training, spec.student.init_from, sink)
-    tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
-    checked = [
-        (prompt, pool.options)
-        for pool in pools or []
-        for prompt in pool.prompts.prompts[:PROMPTS_CHECKED]
-    ]
-    teachers: dict[str, TeacherView] = {}
-    stop = stop_sequences(tokenizer)
     try:
-        for name, teacher_spec in spec.teacher_specs().items():
-            who = teacher_named(spec, name, teacher_spec)
-            if teacher_spec.server is not None:
-                warn = warning_to(sink)
-                url = teacher_spec.server.url
-                key = (server_keys or {}).get(url)
-                replicas = (server_replicas or {}).get(url, ())
-                view = await server_view(
-                    spec, name, service, tokenizer, checked, warn, stop, key, replicas
-                )
-            elif teacher_spec.self is not None:
-                view = await self_view(spec, name, service, training, tokenizer, pools or [], vllm)
-            else:
-                view = await loaded_view(spec, name, service, tokenizer, checked, who)
-            teachers[name] = view
-            if view.mode != "cross":  # a cross-tokenizer teacher's event gives the probe's
-                mode_event(sink, who, view)  # alignment
-    except BaseException:
-        await close_teachers(teachers)
+        if vllm is not None and (left := await vllm.unload_earlier_attempts()):
+            sink.event(
+                "info",
+                f"Unloaded {len(left)} adapters an earlier attempt left on {vllm.who}",
+                {"adapters": left},
+            )
+        training = await service.create_lora_training_client_async(
+            base_model=spec.student.base_model, rank=spec.student.lora_rank, seed=spec.student.seed
+        )
+        if resume is not None:
+            # PyTRIO accepts load_state only before the first training operation.
+            await (await training.load_state_with_optimizer_async(resume.path))
+            sink.event(
+                "info",
+                f"Resumed from the state saved at step {resume.step}",
+                {"step": resume.step, "path": resume.path},
+            )
+        elif spec.student.init_from is not None:
+            await start_from(training, spec.student.init_from, sink)
+        tokenizer = await asyncio.to_thread(training.get_tokenizer)  # may download
+        checked = [
+            (prompt, pool.options)
+            for pool in pools or []
+            for prompt in pool.prompts.prompts[:PROMPTS_CHECKED]
+        ]
+        teachers: dict[str, TeacherView] = {}
+        stop = stop_sequences(tokenizer)
+        try:
+            for name, teacher_spec in spec.teacher_specs().items():
+                who = teacher_named(spec, name, teacher_spec)
+                if teacher_spec.server is not None:
+                    warn = warning_to(sink)
+                    url = teacher_spec.server.url
+                    key = (server_keys or {}).get(url)
+                    replicas = (server_replicas or {}).get(url, ())
+                    view = await server_view(
+                        spec, name, service, tokenizer, checked, warn, stop, key, replicas
+                    )
+                elif teacher_spec.self is not None:
+                    view = await self_view(
+                        spec, name, service, training, tokenizer, pools or [], vllm
+                    )
+                else:
+                    view = await loaded_view(spec, name, service, tokenizer, checked, who)
+                teachers[name] = view
+                if view.mode != "cross":  # a cross-tokenizer teacher's event gives the probe's
+                    mode_event(sink, who, view)  # alignment
+        except BaseException:
+            await close_teachers(teachers)
+            raise
+        params = SamplingParams(
+            max_tokens=spec.sampling.max_tokens,
+            seed=spec.student.seed,
+            temperature=spec.sampling.temperature,
+            top_p=spec.sampling.top_p,
+            top_k=spec.sampling.top_k,
+            stop=stop_sequences(tokenizer),
+        )
+        mixture = None
+        if spec.teacher_mixture == "mixture":
+            weights = spec.teacher_weights()
+            mixture = TeacherMixture([weights[name] for name in teachers])
+        adam = AdamParams(**spec.optim.model_dump())
+        return Run(
+            spec,
+            training,
+            teachers,
+            tokenizer,
+            params,
+            adam,
+            sink,
+            Renderer(tokenizer),
+            mixture,
+            vllm,
+        )
+    except BaseException:  # its connections, and its place among the tier's jobs
+        if vllm is not None:
+            await vllm.aclose()
         raise
-    params = SamplingParams(
-        max_tokens=spec.sampling.max_tokens,
-        seed=spec.student.seed,
-        temperature=spec.sampling.temperature,
-        top_p=spec.sampling.top_p,
-        top_k=spec.sampling.top_k,
-        stop=stop_sequences(tokenizer),
-    )
-    mixture = None
-    if spec.teacher_mixture == "mixture":
-        weights = spec.teacher_weights()
-        mixture = TeacherMixture([weights[name] for name in teachers])
-    adam = AdamParams(**spec.optim.model_dump())
-    return Run(
-        spec, training, teachers, tokenizer, params, adam, sink, Renderer(tokenizer), mixture, vllm
-    )
 
 
 def student_vllm(
-    spec: JobSpec, servers: Mapping[str, str], warn: Warn, job_folder: Path | None
+    spec: JobSpec, servers: Mapping[str, Sequence[str]], warn: Warn, job_folder: Path | None
 ) -> VLLMServer | None:
-    """The vLLM server the student samples on (`sampling.engine: vllm`), or None; its
-    adapters are named after the job's folder, so a later attempt finds what an earlier
-    one left."""
+    """The vLLM server the student samples on (`sampling.engine: vllm`), or None: of the
+    servers of its base model (OPD_VLLM_SERVERS' and its replicas), the one with the
+    fewest jobs of this worker; its adapters are named after the job's folder, so a later
+    attempt finds what an earlier one left."""
     if spec.sampling.engine != "vllm":
         return None
     base = spec.student.base_model
@@ -295,7 +313,8 @@ def student_vllm(
             "names one in OPD_VLLM_SERVERS (opd vllm serve prints the line)",
             code="vllm_not_configured",
         )
-    return VLLMServer(servers[base], base, warn, folder=job_folder)
+    tier = servers[base]
+    return VLLMServer(tier[0], base, warn, folder=job_folder, tier=tier if len(tier) > 1 else ())
 
 
 async def loaded_view(

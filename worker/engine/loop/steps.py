@@ -340,7 +340,7 @@ async def run_loop(
     grade: Grade | None = None,
     server_keys: Mapping[str, ServerKey] | None = None,
     server_replicas: Mapping[str, Sequence[str]] | None = None,
-    vllm_servers: Mapping[str, str] | None = None,
+    vllm_servers: Mapping[str, Sequence[str]] | None = None,
     job_folder: Path | None = None,
 ) -> RunResult:
     """Run (or resume) one OPD job; stop early at a step boundary when asked (`Stop`): a
@@ -348,8 +348,9 @@ async def run_loop(
     exactly (`Rollouts.resumable_at`), once the sink has settled (`Sink.settled`).
     `server_keys`: the key the operator bound to each teacher server, by URL, and
     `server_replicas` the replicas behind it (a teacher tier);
-    `vllm_servers`: the vLLM server of each base model (`sampling.engine: vllm`), where
-    the job's adapters are named after `job_folder` (its artifact folder).
+    `vllm_servers`: the vLLM servers of each base model (`sampling.engine: vllm`, the
+    first OPD_VLLM_SERVERS' and any more its replicas), where the job's adapters are named
+    after `job_folder` (its artifact folder).
     `prompts` (and `eval_prompts`) are by dataset name; a one-dataset spec may give its
     `Prompts` alone."""
     loop = spec.loop
