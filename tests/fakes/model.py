@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from worker.engine.backends.local.presets import tiny_tokenizer
+from worker.engine.backends.byte_tokenizer import tiny_tokenizer
 
 TOKENIZER = tiny_tokenizer()
 VOCAB = len(TOKENIZER)

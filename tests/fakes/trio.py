@@ -11,6 +11,7 @@ Its REST client (`trio_rest.py`) lists the checkpoints it saved and serves their
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -99,7 +100,8 @@ class FakeServiceClient:
 
     `tokenizers` maps a base model to its tokenizer (default: the tiny byte tokenizer);
     `drop_last_logprob` makes compute_logprobs omit the last position, as a server that
-    leaves positions out would.
+    leaves positions out would; `latency` is the seconds each training or sampling request
+    takes, as a remote service's round trip and compute would (benchmarks/fleet.py).
     """
 
     def __init__(
@@ -109,8 +111,10 @@ class FakeServiceClient:
         tokenizers: dict[str, Any] | None = None,
         drop_last_logprob: bool = False,
         limits: TrainingLimits = TRAINING_LIMITS,
+        latency: float = 0.0,
     ) -> None:
         self.tokenizers = tokenizers or {}
+        self.latency = latency
         self.drop_last_logprob = drop_last_logprob
         self.limits = limits
         self.calls: list[Call] = []
@@ -119,6 +123,11 @@ class FakeServiceClient:
 
     def record(self, call: str, /, **args: Any) -> None:
         self.calls.append(Call(call, args))
+
+    async def answer(self) -> None:
+        """Wait as long as a remote request takes."""
+        if self.latency:
+            await asyncio.sleep(self.latency)
 
     def calls_named(self, name: str) -> list[Call]:
         return [call for call in self.calls if call.name == name]
@@ -184,6 +193,7 @@ class FakeTrainingClient:
         loss_fn_config: dict[str, object] | None = None,
         auto_shift: bool = False,
     ) -> APIFuture[ForwardBackwardOutput]:
+        await self.service.answer()
         require(data, list, "data")
         for datum in data:
             require(datum, Datum, "each datum")
@@ -232,6 +242,7 @@ class FakeTrainingClient:
         return model.target_logprobs(self.weights, inputs, list(sample.target_tokens))
 
     async def optim_step_async(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
+        await self.service.answer()
         require(adam_params, AdamParams, "adam_params")
         build_trainer_optimize_payload(adam_params)
         self.started = True
@@ -260,18 +271,21 @@ class FakeTrainingClient:
     async def save_state_async(
         self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
     ) -> APIFuture[SaveWeightsResponse]:
+        await self.service.answer()
         path = self.save("state", name, ttl_seconds, overwrite)
         return APIFuture.completed(SaveWeightsResponse(path=path, model=self.base_model, size=1))
 
     async def save_weights_for_sampler_async(
         self, name: str, ttl_seconds: int | None = None
     ) -> APIFuture[SaveWeightsForSamplerResponse]:
+        await self.service.answer()
         path = self.save("weights", name, ttl_seconds, overwrite=True)
         return APIFuture.completed(
             SaveWeightsForSamplerResponse(path=path, model=self.base_model, size=1)
         )
 
     async def save_weights_and_get_sampling_client_async(self) -> FakeSamplingClient:
+        await self.service.answer()
         self.started = True
         self.service.record("refresh_sampler", optimizer_steps=self.optimizer_steps)
         return FakeSamplingClient(self.service, self.base_model, self.weights, self.optimizer_steps)
@@ -340,6 +354,7 @@ class FakeSamplingClient:
         topk_prompt_logprobs: int = 0,
         return_text: bool = True,
     ) -> SampleResponse:
+        await self.service.answer()
         request = validated_request(
             prompt,
             num_samples,
@@ -379,6 +394,7 @@ class FakeSamplingClient:
 
     async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
         """PyTRIO sends this as a one-token sample that asks for the prompt's logprobs."""
+        await self.service.answer()
         request = validated_request(prompt, 1, SamplingParams(max_tokens=1), True, 0, False)
         self.service.record("compute_logprobs", request=request, weights=self.weights)
         return self.prompt_logprobs(prompt.to_ints())

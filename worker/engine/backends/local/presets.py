@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from kernel.model_names import ARITH_TEACHER_BPE, ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
 from worker.engine.backends.byte_level import bytes_to_unicode
+from worker.engine.backends.byte_tokenizer import CHAT_TEMPLATE, tiny_tokenizer
 
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
@@ -43,24 +44,6 @@ INIT_SCALE = 0.2
 BASE_SEED = 1234
 TEACHER_SEED = 5678
 TEACHER_RANK = 4
-
-EOS_TOKEN = "<|im_end|>"
-PAD_TOKEN = "<|endoftext|>"
-SPECIAL_TOKENS = [PAD_TOKEN, "<|im_start|>", EOS_TOKEN]
-
-# Qwen3's ChatML template, trimmed to plain messages: with enable_thinking false the
-# assistant turn opens with an empty think block, exactly as Qwen3 renders it.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}"
-    "{{- '<think>\\n\\n</think>\\n\\n' }}"
-    "{%- endif %}"
-    "{%- endif %}"
-)
 
 # The same tokens in another frame: a system line, and other names for the two roles.
 SYSTEM_CHAT_TEMPLATE = (
@@ -87,21 +70,6 @@ def preset_tokenizer(name: str) -> PreTrainedTokenizerFast:
     if name == ARITH_TEACHER_BPE:
         return bpe_tokenizer()
     return tiny_tokenizer(OWN_TEMPLATES.get(name, CHAT_TEMPLATE))
-
-
-def tiny_tokenizer(chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
-    """Byte-level tokenizer: ids 0..255 are the bytes, then the three ChatML specials."""
-    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
-        chat_template=chat_template,
-    )
 
 
 BPE_EOS = "<|end|>"
