@@ -198,6 +198,7 @@ class Watch:
     backend_last: dict[int, float] = field(default_factory=dict)
     commits: list[tuple[float, int]] = field(default_factory=list)
     ended: int = 0
+    peak_connections: int = 0
     rss: dict[str, int] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -225,6 +226,7 @@ class Watch:
             "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (name,),
         ).fetchall()
+        self.peak_connections = max(self.peak_connections, len(pids))
         for (pid,) in pids:
             seconds = backend_cpu(pid)
             if seconds is not None:
@@ -253,6 +255,7 @@ class Watch:
             "commits_per_second": (last - first) / seconds,
             "cpu_percent": 100 * cpu / seconds,
             "backends": len(self.backend_last),
+            "peak_connections": self.peak_connections,
             "seconds": seconds,
         }
 
@@ -606,7 +609,8 @@ def report(result: dict[str, Any]) -> str:
         if fair["samples"]
         else "fair share: no sample had every team waiting",
         f"Postgres: {pg['commits_per_second']:.0f} commits/s, backends' CPU "
-        f"{pg['cpu_percent']:.0f}% of a core ({pg['backends']} backends)",
+        f"{pg['cpu_percent']:.0f}% of a core; {pg['peak_connections']} connections at most "
+        f"({pg['backends']} backends in all)",
         f"dashboards: {boards['reads']} reads, p50 {cell(boards['p50_ms'])} ms, p99 "
         f"{cell(boards['p99_ms'])} ms; errors {boards['errors']} (moved to another API "
         f"{boards['moved']})",
