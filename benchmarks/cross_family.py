@@ -56,6 +56,7 @@ from real_model import (
     benchmark_parser,
     benchmark_run,
     mean,
+    seed_range,
     table_head,
     table_line,
     targets,
@@ -352,7 +353,7 @@ async def untrained(task: Task, folder: Path, grader: Grader) -> dict[str, Any]:
 
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
     async with Grader() as grader:
-        for seed in range(1, args.seeds + 1):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             row: dict[str, Any] = {"seed": seed}
             with tempfile.TemporaryDirectory() as name:
                 folder = Path(name)
@@ -452,7 +453,7 @@ def main() -> int:
     args = parser.parse_args()
     return benchmark_run(
         args,
-        f"cross_family: {EXAMPLE.name} {' '.join(args.set)}, seeds 1..{args.seeds}, peers "
+        f"cross_family: {EXAMPLE.name} {' '.join(args.set)}, seeds {seed_range(args)}, peers "
         f"{' '.join(args.peers)}, {args.holdout} held-out problems",
         {
             "seeds": args.seeds,

@@ -713,7 +713,7 @@ PEERS = {"sft": run_sft, "sdft": run_sdft}
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
     """Every seed's OPD and peers, added to `figures` seed by seed (and written to --json
     after each, so a long run cut short keeps its finished seeds)."""
-    for seed in range(1, args.seeds + 1):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         row: dict[str, Any] = {"seed": seed}
         with tempfile.TemporaryDirectory() as folder:
             artifacts = Path(folder)
@@ -908,7 +908,7 @@ def main() -> int:
     return benchmark_run(
         args,
         f"real_model: {EXAMPLE.name}, {args.steps} steps of {args.objective}, seeds "
-        f"1..{args.seeds}, peers {' '.join(args.peers)}, {args.holdout} held-out problems, "
+        f"{seed_range(args)}, peers {' '.join(args.peers)}, {args.holdout} held-out problems, "
         f"{args.general} general questions, {len(FACTS)} facts",
         {
             "seeds": args.seeds,
@@ -927,7 +927,8 @@ def main() -> int:
 def benchmark_parser(doc: str | None, peers: list[str], example: str) -> argparse.ArgumentParser:
     """The options every benchmark of a real model takes."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=3, help="student.seed 1..N")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds")
+    parser.add_argument("--first-seed", type=int, default=1, help="student.seed of the first")
     parser.add_argument("--peers", nargs="*", default=peers, choices=peers)
     parser.add_argument("--holdout", type=int, default=60, help="held-out problems")
     parser.add_argument(
@@ -940,6 +941,10 @@ def benchmark_parser(doc: str | None, peers: list[str], example: str) -> argpars
     parser.add_argument("--json", type=Path, help="keep every figure in this file")
     parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
     return parser
+
+
+def seed_range(args: argparse.Namespace) -> str:
+    return f"{args.first_seed}..{args.first_seed + args.seeds - 1}"
 
 
 def benchmark_run(
