@@ -47,7 +47,7 @@ from app.auth.job_tokens import JobTokens
 from app.auth.keys import Principal
 from app.core.cache import TTLCache
 from app.core.config import Settings, get_settings
-from app.core.db import create_db_engine, migrate, session_factory
+from app.core.db import migrate, service_engine, session_factory
 from app.core.encryption import secret_box
 from app.core.pricing import PriceTable
 from app.core.queue import JobQueue
@@ -99,7 +99,7 @@ names the scope it needs in `x-opd-scope`; a request beyond the key's scope is a
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    engine = create_db_engine(settings.database_url)
+    engine = service_engine(settings)
     queue = JobQueue(settings.redis_url, settings.queue_name, settings.connect_timeout)
 
     @asynccontextmanager

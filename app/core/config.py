@@ -27,6 +27,9 @@ DEFAULT_HOME = Path(".opd")
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 DEFAULT_MAX_SPEC_BYTES = 256 * 1024
+POSTGRES_POOL_SIZE = 10
+POSTGRES_MAX_OVERFLOW = 20
+"""A process's Postgres pool by default (OPD_DB_POOL_SIZE, OPD_DB_MAX_OVERFLOW)."""
 UNDER_HOME = {
     "database_url": "sqlite:///{home}/opd.db",
     "artifact_root": "{home}/artifacts",
@@ -44,6 +47,20 @@ class Settings(BaseSettings):
 
     home: Path = Field(DEFAULT_HOME, description="Service data directory.")
     database_url: str = Field(description="sqlite:///path or postgresql://user@host/db.")
+    db_pool_size: int = Field(
+        POSTGRES_POOL_SIZE,
+        ge=1,
+        le=1000,
+        description="Postgres connections one process (an API or a worker) keeps open; all "
+        "processes' pools and overflows together must fit the server's max_connections.",
+    )
+    db_max_overflow: int = Field(
+        POSTGRES_MAX_OVERFLOW,
+        ge=0,
+        le=1000,
+        description="Postgres connections one process may open beyond its pool under load "
+        "(closed again when returned).",
+    )
     redis_url: str | None = Field(
         None, description="redis://host:port/db; unset = the service starts its own Redis."
     )

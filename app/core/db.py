@@ -10,11 +10,12 @@ import fcntl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import URL, Engine, create_engine, event, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -22,20 +23,11 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-if TYPE_CHECKING:
-    from app.core.config import Settings
-from typing import TYPE_CHECKING, TypeVar
-
-from sqlalchemy.dialects import postgresql, sqlite
-
-if TYPE_CHECKING:
-    pass
+from app.core.config import POSTGRES_MAX_OVERFLOW, POSTGRES_POOL_SIZE, Settings
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 POSTGRES_CONNECT_TIMEOUT_S = 10
-POSTGRES_POOL_SIZE = 10
-POSTGRES_MAX_OVERFLOW = 20
 
 
 def _parse(database_url: str) -> URL:
@@ -86,8 +78,13 @@ def _sqlite_pragmas(foreign_keys: bool) -> Callable[[Any, Any], None]:
     return on_connect
 
 
-def create_db_engine(database_url: str) -> AsyncEngine:
-    """An async engine for the API or the worker (one per process; it holds the pool)."""
+def create_db_engine(
+    database_url: str,
+    pool_size: int = POSTGRES_POOL_SIZE,
+    max_overflow: int = POSTGRES_MAX_OVERFLOW,
+) -> AsyncEngine:
+    """An async engine for the API or the worker (one per process; it holds the pool, whose
+    size matters on Postgres only)."""
     url = async_url(database_url)
     if url.get_backend_name() == "sqlite":
         _make_sqlite_dir(url)
@@ -97,11 +94,16 @@ def create_db_engine(database_url: str) -> AsyncEngine:
     # pre-ping turns a connection the server dropped (restart, failover) into a fresh one.
     return create_async_engine(
         url,
-        pool_size=POSTGRES_POOL_SIZE,
-        max_overflow=POSTGRES_MAX_OVERFLOW,
+        pool_size=pool_size,
+        max_overflow=max_overflow,
         pool_pre_ping=True,
         connect_args={"connect_timeout": POSTGRES_CONNECT_TIMEOUT_S},
     )
+
+
+def service_engine(settings: Settings) -> AsyncEngine:
+    """The engine of a service process (API, worker, sweep controller), its pool as set."""
+    return create_db_engine(settings.database_url, settings.db_pool_size, settings.db_max_overflow)
 
 
 def create_sync_engine(database_url: str) -> Engine:

@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 import app.tables  # noqa: F401  (every table in the metadata before a flush)
 from app.budgets.service import resume_spending
 from app.core.config import Settings
-from app.core.db import create_db_engine, session_factory
+from app.core.db import service_engine, session_factory
 from app.core.pricing import PriceTable
 from app.core.queue import TASK_NAME, JobQueue
 from app.core.tables import utcnow
@@ -112,7 +112,7 @@ async def serve_worker(settings: Settings) -> None:
             "OPD_SWEEP_INTERVAL is deprecated and goes in the next release: use "
             "OPD_REQUEUE_INTERVAL"
         )
-    engine = create_db_engine(settings.database_url)
+    engine = service_engine(settings)
     ctx = WorkerContext(
         settings=settings,
         sessions=session_factory(engine),

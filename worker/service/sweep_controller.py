@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.core.config import Settings
-from app.core.db import create_db_engine, session_factory
+from app.core.db import service_engine, session_factory
 from app.core.queue import JobQueue
 from app.jobs.dispatch import enqueue_job
 from app.jobs.limits import Limits
@@ -126,7 +126,7 @@ class ControllerThread:
         asyncio.run(self.serve())
 
     async def serve(self) -> None:
-        engine = create_db_engine(self.settings.database_url)
+        engine = service_engine(self.settings)
         queue = JobQueue(self.settings.redis_url, self.settings.queue_name)
         self.loop = asyncio.get_running_loop()
         self.task = asyncio.current_task()  # type: ignore[assignment]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,15 +14,17 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlmodel import SQLModel
 
+from app.core.config import Settings
 from app.core.db import (
     alembic_config,
     async_url,
     create_db_engine,
     create_sync_engine,
     migrate,
+    service_engine,
     sync_url,
 )
-from tests.support import temporary_postgres_database
+from tests.support import POSTGRES_ADMIN_URL, temporary_postgres_database
 
 
 @pytest.mark.parametrize(
@@ -113,3 +116,21 @@ def test_processes_migrating_at_once_do_not_collide(fresh_database_url):
             assert compare_metadata(MigrationContext.configure(conn), SQLModel.metadata) == []
     finally:
         engine.dispose()
+
+
+async def test_a_service_process_opens_no_more_postgres_connections_than_set(monkeypatch, tmp_path):
+    """OPD_DB_POOL_SIZE + OPD_DB_MAX_OVERFLOW bound a process's connections (a fleet's
+    processes must fit the server's max_connections): one more waits for a free one."""
+    monkeypatch.setenv("OPD_DB_POOL_SIZE", "2")
+    monkeypatch.setenv("OPD_DB_MAX_OVERFLOW", "1")
+    engine = service_engine(Settings(home=tmp_path, database_url=POSTGRES_ADMIN_URL))
+    try:
+        held = [await engine.connect() for _ in range(3)]
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(engine.connect(), timeout=0.5)
+        for conn in held:
+            await conn.close()
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT 1"))).scalar() == 1
+    finally:
+        await engine.dispose()

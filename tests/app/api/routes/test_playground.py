@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from app.core.db import POSTGRES_MAX_OVERFLOW, POSTGRES_POOL_SIZE
 from app.core.worker_calls import quick_queue
 from app.jobs.store import claim_job, create_job
 from app.records.store import record_checkpoint
@@ -143,7 +142,7 @@ async def test_more_waits_than_the_database_pool_holds_leave_it_free(
 ):
     """Playground samples and PyTRIO downloads waiting for a worker, one more than a
     Postgres pool's connections: another team's request still answers meanwhile."""
-    count = POSTGRES_POOL_SIZE + POSTGRES_MAX_OVERFLOW + 1
+    count = settings.db_pool_size + settings.db_max_overflow + 1
     job = await sampled()
     trio = await submit(backend="trio")
     await claim_job(session, trio["id"], "w", heartbeat_timeout=60)
