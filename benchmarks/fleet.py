@@ -19,6 +19,11 @@ It prints, and writes with --json:
   died moves to the next one, as a load balancer would send it;
 - each process's memory (RSS) and CPU.
 
+Each process's Postgres pool is --db-pool-size plus --db-max-overflow connections (a worker
+has two engines: its jobs' and its sweep controller's), small by default so that a fleet
+fits a Postgres's 100 connections; it warns when the pools could open more than the server
+has free.
+
 Once a third of the jobs have ended, one worker and one API process are killed (SIGKILL).
 Then it checks that nothing was lost: every job succeeded (the killed worker's jobs taken
 over once their heartbeat is older than OPD_HEARTBEAT_TIMEOUT), each job has one row, and
@@ -75,6 +80,7 @@ CHART = "keys=opd/reverse_kl_mean,trainer/loss_mean&max_points=500"
 HEARTBEAT_TIMEOUT = 15.0  # how soon the killed worker's jobs are taken over
 REQUEUE_INTERVAL = 3.0
 SAMPLE_SECONDS = 1.0
+WORKER_ENGINES = 2  # a worker's database engines: its jobs' and its sweep controller's
 KILL_AFTER = 1 / 3  # share of the jobs ended when a worker and an API process are killed
 PROMPTS = ["What is 2 + 3?", "Name a prime.", "Is 9 a square?", "What is 12 / 4?"]
 
@@ -139,10 +145,13 @@ def fleet(options: argparse.Namespace) -> Iterator[Fleet]:
             "OPD_REDIS_URL": options.redis_url,
             "OPD_QUEUE_NAME": queue,
             "OPD_WORKER_CONCURRENCY": str(options.concurrency),
+            "OPD_DB_POOL_SIZE": str(options.db_pool_size),
+            "OPD_DB_MAX_OVERFLOW": str(options.db_max_overflow),
             "OPD_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT),
             "OPD_REQUEUE_INTERVAL": str(REQUEUE_INTERVAL),
             "OMP_NUM_THREADS": "1",
         }
+        warn_if_pools_overflow(database_url, connection_ceiling(options))
         service = Fleet(processes, env, database_url)
         opd(env, "migrate")
         for index in range(options.apis):
@@ -157,6 +166,28 @@ def fleet(options: argparse.Namespace) -> Iterator[Fleet]:
         for port, api in zip(service.ports, service.apis, strict=True):
             api.wait_until_serving(f"http://127.0.0.1:{port}/healthz")
         yield service
+
+
+def connection_ceiling(options: argparse.Namespace) -> int:
+    """The most Postgres connections the fleet's pools may open: one engine an API
+    process, two a worker (its jobs' and its sweep controller's)."""
+    engines = options.apis + WORKER_ENGINES * options.workers
+    return engines * (options.db_pool_size + options.db_max_overflow)
+
+
+def warn_if_pools_overflow(database_url: str, ceiling: int) -> None:
+    with psycopg.connect(database_url, autocommit=True) as db:
+        limit, reserved, used = db.execute(
+            "SELECT current_setting('max_connections')::int, "
+            "current_setting('superuser_reserved_connections')::int, "
+            "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')"
+        ).fetchone()
+    free = limit - reserved - used
+    if ceiling > free:
+        progress(
+            f"warning: the pools may open {ceiling} Postgres connections and {free} are free "
+            f"(max_connections {limit}); lower --db-pool-size or --db-max-overflow"
+        )
 
 
 def team_keys(service: Fleet, teams: int) -> dict[str, str]:
@@ -557,6 +588,7 @@ def benchmark(options: argparse.Namespace) -> dict[str, Any]:
             "jobs": ended,
             "fairness": watch.fairness(),
             "postgres": watch.postgres(),
+            "connection_ceiling": connection_ceiling(options),
             "dashboards": readers,
             "killed": service.killed,
             "rss_mib": {
@@ -610,7 +642,7 @@ def report(result: dict[str, Any]) -> str:
         else "fair share: no sample had every team waiting",
         f"Postgres: {pg['commits_per_second']:.0f} commits/s, backends' CPU "
         f"{pg['cpu_percent']:.0f}% of a core; {pg['peak_connections']} connections at most "
-        f"({pg['backends']} backends in all)",
+        f"({pg['backends']} backends in all; the pools allow {result['connection_ceiling']})",
         f"dashboards: {boards['reads']} reads, p50 {cell(boards['p50_ms'])} ms, p99 "
         f"{cell(boards['p99_ms'])} ms; errors {boards['errors']} (moved to another API "
         f"{boards['moved']})",
@@ -638,6 +670,15 @@ def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--dashboards", type=count, default=100, help="dashboards (100)")
     parser.add_argument(
+        "--db-pool-size", type=count, default=2, help="each process's Postgres pool (2)"
+    )
+    parser.add_argument(
+        "--db-max-overflow",
+        type=int,
+        default=2,
+        help="connections a process may open beyond its pool (2)",
+    )
+    parser.add_argument(
         "--poll-seconds", type=positive(float), default=2.0, help="a dashboard's period (2)"
     )
     parser.add_argument(
@@ -646,6 +687,8 @@ def parse_options(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--json", type=Path, help="also write every figure as JSON")
     options = parser.parse_args(argv)
+    if options.db_max_overflow < 0:
+        parser.error("--db-max-overflow must be 0 or more")
     if options.kill and (options.workers < 2 or options.apis < 2):
         parser.error("killing a worker and an API process needs at least 2 of each (or --no-kill)")
     return options
