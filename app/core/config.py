@@ -51,15 +51,15 @@ class Settings(BaseSettings):
         POSTGRES_POOL_SIZE,
         ge=1,
         le=1000,
-        description="Postgres connections one process (an API or a worker) keeps open; all "
-        "processes' pools and overflows together must fit the server's max_connections.",
+        description="Postgres connections a pool keeps open (an API process has one pool, a "
+        "worker two); all pools and overflows together must fit the server's max_connections.",
     )
     db_max_overflow: int = Field(
         POSTGRES_MAX_OVERFLOW,
         ge=0,
         le=1000,
-        description="Postgres connections one process may open beyond its pool under load "
-        "(closed again when returned).",
+        description="Postgres connections a pool may open beyond its size under load (closed "
+        "again when returned).",
     )
     redis_url: str | None = Field(
         None, description="redis://host:port/db; unset = the service starts its own Redis."
