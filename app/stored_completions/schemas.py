@@ -3,10 +3,11 @@ team's `metadata`, are the job spec's: kernel/spec/data.py)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.core.pages import ObjectList
 from kernel.json_types import JsonModel
 from kernel.spec.data import Rating
 
@@ -53,3 +54,41 @@ class FeedbackPublic(BaseModel):
 
 def feedback_id(row_id: int) -> str:
     return f"{FEEDBACK_PREFIX}{row_id}"
+
+
+class StoredCompletionRead(BaseModel):
+    """A stored chat completion as the SDK reads it from OpenAI's list and retrieve doors
+    (`app/api/openai/stored.py` writes it): the fields it names, the rest kept as sent."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    created: int = Field(description="Unix time.")
+    model: str = Field(description="The `model` the request named.")
+    choices: list[dict[str, Any]]
+    metadata: dict[str, str] = Field(default_factory=dict)
+    feedback: list[FeedbackPublic] = Field(default_factory=list)
+
+    def answer(self) -> str:
+        """The first choice's text (a tool call's answer reads as empty)."""
+        if not self.choices:
+            return ""
+        return (self.choices[0].get("message") or {}).get("content") or ""
+
+
+class StoredCompletionsRead(ObjectList[StoredCompletionRead]):
+    """A page of them: while `has_more`, the next page is after `last_id`."""
+
+
+class StoredMessageRead(BaseModel):
+    """A message of a stored completion's conversation, as the messages door sends it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    role: str
+    content: str | None = None
+
+
+class StoredMessagesRead(ObjectList[StoredMessageRead]):
+    """A page of a stored completion's messages."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from kernel.spec import SpecError
 from opd.cli import (
     audit,
+    feedback,
     files,
     jobs,
     keys,
@@ -43,6 +44,7 @@ COMMAND_GROUPS = (
     usage.add_parsers,
     audit.add_parsers,
     webhooks.add_parsers,
+    feedback.add_parsers,
     vllm.add_parsers,
     jobs.add_action_parsers,
 )

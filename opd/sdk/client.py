@@ -19,6 +19,7 @@ from app.jobs.schemas import JobPublic
 from opd.sdk.resources.base import X
 from opd.sdk.resources.files import Files
 from opd.sdk.resources.jobs import J, Jobs
+from opd.sdk.resources.stored import StoredCompletions
 from opd.sdk.resources.sweeps import Sweeps
 from opd.sdk.resources.teams import Audit, Keys, Teams, Usage
 from opd.sdk.resources.webhooks import Webhooks
@@ -107,6 +108,7 @@ class Resources(Generic[X, J]):
         self.keys: Keys[X] = Keys(self, sender)
         self.teams: Teams[X] = Teams(self, sender)
         self.webhooks: Webhooks[X] = Webhooks(self, sender)
+        self.stored_completions: StoredCompletions[X] = StoredCompletions(self, sender)
 
 
 class Client(Resources[SyncTransport, Job]):

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -36,6 +37,10 @@ WALK = [
     "metrics",
     "samples",
     "playground",
+    "feedback list",  # after the test stores a chat completion of job 1 (store: true)
+    "feedback show",
+    "feedback give",
+    "feedback rm",
     "export",
     "clone",  # job 2
     "pause",
@@ -96,6 +101,23 @@ def examples() -> dict[str, str]:
     return found
 
 
+def store_a_chat(service: Service, model: str, topic: str) -> str:
+    """A chat completion the service keeps (`store: true`), as an OpenAI client sends it:
+    what `opd feedback` lists and rates."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+        "max_tokens": 4,
+        "store": True,
+        "metadata": {"topic": topic},
+    }
+    headers = {"Authorization": f"Bearer {service.key}"}
+    url = f"{service.url}/v1/chat/completions"
+    answer = httpx.post(url, json=body, headers=headers, timeout=60)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["id"]
+
+
 def test_every_command_has_an_example_and_the_walk_takes_each():
     documented = examples()
     assert set(documented) == {*WALK, *ADMIN_WALK, *SERVER, *NOT_WALKED}
@@ -131,9 +153,20 @@ def test_a_newcomers_first_hour_in_the_bare_install(light_venv, newcomer):
         )
         return done.returncode, done.stdout, done.stderr
 
+    stored = None
     for name in WALK:
-        code, out, err = opd(documented[name])
+        command = documented[name]
+        if name == "feedback list":
+            stored = store_a_chat(service, "job-1", "arithmetic")
+        if "COMPLETION" in command:
+            assert stored is not None
+            command = command.replace("COMPLETION", stored)
+        code, out, err = opd(command)
         assert code == 0 and "error:" not in err, (name, out, err, service.logs())
+        if name == "feedback list":
+            assert out.startswith(f"{stored}  job-1  "), out
+        if name == "feedback give":
+            assert f"on {stored}" in out, out
         if name == "compare":
             assert "optim.learning_rate" in out and "0.002" in out, out
         if name == "export":

@@ -191,6 +191,29 @@ DOORS: dict[Route, Door] = {
     ("POST", "/v1/sweeps/{sweep_id}/cancel"): Door(
         lambda o: o.sweeps.cancel(1), ["sweeps", "cancel", "1"]
     ),
+    ("GET", "/v1/chat/completions"): Door(
+        lambda o: o.stored_completions.list(rating=-1), ["feedback", "list", "--rating", "-1"]
+    ),
+    ("GET", "/v1/chat/completions/{completion_id}"): Door(
+        lambda o: o.stored_completions.get("chatcmpl-1"), ["feedback", "show", "chatcmpl-1"]
+    ),
+    ("GET", "/v1/chat/completions/{completion_id}/messages"): Door(
+        lambda o: o.stored_completions.messages("chatcmpl-1"),
+        None,
+        "`opd feedback show` prints the conversation",
+    ),
+    ("POST", "/v1/chat/completions/{completion_id}"): Door(
+        lambda o: o.stored_completions.update("chatcmpl-1", {"topic": "a"}),
+        None,
+        "metadata labels what a program sends; the SDK and the openai package set it",
+    ),
+    ("DELETE", "/v1/chat/completions/{completion_id}"): Door(
+        lambda o: o.stored_completions.delete("chatcmpl-1"), ["feedback", "rm", "chatcmpl-1"]
+    ),
+    ("POST", "/v1/chat/completions/{completion_id}/feedback"): Door(
+        lambda o: o.stored_completions.feedback("chatcmpl-1", rating=1),
+        ["feedback", "give", "chatcmpl-1", "--rating", "1"],
+    ),
 }
 
 

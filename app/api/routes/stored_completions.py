@@ -81,19 +81,33 @@ async def list_stored_completions(
     model: Annotated[
         str | None, Query(max_length=64, description="Only those of this model.")
     ] = None,
+    rating: Annotated[
+        int | None,
+        Query(ge=-1, le=1, description="Only those some feedback rated so (this service's own)."),
+    ] = None,
+    has_feedback: Annotated[
+        bool | None,
+        Query(description="true: only those with feedback; false: only those without."),
+    ] = None,
     after: Cursor = None,
     limit: Limit = 20,
     order: Ordering = Order.asc,
 ) -> StoredChatCompletions:
     """The team's stored completions, oldest first (`order=desc`: newest first);
-    `metadata[key]=value` keeps those whose metadata holds it, `model` those of a model."""
+    `metadata[key]=value` keeps those whose metadata holds it, `model` those of a model;
+    `rating` and `has_feedback` (this service's own filters) those with such feedback."""
     labels = {
         match.group(1): value
         for name, value in request.query_params.multi_items()
         if (match := METADATA_QUERY.match(name))
     }
     try:
-        wanted = StoredCompletionFilter(model=model, metadata=labels)
+        wanted = StoredCompletionFilter(
+            model=model,
+            metadata=labels,
+            rating=rating,  # type: ignore[arg-type]
+            has_feedback=has_feedback,
+        )
     except ValidationError as error:
         raise RequestValidationError(
             [e | {"loc": ("query", *e["loc"])} for e in error.errors()]

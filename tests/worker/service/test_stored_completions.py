@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import httpx2
 import openai
 import pytest
@@ -19,6 +20,7 @@ from sqlalchemy import delete, func, select
 
 from app.auth.tables import ApiKey, Team
 from app.stored_completions.tables import Feedback, StoredCompletion
+from opd.sdk import AsyncClient, NotFound
 from tests.app.conftest import auth
 from tests.worker.service.test_quick import job_spec, pytrio_fake  # noqa: F401 (fixtures)
 
@@ -140,6 +142,50 @@ async def test_feedback_is_listed_with_its_completion(client, api, key, trained)
         refused = await api.post(url, json=body, headers=auth(key))
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["param"] == param
+
+
+async def test_the_sdk_lists_by_feedback_rates_corrects_relabels_and_deletes(
+    client, api, key, trained
+):
+    """The SDK's `stored_completions` (what `opd feedback` runs), and the list door's own
+    filters `rating` and `has_feedback`, which the `openai` package sends as extra query."""
+    model = f"job-{trained['id']}"
+    first, second, third = [await chat(client, model, metadata={"tag": "t"}) for _ in range(3)]
+    transport = httpx.ASGITransport(api._transport.app)
+    async with AsyncClient("http://opd", key.key, transport=transport) as opd:
+        stored = opd.stored_completions
+        given = await stored.feedback(
+            first.id, rating=-1, correction="Answer with the number only", author="ana"
+        )
+        assert (given.completion_id, given.rating, given.author) == (first.id, -1, "ana")
+        await stored.feedback(second.id, rating=1)
+
+        async def ids(**filters: Any) -> list[str]:
+            return [c.id async for c in stored.list(page_size=1, **filters)]
+
+        assert await ids() == [first.id, second.id, third.id]
+        assert await ids(newest_first=True) == [third.id, second.id, first.id]
+        assert await ids(rating=-1) == [first.id]
+        assert await ids(has_feedback=True) == [first.id, second.id]
+        assert await ids(has_feedback=False, metadata={"tag": "t"}) == [third.id]
+        assert await ids(metadata={"tag": "other"}) == []
+        assert await ids(model=f"{model}:teacher") == []
+        by_openai = await client.chat.completions.list(extra_query={"rating": 1})
+        assert [c.id for c in by_openai.data] == [second.id]
+
+        read = await stored.get(first.id)
+        assert read.answer() == first.choices[0].message.content
+        assert [f.correction for f in read.feedback] == ["Answer with the number only"]
+        assert [(m.role, m.content) async for m in stored.messages(first.id)] == [
+            (m["role"], m["content"]) for m in CHAT
+        ]
+        assert (await stored.update(first.id, {"tag": "seen"})).metadata == {"tag": "seen"}
+        await stored.delete(third.id)
+        assert await ids() == [first.id, second.id]
+        with pytest.raises(NotFound):
+            await stored.feedback(third.id, rating=1)
+    refused = await api.get("/v1/chat/completions", params={"rating": 2}, headers=auth(key))
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "rating"
 
 
 async def test_another_teams_completion_reads_as_missing_on_every_door(
