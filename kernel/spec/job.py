@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from kernel.model_names import PRESET_LEARNING_RATES, PRESET_QUESTION_SUFFIXES, preset_tokenizer
 from kernel.spec.backends import LocalBackendSpec, TinkerBackendSpec, TrioBackendSpec
@@ -103,6 +103,20 @@ def the_students_model_for_self_teachers(data: dict[str, Any]) -> dict[str, Any]
     return data
 
 
+def not_a_job_name(alias: str) -> str:
+    if alias.startswith("job-"):
+        raise ValueError("an alias may not start with job- (the names of jobs' models)")
+    return alias
+
+
+Alias = Annotated[
+    str,
+    Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$"),
+    AfterValidator(not_a_job_name),
+]
+"""What a team calls the newest succeeded job of a lineage on the completions doors."""
+
+
 class JobSpec(SpecModel):
     """Everything one OPD run needs; the public contract of the service. What it trains
     (backend, student, teacher(s), dataset(s)) is always written; the algorithm's settings
@@ -152,6 +166,14 @@ class JobSpec(SpecModel):
         default_factory=dict,
         description="Free string labels (`opd jobs --metadata key=value` and the API's "
         "`metadata` filter find jobs by them).",
+    )
+    alias: Alias | None = Field(
+        None,
+        description="A name the team's OpenAI-compatible doors serve the job's final weights "
+        "under once it succeeds (`model: support-bot`), until a newer succeeded job of the "
+        "team with the same alias takes the name over (a clone keeps it: retrained weights "
+        "serve where the old ones did). Lowercase letters, digits, `.`, `_`, `-`; not "
+        "`job-...`. Ignored by `opd run`.",
     )
     priority: int = Field(
         0,

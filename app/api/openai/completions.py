@@ -59,7 +59,10 @@ class CompletionRequest(Strict):
     `max_tokens` defaults to 16, and 0 samples nothing (with `echo` and `logprobs`, or
     `prompt_logprobs`: the prompt is only scored)."""
 
-    model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
+    model: str = Field(
+        max_length=64,
+        description="`job-12`, `job-12@step-300`, `job-12:teacher`, or an alias (`support-bot`).",
+    )
     prompt: Prompt = Field(
         description="A text (tokenized by the model's own tokenizer with its special "
         "tokens, no template) or ids of that tokenizer, or a list of texts or of token-id "
@@ -328,9 +331,12 @@ def choice_of(
     )
 
 
-def text_completion(body: CompletionRequest, answers: list[SampleAnswer]) -> TextCompletion:
+def text_completion(
+    body: CompletionRequest, answers: list[SampleAnswer], model: str
+) -> TextCompletion:
     """Each prompt's answer's completions by the model asked for (its first output), as
-    choices, prompt after prompt (vLLM's order); the usage summed over the prompts."""
+    choices, prompt after prompt (vLLM's order); the usage summed over the prompts; `model`
+    the name of the weights that answered (`job-N` for an alias)."""
     choices: list[TextChoice] = []
     prompt_tokens = sampled = 0
     for prompt, answer in zip(body.prompts(), answers, strict=True):
@@ -344,7 +350,7 @@ def text_completion(body: CompletionRequest, answers: list[SampleAnswer]) -> Tex
     return TextCompletion(
         id=f"cmpl-{uuid.uuid4().hex}",
         created=int(time.time()),
-        model=body.model,
+        model=model,
         choices=choices,
         usage=Usage(
             prompt_tokens=prompt_tokens,

@@ -87,7 +87,10 @@ class ChatCompletionRequest(Strict):
     """`POST /v1/chat/completions`. Bounds are the playground's (at most 16 completions,
     4096 tokens each, 4 stop strings); `max_tokens` defaults to 256."""
 
-    model: str = Field(max_length=64, description="`job-12`, `job-12@step-300`, `job-12:teacher`.")
+    model: str = Field(
+        max_length=64,
+        description="`job-12`, `job-12@step-300`, `job-12:teacher`, or an alias (`support-bot`).",
+    )
     messages: list[ChatMessage] = Field(
         min_length=1,
         max_length=MAX_MESSAGES,

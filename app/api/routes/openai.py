@@ -38,6 +38,7 @@ from app.auth.keys import Principal
 from app.auth.tables import Team
 from app.core.config import Settings
 from app.core.idempotency import Idempotency
+from app.jobs.aliases import aliased, aliases
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
 from app.jobs.errors import JobNotFound
 from app.jobs.rows import get_job
@@ -60,10 +61,15 @@ async def model_job(
     session: AsyncSession, principal: Principal, model: str
 ) -> tuple[ModelName, Job]:
     """The model a name means and its job, if the caller's team owns that job (else the
-    same 404 as for a model that does not exist)."""
+    same 404 as for a model that does not exist); an alias of the team (a spec's `alias`)
+    means the final weights of the newest succeeded job that carries it."""
     name = parse_model(model)
     if name is None:
-        raise model_not_found(model)
+        job = await aliased(session, principal.team_id, model)
+        if job is None:
+            raise model_not_found(model)
+        assert job.id is not None
+        return ModelName(job.id), job
     try:
         return name, await get_job(session, name.job_id, principal.scope)
     except JobNotFound:
@@ -160,7 +166,7 @@ async def create_chat_completion(
         Sampling(session, queue, settings, waits, principal.team_id),
         job,
         [request],
-        keeping.seen(lambda answers: chat_completion(body.model, answers[0], bool(body.logprobs))),
+        keeping.seen(lambda answers: chat_completion(str(name), answers[0], bool(body.logprobs))),
         ChatCompletion,
         idempotency,
     )
@@ -211,7 +217,7 @@ async def create_completion(
         Sampling(session, queue, settings, waits, principal.team_id, scoring),
         job,
         requests,
-        keeping.seen(lambda answers: text_completion(body, answers)),
+        keeping.seen(lambda answers: text_completion(body, answers, str(name))),
         TextCompletion,
         idempotency,
     )
@@ -240,7 +246,8 @@ async def list_models(
     weights, teacher and base once it has final weights, then each step it saved sampler
     weights after. A page holds `limit` models; while `has_more`, pass `last_id` as `after`
     for the next one (`client.models.list()` of the `openai` package reads the first page;
-    `extra_query={"after": ...}` reads the next)."""
+    `extra_query={"after": ...}` reads the next). The first page starts with the team's
+    aliases (a spec's `alias`, beside its `limit`), each dated by the job it names."""
     start = resumes_after(after)
     teams, saved = await saved_samplers(session, principal.scope, start, limit + 1)
     named = listed(teams, saved, start)[: limit + 1]
@@ -250,7 +257,26 @@ async def list_models(
         )
         for name, weights in named
     ]
-    return ModelList.of(models, limit, lambda model: model.id)
+    page = ModelList.of(models, limit, lambda model: model.id)
+    if after is None:
+        page.data[:0] = await alias_models(session, principal.team_id)
+        page.first_id = page.data[0].id if page.data else None
+    return page
+
+
+async def alias_models(session: AsyncSession, team_id: int) -> list[Model]:
+    """The team's aliases as models, alphabetically, each dated by when its job ended."""
+    named = await aliases(session, team_id)
+    team = await session.get(Team, team_id)
+    assert team is not None  # the caller's team
+    return [
+        Model(
+            id=alias,
+            created=int(ended.timestamp()) if ended else 0,
+            owned_by=team.name,
+        )
+        for alias, ended in sorted(named.items())
+    ]
 
 
 @router.get(
@@ -261,7 +287,7 @@ async def retrieve_model(
     principal: PrincipalDep,
     session: SessionDep,
 ) -> Model:
-    """One model, if its job is the team's and has the weights it needs."""
+    """One model (or alias), if its job is the team's and has the weights it needs."""
     name, job = await model_job(session, principal, model)
     try:
         checkpoint = await sampler_weights(session, job, name.checkpoint)
