@@ -10,7 +10,17 @@ from fastapi.staticfiles import StaticFiles
 from app.auth.sessions import SessionSigner, load_secret
 from app.core.config import Settings
 from app.web.errors import install_error_pages
-from app.web.routes import compare, files, jobs, new_job, playground, session, sweeps, usage
+from app.web.routes import (
+    compare,
+    completions,
+    files,
+    jobs,
+    new_job,
+    playground,
+    session,
+    sweeps,
+    usage,
+)
 from app.web.security import SecurityHeadersMiddleware, is_dashboard_path
 from app.web.templating import HERE
 
@@ -19,7 +29,7 @@ HOURS = 3600
 
 def install_dashboard(app: FastAPI, settings: Settings) -> None:
     app.state.session_signer = SessionSigner(load_secret(settings), settings.session_hours * HOURS)
-    for module in (session, playground, jobs, compare, new_job, sweeps, files, usage):
+    for module in (session, playground, jobs, compare, new_job, sweeps, files, completions, usage):
         app.include_router(module.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="static")
     for path in ("/", "/ui/"):
