@@ -42,6 +42,12 @@ def run_command(args: argparse.Namespace) -> int:
     )
 
     spec = load_spec(args.spec)
+    if unfilled := [at for at, dataset in spec.stored_datasets() if dataset.rows is None]:
+        raise CommandError(
+            f"{unfilled[0]}.source: stored_completions reads the team's stored completions, "
+            "which the service fills in when the job is submitted, and opd run has no "
+            "service: submit the spec to one (opd jobs create SPEC)"
+        )
     artifacts = Path(args.artifacts or Path("runs") / spec.name).resolve()
     resume = None
     if args.resume_from is not None:

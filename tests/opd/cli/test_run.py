@@ -156,6 +156,21 @@ def test_a_missing_spec_file_and_a_failed_run_are_one_line_errors(tmp_path):
     assert lines[-1].startswith("error: [dataset_unavailable]") and "absent.jsonl" in lines[-1]
 
 
+def test_stored_completions_are_the_services_to_read_and_opd_run_says_so(tmp_path):
+    spec = yaml.safe_load(TINY.read_text())
+    spec["dataset"] = {"source": "stored_completions", "filter": {"has_feedback": True}}
+    path = tmp_path / "stored.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    done = opd("run", str(path), "--artifacts", "out", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        "error: dataset.source: stored_completions reads the team's stored completions, which "
+        "the service fills in when the job is submitted, and opd run has no service: submit "
+        "the spec to one (opd jobs create SPEC)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_resume_needs_a_recorded_state_or_an_explicit_step(tmp_path):
     spec = small_spec(tmp_path)
     nothing = opd("run", str(spec), "--artifacts", "empty", "--resume", cwd=tmp_path)
