@@ -11,6 +11,7 @@ import numpy as np
 from pytrio.types import ModelInput
 
 from kernel.errors import OPDError
+from kernel.spec import JobSpec
 from worker.engine.backends.vllm import VLLMSampler
 from worker.engine.data.mixing import Item, Pool
 from worker.engine.loop.metrics import aligned_fraction
@@ -22,7 +23,8 @@ from worker.engine.teachers.views import TeacherView
 async def probe(run: Run, pools: list[Pool], start: int) -> None:
     """Before step 0, with several teachers or one with another tokenizer: one completion
     of each dataset's first prompt, from a sampler of its own, scored by every teacher
-    (each after its own rendering of the prompt). Events: each cross-tokenizer teacher's
+    (each after its own rendering of the prompt; one that reads feedback, only where the
+    dataset has it). Events: each cross-tokenizer teacher's
     mode with the fraction of those completions' bytes it aligned (without the probe when
     resuming) and, with several teachers, each one's reverse KL."""
     spec = run.spec
@@ -36,24 +38,30 @@ async def probe(run: Run, pools: list[Pool], start: int) -> None:
     sampler = await run.training.save_weights_and_get_sampling_client_async()
     firsts = [Item(pool.prompts.prompts[0], pool.prompts.answers[0], pool) for pool in pools]
     prompts = [run.render(item.prompt, item.pool.options) for item in firsts]
-    first = next(iter(run.teachers.values()))
 
     def prompted(view: TeacherView, item: Item, prompt: list[int]) -> Scorer:
         return view.prompted(item.prompt, item.pool.options, prompt, item.answer, sampler)
 
-    scorers = [prompted(first, item, p) for item, p in zip(firsts, prompts, strict=True)]
+    def probing(item: Item) -> list[str]:
+        return [name for name in run.teachers if probes(spec, name, item.pool)]
+
+    scorers = [
+        prompted(run.teachers[probing(item)[0]], item, p)
+        for item, p in zip(firsts, prompts, strict=True)
+    ]
     completions = (await sample_and_score(sampler, scorers, prompts, 1, run.params)).completions
     kls: dict[str, float | None] = {}
     for name, view in run.teachers.items():
+        scoring = [c for c in completions if name in probing(firsts[c.group])]
         scored = await asyncio.gather(
             *(
                 prompted(view, firsts[c.group], c.prompt).score(c.tokens, c.student_logprobs)
-                for c in completions
+                for c in scoring
             )
         )
         kl = [
             np.subtract(c.student_logprobs, s.logprobs)
-            for c, s in zip(completions, scored, strict=True)
+            for c, s in zip(scoring, scored, strict=True)
         ]
         kls[name] = float(np.mean(np.concatenate(kl))) if kl else None
         if view.mode == "cross":
@@ -67,6 +75,14 @@ async def probe(run: Run, pools: list[Pool], start: int) -> None:
             f"{name} {'-' if kl is None else f'{kl:.4f}'}" for name, kl in kls.items()
         )
         run.sink.event("info", f"Probe reverse KL per teacher: {figures}", {"reverse_kl": kls})
+
+
+def probes(spec: JobSpec, name: str, pool: Pool) -> bool:
+    """Whether teacher `name` scores the probe's completion of the pool's first prompt:
+    every teacher does, but one that reads feedback only a pool that has it (stored
+    completions): another pool's prompts have none to read."""
+    context = spec.teacher_specs()[name].self
+    return context is None or context.context != "feedback" or pool.prompts.feedback is not None
 
 
 SAMPLER_TOLERANCE = 1e-3

@@ -20,6 +20,7 @@ from worker.engine.backends.local import LocalServiceClient
 from worker.engine.data.datasets import load_datasets
 from worker.engine.data.mixing import Item, training_pools
 from worker.engine.data.prompts import build_chat
+from worker.engine.loop.probe import probe
 from worker.engine.loop.run import open_run
 from worker.engine.teachers.scoring import teacher_logprobs
 
@@ -119,3 +120,41 @@ async def test_a_feedback_teacher_over_another_source_is_refused(tmp_path):
     pools = training_pools(spec, load_datasets(spec, tmp_path, True))
     with pytest.raises(OPDError, match="is not a dataset of them"):
         await open_run(spec, service, RecordingSink(), None, pools)
+
+
+async def test_beside_a_teacher_of_another_dataset_the_probe_gives_it_only_its_own(tmp_path):
+    """Route: the feedback teacher scores the stored rows, the base an inline dataset; the
+    probe before step 0 scores each dataset's first completion by the teachers that can
+    read it (the feedback teacher has no feedback to read on the inline prompt)."""
+    spec = JobSpec.model_validate(
+        {
+            "backend": "local",
+            "local": {"device": "cpu"},
+            "student": {"base_model": "tiny-student", "lora_rank": 8, "seed": 11},
+            "teachers": {
+                "corrected": {"self": {"context": "feedback"}},
+                "base": {"self": {"weights": "base"}},
+            },
+            "teacher_mixture": "route",
+            "datasets": [
+                {
+                    "name": "served",
+                    "source": "stored_completions",
+                    "rows": ROWS,
+                    "teacher": "corrected",
+                },
+                {"name": "everyday", "source": "inline", "prompts": ["Hello"], "teacher": "base"},
+            ],
+            "sampling": {"max_tokens": 4},
+            "loop": {"steps": 1, "batch_size": 2, "group_size": 2},
+        }
+    )
+    service = LocalServiceClient(spec.local, tmp_path)
+    pools = training_pools(spec, load_datasets(spec, tmp_path, True))
+    sink = RecordingSink()
+    run = await open_run(spec, service, sink, None, pools)
+    await probe(run, pools, 0)
+    (event,) = [e for e in sink.events if e[1].startswith("Probe reverse KL per teacher")]
+    kls = event[2]["reverse_kl"]
+    assert set(kls) == {"corrected", "base"}
+    assert all(isinstance(kl, float) for kl in kls.values())
