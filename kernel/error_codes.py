@@ -132,6 +132,11 @@ ERROR_CODES: dict[str, tuple[str, str]] = {
         "The team's files would hold more than `OPD_TEAM_MAX_FILE_BYTES`: delete files it no "
         "longer needs.",
     ),
+    "stored_completions_quota": (
+        REQUEST,
+        "A `store: true` completion past the team's `OPD_TEAM_MAX_STORED_COMPLETIONS` stored "
+        "completions: delete those it no longer needs (nothing was sampled or charged).",
+    ),
     "invalid_filename": (
         REQUEST,
         "An upload's file name holds a control character (C0, DEL, C1): rename the file.",

@@ -19,7 +19,15 @@ FEEDBACK_PREFIX = "fb-"
 class FeedbackCreate(JsonModel):
     """`POST /v1/chat/completions/{id}/feedback`: a rating, a correction, or both."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={  # at least one of the two, as the document states it
+            "anyOf": [
+                {"required": ["rating"], "properties": {"rating": {"type": "integer"}}},
+                {"required": ["correction"], "properties": {"correction": {"type": "string"}}},
+            ]
+        },
+    )
 
     rating: Rating | None = Field(None, description="-1 (bad), 0 (neutral) or 1 (good).")
     correction: str | None = Field(

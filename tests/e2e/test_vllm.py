@@ -439,7 +439,8 @@ def test_the_playground_of_a_job_on_vllm_samples_its_checkpoint_on_the_server(
     assert len(adapters) == 1, "the checkpoint's adapter, loaded on the server"
 
     local = LocalServiceClient(LocalBackendSpec(device="cpu"), service.home / "local", model_cache)
-    folder = Path(answer["outputs"][0]["weights"])
+    # The answer names the weights from the job's folder on (kernel/team_view.py).
+    folder = service.home / "artifacts" / answer["outputs"][0]["weights"]
 
     async def scored(weights: Path | None, ids: list[int], k: int) -> Any:
         sampler = await local.create_sampling_client_async(

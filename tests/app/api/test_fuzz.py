@@ -96,6 +96,9 @@ RULES_BEYOND_JSON_SCHEMA = {
     "PUT /v1/teams/{team}/budget",
     # An audit action filter the log does not record: a 422 that lists those it does.
     "GET /v1/audit",
+    # A webhook's URL must name a public address, whatever form its host is spelled in
+    # (`http://0` is 0.0.0.0): what the address is, not its schema.
+    "POST /v1/webhooks",
     # OpenAI's wire format, checked as the playground's request: a chat's last message the
     # user's, the playground's bounds on n, max_tokens, top_p (a 400 in OpenAI's shape).
     "POST /v1/chat/completions",

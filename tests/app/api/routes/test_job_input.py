@@ -122,12 +122,14 @@ async def test_a_misspelt_field_is_refused_with_the_field_it_likely_meant(
         (
             small_spec(dataset={"source": "csv"}),
             "dataset.source",
-            "should be 'deepmath', 'file', 'inline' or 'arithmetic', not \"csv\"",
+            "should be 'deepmath', 'file', 'inline', 'arithmetic' or 'stored_completions', "
+            'not "csv"',
         ),
         (
             small_spec(dataset={"prompts": ["x"]}),
             "dataset.source",
-            "this field is required: 'deepmath', 'file', 'inline' or 'arithmetic'",
+            "this field is required: 'deepmath', 'file', 'inline', 'arithmetic' or "
+            "'stored_completions'",
         ),
         (small_spec(sampling={"top_k": 0}), "sampling.top_k", "must be -1 (off) or >= 1"),
         (
