@@ -30,14 +30,27 @@ CHAT_TEMPLATE = (
 
 def tiny_tokenizer(chat_template: str = CHAT_TEMPLATE) -> PreTrainedTokenizerFast:
     """Byte-level tokenizer: ids 0..255 are the bytes, then the three ChatML specials."""
+    return byte_level_bpe([], SPECIAL_TOKENS, EOS_TOKEN, PAD_TOKEN, chat_template)
+
+
+def byte_level_bpe(
+    merges: list[tuple[str, str]],
+    specials: list[str],
+    eos_token: str,
+    pad_token: str,
+    chat_template: str,
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE: ids 0..255 the bytes, then each merge's token, then `specials`."""
     vocab = {char: byte for byte, char in bytes_to_unicode().items()}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    for left, right in merges:
+        vocab.setdefault(left + right, len(vocab))
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer.add_special_tokens(specials)
     return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
+        eos_token=eos_token,
+        pad_token=pad_token,
         chat_template=chat_template,
     )

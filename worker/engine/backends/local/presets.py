@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from kernel.model_names import ARITH_TEACHER_BPE, ARITH_TEACHER_TEMPLATE, TINY_PRESETS, TINY_TEACHER
 from worker.engine.backends.byte_level import bytes_to_unicode
-from worker.engine.backends.byte_tokenizer import CHAT_TEMPLATE, tiny_tokenizer
+from worker.engine.backends.byte_tokenizer import CHAT_TEMPLATE, byte_level_bpe, tiny_tokenizer
 
 SEEDED_INIT = threading.Lock()
 """Seeded construction draws from torch's process-wide generator, so it runs one at a time
@@ -102,20 +101,7 @@ def bpe_merges() -> list[tuple[str, str]]:
 def bpe_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level BPE: ids 0..255 the bytes, then the merged tokens, then four special
     tokens of its own (`<|end|>` ends a turn); its chat template is BPE_CHAT_TEMPLATE."""
-    vocab = {char: byte for byte, char in bytes_to_unicode().items()}
-    merges = bpe_merges()
-    for left, right in merges:
-        vocab.setdefault(left + right, len(vocab))
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens(BPE_SPECIALS)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        eos_token=BPE_EOS,
-        pad_token=BPE_PAD,
-        chat_template=BPE_CHAT_TEMPLATE,
-    )
+    return byte_level_bpe(bpe_merges(), BPE_SPECIALS, BPE_EOS, BPE_PAD, BPE_CHAT_TEMPLATE)
 
 
 TINY_SIZES: dict[str, int | float] = {
