@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import re
 import sys
@@ -364,6 +365,7 @@ async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
                 row["opd"] = await run_opd(task, folder, grader)
                 progress(seed, "OPD", row["opd"])
                 for peer in args.peers:
+                    gc.collect()  # the last arm's models (peft's modules hold cycles) go first
                     row[peer] = await run_gold(
                         task, folder, grader, row["opd"]["step_seconds"], PEERS[peer]
                     )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -724,6 +725,7 @@ async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
             row["opd"] = await run_opd(task, artifacts, vllm=args.vllm)
             progress(seed, "OPD", row["opd"])
             for peer in args.peers:
+                gc.collect()  # the last arm's model (peft's modules hold cycles) goes first
                 row[peer] = await PEERS[peer](task, artifacts, row["opd"]["step_seconds"])
                 progress(seed, ARM_NAMES[peer], row[peer])
         figures["seeds"].append(row)

@@ -122,12 +122,12 @@ def served_job(everyday: str) -> dict[str, Any]:
 
 
 EXAMPLES = [
-    {"user": "What is 2 + 5?", "assistant": "7"},
-    {"user": "What is 9 - 5?", "assistant": "4"},
-    {"user": "What is 4 * 6?", "assistant": "24"},
+    {"user": f"What is {question}?\n\nFeedback: {CORRECTION}", "assistant": answer}
+    for question, answer in (("2 + 5", "7"), ("9 - 5", "4"), ("4 * 6", "24"))
 ]
-"""Three answers in the corrected format, as the prompt-bake example's teacher reads them
-(none is a held-out question)."""
+"""Three turns that show the teacher what it reads and how to follow it: a question, the
+feedback as the teacher reads it after a stored question (a blank line, `Feedback: `), and
+the answer in the corrected format (none is a held-out question)."""
 
 
 def distil_job(everyday: str, steps: int, examples: bool = True) -> dict[str, Any]:
