@@ -28,6 +28,7 @@ from app.jobs.errors import (
     SpecNotFound,
     SpecRefused,
 )
+from app.stored_completions.errors import StoredQuotaExceeded
 from app.sweeps.errors import SweepNotFound
 from app.teams.store import TeamNotFound
 from app.webhooks.store import WebhookNotFound
@@ -209,6 +210,12 @@ async def on_too_many_waiting(_request: Request, exc: Exception) -> JSONResponse
     return error_response(429, "too_many_requests", str(exc), headers=headers)
 
 
+async def on_stored_quota(_request: Request, exc: Exception) -> JSONResponse:
+    """A request with `store` when the team keeps as many stored completions as it may:
+    refused before anything is sampled."""
+    return error_response(429, "stored_completions_quota", str(exc), "store")
+
+
 async def on_budget_exceeded(_request: Request, exc: Exception) -> JSONResponse:
     """The team's budget is spent: a 429 that says what was spent, the budget and when
     the period ends (in words, and as figures beside the error)."""
@@ -265,6 +272,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(TooLargeToStore, on_too_large_to_store)
     app.add_exception_handler(TooManyWaiting, on_too_many_waiting)
     app.add_exception_handler(BudgetExceeded, on_budget_exceeded)
+    app.add_exception_handler(StoredQuotaExceeded, on_stored_quota)
     app.add_exception_handler(BudgetRefused, on_budget_refused)
     app.add_exception_handler(OperationalError, on_database_down)
     app.add_exception_handler(InterfaceError, on_database_down)

@@ -181,11 +181,6 @@ def too_many_completions(requests: Sequence[SampleRequest], most: int) -> Playgr
     )
 
 
-def itself(answer: PlaygroundAnswer) -> PlaygroundAnswer:
-    """The playground's own response: the answer as it came."""
-    return answer
-
-
 @dataclass(frozen=True)
 class Served(Generic[R]):
     """A door's response; `replayed` when it is the answer an earlier sending of the
@@ -209,20 +204,6 @@ class Sampling:
     """A worker scoring for a job of the team (a job token): its tokens are that job's
     steps' (`usage/teacher_tokens`) and its budget that job's own step check, so the door
     neither holds nor counts them."""
-
-    async def serve(
-        self,
-        job: Job,
-        request: SampleRequest,
-        respond: Callable[[PlaygroundAnswer], R],
-        kind: type[R],
-        idempotency: Idempotency | None = None,
-    ) -> Served[R]:
-        """The door's response (`respond` makes it of the answer; `kind` reads a kept
-        one) to the completions the request asks for, as `serve_all` serves them."""
-        return await self.serve_all(
-            job, [request], lambda answers: respond(answers[0]), kind, idempotency
-        )
 
     async def serve_all(
         self,

@@ -3,17 +3,29 @@ team's `metadata`, are the job spec's: kernel/spec/data.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.core.pages import ObjectList
 from kernel.json_types import JsonModel
-from kernel.spec.data import Rating
+from kernel.spec.data import Metadata, Rating
 
 MAX_CORRECTION_CHARS = 100_000
 MAX_AUTHOR_CHARS = 200
 FEEDBACK_PREFIX = "fb-"
+
+Store = Annotated[
+    bool | None,
+    Field(
+        description="Keep the completion for the team (GET /v1/chat/completions lists "
+        "it), within its quota (OPD_TEAM_MAX_STORED_COMPLETIONS)."
+    ),
+]
+StoredMetadata = Annotated[
+    Metadata | None, Field(description="Labels kept with a stored completion: up to 16 pairs.")
+]
+"""A door's `store` and `metadata`: the chat and text completions' and the playground's."""
 
 
 class FeedbackCreate(JsonModel):

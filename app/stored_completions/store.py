@@ -26,10 +26,9 @@ async def check_room(session: AsyncSession, team_id: int, quota: int, adding: in
         raise StoredQuotaExceeded(quota)
 
 
-async def add_completion(session: AsyncSession, row: StoredCompletion) -> StoredCompletion:
-    session.add(row)
+async def add_completions(session: AsyncSession, rows: Sequence[StoredCompletion]) -> None:
+    session.add_all(rows)
     await session.commit()
-    return row
 
 
 async def get_completion(session: AsyncSession, team_id: int, public_id: str) -> StoredCompletion:

@@ -166,6 +166,14 @@ def count(text: str) -> int:
     return int(text)
 
 
+def label(text: str) -> tuple[str, str]:
+    """A --metadata KEY=VALUE (a stored completion's label)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. topic=arithmetic")
+    return key, value
+
+
 def page_size(limit: int, largest: int) -> int:
     """The page to ask for when `limit` items are shown: as few requests as the API allows."""
     return min(limit, largest)

@@ -11,21 +11,22 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from app.stored_completions.schemas import StoredCompletionRead
-from opd.cli.common import CommandError, api_options, client, count, example, one_line, page_size
+from opd.cli.common import (
+    CommandError,
+    api_options,
+    client,
+    count,
+    example,
+    label,
+    one_line,
+    page_size,
+)
 
 if TYPE_CHECKING:
     from opd.cli.common import Commands
 
 MAX_PAGE = 100
 """The list door's largest page."""
-
-
-def label(text: str) -> tuple[str, str]:
-    """A --metadata KEY=VALUE."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. topic=arithmetic")
-    return key, value
 
 
 def ratings(completion: StoredCompletionRead) -> str:

@@ -26,7 +26,7 @@ from kernel.json_types import load_yaml
 from kernel.merge_patch import dotted_patch
 from kernel.spec import stored_spec
 from kernel.summary import summary_lines
-from opd.cli.common import CommandError, api_options, client, example, renamed
+from opd.cli.common import CommandError, api_options, client, example, label, renamed
 from opd.cli.shading import printable, shaded_tokens, wants_color, worst_tokens
 
 if TYPE_CHECKING:
@@ -81,9 +81,11 @@ def answer_lines(answer: PlaygroundAnswer, color: bool) -> list[str]:
     for output in answer.outputs:
         kl = output.reverse_kl_mean
         cached = "cached" if output.cached else "loaded"
+        stored = output.stored_completion_id
         lines.append(
             f"--- {output.model} ({output.base_model}, {cached})"
             + ("" if kl is None else f": reverse KL mean {kl:.4f}")
+            + ("" if stored is None else f"; stored as {stored}")
         )
         for index, completion in enumerate(output.completions, start=1):
             lines.append(
@@ -128,6 +130,8 @@ def playground_command(args: argparse.Namespace) -> int:
         compare=args.compare,
         teacher=args.teacher,
         timeout_seconds=args.timeout,
+        store=args.store,
+        metadata=dict(args.metadata or []) or None,
     )
     print("\n".join(answer_lines(answer, wants_color())))
     return 0
@@ -330,6 +334,18 @@ def playground_options(playground: argparse.ArgumentParser) -> None:
     )
     playground.add_argument("--seed", type=int, help="the sampler's seed")
     playground.add_argument("--timeout", type=float, default=60.0, help="seconds to wait (60)")
+    playground.add_argument(
+        "--store",
+        action="store_true",
+        help="keep each model's answers as a stored completion (opd feedback list shows them)",
+    )
+    playground.add_argument(
+        "--metadata",
+        type=label,
+        action="append",
+        metavar="KEY=VALUE",
+        help="with --store: a label kept with them (repeatable, up to 16)",
+    )
     playground.set_defaults(handler=playground_command)
 
 

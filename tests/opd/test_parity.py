@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute
 
 from app.core.config import Settings
 from app.main import create_app
-from kernel.playground import SampleRequest
+from app.playground.schemas import PlaygroundRequest
 from opd.cli import common, main
 from opd.sdk import Client
 from opd.sdk.client import Resources
@@ -322,18 +322,28 @@ def test_the_command_sends_its_route(route, tmp_path, monkeypatch, capsys):
 
 def test_the_sdks_playground_takes_every_field_of_the_playgrounds_request():
     taken = set(inspect.signature(Jobs.playground.method).parameters) - {"self", "job_id"}
-    assert taken - {"idempotency_key"} == set(SampleRequest.model_fields)
+    assert taken - {"idempotency_key"} == set(PlaygroundRequest.model_fields)
     recorder = Recorder()
     with pytest.raises(Sent):
         Resources(recorder, Client).jobs.playground(  # type: ignore[arg-type]
-            1, "2 + 3?", seed=3, stop=["\n"], teacher="add", model="teacher", compare=["base"]
+            1,
+            "2 + 3?",
+            seed=3,
+            stop=["\n"],
+            teacher="add",
+            model="teacher",
+            compare=["base"],
+            store=True,
+            metadata={"tag": "try"},
         )
     (call,) = recorder.calls
-    assert SampleRequest.model_validate(call.json).model_dump(exclude_defaults=True) == {
+    assert PlaygroundRequest.model_validate(call.json).model_dump(exclude_defaults=True) == {
         "prompt": "2 + 3?",
         "seed": 3,
         "stop": ["\n"],
         "teacher": "add",
         "model": "teacher",
         "compare": ["base"],
+        "store": True,
+        "metadata": {"tag": "try"},
     }

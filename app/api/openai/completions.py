@@ -27,16 +27,20 @@ from app.api.openai.wire import (
     FLOOR_LOGPROB,
     Choices,
     Penalty,
-    Store,
-    StoredMetadata,
     Strict,
     Temperature,
     TopP,
     Usage,
     WorkerTimeout,
 )
-from kernel.playground import MAX_PLAYGROUND_TOKENS, Completion, SampleAnswer, TopLogprob
-from kernel.playground import SampleRequest as PlaygroundRequest
+from app.stored_completions.schemas import Store, StoredMetadata
+from kernel.playground import (
+    MAX_PLAYGROUND_TOKENS,
+    Completion,
+    SampleAnswer,
+    SampleRequest,
+    TopLogprob,
+)
 
 MAX_LOGPROBS = 20
 """The most `logprobs` (and `prompt_logprobs`) asks for, as vLLM's default allows."""
@@ -154,7 +158,7 @@ class CompletionRequest(Strict):
         prompt = self.prompt
         return not isinstance(prompt, str) and bool(prompt) and not isinstance(prompt[0], int)
 
-    def playground_requests(self, name: ModelName) -> list[PlaygroundRequest]:
+    def playground_requests(self, name: ModelName) -> list[SampleRequest]:
         """The playground request each prompt asks for (a RequestValidationError naming the
         field and, for a list of prompts, the prompt's place, when a value is beyond the
         playground's bounds)."""
@@ -178,7 +182,7 @@ class CompletionRequest(Strict):
         for index, prompt in enumerate(self.prompts()):
             field = "text" if isinstance(prompt, str) else "prompt_token_ids"
             try:
-                requests.append(PlaygroundRequest.model_validate(shared | {field: prompt}))
+                requests.append(SampleRequest.model_validate(shared | {field: prompt}))
             except ValidationError as error:
                 errors.extend(
                     e

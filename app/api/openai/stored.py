@@ -7,24 +7,35 @@ prompt as the model read it, so that the same doors read it."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.openai.completions import CompletionRequest, TextCompletion
+from app.api.openai.names import ModelName
 from app.api.openai.wire import (
     AssistantMessage,
     ChatCompletion,
     ChatCompletionRequest,
     Choice,
     Strict,
+    chat_completion_id,
+    output_completion,
 )
+from app.core.config import Settings
 from app.core.pages import ObjectList
-from app.playground.schemas import PlaygroundAnswer
+from app.playground.schemas import PlaygroundAnswer, PlaygroundRequest
+from app.playground.service import Served
 from app.stored_completions.schemas import FeedbackPublic, feedback_id
-from app.stored_completions.store import Given
+from app.stored_completions.store import Given, add_completions, check_room
 from app.stored_completions.tables import Feedback, StoredCompletion
 from kernel.chats.conversation import ChatMessage
+from kernel.playground import Completion
+
+R = TypeVar("R", bound=BaseModel)
 
 SETTINGS = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stop", "seed")
 """The sampling settings a stored completion keeps of its request."""
@@ -70,13 +81,54 @@ class MetadataUpdate(Strict):
     metadata: dict[str, str] | None = Field(description="Up to 16 string pairs; null clears them.")
 
 
-def choice_tokens(answers: list[PlaygroundAnswer]) -> list[dict[str, Any]]:
+@dataclass
+class Keeping:
+    """A request's `store: true`: the team's room for the `adding` completions it keeps
+    checked before it samples (StoredQuotaExceeded past its quota: nothing sampled or
+    billed), the answers seen as the response is made, and the completions kept once
+    served (a replay of a kept answer keeps nothing more)."""
+
+    session: AsyncSession
+    store: bool
+    answers: list[PlaygroundAnswer] = field(default_factory=list)
+
+    @classmethod
+    async def of(
+        cls, session: AsyncSession, settings: Settings, team_id: int, store: bool, adding: int = 1
+    ) -> Keeping:
+        if store:
+            await check_room(session, team_id, settings.team_max_stored_completions, adding)
+        return cls(session, store)
+
+    def seen(
+        self, respond: Callable[[list[PlaygroundAnswer]], R]
+    ) -> Callable[[list[PlaygroundAnswer]], R]:
+        def answered(answers: list[PlaygroundAnswer]) -> R:
+            self.answers = answers
+            return respond(answers)
+
+        return answered
+
+    async def keep(
+        self,
+        served: Served[Any],
+        rows: Callable[[list[PlaygroundAnswer]], list[StoredCompletion]],
+    ) -> None:
+        if self.store and not served.replayed:
+            await add_completions(self.session, rows(self.answers))
+
+
+def choice_tokens(completions: Iterable[Completion]) -> list[dict[str, Any]]:
     """Each choice's token ids and logprobs, in the order the choices were answered."""
     return [
         {"token_ids": completion.token_ids, "logprobs": completion.logprobs}
-        for answer in answers
-        for completion in answer.outputs[0].completions
+        for completion in completions
     ]
+
+
+def first_completions(answers: list[PlaygroundAnswer]) -> list[Completion]:
+    """The completions of the model a door asked for (each answer's first output)."""
+    return [completion for answer in answers for completion in answer.outputs[0].completions]
 
 
 def chat_row(
@@ -88,28 +140,37 @@ def chat_row(
 ) -> StoredCompletion:
     """What a chat completion served with `store: true` keeps."""
     request = body.model_dump(include={"messages", "tools", *SETTINGS}, exclude_none=True)
-    return kept("chat", team_id, job_id, body, request, completion, answers)
+    labels = Labels(team_id, job_id, body.model, body.metadata)
+    return kept("chat", labels, request, completion, first_completions(answers))
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Whose a stored completion is, the `model` it is listed under, and its metadata."""
+
+    team_id: int
+    job_id: int
+    model: str
+    metadata: dict[str, str] | None
 
 
 def kept(
     kind: str,
-    team_id: int,
-    job_id: int,
-    body: ChatCompletionRequest | CompletionRequest,
+    labels: Labels,
     request: dict[str, Any],
     completion: ChatCompletion,
-    answers: list[PlaygroundAnswer],
+    completions: Iterable[Completion],
 ) -> StoredCompletion:
     return StoredCompletion(
         public_id=completion.id,
-        team_id=team_id,
-        job_id=job_id,
-        model=body.model,
+        team_id=labels.team_id,
+        job_id=labels.job_id,
+        model=labels.model,
         kind=kind,
         request=request,
         response=completion.model_dump(mode="json"),
-        tokens=choice_tokens(answers),
-        metadata_=dict(body.metadata or {}),
+        tokens=choice_tokens(completions),
+        metadata_=dict(labels.metadata or {}),
     )
 
 
@@ -139,8 +200,50 @@ def text_row(
         ],
         usage=completion.usage,
     )
-    turn = {"messages": [{"role": "user", "content": prompt}]}
-    return kept("text", team_id, job_id, body, request | turn, chat, answers)
+    labels = Labels(team_id, job_id, body.model, body.metadata)
+    return kept("text", labels, request | one_turn(prompt), chat, first_completions(answers))
+
+
+def one_turn(prompt: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": prompt}]}
+
+
+def with_stored_ids(answers: list[PlaygroundAnswer]) -> PlaygroundAnswer:
+    """The playground's answer, each model's output with the id of the stored completion
+    that keeps it."""
+    (answer,) = answers
+    outputs = [
+        output.model_copy(update={"stored_completion_id": chat_completion_id()})
+        for output in answer.outputs
+    ]
+    return answer.model_copy(update={"outputs": outputs})
+
+
+def playground_rows(
+    team_id: int, body: PlaygroundRequest, answer: PlaygroundAnswer
+) -> list[StoredCompletion]:
+    """What a playground request with `store` keeps: each model's completions as
+    `/v1/chat/completions` keeps them when that model is asked for by name (`job-12`,
+    `job-12@step-300`, `job-12:teacher`, `job-12:base`), every token's logprob in its
+    answer. A question or a chat is kept as a chat (a question as one user turn, as asked);
+    a text or token ids as a text completion's prompt is, the prompt as each model read it;
+    a teacher named among several (`teacher`) is kept with the settings."""
+    settings = body.model_dump(include={*SETTINGS, "teacher"}, exclude_none=True)
+    rows = []
+    for output in answer.outputs:
+        assert output.stored_completion_id is not None  # with_stored_ids named it
+        name = str(ModelName(answer.job_id, body.checkpoint, output.model))
+        completion = output_completion(output.stored_completion_id, name, output, logprobs=True)
+        if body.messages is not None:
+            kind, asked = "chat", body.model_dump(include={"messages", "tools"}, exclude_none=True)
+        elif body.prompt is not None:
+            kind, asked = "chat", one_turn(body.prompt)
+        else:
+            given = body.text if body.text is not None else body.prompt_token_ids
+            kind, asked = "text", {"prompt": given} | one_turn(output.prompt)
+        labels = Labels(team_id, answer.job_id, name, body.metadata)
+        rows.append(kept(kind, labels, settings | asked, completion, output.completions))
+    return rows
 
 
 def public_feedback(row: StoredCompletion, feedback: Feedback) -> FeedbackPublic:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.api.openai.names import ModelName
 from app.core.pages import ObjectList
+from app.stored_completions.schemas import Store, StoredMetadata
 from kernel.chats.conversation import ChatMessage, Tool
 from kernel.json_types import JsonModel
 from kernel.playground import (
@@ -25,10 +26,10 @@ from kernel.playground import (
     MAX_SAMPLES,
     MAX_TIMEOUT_SECONDS,
     Completion,
+    ModelOutput,
     SampleAnswer,
+    SampleRequest,
 )
-from kernel.playground import SampleRequest as PlaygroundRequest
-from kernel.spec.data import Metadata
 
 FLOOR_LOGPROB = -9999.0
 """A logprob that is not finite (a token the model gives no chance) travels as this, as
@@ -60,17 +61,6 @@ Penalty = Annotated[
 ]
 """The sampling parameters OpenAI bounds, bounded alike on both doors (temperature, top_p,
 n, penalties); `max_tokens` and `stop` take the playground's bounds."""
-Store = Annotated[
-    bool | None,
-    Field(
-        description="Keep the completion for the team (GET /v1/chat/completions lists "
-        "it), within its quota (OPD_TEAM_MAX_STORED_COMPLETIONS)."
-    ),
-]
-StoredMetadata = Annotated[
-    Metadata | None, Field(description="Labels kept with a stored completion: up to 16 pairs.")
-]
-"""A door's `store` and `metadata`, the same for chat and text completions."""
 
 
 class Strict(JsonModel):
@@ -137,7 +127,7 @@ class ChatCompletionRequest(Strict):
             raise ValueError("only 0 is supported")
         return value
 
-    def playground_request(self, name: ModelName) -> PlaygroundRequest:
+    def playground_request(self, name: ModelName) -> SampleRequest:
         """The playground request this asks for (pydantic's ValidationError, naming the
         field, when a value is beyond the playground's bounds)."""
         given = self.model_dump(
@@ -145,7 +135,7 @@ class ChatCompletionRequest(Strict):
         )
         max_tokens = self.max_completion_tokens or self.max_tokens
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
-        return PlaygroundRequest.model_validate(
+        return SampleRequest.model_validate(
             given
             | ({} if max_tokens is None else {"max_tokens": max_tokens})
             | ({} if stop is None else {"stop": stop})
@@ -245,12 +235,24 @@ def token_logprobs(completion: Completion) -> ChoiceLogprobs:
     )
 
 
+def chat_completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
 def chat_completion(model: str, answer: SampleAnswer, logprobs: bool) -> ChatCompletion:
     """The answer's completions by the model asked for (its first output), as choices."""
-    completions = answer.outputs[0].completions
+    return output_completion(chat_completion_id(), model, answer.outputs[0], logprobs)
+
+
+def output_completion(
+    completion_id: str, model: str, output: ModelOutput, logprobs: bool
+) -> ChatCompletion:
+    """One model's completions as a chat completion's choices, its usage its own prompt
+    (as its tokenizer read it) and completions."""
+    completions = output.completions
     sampled = sum(len(completion.token_ids) for completion in completions)
     return ChatCompletion(
-        id=f"chatcmpl-{uuid.uuid4().hex}",
+        id=completion_id,
         created=int(time.time()),
         model=model,
         choices=[
@@ -263,9 +265,9 @@ def chat_completion(model: str, answer: SampleAnswer, logprobs: bool) -> ChatCom
             for index, completion in enumerate(completions)
         ],
         usage=Usage(
-            prompt_tokens=answer.prompt_tokens,
+            prompt_tokens=output.prompt_tokens,
             completion_tokens=sampled,
-            total_tokens=answer.prompt_tokens + sampled,
+            total_tokens=output.prompt_tokens + sampled,
         ),
     )
 

@@ -5,8 +5,7 @@ deadline, on the key's team's jobs only. Errors come in OpenAI's shape."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -23,7 +22,7 @@ from app.api.openai.completions import (
 )
 from app.api.openai.errors import OpenAIRoute, model_not_found, openai_error_responses
 from app.api.openai.names import NAME_PATTERN, ModelName, listed, parse_model, resumes_after
-from app.api.openai.stored import chat_row, text_row
+from app.api.openai.stored import Keeping, chat_row, text_row
 from app.api.openai.wire import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -36,7 +35,6 @@ from app.api.routes.jobs import IdempotencyKey
 from app.api.routes.playground import idempotency_of
 from app.auth.keys import Principal
 from app.auth.tables import Team
-from app.core.config import Settings
 from app.core.idempotency import Idempotency
 from app.jobs.aliases import aliased, aliases
 from app.jobs.checkpoints import CheckpointUnavailable, sampler_weights, saved_samplers
@@ -45,9 +43,6 @@ from app.jobs.rows import get_job
 from app.jobs.tables import Job
 from app.playground.schemas import PlaygroundAnswer
 from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, Served
-from app.stored_completions.errors import StoredQuotaExceeded
-from app.stored_completions.store import add_completion, check_room
-from app.stored_completions.tables import StoredCompletion
 from kernel.playground import SampleRequest
 
 R = TypeVar("R", bound=BaseModel)
@@ -74,44 +69,6 @@ async def model_job(
         return name, await get_job(session, name.job_id, principal.scope)
     except JobNotFound:
         raise model_not_found(model) from None
-
-
-@dataclass
-class Keeping:
-    """A request's `store: true`: the team's room checked before it samples (a 429 past
-    its quota, nothing sampled or billed), the answers seen as the response is made, and
-    the completion kept once served (a replay of a kept answer keeps nothing more)."""
-
-    session: AsyncSession
-    team_id: int
-    store: bool
-    answers: list[PlaygroundAnswer] = field(default_factory=list)
-
-    @classmethod
-    async def of(
-        cls, session: AsyncSession, settings: Settings, principal: Principal, store: bool
-    ) -> Keeping:
-        if store:
-            try:
-                await check_room(session, principal.team_id, settings.team_max_stored_completions)
-            except StoredQuotaExceeded as error:
-                raise ApiError(429, "stored_completions_quota", str(error), "store") from None
-        return cls(session, principal.team_id, store)
-
-    def seen(
-        self, respond: Callable[[list[PlaygroundAnswer]], R]
-    ) -> Callable[[list[PlaygroundAnswer]], R]:
-        def answered(answers: list[PlaygroundAnswer]) -> R:
-            self.answers = answers
-            return respond(answers)
-
-        return answered
-
-    async def keep(
-        self, served: Served[Any], row: Callable[[list[PlaygroundAnswer]], StoredCompletion]
-    ) -> None:
-        if self.store and not served.replayed:
-            await add_completion(self.session, row(self.answers))
 
 
 async def serve_door(
@@ -161,7 +118,7 @@ async def create_chat_completion(
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
     idempotency = await idempotency_of(idempotency_key, "POST /v1/chat/completions", raw)
-    keeping = await Keeping.of(session, settings, principal, bool(body.store))
+    keeping = await Keeping.of(session, settings, principal.team_id, bool(body.store))
     served = await serve_door(
         Sampling(session, queue, settings, waits, principal.team_id),
         job,
@@ -173,7 +130,7 @@ async def create_chat_completion(
     headers = {REPLAYED_HEADER: "true"} if served.replayed else None
     completion = served.value
     await keeping.keep(
-        served, lambda answers: chat_row(principal.team_id, job.id, body, completion, answers)
+        served, lambda answers: [chat_row(principal.team_id, job.id, body, completion, answers)]
     )
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -211,7 +168,7 @@ async def create_completion(
     name, job = await model_job(session, principal, body.model)
     requests = body.playground_requests(name)
     idempotency = await idempotency_of(idempotency_key, "POST /v1/completions", raw)
-    keeping = await Keeping.of(session, settings, principal, bool(body.store))
+    keeping = await Keeping.of(session, settings, principal.team_id, bool(body.store))
     scoring = principal.job_id is not None  # spends as its job (app/playground/service.py)
     served = await serve_door(
         Sampling(session, queue, settings, waits, principal.team_id, scoring),
@@ -223,7 +180,7 @@ async def create_completion(
     )
     headers = {REPLAYED_HEADER: "true"} if served.replayed else None
     await keeping.keep(
-        served, lambda answers: text_row(principal.team_id, job.id, body, served.value, answers)
+        served, lambda answers: [text_row(principal.team_id, job.id, body, served.value, answers)]
     )
     return JSONResponse(served.value.model_dump(mode="json"), headers=headers)
 

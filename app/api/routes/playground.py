@@ -8,13 +8,34 @@ from fastapi import APIRouter, Request, Response
 
 from app.api.deps import JobDep, PrincipalDep, QueueDep, SessionDep, SettingsDep, WaitsDep
 from app.api.errors import ApiError, error_responses
+from app.api.openai.stored import Keeping, playground_rows, with_stored_ids
 from app.api.routes.jobs import IdempotencyKey
 from app.core.idempotency import Idempotency
-from app.playground.schemas import PlaygroundAnswer
-from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, itself
-from kernel.playground import SampleRequest
+from app.jobs.tables import Job
+from app.playground.schemas import PlaygroundAnswer, PlaygroundRequest
+from app.playground.service import REPLAYED_HEADER, PlaygroundError, Sampling, Served
 
 router = APIRouter(prefix="/v1/jobs", tags=["playground"])
+
+
+async def serve_playground(
+    sampling: Sampling,
+    job: Job,
+    request: PlaygroundRequest,
+    idempotency: Idempotency | None = None,
+) -> Served[PlaygroundAnswer]:
+    """The playground's answer (every door's: the API's and the dashboard's); with
+    `store`, each model's completions kept once served, the team's room for them checked
+    first (StoredQuotaExceeded: nothing sampled)."""
+    session, team_id = sampling.session, sampling.team_id
+    models = 1 + len(request.compare)
+    keeping = await Keeping.of(session, sampling.settings, team_id, request.store, models)
+    respond = with_stored_ids if request.store else lambda answers: answers[0]
+    served = await sampling.serve_all(
+        job, [request], keeping.seen(respond), PlaygroundAnswer, idempotency
+    )
+    await keeping.keep(served, lambda _: playground_rows(team_id, request, served.value))
+    return served
 
 
 async def idempotency_of(key: str | None, route: str, request: Request) -> Idempotency | None:
@@ -38,7 +59,7 @@ PLAYGROUND_RESPONSES = error_responses(400, 401, 403, 404, 409, 413, 415, 422, 4
 )
 async def sample_job(
     job: JobDep,
-    request: SampleRequest,
+    request: PlaygroundRequest,
     raw: Request,
     response: Response,
     session: SessionDep,
@@ -58,11 +79,15 @@ async def sample_job(
     asking for more alone: a 422). The tokens sampled are added to the job's usage. With
     an `Idempotency-Key`, a repeat of the request (the same key and body) gets the first
     answer again (`Idempotent-Replayed: true`), sampled and billed once, joining the first
-    while it waits; the key with another request is a 422."""
+    while it waits; the key with another request is a 422. With `store`, each model's
+    completions are kept as a stored completion of the team (its id in the output's
+    `stored_completion_id`), as `/v1/chat/completions` keeps one with `store: true`; past
+    the team's quota the request is a 429 `stored_completions_quota`, before anything is
+    sampled."""
     idempotency = await idempotency_of(idempotency_key, f"POST /v1/jobs/{job.id}/sample", raw)
     sampling = Sampling(session, queue, settings, waits, principal.team_id)
     try:
-        served = await sampling.serve(job, request, itself, PlaygroundAnswer, idempotency)
+        served = await serve_playground(sampling, job, request, idempotency)
     except PlaygroundError as error:
         raise ApiError(error.status, error.code, error.message, error.param) from None
     if served.replayed:

@@ -1,7 +1,7 @@
 """Stored completions on the dashboard: what the team's completions doors kept with
-`store: true`, newest first, filtered by model, a metadata pair, a rating and whether
-feedback was given; each with thumbs and a correction box, which give feedback as
-`POST /v1/chat/completions/{id}/feedback` does (what a job with `teacher.self.context:
+`store: true`, newest first a hundred a page, filtered by model, a metadata pair, a rating
+and whether feedback was given; each with thumbs and a correction box, which give feedback
+as `POST /v1/chat/completions/{id}/feedback` does (what a job with `teacher.self.context:
 feedback` distils from)."""
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from urllib.parse import parse_qsl, urlencode
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import SessionDep
 from app.api.openai.stored import messages_of, stored_view
 from app.api.routes.stored_completions import completion_of
 from app.core.pages import Order
+from app.stored_completions.errors import StoredCompletionNotFound
 from app.stored_completions.schemas import FeedbackCreate
-from app.stored_completions.store import add_feedback, feedback_on, page_of
+from app.stored_completions.store import add_feedback, feedback_on, get_completion, page_of
 from app.stored_completions.tables import StoredCompletion
 from app.web.deps import ActingViewerDep, FormDep, ViewerDep
 from app.web.errors import WebError
@@ -30,8 +32,8 @@ from kernel.spec.data import StoredCompletionFilter
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 LISTED = 100
-FILTERS = ("model", "metadata", "rating", "feedback")
-"""The list's query fields, kept across a feedback form's answer."""
+FILTERS = ("model", "metadata", "rating", "feedback", "after")
+"""The list's query fields (its filters and page), kept across a feedback form's answer."""
 Text = Annotated[str, Query(max_length=600)]
 CompletionId = Annotated[str, Path(max_length=64)]
 
@@ -78,6 +80,24 @@ def row_view(row: StoredCompletion, given: Any) -> dict[str, Any]:
     }
 
 
+async def cursor_of(session: AsyncSession, team_id: int, after: str) -> str | None:
+    """The page's `after`: one of the team's stored completions (None: the newest page);
+    any other id, or one no longer kept, is a 400 page that says so (another team's reads
+    as one that is not there)."""
+    after = after.strip()
+    if not after:
+        return None
+    try:
+        await get_completion(session, team_id, after)
+    except StoredCompletionNotFound:
+        raise WebError(
+            400,
+            f"after: {after} is none of your team's stored completions (deleted, or never "
+            "kept): start again from the newest",
+        ) from None
+    return after
+
+
 @router.get("/completions")
 async def completions_page(
     request: Request,
@@ -87,17 +107,26 @@ async def completions_page(
     metadata: Text = "",
     rating: Text = "",
     feedback: Text = "",
+    after: Annotated[str, Query(max_length=64)] = "",
 ) -> Response:
-    """The team's stored completions, newest first (the newest 100 the filters pick)."""
+    """The team's stored completions the filters pick, newest first, a hundred a page:
+    `after` one of them, those older than it ("Older →" links the next page, "Newest"
+    back to the first, each with the filters)."""
     wanted = wanted_of(model, metadata, rating, feedback)
-    rows = await page_of(session, viewer.team_id, wanted, None, LISTED, Order.desc)
-    given = await feedback_on(session, rows[:LISTED])
+    cursor = await cursor_of(session, viewer.team_id, after)
+    rows = await page_of(session, viewer.team_id, wanted, cursor, LISTED, Order.desc)
+    shown = rows[:LISTED]
+    given = await feedback_on(session, shown)
+    filters = {"model": model, "metadata": metadata, "rating": rating, "feedback": feedback}
+    kept = {name: value for name, value in filters.items() if value}
     context = {
         "viewer": viewer,
-        "rows": [row_view(row, given) for row in rows[:LISTED]],
+        "rows": [row_view(row, given) for row in shown],
         "more": len(rows) > LISTED,
-        "filters": {"model": model, "metadata": metadata, "rating": rating, "feedback": feedback},
+        "filters": filters,
         "query": request.url.query,
+        "older": urlencode(kept | {"after": shown[-1].public_id}) if len(rows) > LISTED else None,
+        "newest": None if cursor is None else urlencode(kept),
     }
     return render(request, "completions.html", context)
 

@@ -1,5 +1,6 @@
 """The job page's "Try it" panel: its form sampled by a worker, exactly as the API's
-`POST /v1/jobs/{id}/sample` does, answered with the completions as an HTML fragment the
+`POST /v1/jobs/{id}/playground` does (each model's answers kept as stored completions when
+"Store these answers" is ticked), answered with the completions as an HTML fragment the
 panel's script puts in place (each token shaded by its reverse KL against the teacher)."""
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 
 from app.api.deps import JobId, QueueDep, SessionDep, SettingsDep, WaitsDep
+from app.api.routes.playground import serve_playground
 from app.core.waits import RETRY_AFTER_SECONDS, TooManyWaiting
 from app.jobs.rows import get_job
-from app.playground.schemas import PlaygroundAnswer
-from app.playground.service import PlaygroundError, Sampling, itself
+from app.playground.schemas import PlaygroundAnswer, PlaygroundRequest
+from app.playground.service import PlaygroundError, Sampling
+from app.stored_completions.errors import StoredQuotaExceeded
 from app.web import present
 from app.web.deps import ActingViewerDep, FormDep
 from app.web.templating import render
 from kernel.json_types import FORM_TEXT
-from kernel.playground import Completion, SampleRequest
+from kernel.playground import Completion
 from kernel.spec import format_validation_error
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -27,11 +30,11 @@ LABELS = {"checkpoint": "Checkpoint", "teacher": "Teacher", "base": "Untrained s
 COMPARED = ("teacher", "base")
 
 
-def sample_request(form: dict[str, str]) -> SampleRequest:
+def sample_request(form: dict[str, str]) -> PlaygroundRequest:
     """The form's fields as the API's request (the same checks, the same bounds; its
     numbers are the text typed)."""
     checkpoint = form.get("checkpoint", "final")
-    return SampleRequest.model_validate(
+    return PlaygroundRequest.model_validate(
         {
             "prompt": form.get("prompt") or None,
             "reference": form.get("reference") or None,
@@ -41,6 +44,7 @@ def sample_request(form: dict[str, str]) -> SampleRequest:
             "temperature": form.get("temperature") or 1.0,
             "top_p": form.get("top_p") or 1.0,
             "compare": [model for model in COMPARED if form.get(f"compare_{model}")],
+            "store": bool(form.get("store")),
         },
         context=FORM_TEXT,
     )
@@ -83,21 +87,24 @@ async def try_it(
     form: FormDep,
 ) -> Response:
     """The completions of the form's prompt, or why there are none, as a fragment. Needs
-    the `submit` scope, as the API's `POST /v1/jobs/{id}/sample` does, and adds its tokens
-    to the job's usage as it does."""
+    the `submit` scope, as the API's `POST /v1/jobs/{id}/playground` does, adds its tokens
+    to the job's usage and, with "Store these answers" ticked, keeps each model's as a
+    stored completion, as it does."""
     job = await get_job(session, job_id, viewer.scope)
     sampling = Sampling(session, queue, settings, waits, viewer.team_id)
     try:
-        served = await sampling.serve(job, sample_request(form), itself, PlaygroundAnswer)
+        served = await serve_playground(sampling, job, sample_request(form))
     except ValidationError as error:
         return render(
             request,
             "try_result.html",
-            {"error": format_validation_error(error, SampleRequest)},
+            {"error": format_validation_error(error, PlaygroundRequest)},
             422,
         )
     except PlaygroundError as error:
         return render(request, "try_result.html", {"error": error.message}, error.status)
+    except StoredQuotaExceeded as error:
+        return render(request, "try_result.html", {"error": str(error)}, 429)
     except TooManyWaiting as error:
         busy = render(request, "try_result.html", {"error": str(error)}, 429)
         busy.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)

@@ -294,6 +294,8 @@ class Jobs(Resource[X], Generic[X, J]):
         teacher: str | None = None,
         reference: str | None = None,
         timeout_seconds: float | None = None,
+        store: bool = False,
+        metadata: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
     ) -> Steps[PlaygroundAnswer]:
         """The playground: complete `prompt` (or a chat of `messages` in OpenAI's format,
@@ -302,7 +304,10 @@ class Jobs(Resource[X], Generic[X, J]):
         too, `top_logprobs` adds the likeliest tokens at each position) with the `model`
         (the `checkpoint`, the `teacher` or the untrained `base`), and with the models in
         `compare`; `teacher` names which of several is compared; `reference` is the answer
-        a self teacher with `reference: true` reads after the question.
+        a self teacher with `reference: true` reads after the question. With `store`,
+        each model's completions are kept as a stored completion of the team, labelled
+        with `metadata` (`stored_completions` lists them; each output's
+        `stored_completion_id` names its own).
         A worker answers; past `timeout_seconds` (the service's default: 60) it is a 504,
         not retried. Retried safely otherwise (a lost answer, a read timeout): the request
         carries an `Idempotency-Key` (one of its own unless you give one), and the API
@@ -328,6 +333,8 @@ class Jobs(Resource[X], Generic[X, J]):
             teacher=teacher,
             reference=reference,
             timeout_seconds=timeout_seconds,
+            store=store or None,
+            metadata=None if metadata is None else dict(metadata),
         )
         call = Call(
             "POST",
