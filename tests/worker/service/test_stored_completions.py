@@ -9,6 +9,7 @@ more."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +23,12 @@ from app.auth.tables import ApiKey, Team
 from app.stored_completions.tables import Feedback, StoredCompletion
 from opd.sdk import AsyncClient, NotFound
 from tests.app.conftest import auth
-from tests.worker.service.test_quick import job_spec, pytrio_fake  # noqa: F401 (fixtures)
+from tests.app.web.conftest import post_form
+from tests.worker.service.test_quick import (  # noqa: F401 (fixtures)
+    SPEC,
+    job_spec,
+    pytrio_fake,
+)
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1 + 1?"}]
 
@@ -329,3 +335,229 @@ async def test_a_job_reads_the_rows_its_filter_picks_and_a_clone_reads_the_same(
         "/v1/jobs", json=stored_job({"ids": [tagged[0].id]}), headers=auth(stranger)
     )
     assert theirs.status_code == 404 and theirs.json()["error"]["param"] == "dataset.ids"
+
+
+# --- the playground's store -----------------------------------------------------------------
+
+
+async def playground(api, key, job_id: int, **body: Any) -> httpx.Response:
+    return await api.post(f"/v1/jobs/{job_id}/playground", json=body, headers=auth(key))
+
+
+async def stored_count(session) -> int:
+    return (await session.execute(select(func.count(StoredCompletion.id)))).scalar_one()
+
+
+async def test_the_playground_keeps_each_models_completions_as_the_chat_door_does(
+    client, api, key, trained, session
+):
+    """Each model asked for is one stored completion under its name, as
+    `/v1/chat/completions` with `store: true` and that name would keep it; the answer
+    names each; without `store` nothing is kept."""
+    job = trained["id"]
+    answered = await playground(
+        api,
+        key,
+        job,
+        prompt="1 + 1?",
+        compare=["teacher", "base"],
+        n=2,
+        max_tokens=4,
+        temperature=0.5,
+        seed=7,
+        store=True,
+        metadata={"tag": "try"},
+    )
+    assert answered.status_code == 200, answered.text
+    outputs = answered.json()["outputs"]
+    ids = [output["stored_completion_id"] for output in outputs]
+    assert len(set(ids)) == 3 and all(i.startswith("chatcmpl-") for i in ids)
+
+    listed = await client.chat.completions.list(metadata={"tag": "try"})
+    assert [c.id for c in listed.data] == ids
+    assert [c.model for c in listed.data] == [f"job-{job}", f"job-{job}:teacher", f"job-{job}:base"]
+    for output, kept in zip(outputs, listed.data, strict=True):
+        read = await client.chat.completions.retrieve(kept.id)
+        assert read.metadata == {"tag": "try"}
+        assert [c.message.content for c in read.choices] == [
+            c["text"] for c in output["completions"]
+        ]
+        for choice, completion in zip(read.choices, output["completions"], strict=True):
+            assert [t.logprob for t in choice.logprobs.content] == pytest.approx(
+                completion["logprobs"]
+            )
+        sampled = sum(len(c["token_ids"]) for c in output["completions"])
+        assert (read.usage.prompt_tokens, read.usage.completion_tokens) == (
+            output["prompt_tokens"],
+            sampled,
+        )
+        turns = await client.chat.completions.messages.list(kept.id)
+        assert [(m.role, m.content) for m in turns.data] == [("user", "1 + 1?")]
+    rows = (await session.execute(select(StoredCompletion).order_by(StoredCompletion.id))).scalars()
+    for row, output in zip(rows, outputs, strict=True):
+        assert (row.kind, row.job_id) == ("chat", job)
+        assert {k: row.request[k] for k in ("n", "temperature", "max_tokens", "seed")} == {
+            "n": 2,
+            "temperature": 0.5,
+            "max_tokens": 4,
+            "seed": 7,
+        }
+        assert row.tokens == [
+            {"token_ids": c["token_ids"], "logprobs": c["logprobs"]} for c in output["completions"]
+        ]
+
+    chat = await playground(api, key, job, messages=CHAT, max_tokens=3, store=True)
+    (output,) = chat.json()["outputs"]
+    turns = await client.chat.completions.messages.list(output["stored_completion_id"])
+    assert [(m.role, m.content) for m in turns.data] == [(m["role"], m["content"]) for m in CHAT]
+    text = await playground(
+        api, key, job, text="2 + 2 =", model="teacher", max_tokens=3, store=True
+    )
+    (output,) = text.json()["outputs"]
+    kept = await client.chat.completions.retrieve(output["stored_completion_id"])
+    assert kept.model == f"job-{job}:teacher"
+    (turn,) = (await client.chat.completions.messages.list(kept.id)).data
+    assert turn.content == output["prompt"] and "2 + 2 =" in turn.content
+
+    before = await stored_count(session)
+    unstored = await playground(api, key, job, prompt="1 + 1?", compare=["teacher"], max_tokens=3)
+    assert unstored.status_code == 200, unstored.text
+    assert [o["stored_completion_id"] for o in unstored.json()["outputs"]] == [None, None]
+    assert await stored_count(session) == before
+
+
+@pytest.mark.parametrize("job_spec", [SPEC | {"loop": SPEC["loop"] | {"save_every": 1}}])
+async def test_a_step_the_playground_samples_is_kept_under_its_name(client, api, key, trained):
+    listed = (await api.get(f"/v1/jobs/{trained['id']}/checkpoints", headers=auth(key))).json()
+    step = next(c["step"] for c in listed["data"] if c["kind"] == "sampler")
+    answered = await playground(
+        api, key, trained["id"], prompt="1 + 1?", checkpoint=step, max_tokens=3, store=True
+    )
+    assert answered.status_code == 200, answered.text
+    (output,) = answered.json()["outputs"]
+    kept = await client.chat.completions.retrieve(output["stored_completion_id"])
+    assert kept.model == f"job-{trained['id']}@step-{step}"
+    by_model = await client.chat.completions.list(model=f"job-{trained['id']}@step-{step}")
+    assert [c.id for c in by_model.data] == [kept.id]
+
+
+async def test_the_playgrounds_stored_completions_are_its_teams_alone(
+    client, api, key, make_key, trained
+):
+    answered = await playground(
+        api, key, trained["id"], prompt="1 + 1?", max_tokens=3, store=True, metadata={"t": "1"}
+    )
+    (output,) = answered.json()["outputs"]
+    stranger = await make_key()
+    theirs = openai_on(api, stranger)
+    assert (await theirs.chat.completions.list()).data == []
+    assert (await theirs.chat.completions.list(metadata={"t": "1"})).data == []
+    with pytest.raises(openai.NotFoundError):
+        await theirs.chat.completions.retrieve(output["stored_completion_id"])
+    await theirs.close()
+    refused = await playground(api, stranger, trained["id"], prompt="x", store=True)
+    assert refused.status_code == 404, refused.text
+    assert [c.id for c in (await client.chat.completions.list()).data] == [
+        output["stored_completion_id"]
+    ]
+
+
+async def test_past_its_quota_the_playground_is_refused_before_anything_is_sampled(
+    api,
+    key,
+    trained,
+    settings,
+    session,
+    pytrio_fake,  # noqa: F811 (the fixture)
+):
+    """A request keeps one completion per model (its n choices in it): it must fit the
+    room left whole."""
+    settings.team_max_stored_completions = 2
+    calls = len(pytrio_fake.calls)
+    three = await playground(
+        api, key, trained["id"], prompt="1 + 1?", compare=["teacher", "base"], store=True
+    )
+    assert three.status_code == 429, three.text
+    error = three.json()["error"]
+    assert (error["code"], error["param"]) == ("stored_completions_quota", "store")
+    assert "OPD_TEAM_MAX_STORED_COMPLETIONS" in error["message"]
+    assert len(pytrio_fake.calls) == calls and await stored_count(session) == 0
+
+    two = await playground(
+        api, key, trained["id"], prompt="1 + 1?", max_tokens=3, n=2, compare=["base"], store=True
+    )
+    assert two.status_code == 200, two.text
+    assert await stored_count(session) == 2
+    calls = len(pytrio_fake.calls)
+    full = await playground(api, key, trained["id"], prompt="1 + 1?", max_tokens=3, store=True)
+    assert full.status_code == 429 and len(pytrio_fake.calls) == calls
+    unstored = await playground(api, key, trained["id"], prompt="1 + 1?", max_tokens=3)
+    assert unstored.status_code == 200, unstored.text
+    assert await stored_count(session) == 2
+
+
+async def test_a_replayed_playground_request_keeps_nothing_more(api, key, trained, session):
+    body = {"prompt": "1 + 1?", "max_tokens": 3, "compare": ["teacher"], "store": True}
+    headers = auth(key) | {"Idempotency-Key": "stored-playground-1"}
+    url = f"/v1/jobs/{trained['id']}/playground"
+    first = await api.post(url, json=body, headers=headers)
+    again = await api.post(url, json=body, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    ids = [o["stored_completion_id"] for o in first.json()["outputs"]]
+    assert [o["stored_completion_id"] for o in again.json()["outputs"]] == ids
+    assert await stored_count(session) == 2
+
+
+async def test_the_sdks_playground_stores_and_the_sdk_lists_them(api, key, trained):
+    transport = httpx.ASGITransport(api._transport.app)
+    async with AsyncClient("http://opd", key.key, transport=transport) as opd:
+        answer = await opd.jobs.playground(
+            trained["id"],
+            "1 + 1?",
+            max_tokens=3,
+            compare=["teacher"],
+            store=True,
+            metadata={"from": "sdk"},
+        )
+        ids = [output.stored_completion_id for output in answer.outputs]
+        listed = [c async for c in opd.stored_completions.list(metadata={"from": "sdk"})]
+        assert [c.id for c in listed] == ids and None not in ids
+        assert [c.model for c in listed] == [f"job-{trained['id']}", f"job-{trained['id']}:teacher"]
+        plain = await opd.jobs.playground(trained["id"], "1 + 1?", max_tokens=3)
+        assert plain.outputs[0].stored_completion_id is None
+        assert len([c async for c in opd.stored_completions.list()]) == 2
+    refused = await playground(
+        api, key, trained["id"], prompt="x", store=True, metadata={"k" * 65: "v"}
+    )
+    assert refused.status_code == 422 and refused.json()["error"]["param"].startswith("metadata")
+
+
+async def test_the_dashboards_playground_stores_its_answers_when_asked(
+    client, api, key, trained, settings, session
+):
+    """The job page's "Store these answers": each model's answers kept as the API's
+    `store` keeps them, each named in the fragment and listed on the Completions page;
+    unticked, nothing is kept; past the quota, a 429 fragment that says so."""
+    sign_in = await api.get("/ui/sign-in")
+    await post_form(api, "/ui/sign-in", sign_in, key=key.key)
+    page = await api.get(f"/ui/jobs/{trained['id']}")
+    assert 'name="store"' in page.text and "Store these answers" in page.text
+    url = f"/ui/jobs/{trained['id']}/try"
+    form = {"prompt": "1 + 1?", "checkpoint": "final", "max_tokens": "3", "compare_teacher": "1"}
+
+    tried = await post_form(api, url, page, **form, store="1")
+    assert tried.status_code == 200, tried.text
+    shown = re.findall(r'class="stored-completion"><code>(chatcmpl-\w+)</code>', tried.text)
+    listed = (await client.chat.completions.list()).data
+    assert [c.id for c in listed] == shown and len(shown) == 2
+    assert [c.model for c in listed] == [f"job-{trained['id']}", f"job-{trained['id']}:teacher"]
+    completions = await api.get("/ui/completions")
+    assert all(f'data-completion-id="{one}"' in completions.text for one in shown)
+
+    unticked = await post_form(api, url, page, **form)
+    assert unticked.status_code == 200 and "stored as" not in unticked.text
+    assert await stored_count(session) == 2
+    settings.team_max_stored_completions = 3
+    refused = await post_form(api, url, page, **form, store="1")
+    assert refused.status_code == 429 and "OPD_TEAM_MAX_STORED_COMPLETIONS" in refused.text
+    assert await stored_count(session) == 2
