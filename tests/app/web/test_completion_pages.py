@@ -6,6 +6,8 @@ no forms; another team's completion is neither listed nor rated."""
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
 from typing import Any
 
@@ -153,3 +155,54 @@ async def test_a_read_key_sees_no_forms_and_another_teams_completion_is_not_ther
     page = await client.get("/ui/completions")
     assert listed(page) == [reader_team_row.public_id]
     assert '/feedback"' not in page.text and 'csrf_token" value' not in page.text.split("<main>")[1]
+
+
+def link(page, rel: str) -> str | None:
+    """The page's pager link `rel` (its address as the browser reads it), or None."""
+    found = re.search(rf'<a rel="{rel}" href="([^"]+)"', page.text)
+    return None if found is None else html.unescape(found.group(1))
+
+
+async def test_older_pages_past_the_newest_hundred_keep_the_filters(
+    client, key, make_key, sign_in, session, job
+):
+    rows = [stored(key.team.id, job.id, n, "job-1", app="a" if n % 2 else "b") for n in range(230)]
+    ids = await keep(session, *rows)
+    theirs = await make_key()
+    (foreign,) = await keep(session, stored(theirs.team.id, job.id, 999, "job-1", app="a"))
+    await sign_in(key)
+
+    first = await client.get("/ui/completions")
+    assert listed(first) == ids[::-1][:100] and link(first, "first") is None
+    second = await client.get(link(first, "next"))
+    assert link(first, "next") == f"/ui/completions?after={ids[130]}"
+    assert listed(second) == ids[::-1][100:200]
+    third = await client.get(link(second, "next"))
+    assert listed(third) == ids[::-1][200:] and link(third, "next") is None
+    assert link(third, "first") == "/ui/completions"
+
+    odd = [one for n, one in enumerate(ids) if n % 2][::-1]
+    filtered = await client.get("/ui/completions", params={"metadata": "app=a", "model": "job-1"})
+    assert listed(filtered) == odd[:100]
+    older = await client.get(link(filtered, "next"))
+    assert link(filtered, "next") == (
+        f"/ui/completions?model=job-1&metadata=app%3Da&after={odd[99]}"
+    )
+    assert listed(older) == odd[100:] and link(older, "next") is None
+    assert link(older, "first") == "/ui/completions?model=job-1&metadata=app%3Da"
+    rated = await post_form(
+        client,
+        f"/ui/completions/{odd[100]}/feedback",
+        older,
+        rating="1",
+        query=older.url.query.decode(),
+    )
+    assert rated.headers["location"] == f"{link(filtered, 'next')}#{odd[100]}"
+
+    for after in (foreign, "chatcmpl-" + "0" * 32, "not an id"):
+        refused = await client.get("/ui/completions", params={"after": after})
+        assert refused.status_code == 400, refused.text
+        assert "none of your team&#39;s stored completions" in refused.text
+        assert "What is 999 + 0?" not in refused.text
+    too_long = await client.get("/ui/completions", params={"after": "x" * 65})
+    assert too_long.status_code == 400 and "after" in too_long.text
