@@ -29,8 +29,9 @@ async def serve_playground(
     first (StoredQuotaExceeded: nothing sampled)."""
     session, team_id = sampling.session, sampling.team_id
     models = 1 + len(request.compare)
-    keeping = await Keeping.of(session, sampling.settings, team_id, request.store, models)
-    respond = with_stored_ids if request.store else lambda answers: answers[0]
+    store = bool(request.store)
+    keeping = await Keeping.of(session, sampling.settings, team_id, store, models)
+    respond = with_stored_ids if store else lambda answers: answers[0]
     served = await sampling.serve_all(
         job, [request], keeping.seen(respond), PlaygroundAnswer, idempotency
     )
