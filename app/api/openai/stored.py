@@ -3,7 +3,8 @@
 logprobs, the team's metadata), and how it reads back in OpenAI's shapes (a chat
 completion with its `metadata`, and this service's `feedback` beside; its messages; a
 deletion). A text completion (`/v1/completions`) is kept as a chat of one user turn, its
-prompt as the model read it, so that the same doors read it."""
+prompt as the model read it, so that the same doors read it; the playground's `store`
+keeps each model it asked as the chat door keeps that model's, one row each."""
 
 from __future__ import annotations
 
