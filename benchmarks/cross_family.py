@@ -6,7 +6,7 @@ vocabularies share), at equal wall time, graded alike.
 
     python benchmarks/cross_family.py [--seeds 3] [--peers uld hybrid] [--holdout 60]
                                       [--set loop.steps=40 ...] [--json out.json]
-    python benchmarks/cross_family.py --tables out.json   # the tables again, no runs
+    python benchmarks/cross_family.py --tables out.json [more.json ...]   # the tables, no runs
 
 Per seed (`student.seed` 1, 2, ...): opd's loop trains the example (the engine's `run_loop`
 over the local backend, as `opd run` does, its in-loop eval left to the measure below); its

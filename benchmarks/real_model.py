@@ -8,7 +8,7 @@ alike.
                                     [--objective reverse_kl] [--set loop.batch_size=16 ...]
                                     [--holdout 60] [--general 100] [--json out.json]
                                     [--vllm http://127.0.0.1:8001/v1]
-    python benchmarks/real_model.py --tables out.json   # the tables again, from the figures
+    python benchmarks/real_model.py --tables out.json [more.json ...]   # the tables again
 
 Per seed (student.seed 1, 2, ...): opd's loop trains the example (the engine's `run_loop`
 over the local backend, as `opd run` does, its in-loop eval left to the measure below), and
@@ -39,6 +39,7 @@ import asyncio
 import gc
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -47,6 +48,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -713,24 +715,46 @@ PEERS = {"sft": run_sft, "sdft": run_sdft}
 
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
     """Every seed's OPD and peers, added to `figures` seed by seed (and written to --json
-    after each, so a long run cut short keeps its finished seeds)."""
+    after each, so a long run cut short keeps its finished seeds). Each seed runs in a
+    process of its own: what its arms' models held goes back to the system when it ends
+    (in one process three seeds grew past 18 GB and the OOM killer ended the run)."""
+    spawn = multiprocessing.get_context("spawn")
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        row: dict[str, Any] = {"seed": seed}
-        with tempfile.TemporaryDirectory() as folder:
-            artifacts = Path(folder)
-            task = Task.load(example_data(args, seed), args, artifacts)
-            if figures["before"] is None:
-                figures["before"] = await untrained(task, artifacts)
-                progress(seed, "untrained student and prompted teacher", figures["before"])
-            row["opd"] = await run_opd(task, artifacts, vllm=args.vllm)
-            progress(seed, "OPD", row["opd"])
-            for peer in args.peers:
-                gc.collect()  # the last arm's model (peft's modules hold cycles) goes first
-                row[peer] = await PEERS[peer](task, artifacts, row["opd"]["step_seconds"])
-                progress(seed, ARM_NAMES[peer], row[peer])
+        with ProcessPoolExecutor(1, mp_context=spawn) as apart:
+            figures["before"], row = await asyncio.get_running_loop().run_in_executor(
+                apart, seed_apart, args, seed, figures["before"]
+            )
         figures["seeds"].append(row)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
+
+
+def seed_apart(
+    args: argparse.Namespace, seed: int, before: dict[str, float] | None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """A seed's run in the process it was sent to: the untrained figures (measured here
+    when `before` is None) and its row."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    return asyncio.run(run_seed(args, seed, before))
+
+
+async def run_seed(
+    args: argparse.Namespace, seed: int, before: dict[str, float] | None
+) -> tuple[dict[str, float], dict[str, Any]]:
+    row: dict[str, Any] = {"seed": seed}
+    with tempfile.TemporaryDirectory() as folder:
+        artifacts = Path(folder)
+        task = Task.load(example_data(args, seed), args, artifacts)
+        if before is None:
+            before = await untrained(task, artifacts)
+            progress(seed, "untrained student and prompted teacher", before)
+        row["opd"] = await run_opd(task, artifacts, vllm=args.vllm)
+        progress(seed, "OPD", row["opd"])
+        for peer in args.peers:
+            gc.collect()  # the last arm's model (peft's modules hold cycles) goes first
+            row[peer] = await PEERS[peer](task, artifacts, row["opd"]["step_seconds"])
+            progress(seed, ARM_NAMES[peer], row[peer])
+    return before, row
 
 
 def progress(seed: int, what: str, figures: dict[str, Any]) -> None:
@@ -941,12 +965,24 @@ def benchmark_parser(doc: str | None, peers: list[str], example: str) -> argpars
         help=f"another example setting, dotted ({example}; YAML values)",
     )
     parser.add_argument("--json", type=Path, help="keep every figure in this file")
-    parser.add_argument("--tables", type=Path, help="print a --json file's tables, run nothing")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        nargs="+",
+        help="print the tables of --json files (their seeds together), run nothing",
+    )
     return parser
 
 
 def seed_range(args: argparse.Namespace) -> str:
     return f"{args.first_seed}..{args.first_seed + args.seeds - 1}"
+
+
+def kept_runs(paths: list[Path]) -> dict[str, Any]:
+    """The figures of runs kept apart (`--first-seed` runs, each with --json) as one: the
+    first one's settings and untrained figures, every run's seeds."""
+    runs = [json.loads(path.read_text()) for path in paths]
+    return runs[0] | {"seeds": [row for run in runs for row in run["seeds"]]}
 
 
 def benchmark_run(
@@ -959,7 +995,7 @@ def benchmark_run(
     """One benchmark's run (or, with --tables, a kept run's figures): its tables, and 0 when
     its targets were met, 1 when one was missed (the exit status)."""
     if args.tables:
-        lines, met = report(json.loads(args.tables.read_text()))
+        lines, met = report(kept_runs(args.tables))
         print("\n".join(lines))
         return 0 if met else 1
     warnings.filterwarnings("ignore", category=FutureWarning)
