@@ -741,6 +741,8 @@ def seed_apart(
 async def run_seed(
     args: argparse.Namespace, seed: int, before: dict[str, float] | None
 ) -> tuple[dict[str, float], dict[str, Any]]:
+    """One seed: opd, then each peer for opd's steps' time, the untrained student first
+    when no seed has measured it yet."""
     row: dict[str, Any] = {"seed": seed}
     with tempfile.TemporaryDirectory() as folder:
         artifacts = Path(folder)
