@@ -56,6 +56,7 @@ from real_model import (
     Timing,
     benchmark_parser,
     benchmark_run,
+    each_seed_apart,
     mean,
     seed_range,
     table_head,
@@ -353,26 +354,31 @@ async def untrained(task: Task, folder: Path, grader: Grader) -> dict[str, Any]:
 
 
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    await each_seed_apart(args, figures, run_seed)
+
+
+async def run_seed(
+    args: argparse.Namespace, seed: int, before: dict[str, Any] | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One seed: opd, then each GOLD arm for opd's steps' time, the untrained student
+    first when no seed has measured it yet."""
+    row: dict[str, Any] = {"seed": seed}
     async with Grader() as grader:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            row: dict[str, Any] = {"seed": seed}
-            with tempfile.TemporaryDirectory() as name:
-                folder = Path(name)
-                task = Task(example_data(args, seed), folder)
-                if figures["before"] is None:
-                    figures["before"] = await untrained(task, folder, grader)
-                    progress(seed, "untrained student", figures["before"])
-                row["opd"] = await run_opd(task, folder, grader)
-                progress(seed, "OPD", row["opd"])
-                for peer in args.peers:
-                    gc.collect()  # the last arm's models (peft's modules hold cycles) go first
-                    row[peer] = await run_gold(
-                        task, folder, grader, row["opd"]["step_seconds"], PEERS[peer]
-                    )
-                    progress(seed, ARM_NAMES[peer], row[peer])
-            figures["seeds"].append(row)
-            if args.json:
-                args.json.write_text(json.dumps(figures, indent=2))
+        with tempfile.TemporaryDirectory() as name:
+            folder = Path(name)
+            task = Task(example_data(args, seed), folder)
+            if before is None:
+                before = await untrained(task, folder, grader)
+                progress(seed, "untrained student", before)
+            row["opd"] = await run_opd(task, folder, grader)
+            progress(seed, "OPD", row["opd"])
+            for peer in args.peers:
+                gc.collect()  # the last arm's models (peft's modules hold cycles) go first
+                row[peer] = await run_gold(
+                    task, folder, grader, row["opd"]["step_seconds"], PEERS[peer]
+                )
+                progress(seed, ARM_NAMES[peer], row[peer])
+    return before, row
 
 
 def progress(seed: int, what: str, figures: dict[str, Any]) -> None:

@@ -714,15 +714,24 @@ PEERS = {"sft": run_sft, "sdft": run_sdft}
 
 
 async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
-    """Every seed's OPD and peers, added to `figures` seed by seed (and written to --json
-    after each, so a long run cut short keeps its finished seeds). Each seed runs in a
-    process of its own: what its arms' models held goes back to the system when it ends
+    await each_seed_apart(args, figures, run_seed)
+
+
+SeedRun = Callable[[argparse.Namespace, int, Any], Awaitable[tuple[Any, dict[str, Any]]]]
+
+
+async def each_seed_apart(
+    args: argparse.Namespace, figures: dict[str, Any], run_seed: SeedRun
+) -> None:
+    """Every seed's `run_seed` (its arms), added to `figures` seed by seed (and written to
+    --json after each, so a long run cut short keeps its finished seeds). Each seed runs in
+    a process of its own: what its arms' models held goes back to the system when it ends
     (in one process three seeds grew past 18 GB and the OOM killer ended the run)."""
     spawn = multiprocessing.get_context("spawn")
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         with ProcessPoolExecutor(1, mp_context=spawn) as apart:
             figures["before"], row = await asyncio.get_running_loop().run_in_executor(
-                apart, seed_apart, args, seed, figures["before"]
+                apart, seed_apart, run_seed, args, seed, figures["before"]
             )
         figures["seeds"].append(row)
         if args.json:
@@ -730,9 +739,9 @@ async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
 
 
 def seed_apart(
-    args: argparse.Namespace, seed: int, before: dict[str, float] | None
-) -> tuple[dict[str, float], dict[str, Any]]:
-    """A seed's run in the process it was sent to: the untrained figures (measured here
+    run_seed: SeedRun, args: argparse.Namespace, seed: int, before: Any
+) -> tuple[Any, dict[str, Any]]:
+    """A seed's run in the process it was sent to: the untrained figures (measured there
     when `before` is None) and its row."""
     warnings.filterwarnings("ignore", category=FutureWarning)
     return asyncio.run(run_seed(args, seed, before))
