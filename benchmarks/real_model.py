@@ -769,14 +769,13 @@ async def run_seed(
 
 
 def progress(seed: int, what: str, figures: dict[str, Any]) -> None:
-    shown = ", ".join(f"{k} {kept_share(v) if k == 'facts' else v:.3g}" for k, v in figures.items())
+    shown = ", ".join(f"{k} {mean(v) if k == 'facts' else v:.3g}" for k, v in figures.items())
     print(f"  seed {seed}, {what}: {shown}", flush=True)
 
 
-def kept_share(facts: Sequence[bool], base: Sequence[bool] | None = None) -> float:
-    """The share of the facts the base answers right (all of them without `base`) that
-    these answers get right."""
-    counted = [now for now, then in zip(facts, base or facts, strict=True) if then]
+def kept_share(facts: Sequence[bool], base: Sequence[bool]) -> float:
+    """The share of the facts the base answers right that these answers get right."""
+    counted = [now for now, then in zip(facts, base, strict=True) if then]
     return statistics.mean(counted) if counted else math.nan
 
 
