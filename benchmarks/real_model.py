@@ -45,6 +45,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
@@ -742,9 +743,17 @@ def seed_apart(
     run_seed: SeedRun, args: argparse.Namespace, seed: int, before: Any
 ) -> tuple[Any, dict[str, Any]]:
     """A seed's run in the process it was sent to: the untrained figures (measured there
-    when `before` is None) and its row."""
+    when `before` is None) and its row. It ends when the run that sent it is killed
+    (a pool's process would go on to the seed's end: minutes of both cores and GBs)."""
     warnings.filterwarnings("ignore", category=FutureWarning)
+    threading.Thread(target=end_with_parent, args=(os.getppid(),), daemon=True).start()
     return asyncio.run(run_seed(args, seed, before))
+
+
+def end_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(2)
+    os._exit(1)
 
 
 async def run_seed(
