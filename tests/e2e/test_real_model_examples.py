@@ -26,14 +26,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return converted_smollm2(tmp_path_factory)
 
 
-def test_the_arith_teacher_example_runs_its_cold_start_then_distils_across_tokenizers(
-    model_cache: Path, tmp_path: Path
-) -> None:
-    spec = yaml.safe_load((ROOT / "examples" / "smollm2-arith-teacher.yaml").read_text())
-    spec["loop"] |= {"steps": 2, "batch_size": 2, "cold_start": {"steps": 1}}
-    spec["eval"] |= {"every": 2, "holdout": 3, "teacher_baseline": False}
-    spec["local"]["cpu_threads"] = 1
-    path = tmp_path / "spec.yaml"
+def run_example(name: str, spec: dict, model_cache: Path, tmp_path: Path) -> tuple[str, list[dict]]:
+    """`opd run` of an example's spec, as a user runs it: its log and its metrics' rows."""
+    path = tmp_path / name
     path.write_text(yaml.safe_dump(spec))
     metrics = tmp_path / "metrics.jsonl"
     done = subprocess.run(
@@ -48,18 +43,52 @@ def test_the_arith_teacher_example_runs_its_cold_start_then_distils_across_token
             "--artifacts",
             str(tmp_path / "art"),
         ],
+        cwd=ROOT,
         env=os.environ | {"OPD_MODEL_CACHE": str(model_cache), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=840,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    return done.stderr, [json.loads(line) for line in metrics.read_text().splitlines()]
+
+
+def test_the_arith_teacher_example_runs_its_cold_start_then_distils_across_tokenizers(
+    model_cache: Path, tmp_path: Path
+) -> None:
+    spec = yaml.safe_load((ROOT / "examples" / "smollm2-arith-teacher.yaml").read_text())
+    spec["loop"] |= {"steps": 2, "batch_size": 2, "cold_start": {"steps": 1}}
+    spec["eval"] |= {"every": 2, "holdout": 3, "teacher_baseline": False}
+    spec["local"]["cpu_threads"] = 1
+    log, rows = run_example("spec.yaml", spec, model_cache, tmp_path)
     steps = [row for row in rows if "opd/reverse_kl_mean" in row]
     assert [row["step"] for row in steps] == [0, 1], rows
-    assert "train on the teacher's answers (loop.cold_start)" in done.stderr
-    assert "another tokenizer" in done.stderr, "the preflight names the pair"
+    assert "train on the teacher's answers (loop.cold_start)" in log
+    assert "another tokenizer" in log, "the preflight names the pair"
     assert all(0 < row["data/completion_tokens_total"] <= 2 * 2 * 16 for row in steps)
     evals = [row for row in rows if "eval/accuracy" in row]
     assert [row["step"] for row in evals] == [0, 2], "before and after, graded by math-verify"
     assert all(0.0 <= row["eval/accuracy"] <= 1.0 for row in evals)
+
+
+def test_the_prompt_bake_example_routes_each_dataset_to_its_own_teacher(
+    model_cache: Path, tmp_path: Path
+) -> None:
+    """The self-distillation example: the prompted base teaches the arithmetic, the base
+    as it was the everyday prompts; the eval grades the format beside the prompted
+    teacher's own answers and measures the drift on held-out everyday prompts."""
+    spec = yaml.safe_load((ROOT / "examples" / "smollm2-prompt-bake.yaml").read_text())
+    spec["loop"] |= {"steps": 2, "batch_size": 3}
+    spec["eval"] |= {"every": 2, "holdout": 2}
+    spec["local"]["cpu_threads"] = 1
+    _, rows = run_example("prompt-bake.yaml", spec, model_cache, tmp_path)
+    steps = [row for row in rows if "opd/reverse_kl_mean" in row]
+    assert [row["step"] for row in steps] == [0, 1], rows
+    for row in steps:  # 2 problems and 1 everyday prompt a step, each by its own teacher
+        assert {"opd/reverse_kl_mean/arithmetic", "opd/reverse_kl_mean/everyday"} <= set(row)
+    evals = [row for row in rows if "eval/accuracy" in row]
+    assert [row["step"] for row in evals] == [0, 2]
+    assert 0.0 <= evals[0]["eval/teacher_accuracy"] <= 1.0, "the prompted teacher's own, once"
+    assert evals[0]["eval/reverse_kl_mean/everyday"] == pytest.approx(0.0, abs=1e-4), (
+        "before training the student is the base: no drift"
+    )
