@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,10 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_example(name: str, spec: dict, model_cache: Path, tmp_path: Path) -> tuple[str, list[dict]]:
-    """`opd run` of an example's spec, as a user runs it: its log and its metrics' rows."""
+    """`opd run` of an example's spec, as a user runs it: its log and its metrics' rows. Its
+    data root is a copy of the examples' files (the run keeps its dataset cache there, not
+    in the repository)."""
+    shutil.copytree(ROOT / "examples" / "data", tmp_path / "examples" / "data")
     path = tmp_path / name
     path.write_text(yaml.safe_dump(spec))
     metrics = tmp_path / "metrics.jsonl"
@@ -42,8 +46,9 @@ def run_example(name: str, spec: dict, model_cache: Path, tmp_path: Path) -> tup
             str(metrics),
             "--artifacts",
             str(tmp_path / "art"),
+            "--data-root",
+            str(tmp_path),
         ],
-        cwd=ROOT,
         env=os.environ | {"OPD_MODEL_CACHE": str(model_cache), "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
