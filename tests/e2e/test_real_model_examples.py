@@ -27,12 +27,12 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return converted_smollm2(tmp_path_factory)
 
 
-def run_example(name: str, spec: dict, model_cache: Path, tmp_path: Path) -> tuple[str, list[dict]]:
+def run_example(spec: dict, model_cache: Path, tmp_path: Path) -> tuple[str, list[dict]]:
     """`opd run` of an example's spec, as a user runs it: its log and its metrics' rows. Its
     data root is a copy of the examples' files (the run keeps its dataset cache there, not
     in the repository)."""
     shutil.copytree(ROOT / "examples" / "data", tmp_path / "examples" / "data")
-    path = tmp_path / name
+    path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     metrics = tmp_path / "metrics.jsonl"
     done = subprocess.run(
@@ -65,7 +65,7 @@ def test_the_arith_teacher_example_runs_its_cold_start_then_distils_across_token
     spec["loop"] |= {"steps": 2, "batch_size": 2, "cold_start": {"steps": 1}}
     spec["eval"] |= {"every": 2, "holdout": 3, "teacher_baseline": False}
     spec["local"]["cpu_threads"] = 1
-    log, rows = run_example("spec.yaml", spec, model_cache, tmp_path)
+    log, rows = run_example(spec, model_cache, tmp_path)
     steps = [row for row in rows if "opd/reverse_kl_mean" in row]
     assert [row["step"] for row in steps] == [0, 1], rows
     assert "train on the teacher's answers (loop.cold_start)" in log
@@ -86,7 +86,7 @@ def test_the_prompt_bake_example_routes_each_dataset_to_its_own_teacher(
     spec["loop"] |= {"steps": 2, "batch_size": 3}
     spec["eval"] |= {"every": 2, "holdout": 2}
     spec["local"]["cpu_threads"] = 1
-    _, rows = run_example("prompt-bake.yaml", spec, model_cache, tmp_path)
+    _, rows = run_example(spec, model_cache, tmp_path)
     steps = [row for row in rows if "opd/reverse_kl_mean" in row]
     assert [row["step"] for row in steps] == [0, 1], rows
     for row in steps:  # 2 problems and 1 everyday prompt a step, each by its own teacher
