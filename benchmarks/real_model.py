@@ -50,7 +50,7 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -80,7 +80,7 @@ from worker.engine.eval.grading import format_grader
 from worker.engine.eval.prompts import load_eval_prompts
 from worker.engine.loop.run import Run, close_teachers, eval_pools, evaluation_for, open_run
 from worker.engine.loop.steps import run_loop
-from worker.engine.rollouts.sampling import sample_and_score
+from worker.engine.rollouts.sampling import Batch, sample_and_score
 from worker.engine.teachers.views import in_context
 from worker.engine.tracking.sinks import Sink
 
@@ -314,11 +314,27 @@ class Graded:
     def __init__(self, pattern: str) -> None:
         self.format = format_grader(pattern)
         self.correct: list[float] = []
+        self.answers: list[list[str]] = []
+        self.bare: list[list[bool]] = []
 
     async def __call__(self, answers: list[str], references: list[str]) -> list[bool]:
         right = [a.strip() == r for a, r in zip(answers, references, strict=True)]
         self.correct.append(float(statistics.mean(right)))
-        return await self.format(answers, references)
+        self.answers.append(answers)
+        self.bare.append(await self.format(answers, references))
+        return self.bare[-1]
+
+
+@dataclass
+class PerAnswer(Evaluation):
+    """The eval, keeping each of the student's answers' reverse KL (summed over its
+    tokens): the eval reports only the mean, which one long answer can carry."""
+
+    answer_kls: list[float] = field(default_factory=list)
+
+    async def student_figures(self, batch: Batch) -> dict[str, float]:
+        self.answer_kls = [float(c.reverse_kl.sum()) for c in batch.completions]
+        return await super().student_figures(batch)
 
 
 @dataclass
@@ -439,7 +455,7 @@ async def measure(
     training: LocalTrainingClient,
     steps: int,
     teacher: bool = False,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The student's figures by the eval's own code (`steps`: the optimizer steps its
     weights took, which seed the eval's sampler as in a run): on the held-out problems, on
     the general questions and on the facts; with `teacher`, the prompted teacher's answers
@@ -447,15 +463,20 @@ async def measure(
     training.steps = steps
     run = await opened(task.measured, training, task.measured_prompts)
     graded = Graded(cast(str, task.measured.eval.grader.regex))  # type: ignore[union-attr]
-    evaluation = replace(
-        evaluation_for(run, eval_pools(task.measured, task.eval_prompts), None), grade=graded
-    )
+    evaluated = evaluation_for(run, eval_pools(task.measured, task.eval_prompts), None)
+    evaluation = PerAnswer(**vars(evaluated) | {"grade": graded})
     metrics = await run.evaluate(evaluation, 0 if teacher else steps)
-    figures = {
+    figures: dict[str, Any] = {
         "compliance": metrics["eval/accuracy"],
         "correct": graded.correct[0],
         "reverse_kl": metrics["eval/reverse_kl_mean"],
         "tokens": metrics["eval/completion_tokens_mean"],
+        "answers": [
+            {"text": text, "kl": kl, "bare": bare}
+            for text, kl, bare in zip(
+                graded.answers[0], evaluation.answer_kls, graded.bare[0], strict=True
+            )
+        ],
     }
     if teacher:
         figures |= {
@@ -778,7 +799,9 @@ async def run_seed(
 
 
 def progress(seed: int, what: str, figures: dict[str, Any]) -> None:
-    shown = ", ".join(f"{k} {mean(v) if k == 'facts' else v:.3g}" for k, v in figures.items())
+    shown = ", ".join(
+        f"{k} {mean(v) if k == 'facts' else v:.3g}" for k, v in figures.items() if k != "answers"
+    )
     print(f"  seed {seed}, {what}: {shown}", flush=True)
 
 
@@ -798,6 +821,18 @@ def per_answer(figures: dict[str, float]) -> float:
     times the mean answer length, exactly). The per-token mean alone changes meaning when
     the answers shrink from 20 tokens of prose to a number."""
     return figures["reverse_kl"] * figures["tokens"]
+
+
+def median_answer(figures: dict[str, Any]) -> float:
+    """The median answer's reverse KL (summed over its tokens)."""
+    return statistics.median(a["kl"] for a in figures["answers"])
+
+
+def not_bare_share(figures: dict[str, Any]) -> float:
+    """The share of the answers' summed reverse KL that the answers not a bare number
+    carry (the per-answer mean is theirs when it is most of it)."""
+    total = sum(a["kl"] for a in figures["answers"])
+    return sum(a["kl"] for a in figures["answers"] if not a["bare"]) / total if total else math.nan
 
 
 def mean(values: list[float]) -> float:
@@ -851,6 +886,13 @@ def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
     lines += ["", "held-out reverse KL to the prompted teacher, per answer (nats)", head]
     lines.append(table_line("untrained student", untrained_row(per_answer(before)), ".2f"))
     lines += [table_line(ARM_NAMES[a], of(a, per_answer), ".2f") for a in arms]
+    if all("answers" in r[a] for r in rows for a in arms) and "answers" in before:
+        lines.append("... the median answer's")
+        lines.append(table_line("untrained student", untrained_row(median_answer(before)), ".2f"))
+        lines += [table_line(ARM_NAMES[a], of(a, median_answer), ".2f") for a in arms]
+        lines.append("... the share the answers that are not a bare number carry")
+        lines.append(table_line("untrained student", untrained_row(not_bare_share(before)), ".1%"))
+        lines += [table_line(ARM_NAMES[a], of(a, not_bare_share), ".1%") for a in arms]
     lines.append("... per token (eval/reverse_kl_mean)")
     lines.append(table_line("untrained student", untrained_row(before["reverse_kl"]), ".3f"))
     lines += [table_line(ARM_NAMES[a], side(a, "reverse_kl"), ".3f") for a in arms]

@@ -57,3 +57,29 @@ def test_the_tables_of_runs_kept_apart_read_as_one(tmp_path: Path) -> None:
     opd = next(line for line in lines if line.startswith("OPD "))
     assert opd.split()[-3:] == ["95.0%", "99.0%", "97.0%"]
     assert "target: OPD's compliance >= 95%: met (97.0%)" in run.stdout
+
+
+def test_the_per_answer_figure_shows_its_median_and_what_the_prose_answers_carry(
+    tmp_path: Path,
+) -> None:
+    """One sentence among bare numbers can carry the per-answer mean: the tables show the
+    median answer and the share the answers that are not a bare number carry."""
+    answers = [
+        {"text": "7", "kl": 0.1, "bare": True},
+        {"text": "To find 3 + 4, we add", "kl": 2.9, "bare": False},
+        {"text": "3", "kl": 0.2, "bare": True},
+    ]
+    run_ = a_run(1, 0.95)
+    for arm in (run_["before"], *run_["seeds"][0].values()):
+        if isinstance(arm, dict):
+            arm["answers"] = answers
+    path = tmp_path / "seed-1.json"
+    path.write_text(json.dumps(run_))
+
+    run = run_benchmark("real_model.py", "--tables", str(path), tmp_path=tmp_path, timeout=300)
+
+    lines = run.stdout.splitlines()
+    median = lines.index("... the median answer's")
+    assert lines[median + 2].startswith("OPD ") and lines[median + 2].split()[-2:] == ["0.20"] * 2
+    share = lines.index("... the share the answers that are not a bare number carry")
+    assert lines[share + 2].split()[-2:] == ["90.6%"] * 2, run.stderr
