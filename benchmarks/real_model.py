@@ -331,9 +331,12 @@ class PerAnswer(Evaluation):
     tokens): the eval reports only the mean, which one long answer can carry."""
 
     answer_kls: list[float] = field(default_factory=list)
+    answer_logprobs: list[float] = field(default_factory=list)
+    """The student's logprob of each answer: how sure it was of what it wrote."""
 
     async def student_figures(self, batch: Batch) -> dict[str, float]:
         self.answer_kls = [float(c.reverse_kl.sum()) for c in batch.completions]
+        self.answer_logprobs = [float(sum(c.student_logprobs)) for c in batch.completions]
         return await super().student_figures(batch)
 
 
@@ -472,9 +475,13 @@ async def measure(
         "reverse_kl": metrics["eval/reverse_kl_mean"],
         "tokens": metrics["eval/completion_tokens_mean"],
         "answers": [
-            {"text": text, "kl": kl, "bare": bare}
-            for text, kl, bare in zip(
-                graded.answers[0], evaluation.answer_kls, graded.bare[0], strict=True
+            {"text": text, "kl": kl, "logprob": logprob, "bare": bare}
+            for text, kl, logprob, bare in zip(
+                graded.answers[0],
+                evaluation.answer_kls,
+                evaluation.answer_logprobs,
+                graded.bare[0],
+                strict=True,
             )
         ],
     }
@@ -1027,6 +1034,12 @@ def benchmark_parser(doc: str | None, peers: list[str], example: str) -> argpars
     )
     parser.add_argument("--json", type=Path, help="keep every figure in this file")
     parser.add_argument(
+        "--untrained",
+        type=Path,
+        help="the untrained student's figures from a kept run's --json (the same for every "
+        "seed and setting of the student's): not measured again",
+    )
+    parser.add_argument(
         "--tables",
         type=Path,
         nargs="+",
@@ -1066,7 +1079,7 @@ def benchmark_run(
     started = time.perf_counter()
     figures: dict[str, Any] = {
         "settings": settings | {"machine": machine, "load_average": [load]},
-        "before": None,
+        "before": json.loads(args.untrained.read_text())["before"] if args.untrained else None,
         "seeds": [],
     }
     asyncio.run(run_all(args, figures))
