@@ -6,7 +6,8 @@ alike.
 
     python benchmarks/real_model.py [--seeds 3] [--peers sft sdft] [--steps 10]
                                     [--objective reverse_kl] [--set loop.batch_size=16 ...]
-                                    [--holdout 60] [--general 100] [--json out.json]
+                                    [--holdout 60] [--answers 4] [--general 100]
+                                    [--json out.json] [--untrained kept.json]
                                     [--vllm http://127.0.0.1:8001/v1]
     python benchmarks/real_model.py --tables out.json [more.json ...]   # the tables again
 
@@ -363,10 +364,10 @@ def example_data(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return data
 
 
-def measured_data(data: dict[str, Any], holdout: int) -> dict[str, Any]:
+def measured_data(data: dict[str, Any], holdout: int, answers: int = 1) -> dict[str, Any]:
     """The example's format task alone: its arithmetic dataset, taught by its prompted
-    teacher, with `holdout` problems held out; what every student is measured on and what
-    the peers train on."""
+    teacher, with `holdout` problems held out, each answered `answers` times; what every
+    student is measured on and what the peers train on."""
     measured = json.loads(json.dumps(data))
     [arithmetic] = [d for d in measured.pop("datasets") if d["name"] == TASK]
     measured["dataset"] = {
@@ -374,7 +375,7 @@ def measured_data(data: dict[str, Any], holdout: int) -> dict[str, Any]:
     }
     measured["teacher"] = measured.pop("teachers")[LEARNED]
     measured.pop("teacher_mixture")
-    measured["eval"] |= {"holdout": holdout, "every": 0}
+    measured["eval"] |= {"holdout": holdout, "every": 0, "samples_per_prompt": answers}
     return measured
 
 
@@ -414,7 +415,7 @@ class Task:
         """`folder`: the data root, where the example's files are copied (its datasets'
         cache goes there, not into the repository)."""
         spec = JobSpec.model_validate(data)
-        measured = JobSpec.model_validate(measured_data(data, args.holdout))
+        measured = JobSpec.model_validate(measured_data(data, args.holdout, args.answers))
         general = general_spec(measured_data(data, args.holdout), args.general)
         shutil.copytree(ROOT / "examples" / "data", folder / "examples" / "data")
         prompts = load_datasets(spec, folder, False)
@@ -884,7 +885,8 @@ def report(figures: dict[str, Any]) -> tuple[list[str], bool]:
         f"OPD: {settings['steps']} steps of {settings['objective']}; peers: TRL's "
         f"{', '.join(ARM_NAMES[a] for a in arms[1:])} for as long",
         "",
-        f"held-out format compliance (a bare integer), {settings['holdout']} problems",
+        f"held-out format compliance (a bare integer), {settings['holdout']} problems x "
+        f"{settings.get('answers', 1)} answers",
         head,
         table_line("untrained student", untrained_row(before["compliance"]), ".1%"),
         table_line("prompted teacher", untrained_row(before["teacher_compliance"]), ".1%"),
@@ -996,20 +998,28 @@ def main() -> int:
         default=str(yaml.safe_load(EXAMPLE.read_text())["loop"]["objective"]),
         help="opd's loop.objective (YAML); default: the example's",
     )
+    parser.add_argument(
+        "--answers",
+        type=int,
+        default=4,
+        help="answers sampled per held-out problem (at 1, one answer in 60 can carry a "
+        "quarter of the per-answer reverse KL)",
+    )
     parser.add_argument("--general", type=int, default=len(GENERAL_QUESTIONS))
     parser.add_argument("--vllm", help="opd's rollouts on this vLLM server (its /v1 URL)")
     args = parser.parse_args()
     return benchmark_run(
         args,
         f"real_model: {EXAMPLE.name}, {args.steps} steps of {args.objective}, seeds "
-        f"{seed_range(args)}, peers {' '.join(args.peers)}, {args.holdout} held-out problems, "
-        f"{args.general} general questions, {len(FACTS)} facts",
+        f"{seed_range(args)}, peers {' '.join(args.peers)}, {args.holdout} held-out problems "
+        f"x {args.answers} answers, {args.general} general questions, {len(FACTS)} facts",
         {
             "seeds": args.seeds,
             "steps": args.steps,
             "objective": args.objective,
             "set": args.set,
             "holdout": args.holdout,
+            "answers": args.answers,
             "general": args.general,
             "engine": "vllm" if args.vllm else "local",
         },
