@@ -1,8 +1,8 @@
 """The real-model benchmarks run each seed in a process of its own (three SmolLM2 seeds in
 one process grew past 18 GB and the OOM killer ended the run). Here, with a seed that
 loads no model, that each seed runs in another process, that the untrained figures the
-first measured reach the next, that --json holds every finished seed, and that a seed's
-process ends when the run that sent it is killed."""
+first measured reach the next (or those of a kept run, --untrained), that --json holds
+every finished seed, and that a seed's process ends when the run that sent it is killed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.benchmarks.scripts import BENCHMARKS
 
 sys.path.insert(0, str(BENCHMARKS))
 
-from real_model import each_seed_apart
+from real_model import benchmark_parser, benchmark_run, each_seed_apart
 
 
 async def a_seed(
@@ -58,7 +58,7 @@ RUN_LONG = f"""
 import argparse, asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {str(BENCHMARKS)!r})
-from real_model import each_seed_apart
+from real_model import benchmark_parser, benchmark_run, each_seed_apart
 from tests.benchmarks.test_seeds_apart import a_long_seed
 args = argparse.Namespace(first_seed=1, seeds=1, json=Path(sys.argv[1]))
 asyncio.run(each_seed_apart(args, {{"before": None, "seeds": []}}, a_long_seed))
@@ -89,3 +89,21 @@ def test_a_seed_ends_when_its_run_is_killed(tmp_path: Path) -> None:
     while not ended(seed) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert ended(seed), "the seed's process outlived the run that sent it"
+
+
+def test_a_kept_runs_untrained_figures_reach_the_seeds(tmp_path: Path) -> None:
+    """--untrained: the seeds get a kept run's untrained figures and measure none again."""
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"before": {"measured_in": 1}, "seeds": []}))
+    args = benchmark_parser(None, [], "").parse_args(
+        ["--seeds", "1", "--untrained", str(kept), "--json", str(tmp_path / "new.json")]
+    )
+
+    async def run_all(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+        await each_seed_apart(args, figures, a_seed)
+
+    assert benchmark_run(args, "a run", {}, run_all, lambda figures: ([], True)) == 0
+
+    figures = json.loads((tmp_path / "new.json").read_text())
+    assert figures["before"] == {"measured_in": 1}
+    assert figures["seeds"][0]["seed"] == 1
