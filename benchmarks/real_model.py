@@ -21,15 +21,17 @@ SDFT: SDFTTrainer (its defaults: top-100 logit distillation from the base, `teac
 base`) samples the student on the same questions and distils the base reading the same system
 line and examples (its privileged context, in the same chat turns). Sampling, tokenising and
 training all count. Every student is then measured by the eval's own code: on held-out
-arithmetic problems (never in the training pool, nor among the teacher's examples) its format
-compliance (a bare integer, the example's regex grader), its reverse KL to the prompted
-teacher (per answer and per token) and its correctness; and what it keeps: the reverse KL to
-the untrained base on 100 general questions that need no number (none of them in the
-example's everyday prompts), and the share of simple facts the base answers right (greedy,
-the expected word in its answer) that it still answers right. The untrained student is the
-same for every seed (LoRA's B starts at zero, the eval's seed is fixed), so it and the
-prompted teacher are measured once. The last lines check issue 46's targets; the exit status
-is 1 when one is missed. With `--vllm URL` opd's rollouts sample on that vLLM server. See
+arithmetic problems (never in the training pool, nor among the teacher's examples; each
+answered --answers times) its format compliance (a bare integer, the example's regex
+grader), its reverse KL to the prompted teacher (per answer: the mean, the median and the
+share the answers that are not a bare number carry; and per token) and its correctness;
+and what it keeps: the reverse KL to the untrained base on 100 general questions that need
+no number (none of them in the example's everyday prompts), and the share of simple facts
+the base answers right (greedy, the expected word in its answer) that it still answers
+right. The untrained student is the same for every seed (LoRA's B starts at zero, the
+eval's seed is fixed), so it and the prompted teacher are measured once (or taken from a
+kept run: --untrained). The last lines check issue 46's targets; the exit status is 1 when
+one is missed. With `--vllm URL` opd's rollouts sample on that vLLM server. See
 benchmarks/README.md.
 """
 
