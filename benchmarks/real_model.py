@@ -331,7 +331,7 @@ class Graded:
 @dataclass
 class PerAnswer(Evaluation):
     """The eval, keeping each of the student's answers' reverse KL (summed over its
-    tokens): the eval reports only the mean, which one long answer can carry."""
+    tokens): the eval reports only the mean, which one unlikely answer can carry."""
 
     answer_kls: list[float] = field(default_factory=list)
     answer_logprobs: list[float] = field(default_factory=list)
