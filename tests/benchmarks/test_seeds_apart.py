@@ -58,7 +58,7 @@ RUN_LONG = f"""
 import argparse, asyncio, sys
 from pathlib import Path
 sys.path.insert(0, {str(BENCHMARKS)!r})
-from real_model import benchmark_parser, benchmark_run, each_seed_apart
+from real_model import each_seed_apart
 from tests.benchmarks.test_seeds_apart import a_long_seed
 args = argparse.Namespace(first_seed=1, seeds=1, json=Path(sys.argv[1]))
 asyncio.run(each_seed_apart(args, {{"before": None, "seeds": []}}, a_long_seed))
